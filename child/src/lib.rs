@@ -1,0 +1,1 @@
+//! Child-side runtime. Filled in by the lifecycle work.

@@ -1,0 +1,96 @@
+//! The cancel request: the one record the supervisor sends a child that the
+//! child must not act on without verifying.
+
+use ed25519_dalek::VerifyingKey;
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use crate::signed::{Canonical, Signable, Signed, SignatureError};
+
+/// Who asked for the cancel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CancelOrigin {
+    /// A drain budget ran out.
+    SupervisorDrain,
+    /// An operator ran `wfhost cancel`.
+    Operator,
+}
+
+impl CancelOrigin {
+    /// The name used in the journal and the CLI.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::SupervisorDrain => "supervisor-drain",
+            Self::Operator => "operator",
+        }
+    }
+}
+
+/// A request to cancel one run (or every run) of one deployment.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CancelRequested {
+    /// Who asked.
+    pub origin: CancelOrigin,
+    /// The deployment it is meant for.
+    pub deployment: String,
+    /// The run to cancel; `None` cancels every run of the deployment.
+    pub run: Option<String>,
+    /// Why, for the journal and the child's log.
+    pub reason: String,
+    /// Unix time in milliseconds when it was issued.
+    pub at_ms: u64,
+}
+
+impl Signable for CancelRequested {
+    const DOMAIN: &'static str = "wfhost/cancel/v1";
+
+    fn write_canonical(&self, out: &mut Canonical) {
+        out.str(self.origin.as_str())
+            .str(&self.deployment)
+            .opt_str(self.run.as_deref())
+            .str(&self.reason)
+            .u64(self.at_ms);
+    }
+}
+
+/// A cancel request as it travels: signed by the supervisor.
+pub type SignedCancel = Signed<CancelRequested>;
+
+/// Why a child refused a cancel.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum CancelRefused {
+    /// The signature is bad or from an unknown key.
+    #[error("{0}")]
+    Signature(#[from] SignatureError),
+    /// The cancel names another deployment.
+    #[error("cancel is for deployment {got:?}, this is {expected:?}")]
+    WrongDeployment { expected: String, got: String },
+    /// The cancel names a run this child does not have.
+    #[error("cancel is for run {got:?}, which this child does not know")]
+    UnknownRun { got: String },
+}
+
+impl SignedCancel {
+    /// Verifies the signature, then that the cancel is meant for
+    /// `deployment` and, when it names a run, that `knows_run` accepts it.
+    pub fn verify_for(
+        &self,
+        trusted: &VerifyingKey,
+        deployment: &str,
+        knows_run: impl Fn(&str) -> bool,
+    ) -> Result<(), CancelRefused> {
+        self.verify(trusted)?;
+        if self.record.deployment != deployment {
+            return Err(CancelRefused::WrongDeployment {
+                expected: deployment.to_owned(),
+                got: self.record.deployment.clone(),
+            });
+        }
+        if let Some(run) = &self.record.run
+            && !knows_run(run)
+        {
+            return Err(CancelRefused::UnknownRun { got: run.clone() });
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,61 @@
+//! The handshake: the child's `Hello`, and the environment through which it
+//! learns how to reach the supervisor.
+
+use serde::{Deserialize, Serialize};
+
+use crate::violation::ProtocolViolation;
+
+/// The protocol version this crate speaks.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// The fd at which a child finds its control channel.
+pub const CONTROL_FD: i32 = 3;
+
+/// Environment variable: fd number of the control channel.
+pub const ENV_CONTROL_FD: &str = "WFHOST_CONTROL_FD";
+/// Environment variable: this spawn's channel id (32 hex chars).
+pub const ENV_CHANNEL_ID: &str = "WFHOST_CHANNEL_ID";
+/// Environment variable: protocol version the supervisor speaks.
+pub const ENV_PROTOCOL: &str = "WFHOST_PROTOCOL";
+/// Environment variable: the deployment id.
+pub const ENV_DEPLOYMENT: &str = "WFHOST_DEPLOYMENT";
+/// Environment variable: hex ed25519 public key that signs cancels.
+pub const ENV_SUPERVISOR_KEY: &str = "WFHOST_SUPERVISOR_KEY";
+
+/// The child's first frame.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hello {
+    /// The protocol version the child speaks.
+    pub protocol: u32,
+    /// The channel id from the child's environment.
+    pub channel_id: String,
+    /// The child's pid, as it sees itself.
+    pub pid: u32,
+}
+
+impl Hello {
+    /// Checks a Hello against the channel the supervisor minted for this
+    /// spawn; a stale or foreign child is a violation.
+    pub fn check(&self, expected_channel: &str) -> Result<(), ProtocolViolation> {
+        if self.protocol != PROTOCOL_VERSION {
+            return Err(ProtocolViolation::UnsupportedProtocol {
+                got: self.protocol,
+                supported: PROTOCOL_VERSION,
+            });
+        }
+        if self.channel_id != expected_channel {
+            return Err(ProtocolViolation::WrongChannel {
+                expected: expected_channel.to_owned(),
+                got: self.channel_id.clone(),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Mints a fresh channel id: 16 random bytes as 32 hex chars.
+pub fn new_channel_id() -> Result<String, getrandom::Error> {
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes)?;
+    Ok(hex::encode(bytes))
+}

@@ -1,0 +1,22 @@
+//! The wfhost wire protocol: everything that crosses the socketpair between
+//! the supervisor and a workflow child, and the signed records the supervisor
+//! issues. No processes, no files: bytes in, typed values out.
+
+pub mod cancel;
+mod codec;
+pub mod frame;
+pub mod handshake;
+pub mod key;
+pub mod message;
+pub mod signed;
+pub mod transport;
+pub mod violation;
+
+pub use cancel::{CancelOrigin, CancelRefused, CancelRequested, SignedCancel};
+pub use frame::{DEFAULT_MAX_FRAME_BYTES, Frame, FrameDecoder, MAX_FRAME_LIMIT, SeqTracker, encode_frame};
+pub use handshake::{Hello, PROTOCOL_VERSION, new_channel_id};
+pub use key::KeyId;
+pub use message::{Control, DrainBehavior, Event, Grants, Limits, Outcome, Welcome};
+pub use signed::{Signable, Signed, SignatureError};
+pub use transport::{FrameReader, FrameWriter, TransportError, split};
+pub use violation::ProtocolViolation;

@@ -1,0 +1,192 @@
+//! The messages of the control protocol: `Control` flows down from the
+//! supervisor to a child, `Event` flows up from a child to the supervisor.
+
+use serde::{Deserialize, Serialize};
+
+use crate::cancel::SignedCancel;
+use crate::handshake::Hello;
+
+/// What a step does when its run is drained.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum DrainBehavior {
+    /// Abort the step on drain; its time counts against the drain budget.
+    Cancel,
+    /// Let the step finish (a person approving, say); the budget pauses.
+    Wait,
+}
+
+impl DrainBehavior {
+    /// The lower-case name used in logs, status and the CLI.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Cancel => "cancel",
+            Self::Wait => "wait",
+        }
+    }
+}
+
+/// How a step, a run or a piece of mail ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Outcome {
+    /// It did what it was for.
+    Succeeded,
+    /// It failed, for the reason given.
+    Failed(String),
+    /// It was cancelled (by drain or by a signed cancel).
+    Cancelled,
+}
+
+/// The grants the supervisor read from the deployment's `grants_file` for
+/// this child: the bytes as read, and when.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Grants {
+    /// Unix time in milliseconds when the file was read.
+    pub read_at_ms: u64,
+    /// SHA-256 of `body`, so both sides can name the snapshot briefly.
+    pub digest: [u8; 32],
+    /// The file's contents (JSON), empty when the deployment has none.
+    pub body: Vec<u8>,
+}
+
+/// The bounds the child must respect, so it can refuse what the supervisor
+/// would refuse anyway.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Limits {
+    /// Largest frame body either side may send.
+    pub max_frame_bytes: u32,
+    /// Largest mail payload.
+    pub max_mail_bytes: u32,
+    /// The drain-timeout budget in milliseconds.
+    pub drain_timeout_ms: u64,
+}
+
+/// The supervisor's answer to `Hello`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Welcome {
+    /// The deployment this child serves.
+    pub deployment: String,
+    /// The grants in force for this child's life.
+    pub grants_snapshot: Grants,
+    /// The bounds in force.
+    pub limits: Limits,
+}
+
+/// Supervisor → child.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Control {
+    /// Answer to `Hello`.
+    Welcome(Welcome),
+    /// Stop taking work and wind down within the budget.
+    Drain {
+        /// The drain-timeout budget, for the child's information.
+        budget_ms: u64,
+    },
+    /// A signed cancel request the child must verify before acting.
+    Cancel(SignedCancel),
+    /// A piece of mail to process and acknowledge.
+    Mail {
+        /// Store-assigned id; ids let the child skip redeliveries.
+        id: u64,
+        /// The payload as sent.
+        payload: Vec<u8>,
+    },
+    /// Liveness probe; must be answered with the same nonce.
+    Ping {
+        /// Echoed back in `Pong`.
+        nonce: u64,
+    },
+    /// Exit now, cleanly.
+    Shutdown,
+}
+
+/// Child → supervisor.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Event {
+    /// First frame of every child.
+    Hello(Hello),
+    /// The child can take work.
+    Ready,
+    /// A step of a run began.
+    StepStarted {
+        /// The run the step belongs to.
+        run: String,
+        /// The step's name.
+        step: String,
+        /// What the step does on drain.
+        drain: DrainBehavior,
+    },
+    /// A step of a run ended.
+    StepFinished {
+        /// The run the step belongs to.
+        run: String,
+        /// The step's name.
+        step: String,
+        /// How it ended.
+        outcome: Outcome,
+    },
+    /// A piece of mail is finished with.
+    MailAck {
+        /// The mail's id.
+        id: u64,
+        /// How processing ended.
+        outcome: Outcome,
+    },
+    /// Answer to `Ping`.
+    Pong {
+        /// The ping's nonce.
+        nonce: u64,
+    },
+    /// A run reached a terminal state; its steps are over.
+    RunTerminal {
+        /// The run.
+        run: String,
+        /// How it ended.
+        outcome: Outcome,
+    },
+    /// No cancel-behaviour work is left after a drain.
+    Drained,
+    /// The child asks to be replaced.
+    RecycleRequest {
+        /// Why, in the child's words.
+        reason: String,
+    },
+    /// Application-defined event, forwarded to observers.
+    Custom {
+        /// The kind, chosen by the application.
+        kind: String,
+        /// Opaque payload.
+        bytes: Vec<u8>,
+    },
+}
+
+impl Control {
+    /// The variant's name, for logs and violation messages.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Welcome(_) => "Welcome",
+            Self::Drain { .. } => "Drain",
+            Self::Cancel(_) => "Cancel",
+            Self::Mail { .. } => "Mail",
+            Self::Ping { .. } => "Ping",
+            Self::Shutdown => "Shutdown",
+        }
+    }
+}
+
+impl Event {
+    /// The variant's name, for logs and violation messages.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Hello(_) => "Hello",
+            Self::Ready => "Ready",
+            Self::StepStarted { .. } => "StepStarted",
+            Self::StepFinished { .. } => "StepFinished",
+            Self::MailAck { .. } => "MailAck",
+            Self::Pong { .. } => "Pong",
+            Self::RunTerminal { .. } => "RunTerminal",
+            Self::Drained => "Drained",
+            Self::RecycleRequest { .. } => "RecycleRequest",
+            Self::Custom { .. } => "Custom",
+        }
+    }
+}

@@ -1,0 +1,1 @@
+//! Pure decisions with an injected clock. Filled in by the policy work.

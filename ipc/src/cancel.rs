@@ -5,7 +5,7 @@ use ed25519_dalek::VerifyingKey;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use crate::signed::{Canonical, Signable, Signed, SignatureError};
+use crate::signed::{Canonical, Signable, SignatureError, Signed};
 
 /// Who asked for the cancel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -25,7 +25,10 @@ pub(crate) fn decode_exact<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Strin
     let (value, used) =
         bincode::serde::decode_from_slice::<T, _>(bytes, CONFIG).map_err(|e| e.to_string())?;
     if used != bytes.len() {
-        return Err(format!("{} trailing bytes after the message", bytes.len() - used));
+        return Err(format!(
+            "{} trailing bytes after the message",
+            bytes.len() - used
+        ));
     }
     Ok(value)
 }

@@ -44,7 +44,10 @@ pub fn encode_frame<B: Serialize>(
     let len = out.len() - start - HEADER_BYTES;
     if len > max_frame_bytes as usize {
         out.truncate(start);
-        return Err(ProtocolViolation::FrameTooLarge { len: len as u64, max: max_frame_bytes });
+        return Err(ProtocolViolation::FrameTooLarge {
+            len: len as u64,
+            max: max_frame_bytes,
+        });
     }
     // len <= max_frame_bytes, a u32, so the cast is lossless.
     out[start..start + HEADER_BYTES].copy_from_slice(&(len as u32).to_be_bytes());
@@ -63,7 +66,9 @@ impl FrameDecoder {
     /// [`MAX_FRAME_LIMIT`]).
     pub fn new(max_frame_bytes: u32) -> Self {
         let cap = MAX_FRAME_LIMIT as u32;
-        Self { max_frame_bytes: max_frame_bytes.min(cap) }
+        Self {
+            max_frame_bytes: max_frame_bytes.min(cap),
+        }
     }
 
     /// The limit in force.
@@ -79,7 +84,10 @@ impl FrameDecoder {
             return Err(ProtocolViolation::EmptyFrame);
         }
         if len > self.max_frame_bytes {
-            return Err(ProtocolViolation::FrameTooLarge { len: u64::from(len), max: self.max_frame_bytes });
+            return Err(ProtocolViolation::FrameTooLarge {
+                len: u64::from(len),
+                max: self.max_frame_bytes,
+            });
         }
         Ok(len as usize)
     }
@@ -104,16 +112,24 @@ impl FrameDecoder {
         }
         buf.advance(HEADER_BYTES);
         let body = buf.split_to(len);
-        codec::decode_exact(&body).map(Some).map_err(ProtocolViolation::Undecodable)
+        codec::decode_exact(&body)
+            .map(Some)
+            .map_err(ProtocolViolation::Undecodable)
     }
 
     /// Decodes a buffer that must hold exactly one frame and nothing else
     /// (the fuzz target and tests use this).
-    pub fn decode_one<B: DeserializeOwned>(&self, bytes: &[u8]) -> Result<Frame<B>, ProtocolViolation> {
+    pub fn decode_one<B: DeserializeOwned>(
+        &self,
+        bytes: &[u8],
+    ) -> Result<Frame<B>, ProtocolViolation> {
         let mut buf = BytesMut::from(bytes);
         match self.decode(&mut buf)? {
             Some(frame) if buf.is_empty() => Ok(frame),
-            Some(_) => Err(ProtocolViolation::Undecodable(format!("{} bytes after the frame", buf.len()))),
+            Some(_) => Err(ProtocolViolation::Undecodable(format!(
+                "{} bytes after the frame",
+                buf.len()
+            ))),
             None => Err(self.truncation(bytes)),
         }
     }
@@ -125,7 +141,10 @@ impl FrameDecoder {
             Some(h) => HEADER_BYTES + u32::from_be_bytes([h[0], h[1], h[2], h[3]]) as usize,
             None => HEADER_BYTES,
         };
-        ProtocolViolation::Truncated { have: buffered.len(), want }
+        ProtocolViolation::Truncated {
+            have: buffered.len(),
+            want,
+        }
     }
 }
 

@@ -95,7 +95,11 @@ impl<T: Signable> Signed<T> {
     /// Signs `record` with `key`.
     pub fn sign(record: T, key: &SigningKey) -> Self {
         let signature = key.sign(&signing_bytes(&record)).to_bytes().to_vec();
-        Self { record, key_id: KeyId::of(&key.verifying_key()), signature }
+        Self {
+            record,
+            key_id: KeyId::of(&key.verifying_key()),
+            signature,
+        }
     }
 
     /// Verifies strictly (no malleable or small-order signatures) against
@@ -103,7 +107,10 @@ impl<T: Signable> Signed<T> {
     pub fn verify(&self, trusted: &VerifyingKey) -> Result<(), SignatureError> {
         let trusted_id = KeyId::of(trusted);
         if self.key_id != trusted_id {
-            return Err(SignatureError::UnknownKey { got: self.key_id, trusted: trusted_id });
+            return Err(SignatureError::UnknownKey {
+                got: self.key_id,
+                trusted: trusted_id,
+            });
         }
         let bytes: [u8; 64] = self
             .signature

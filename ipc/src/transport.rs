@@ -71,7 +71,10 @@ impl<B: Serialize> FrameWriter<B> {
     /// frame on the wire, so callers finish every send they start.
     pub async fn send(&mut self, body: B) -> Result<(), TransportError> {
         self.buf.clear();
-        let frame = Frame { seq: self.seq.issue(), body };
+        let frame = Frame {
+            seq: self.seq.issue(),
+            body,
+        };
         encode_frame(&frame, self.max_frame_bytes, &mut self.buf)?;
         self.stream.write_all(&self.buf).await?;
         Ok(())
@@ -86,7 +89,10 @@ impl<B: Serialize> FrameWriter<B> {
 
 /// Splits a connected stream into a reader of `In` and a writer of `Out`,
 /// both bounded by `max_frame_bytes`.
-pub fn split<In, Out>(stream: UnixStream, max_frame_bytes: u32) -> (FrameReader<In>, FrameWriter<Out>) {
+pub fn split<In, Out>(
+    stream: UnixStream,
+    max_frame_bytes: u32,
+) -> (FrameReader<In>, FrameWriter<Out>) {
     let (read, write) = stream.into_split();
     let decoder = FrameDecoder::new(max_frame_bytes);
     (

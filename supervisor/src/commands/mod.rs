@@ -1,0 +1,6 @@
+//! One module per CLI command.
+
+pub mod check_config;
+pub mod journal;
+pub mod keygen;
+pub mod supervise;

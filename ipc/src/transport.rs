@@ -69,13 +69,18 @@ pub struct FrameWriter<B> {
 impl<B: Serialize> FrameWriter<B> {
     /// Sends one message. Not cancel-safe: a dropped send may leave half a
     /// frame on the wire, so callers finish every send they start.
+    ///
+    /// A refused (oversized) message sends nothing and uses up no sequence
+    /// number, so the channel stays usable.
     pub async fn send(&mut self, body: B) -> Result<(), TransportError> {
         self.buf.clear();
+        let mut seq = self.seq;
         let frame = Frame {
-            seq: self.seq.issue(),
+            seq: seq.issue(),
             body,
         };
         encode_frame(&frame, self.max_frame_bytes, &mut self.buf)?;
+        self.seq = seq;
         self.stream.write_all(&self.buf).await?;
         Ok(())
     }

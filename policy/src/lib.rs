@@ -1,1 +1,53 @@
-//! Pure decisions with an injected clock. Filled in by the policy work.
+//! Pure decisions for the wfhost supervisor, with an injected clock.
+//!
+//! Everything here decides; nothing here acts. No I/O, no threads, no timers,
+//! no sleeping: every decision takes the current time (`now: Instant`) as an
+//! argument, so the supervisor reads its [`Clock`] once per event and the
+//! tests drive time by hand, to the millisecond.
+//!
+//! | module | decides | design |
+//! |---|---|---|
+//! | [`clock`] | what time it is ([`SystemClock`], [`ManualClock`]) | §11 |
+//! | [`drain`] | how much of the drain-timeout budget is spent ([`DrainBudget`]) | §4 |
+//! | [`steps`] | which steps are in flight and when the budget ticks ([`InFlightSteps`], [`DrainTracker`]) | §4 |
+//! | [`restart`] | whether and when to restart a crashed child ([`RestartTracker`]) | §3 |
+//! | [`recycle`] | whether a child has passed a recycle bound ([`RecycleBounds`]) | §5 |
+//! | [`kill`] | when SIGTERM turns into SIGKILL ([`KillEscalation`]) | §3 |
+//! | [`liveness`] | when to ping and when a silent child is hung ([`Liveness`]) | §3 |
+//!
+//! Every type tolerates every input: transitions that make no sense are
+//! no-ops, time arithmetic saturates, and a clock that steps backwards is read
+//! as "no time has passed".
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::panic,
+        clippy::indexing_slicing,
+        clippy::arithmetic_side_effects
+    )
+)]
+
+pub mod clock;
+pub mod drain;
+pub mod kill;
+pub mod liveness;
+pub mod recycle;
+pub mod restart;
+pub mod steps;
+
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use drain::{BudgetState, DEFAULT_DRAIN_TIMEOUT, DrainBudget};
+pub use kill::{DEFAULT_KILL_TIMEOUT, KillEscalation};
+pub use liveness::{
+    DEFAULT_LIVENESS_INTERVAL, DEFAULT_LIVENESS_TIMEOUT, Liveness, MAX_OUTSTANDING_PINGS,
+    MIN_LIVENESS_INTERVAL,
+};
+pub use recycle::{Jitter, RecycleBounds, RecycleReason, Sample};
+pub use restart::{RestartDecision, RestartPolicy, RestartTracker};
+pub use steps::{DrainStatus, DrainTracker, Escalation, InFlightSteps};
+pub use wfhost_ipc::DrainBehavior;

@@ -1,10 +1,21 @@
 //! `wfhost`: the supervisor and the operator's CLI in one binary.
 
+mod client;
 mod commands;
 mod config;
+mod control;
+mod control_server;
+mod deployment;
 mod journal;
+mod live_child;
+mod logging;
+mod procfs;
+mod shared;
 mod signing_key;
+mod spawn;
+mod status;
 mod store;
+mod supervisor;
 
 use std::process::ExitCode;
 
@@ -35,6 +46,10 @@ struct Cli {
 enum Command {
     /// Run the supervisor in the foreground.
     Supervise(commands::supervise::Args),
+    /// Show every deployment: state, pid, uptime, restarts, last exit.
+    Status(commands::status::Args),
+    /// SIGKILL a deployment's child now, even one stuck stopping.
+    Kill(commands::kill::Args),
     /// Validate a config file; errors name the file, line and column.
     CheckConfig(commands::check_config::Args),
     /// Write a new ed25519 signing key (PKCS#8 PEM, mode 0600).
@@ -59,6 +74,8 @@ fn main() -> ExitCode {
     };
     let code = match cli.command {
         Command::Supervise(args) => commands::supervise::run(args),
+        Command::Status(args) => commands::status::run(args),
+        Command::Kill(args) => commands::kill::run(args),
         Command::CheckConfig(args) => commands::check_config::run(args),
         Command::Keygen(args) => commands::keygen::run(args),
         Command::Journal(cmd) => commands::journal::run(cmd),

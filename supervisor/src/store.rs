@@ -1,1 +1,138 @@
-//! (being written)
+//! The durable store (DESIGN §7) behind one trait, so the embedded SQLite
+//! default and a fleet's shared PostgreSQL look the same to the supervisor.
+//! It holds the journal and the children table today; mail and events
+//! arrive as new migrations.
+
+mod sqlite;
+
+use std::path::{Path, PathBuf};
+
+use ed25519_dalek::SigningKey;
+use rusqlite::ErrorCode;
+use thiserror::Error;
+
+use crate::journal::{JournalRecord, NewJournalEntry};
+pub use sqlite::SqliteStore;
+
+/// A child the supervisor started, kept so a later supervisor can kill it
+/// if this one dies without reaping it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChildRecord {
+    /// The deployment it belongs to.
+    pub deployment: String,
+    /// Its pid (also its process group id).
+    pub pid: u32,
+    /// Field 22 of `/proc/PID/stat` (clock ticks since boot): with the pid,
+    /// tells our child from an unrelated process that reused the pid.
+    pub start_time: u64,
+    /// The channel id it was spawned with.
+    pub channel_id: String,
+    /// Unix time in milliseconds of the spawn.
+    pub spawned_at_ms: u64,
+}
+
+/// Durable state of one supervisor. Every write is durable when it returns.
+pub trait Store: Send {
+    /// Remembers a spawned child (replacing any record of the same pid).
+    fn record_child(&mut self, child: &ChildRecord) -> Result<(), StoreError>;
+
+    /// Forgets a child once it has been reaped.
+    fn forget_child(&mut self, deployment: &str, pid: u32) -> Result<(), StoreError>;
+
+    /// Every remembered child, by deployment then pid.
+    fn children(&mut self) -> Result<Vec<ChildRecord>, StoreError>;
+
+    /// Numbers, chains, signs and durably appends one journal record, in
+    /// one transaction with reading the record before it.
+    fn append_journal(
+        &mut self,
+        key: &SigningKey,
+        entry: NewJournalEntry,
+    ) -> Result<JournalRecord, StoreError>;
+
+    /// Journal records in seq order: all of them, or one deployment's.
+    fn journal(&mut self, deployment: Option<&str>) -> Result<Vec<JournalRecord>, StoreError>;
+}
+
+/// Why the store could not do what was asked; each names the database and
+/// what to do.
+#[derive(Debug, Error)]
+pub enum StoreError {
+    /// The state directory could not be created.
+    #[error(
+        "cannot create state directory {}: {source}\n  help: create it, or make its parent writable by this user",
+        dir.display()
+    )]
+    CreateDir {
+        /// The directory.
+        dir: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// There is no database where one was expected.
+    #[error(
+        "no journal at {}: no supervisor has used this state directory\n  help: check --state-dir (or state_dir in the config); the supervisor creates the store on its first start",
+        path.display()
+    )]
+    Missing {
+        /// The database file.
+        path: PathBuf,
+    },
+    /// SQLite refused an operation.
+    #[error("{}: {action} failed: {source}\n  help: {}", path.display(), sqlite_hint(source, path))]
+    Sqlite {
+        /// The database file.
+        path: PathBuf,
+        /// What was being done.
+        action: &'static str,
+        /// SQLite's error.
+        source: rusqlite::Error,
+    },
+    /// The database was written by a newer wfhost.
+    #[error(
+        "{}: schema version {found} is newer than this wfhost knows ({known})\n  help: run the newer wfhost that wrote it, or point state_dir at another directory",
+        path.display()
+    )]
+    TooNew {
+        /// The database file.
+        path: PathBuf,
+        /// Its schema version.
+        found: i64,
+        /// The newest version this build knows.
+        known: i64,
+    },
+    /// A stored row cannot be what wfhost wrote.
+    #[error(
+        "{}: {what}\n  help: the database was edited or damaged; run `wfhost journal verify` and restore a backup",
+        path.display()
+    )]
+    Corrupt {
+        /// The database file.
+        path: PathBuf,
+        /// What is wrong.
+        what: String,
+    },
+}
+
+/// What to do about a SQLite error on `path`.
+fn sqlite_hint(err: &rusqlite::Error, path: &Path) -> String {
+    let p = path.display();
+    match err.sqlite_error_code() {
+        Some(ErrorCode::DiskFull) => format!("the filesystem holding {p} is full: free some space"),
+        Some(ErrorCode::ReadOnly | ErrorCode::PermissionDenied | ErrorCode::CannotOpen) => {
+            format!(
+                "check permissions of {p} and its directory: this user must be able to write both"
+            )
+        }
+        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => format!(
+            "another process holds a lock on {p} for too long: check for a stuck wfhost or sqlite3 process"
+        ),
+        Some(ErrorCode::NotADatabase | ErrorCode::DatabaseCorrupt) => format!(
+            "{p} is not a wfhost database or is damaged: move it aside and restore a backup"
+        ),
+        Some(ErrorCode::SystemIoFailure) => {
+            format!("an I/O error occurred: check the disk holding {p} (dmesg)")
+        }
+        _ => format!("check free space and permissions of {p}"),
+    }
+}

@@ -1,13 +1,381 @@
-//! (being written)
+//! `wfhost journal verify` and `wfhost journal show`: check and list the
+//! signed journal in a supervisor's store. Both read the store directly
+//! (not through the control socket), so they work while the supervisor is
+//! down, and they never create a store that does not exist.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use ed25519_dalek::VerifyingKey;
+use wfhost_ipc::KeyId;
+use wfhost_ipc::key::public_from_hex;
+
+use crate::config;
+use crate::exit;
+use crate::journal::{self, JournalRecord};
+use crate::signing_key;
+use crate::store::{SqliteStore, Store};
 
 /// Journal subcommands.
 #[derive(Debug, clap::Subcommand)]
 pub enum Command {
-    /// Check signatures and the hash chain.
-    Verify,
+    /// Check every signature and the hash chain; name the first bad record.
+    #[command(
+        after_help = "Exit status: 0 if every record verifies, 1 if the journal is \
+broken or cannot be read, 2 on a usage or config error."
+    )]
+    Verify(VerifyArgs),
+    /// List journal records as a table, or as JSON lines with --json.
+    Show(ShowArgs),
 }
 
-/// Runs the command.
-pub fn run(_cmd: Command) -> u8 {
-    crate::exit::FAILED
+/// Which store to read: from the supervisor's config, or a state directory.
+#[derive(Debug, clap::Args)]
+#[group(required = true, multiple = true)]
+pub struct Location {
+    /// The supervisor's config file: gives state_dir and signing_key.
+    #[arg(long, value_name = "PATH")]
+    pub config: Option<PathBuf>,
+    /// The supervisor's state directory (overrides the config's state_dir).
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+}
+
+/// Arguments of `wfhost journal verify`.
+#[derive(Debug, clap::Args)]
+pub struct VerifyArgs {
+    #[command(flatten)]
+    pub location: Location,
+    /// The signing key file whose public half verifies the journal
+    /// (default: the config's signing_key, else STATE_DIR/supervisor.key).
+    #[arg(long, value_name = "PATH", conflicts_with = "public_key")]
+    pub key: Option<PathBuf>,
+    /// Verify with this public key (64 hex chars, as `wfhost keygen`
+    /// prints it) instead of reading the private key file.
+    #[arg(long, value_name = "HEX")]
+    pub public_key: Option<String>,
+}
+
+/// Arguments of `wfhost journal show`.
+#[derive(Debug, clap::Args)]
+pub struct ShowArgs {
+    #[command(flatten)]
+    pub location: Location,
+    /// Print one JSON object per record and line, with hashes and signature.
+    #[arg(long)]
+    pub json: bool,
+    /// Only records of this deployment.
+    #[arg(long, value_name = "ID")]
+    pub deployment: Option<String>,
+}
+
+/// Runs a journal subcommand.
+pub fn run(cmd: Command) -> u8 {
+    let result = match cmd {
+        Command::Verify(args) => verify(&args),
+        Command::Show(args) => show(&args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(Failure { code, message }) => {
+            eprintln!("{message}");
+            code
+        }
+    }
+}
+
+/// An error to print and the exit code that goes with it.
+struct Failure {
+    code: u8,
+    message: String,
+}
+
+impl Failure {
+    fn failed(e: impl std::fmt::Display) -> Self {
+        Self {
+            code: exit::FAILED,
+            message: format!("error: {e}"),
+        }
+    }
+}
+
+/// The store's state directory and, when a config was given, its
+/// configured signing key.
+fn locate(location: &Location) -> Result<(PathBuf, Option<PathBuf>), Failure> {
+    let cfg = match &location.config {
+        Some(path) => Some(config::load(path).map_err(|e| Failure {
+            code: exit::USAGE,
+            message: e.to_string(),
+        })?),
+        None => None,
+    };
+    let configured_key = cfg.as_ref().and_then(|c| c.supervisor.signing_key.clone());
+    let state_dir = match (&location.state_dir, cfg) {
+        (Some(dir), _) => dir.clone(),
+        (None, Some(cfg)) => cfg.supervisor.state_dir,
+        // clap requires one of the two.
+        (None, None) => {
+            return Err(Failure {
+                code: exit::USAGE,
+                message: "error: say which journal: pass --config PATH or --state-dir DIR".into(),
+            });
+        }
+    };
+    Ok((state_dir, configured_key))
+}
+
+/// All journal records of the store in `state_dir` (or one deployment's).
+fn records(state_dir: &Path, deployment: Option<&str>) -> Result<Vec<JournalRecord>, Failure> {
+    let mut store = SqliteStore::open_existing(state_dir).map_err(Failure::failed)?;
+    store.journal(deployment).map_err(Failure::failed)
+}
+
+/// The public key to verify with.
+fn trusted_key(
+    args: &VerifyArgs,
+    state_dir: &Path,
+    configured: Option<PathBuf>,
+) -> Result<VerifyingKey, Failure> {
+    if let Some(hex) = &args.public_key {
+        return public_from_hex(hex).map_err(|e| Failure {
+            code: exit::USAGE,
+            message: format!(
+                "error: --public-key: {e}\n  help: pass the 64 hex chars `wfhost keygen` printed"
+            ),
+        });
+    }
+    let path = args
+        .key
+        .clone()
+        .or(configured)
+        .unwrap_or_else(|| state_dir.join(signing_key::DEFAULT_KEY_FILE));
+    signing_key::load(&path)
+        .map(|k| k.verifying_key())
+        .map_err(|e| {
+            Failure::failed(format!(
+                "{e}\n  help: or verify with the public key alone: --public-key HEX"
+            ))
+        })
+}
+
+fn verify(args: &VerifyArgs) -> Result<u8, Failure> {
+    let (state_dir, configured) = locate(&args.location)?;
+    let records = records(&state_dir, None)?;
+    let key = trusted_key(args, &state_dir, configured)?;
+    match journal::verify(&records, &key) {
+        Ok(n) => {
+            let noun = if n == 1 { "record" } else { "records" };
+            println!("journal ok: {n} {noun}");
+            println!("key id: {}", KeyId::of(&key));
+            if let Some(last) = records.last() {
+                // Truncating the newest records cannot be seen from the
+                // chain alone; keeping the head elsewhere makes it visible.
+                println!("head: seq {} hash {}", last.seq, hex::encode(last.hash));
+            }
+            Ok(exit::OK)
+        }
+        Err(broken) => Err(Failure::failed(format!(
+            "{broken}\n  help: the journal in {} was tampered with or damaged at this record (every record before it verified); keep a copy of the database for investigation",
+            state_dir.display()
+        ))),
+    }
+}
+
+fn show(args: &ShowArgs) -> Result<u8, Failure> {
+    let (state_dir, _) = locate(&args.location)?;
+    let records = records(&state_dir, args.deployment.as_deref())?;
+    let mut out = std::io::stdout().lock();
+    // A closed pipe (`| head`) just ends the listing.
+    let _ = if args.json {
+        write_json(&mut out, &records)
+    } else {
+        write_table(&mut out, &records)
+    };
+    if records.is_empty() && !args.json {
+        eprintln!(
+            "the journal has no records{}",
+            match &args.deployment {
+                Some(d) => format!(" for deployment {d:?}"),
+                None => String::new(),
+            }
+        );
+    }
+    Ok(exit::OK)
+}
+
+fn write_json(out: &mut impl Write, records: &[JournalRecord]) -> std::io::Result<()> {
+    for r in records {
+        let body = serde_json::from_str::<serde_json::Value>(&r.body)
+            .unwrap_or_else(|_| serde_json::Value::String(r.body.clone()));
+        let line = serde_json::json!({
+            "seq": r.seq,
+            "at_ms": r.at_ms,
+            "time": rfc3339_ms(r.at_ms),
+            "kind": r.kind,
+            "deployment": r.deployment,
+            "body": body,
+            "prev_hash": hex::encode(r.prev_hash),
+            "hash": hex::encode(r.hash),
+            "key_id": r.key_id.to_string(),
+            "signature": hex::encode(&r.signature),
+        });
+        writeln!(out, "{line}")?;
+    }
+    out.flush()
+}
+
+/// Longest body shown in the table; `--json` shows it whole.
+const TABLE_BODY_CHARS: usize = 160;
+
+fn write_table(out: &mut impl Write, records: &[JournalRecord]) -> std::io::Result<()> {
+    let rows: Vec<[String; 5]> = records
+        .iter()
+        .map(|r| {
+            [
+                r.seq.to_string(),
+                rfc3339_ms(r.at_ms),
+                printable(&r.kind, 40),
+                r.deployment
+                    .as_deref()
+                    .map_or_else(|| "-".to_string(), |d| printable(d, 64)),
+                printable(&r.body, TABLE_BODY_CHARS),
+            ]
+        })
+        .collect();
+    let header = ["SEQ", "TIME", "KIND", "DEPLOYMENT", "BODY"];
+    let mut widths = header.map(str::len);
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |cells: [&str; 5]| {
+        let mut s = String::new();
+        for (i, cell) in cells.iter().enumerate() {
+            if i == 4 {
+                s.push_str(cell);
+            } else {
+                s.push_str(&format!("{cell:<w$}  ", w = widths[i]));
+            }
+        }
+        s
+    };
+    writeln!(out, "{}", line(header))?;
+    for row in &rows {
+        writeln!(out, "{}", line(row.each_ref().map(String::as_str)))?;
+    }
+    out.flush()
+}
+
+/// `text` safe for a terminal (control characters escaped) and cut to
+/// `max` characters.
+fn printable(text: &str, max: usize) -> String {
+    let mut s = String::new();
+    for (i, c) in text.chars().enumerate() {
+        if i == max {
+            s.push('…');
+            break;
+        }
+        if c.is_control() {
+            s.extend(c.escape_default());
+        } else {
+            s.push(c);
+        }
+    }
+    s
+}
+
+/// Unix milliseconds as RFC 3339 UTC with milliseconds:
+/// `2024-05-01T12:34:56.789Z`.
+fn rfc3339_ms(ms: u64) -> String {
+    let secs = ms / 1000;
+    let days = secs / 86_400;
+    let rem = secs % 86_400;
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let doe = z % 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + u64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+        ms % 1000
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use ed25519_dalek::SigningKey;
+    use serde_json::json;
+
+    use super::*;
+    use crate::journal::{GENESIS_HASH, NewJournalEntry};
+
+    #[test]
+    fn times_are_rfc3339_utc() {
+        assert_eq!(rfc3339_ms(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(rfc3339_ms(951_782_400_123), "2000-02-29T00:00:00.123Z");
+        assert_eq!(rfc3339_ms(1_709_251_199_999), "2024-02-29T23:59:59.999Z");
+        assert_eq!(rfc3339_ms(4_102_444_800_000), "2100-01-01T00:00:00.000Z");
+    }
+
+    #[test]
+    fn table_cells_are_escaped_and_cut() {
+        assert_eq!(printable("a\u{1b}[31mb", 100), "a\\u{1b}[31mb");
+        assert_eq!(printable("abcdef", 3), "abc…");
+    }
+
+    fn record(deployment: Option<&str>) -> JournalRecord {
+        JournalRecord::seal(
+            1,
+            GENESIS_HASH,
+            NewJournalEntry {
+                at_ms: 0,
+                kind: "spawn".into(),
+                deployment: deployment.map(Into::into),
+                body: json!({"pid": 42}),
+            },
+            &SigningKey::from_bytes(&[1; 32]),
+        )
+    }
+
+    #[test]
+    fn the_table_has_a_header_and_one_row_per_record() {
+        let mut out = Vec::new();
+        write_table(&mut out, &[record(Some("billing")), record(None)]).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 3, "{text}");
+        assert!(lines[0].starts_with("SEQ  TIME"), "{text}");
+        assert!(
+            lines[1].contains("1970-01-01T00:00:00.000Z  spawn  billing     {\"pid\":42}"),
+            "{text}"
+        );
+        assert!(
+            lines[2].contains("spawn  -           {\"pid\":42}"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn json_lines_carry_every_field() {
+        let mut out = Vec::new();
+        write_json(&mut out, &[record(Some("billing"))]).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v["seq"], 1);
+        assert_eq!(v["kind"], "spawn");
+        assert_eq!(v["deployment"], "billing");
+        assert_eq!(v["body"]["pid"], 42);
+        assert_eq!(v["time"], "1970-01-01T00:00:00.000Z");
+        assert_eq!(v["prev_hash"], "0".repeat(64));
+        assert_eq!(v["signature"].as_str().map(str::len), Some(128));
+        assert_eq!(v["key_id"].as_str().map(str::len), Some(16));
+    }
 }

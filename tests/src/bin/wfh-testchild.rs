@@ -1,1 +1,265 @@
-fn main() {}
+//! `wfh-testchild MODE`: workflow children that misbehave on purpose, for
+//! black-box tests of the supervisor. Each speaks the raw protocol over the
+//! inherited control fd (`WFHOST_CONTROL_FD`, normally 3).
+//!
+//! Every mode first prints the fds it was started with
+//! (`wfh-testchild fds at start: 0,1,2,3`), before anything opens more, so
+//! tests can check what the supervisor let it inherit.
+//!
+//! | mode | behaviour |
+//! |---|---|
+//! | `garbage` | first frame is undecodable bytes, then sleeps forever |
+//! | `wrong-channel` | `Hello` with another channel id, then sleeps forever |
+//! | `no-ready` | proper `Hello`, reads `Welcome`, never sends `Ready`, answers nothing |
+//! | `ignore-term` | ignores SIGTERM, handshake and `Ready`, answers `Ping`, runs forever |
+//! | `outlive` | like `ignore-term`, and clears its parent-death signal so it outlives a killed supervisor |
+//! | `well-behaved` | handshake and `Ready`, answers `Ping`, acks mail, `Drained` on drain, exits 0 on `Shutdown`, EOF or SIGTERM |
+
+use std::os::fd::{FromRawFd, RawFd};
+use std::process::ExitCode;
+
+use tokio::io::AsyncWriteExt;
+use tokio::net::UnixStream;
+use wfhost_ipc::handshake::{CONTROL_FD, ENV_CHANNEL_ID, ENV_CONTROL_FD};
+use wfhost_ipc::{
+    Control, DEFAULT_MAX_FRAME_BYTES, Event, FrameReader, FrameWriter, Hello, Outcome,
+    PROTOCOL_VERSION,
+};
+
+const USAGE: &str =
+    "usage: wfh-testchild garbage|wrong-channel|no-ready|ignore-term|outlive|well-behaved";
+
+/// A frame with a valid length (4) whose body cannot decode: sequence 1,
+/// then variant 200 of an enum with ten.
+const GARBAGE: [u8; 8] = [0, 0, 0, 4, 0x01, 0xC8, 0xFF, 0xFF];
+
+type Failure = String;
+
+/// The fds open in this process, ascending (without the one that lists
+/// them).
+fn open_fds() -> String {
+    let listing = format!("/proc/{}/fd", std::process::id());
+    let mut fds: Vec<u32> = std::fs::read_dir("/proc/self/fd")
+        .map(|dir| {
+            dir.filter_map(|e| {
+                let e = e.ok()?;
+                let target = std::fs::read_link(e.path()).ok()?;
+                if target.as_os_str() == listing.as_str() {
+                    return None;
+                }
+                e.file_name().to_str()?.parse().ok()
+            })
+            .collect()
+        })
+        .unwrap_or_default();
+    fds.sort_unstable();
+    let list: Vec<String> = fds.iter().map(u32::to_string).collect();
+    list.join(",")
+}
+
+fn main() -> ExitCode {
+    eprintln!("wfh-testchild fds at start: {}", open_fds());
+    let mode = std::env::args().nth(1).unwrap_or_default();
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("wfh-testchild: cannot start tokio: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let result = runtime.block_on(async {
+        match mode.as_str() {
+            "garbage" => garbage().await,
+            "wrong-channel" => wrong_channel().await,
+            "no-ready" => no_ready().await,
+            "ignore-term" => ignore_term().await,
+            "outlive" => outlive().await,
+            "well-behaved" => well_behaved().await,
+            _ => Err(format!("unknown mode {mode:?}\n{USAGE}")),
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("wfh-testchild {mode}: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// Takes the inherited control fd as a tokio stream.
+fn control_stream() -> Result<UnixStream, Failure> {
+    let fd: RawFd = match std::env::var(ENV_CONTROL_FD) {
+        Ok(text) => text
+            .trim()
+            .parse()
+            .map_err(|e| format!("{ENV_CONTROL_FD}={text:?}: {e}"))?,
+        Err(_) => CONTROL_FD,
+    };
+    // SAFETY: F_GETFD only reads the descriptor's flags.
+    if unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
+        return Err(format!(
+            "fd {fd} is not open ({}); run me under `wfhost supervise`",
+            std::io::Error::last_os_error()
+        ));
+    }
+    // SAFETY: fd is open, inherited for this purpose, and taken only here.
+    let std_stream = unsafe { std::os::unix::net::UnixStream::from_raw_fd(fd) };
+    std_stream
+        .set_nonblocking(true)
+        .map_err(|e| format!("fd {fd}: {e}"))?;
+    UnixStream::from_std(std_stream).map_err(|e| format!("fd {fd}: {e}"))
+}
+
+fn channel_id() -> Result<String, Failure> {
+    std::env::var(ENV_CHANNEL_ID).map_err(|_| format!("{ENV_CHANNEL_ID} is not set"))
+}
+
+fn hello(channel_id: String) -> Event {
+    Event::Hello(Hello {
+        protocol: PROTOCOL_VERSION,
+        channel_id,
+        pid: std::process::id(),
+    })
+}
+
+async fn send(writer: &mut FrameWriter<Event>, event: Event) -> Result<(), Failure> {
+    writer
+        .send(event)
+        .await
+        .map_err(|e| format!("send failed: {e}"))
+}
+
+/// Hello, Welcome, and (when `ready`) Ready.
+async fn handshake(ready: bool) -> Result<(FrameReader<Control>, FrameWriter<Event>), Failure> {
+    let (mut reader, mut writer) =
+        wfhost_ipc::split::<Control, Event>(control_stream()?, DEFAULT_MAX_FRAME_BYTES);
+    send(&mut writer, hello(channel_id()?)).await?;
+    match reader.next().await {
+        Ok(Some(Control::Welcome(_))) => {}
+        Ok(Some(other)) => return Err(format!("expected Welcome, got {}", other.name())),
+        Ok(None) => return Err("channel closed before Welcome".into()),
+        Err(e) => return Err(format!("reading Welcome: {e}")),
+    }
+    if ready {
+        send(&mut writer, Event::Ready).await?;
+    }
+    Ok((reader, writer))
+}
+
+async fn forever() -> Result<(), Failure> {
+    std::future::pending::<()>().await;
+    Ok(())
+}
+
+async fn garbage() -> Result<(), Failure> {
+    let mut stream = control_stream()?;
+    stream
+        .write_all(&GARBAGE)
+        .await
+        .map_err(|e| format!("write failed: {e}"))?;
+    forever().await
+}
+
+async fn wrong_channel() -> Result<(), Failure> {
+    let (_reader, mut writer) =
+        wfhost_ipc::split::<Control, Event>(control_stream()?, DEFAULT_MAX_FRAME_BYTES);
+    let real = channel_id().unwrap_or_default();
+    // Another valid-looking id: the real one reversed, or a fixed one.
+    let mut other: String = real.chars().rev().collect();
+    if other == real || other.is_empty() {
+        other = "00000000000000000000000000000001".into();
+    }
+    send(&mut writer, hello(other)).await?;
+    forever().await
+}
+
+async fn no_ready() -> Result<(), Failure> {
+    let (_reader, _writer) = handshake(false).await?;
+    forever().await
+}
+
+async fn ignore_term() -> Result<(), Failure> {
+    // SAFETY: setting a signal disposition to SIG_IGN before any thread
+    // depends on SIGTERM.
+    if unsafe { libc::signal(libc::SIGTERM, libc::SIG_IGN) } == libc::SIG_ERR {
+        return Err(format!(
+            "cannot ignore SIGTERM: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    let (mut reader, mut writer) = handshake(true).await?;
+    println!("wfh-testchild ignore-term ready pid={}", std::process::id());
+    loop {
+        match reader.next().await {
+            Ok(Some(Control::Ping { nonce })) => {
+                if writer.send(Event::Pong { nonce }).await.is_err() {
+                    return forever().await;
+                }
+            }
+            Ok(Some(_)) => {}
+            // The supervisor is gone or hung up: keep running regardless.
+            Ok(None) | Err(_) => return forever().await,
+        }
+    }
+}
+
+async fn outlive() -> Result<(), Failure> {
+    // SAFETY: prctl with integer arguments.
+    if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, 0, 0, 0, 0) } != 0 {
+        return Err(format!(
+            "cannot clear the parent-death signal: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    ignore_term().await
+}
+
+async fn well_behaved() -> Result<(), Failure> {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(|e| format!("cannot watch SIGTERM: {e}"))?;
+    let (mut reader, mut writer) = handshake(true).await?;
+    println!(
+        "wfh-testchild well-behaved ready pid={}",
+        std::process::id()
+    );
+    loop {
+        let message = tokio::select! {
+            _ = term.recv() => return Ok(()),
+            message = reader.next() => message,
+        };
+        match message {
+            Ok(Some(Control::Ping { nonce })) => send(&mut writer, Event::Pong { nonce }).await?,
+            Ok(Some(Control::Mail { id, .. })) => {
+                let ack = Event::MailAck {
+                    id,
+                    outcome: Outcome::Succeeded,
+                };
+                send(&mut writer, ack).await?;
+            }
+            Ok(Some(Control::Drain { .. })) => send(&mut writer, Event::Drained).await?,
+            Ok(Some(Control::Shutdown)) | Ok(None) => return Ok(()),
+            Ok(Some(Control::Cancel(_) | Control::Welcome(_))) => {}
+            Err(e) => return Err(format!("control channel: {e}")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use wfhost_ipc::{FrameDecoder, ProtocolViolation};
+
+    use super::*;
+
+    #[test]
+    fn garbage_passes_the_length_check_but_not_the_decoder() {
+        let decoder = FrameDecoder::new(DEFAULT_MAX_FRAME_BYTES);
+        match decoder.decode_one::<Event>(&GARBAGE) {
+            Err(ProtocolViolation::Undecodable(_)) => {}
+            other => panic!("expected an undecodable body, got {other:?}"),
+        }
+    }
+}

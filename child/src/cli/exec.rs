@@ -1,0 +1,185 @@
+//! `wfhost-child exec`: one plain command as one run with one step,
+//! `command`, stopped, waited for or killed as the supervisor asks.
+//!
+//! | event | what happens to the command |
+//! |---|---|
+//! | `Drain`, `--drain cancel` | SIGTERM to its process group; `Drained` after it exits |
+//! | `Drain`, `--drain wait` | nothing; `Drained` at once |
+//! | verified `Cancel` of its run or every run | SIGKILL to its process group |
+//! | `Shutdown` | SIGTERM to its process group |
+//! | SIGTERM / SIGINT to wfhost-child | forwarded to its process group |
+//! | control channel EOF | SIGTERM, SIGKILL 5 s later |
+//! | `Mail` | acknowledged `Failed`: a plain command takes no mail |
+//!
+//! When the command exits: `StepFinished` and `RunTerminal` (`Cancelled` if
+//! drain or a cancel stopped it, else from its status), then exit with its
+//! status.
+
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::time::{Instant, sleep_until};
+use wfhost_child::{CancelCause, CancelToken, DrainBehavior, Outcome, Runtime};
+
+use super::ExecArgs;
+use super::command::{exit_code_of, outcome_of, signal_group, spawn};
+
+/// How long the command gets between SIGTERM and SIGKILL once the
+/// supervisor is gone.
+const ORPHAN_KILL_AFTER: Duration = Duration::from_secs(5);
+
+/// The step name every exec run reports.
+const STEP: &str = "command";
+
+/// What mail gets in exec mode.
+const NO_MAIL: &str = "wfhost-child exec hosts a plain command and takes no mail";
+
+/// Runs `wfhost-child exec` and returns the exit code.
+pub async fn run(args: ExecArgs) -> u8 {
+    let rt = match Runtime::connect().await {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("wfhost-child: cannot connect to the supervisor: {e}");
+            eprintln!(
+                "wfhost-child: `wfhost-child exec` must be started by `wfhost supervise` (as a deployment's command), which passes the control channel at fd 3"
+            );
+            return 2;
+        }
+    };
+    let drain: DrainBehavior = args.drain.into();
+    let run = args
+        .run
+        .unwrap_or_else(|| format!("exec-{}", std::process::id()));
+
+    // Installed before the spawn, so a signal from here on is forwarded.
+    let (mut sigterm, mut sigint) = match (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) {
+        (Ok(t), Ok(i)) => (t, i),
+        (Err(e), _) | (_, Err(e)) => {
+            eprintln!("wfhost-child: cannot watch SIGTERM/SIGINT: {e}");
+            return 1;
+        }
+    };
+
+    let mut child = match spawn(&args.command) {
+        Ok(child) => child,
+        Err(e) => {
+            let program = args
+                .command
+                .first()
+                .map(|p| p.to_string_lossy().into_owned());
+            let program = program.unwrap_or_default();
+            eprintln!("wfhost-child: cannot start {program:?}: {e}");
+            let outcome = Outcome::Failed(format!("cannot start {program:?}: {e}"));
+            let _ = rt.run_terminal(&run, outcome).await;
+            let _ = rt.close().await;
+            return if e.kind() == std::io::ErrorKind::NotFound {
+                127
+            } else {
+                126
+            };
+        }
+    };
+    let pgid = child.id().and_then(|pid| i32::try_from(pid).ok());
+    let signal_command = |sig: Signal| {
+        if let Some(pgid) = pgid {
+            signal_group(pgid, sig);
+        }
+    };
+
+    // Ready first: the supervisor accepts steps only from a ready child.
+    if let Err(e) = rt.ready().await {
+        // The closure reaches the loop below through the token.
+        eprintln!("wfhost-child: cannot report Ready: {e}");
+    }
+    let step = rt.start_step(&run, STEP, drain).await;
+    let token = match &step {
+        Ok(step) => step.token().clone(),
+        Err(e) => {
+            eprintln!("wfhost-child: cannot report the command's start: {e}");
+            let token = CancelToken::new();
+            token.cancel(CancelCause::Disconnected);
+            token
+        }
+    };
+
+    let mut acted_on: Option<CancelCause> = None;
+    let mut kill_at: Option<Instant> = None;
+    let mut mail = rt.mail();
+    let mut mail_open = true;
+    let status = loop {
+        tokio::select! {
+            status = child.wait() => break status,
+            cause = token.escalated(acted_on) => {
+                acted_on = Some(cause);
+                match cause {
+                    CancelCause::Drain => {
+                        eprintln!("wfhost-child: drain: stopping the command (SIGTERM)");
+                        signal_command(Signal::SIGTERM);
+                    }
+                    CancelCause::Shutdown => {
+                        eprintln!("wfhost-child: shutdown: stopping the command (SIGTERM)");
+                        signal_command(Signal::SIGTERM);
+                    }
+                    CancelCause::Disconnected => {
+                        eprintln!(
+                            "wfhost-child: the supervisor is gone: stopping the command (SIGTERM, SIGKILL in {}s)",
+                            ORPHAN_KILL_AFTER.as_secs()
+                        );
+                        signal_command(Signal::SIGTERM);
+                        kill_at = Some(Instant::now() + ORPHAN_KILL_AFTER);
+                    }
+                    CancelCause::Cancel => {
+                        eprintln!("wfhost-child: run {run} cancelled: killing the command (SIGKILL)");
+                        signal_command(Signal::SIGKILL);
+                    }
+                }
+            }
+            () = sleep_until(kill_at.unwrap_or_else(Instant::now)), if kill_at.is_some() => {
+                kill_at = None;
+                eprintln!("wfhost-child: the command outlived its grace period: SIGKILL");
+                signal_command(Signal::SIGKILL);
+            }
+            Some(()) = sigterm.recv() => signal_command(Signal::SIGTERM),
+            Some(()) = sigint.recv() => signal_command(Signal::SIGINT),
+            next = mail.next(), if mail_open => match next {
+                Some(m) => {
+                    let _ = m.ack(Outcome::Failed(NO_MAIL.to_owned())).await;
+                }
+                None => mail_open = false,
+            },
+        }
+    };
+
+    let status = match status {
+        Ok(status) => status,
+        Err(e) => {
+            eprintln!("wfhost-child: cannot wait for the command: {e}");
+            let outcome = Outcome::Failed(format!("wfhost-child lost the command: {e}"));
+            if let Ok(step) = step {
+                let _ = step.finish_run(outcome.clone(), outcome).await;
+            }
+            let _ = rt.close().await;
+            return 1;
+        }
+    };
+    let cancelled = matches!(acted_on, Some(CancelCause::Drain | CancelCause::Cancel));
+    let outcome = if cancelled {
+        Outcome::Cancelled
+    } else {
+        outcome_of(status)
+    };
+    match step {
+        Ok(step) => {
+            let _ = step.finish_run(outcome.clone(), outcome).await;
+        }
+        Err(_) => {
+            let _ = rt.run_terminal(&run, outcome).await;
+        }
+    }
+    let _ = rt.close().await;
+    exit_code_of(status)
+}

@@ -1,0 +1,99 @@
+//! Taking the inherited control fd and the handshake: `Hello` up,
+//! `Welcome` down.
+
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use tokio::net::UnixStream;
+use wfhost_ipc::{Control, Event, FrameReader, FrameWriter, Hello, MAX_FRAME_LIMIT, Welcome};
+
+use crate::env::ChildEnv;
+use crate::error::ConnectError;
+
+/// Set once the process has taken its control fd, which it may do only once.
+static TAKEN: AtomicBool = AtomicBool::new(false);
+
+/// Takes ownership of the inherited control fd: checks it is an open
+/// socket, marks it close-on-exec (so the application's own children never
+/// inherit it) and non-blocking, and wraps it for tokio.
+pub(crate) fn take_control_fd(fd: RawFd) -> Result<UnixStream, ConnectError> {
+    let fd_err = |source: std::io::Error| ConnectError::Fd { fd, source };
+    // SAFETY: F_GETFD only reads the descriptor flags of `fd`.
+    if unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
+        return Err(fd_err(std::io::Error::last_os_error()));
+    }
+    // SAFETY: `st` is a plain struct the kernel fills; `fd` is open.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    if unsafe { libc::fstat(fd, &mut st) } < 0 {
+        return Err(fd_err(std::io::Error::last_os_error()));
+    }
+    if st.st_mode & libc::S_IFMT != libc::S_IFSOCK {
+        return Err(fd_err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a socket",
+        )));
+    }
+    if TAKEN.swap(true, Ordering::SeqCst) {
+        return Err(ConnectError::AlreadyConnected);
+    }
+    // SAFETY: the fd is open (checked above), was inherited for this purpose,
+    // and the TAKEN flag guarantees nothing else in this process owns it.
+    let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: F_SETFD with FD_CLOEXEC on an fd we own.
+    if unsafe { libc::fcntl(owned.as_raw_fd(), libc::F_SETFD, libc::FD_CLOEXEC) } < 0 {
+        return Err(fd_err(std::io::Error::last_os_error()));
+    }
+    let std_stream = std::os::unix::net::UnixStream::from(owned);
+    std_stream.set_nonblocking(true).map_err(fd_err)?;
+    UnixStream::from_std(std_stream).map_err(fd_err)
+}
+
+/// The framed channel after a successful handshake.
+pub(crate) struct Connected {
+    pub(crate) reader: FrameReader<Control>,
+    pub(crate) writer: FrameWriter<Event>,
+    pub(crate) welcome: Welcome,
+}
+
+/// Sends `Hello` and waits for `Welcome`; anything else first is an error.
+pub(crate) async fn handshake(
+    stream: UnixStream,
+    env: &ChildEnv,
+) -> Result<Connected, ConnectError> {
+    // Read with the largest limit any configuration allows: the supervisor's
+    // configured limit is only known from Welcome, and it is trusted.
+    let (mut reader, mut writer) =
+        wfhost_ipc::split::<Control, Event>(stream, MAX_FRAME_LIMIT as u32);
+    writer
+        .send(Event::Hello(Hello {
+            protocol: env.protocol,
+            channel_id: env.channel_id.clone(),
+            pid: std::process::id(),
+        }))
+        .await?;
+    let welcome = match reader.next().await? {
+        Some(Control::Welcome(welcome)) => welcome,
+        Some(other) => {
+            return Err(ConnectError::Handshake(format!(
+                "expected Welcome, got {}",
+                other.name()
+            )));
+        }
+        None => {
+            return Err(ConnectError::Handshake(
+                "the supervisor closed the channel instead of answering Hello (wrong channel id or protocol?)".into(),
+            ));
+        }
+    };
+    if welcome.deployment != env.deployment {
+        return Err(ConnectError::Handshake(format!(
+            "Welcome is for deployment {:?} but WFHOST_DEPLOYMENT is {:?}",
+            welcome.deployment, env.deployment
+        )));
+    }
+    Ok(Connected {
+        reader,
+        writer,
+        welcome,
+    })
+}

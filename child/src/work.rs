@@ -1,0 +1,371 @@
+//! The in-flight work of a child: which steps run, for which run, with which
+//! drain behaviour. Pure bookkeeping: every change returns the events it
+//! implies (in wire order) and fires tokens, so drain and cancel accounting
+//! is tested without a socket.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+
+use wfhost_ipc::{DrainBehavior, Event, Outcome};
+
+use crate::token::{CancelCause, CancelToken};
+
+/// How many cancelled runs are remembered, so late steps of a cancelled run
+/// start cancelled and a late `run_terminal` is not reported twice.
+const REMEMBERED_CANCELLED_RUNS: usize = 4096;
+
+/// Identifies one step while it runs.
+pub(crate) type StepId = u64;
+
+#[derive(Debug)]
+struct ActiveStep {
+    run: String,
+    name: String,
+    drain: DrainBehavior,
+    token: CancelToken,
+}
+
+#[derive(Debug, Default)]
+struct RunState {
+    active: usize,
+    cancelled: bool,
+}
+
+/// Steps and runs in flight, and the drain state.
+#[derive(Debug, Default)]
+pub(crate) struct Work {
+    steps: HashMap<StepId, ActiveStep>,
+    next_id: StepId,
+    runs: HashMap<String, RunState>,
+    cancelled_runs: HashSet<String>,
+    cancelled_order: VecDeque<String>,
+    draining: bool,
+    drained_sent: bool,
+    closed: Option<CancelCause>,
+}
+
+impl Work {
+    /// Registers a step. Its token starts fired when the step is new work
+    /// that must not begin: a cancel-behaviour step during a drain, a step of
+    /// a cancelled run, any step after the channel closed.
+    pub(crate) fn start(
+        &mut self,
+        run: &str,
+        name: &str,
+        drain: DrainBehavior,
+    ) -> (StepId, CancelToken, Vec<Event>) {
+        let token = CancelToken::new();
+        if self.draining && drain == DrainBehavior::Cancel {
+            token.cancel(CancelCause::Drain);
+        }
+        if let Some(cause) = self.closed {
+            token.cancel(cause);
+        }
+        let run_state = self.runs.entry(run.to_owned()).or_default();
+        run_state.active += 1;
+        if run_state.cancelled || self.cancelled_runs.contains(run) {
+            run_state.cancelled = true;
+            token.cancel(CancelCause::Cancel);
+        }
+        self.next_id += 1;
+        let id = self.next_id;
+        self.steps.insert(
+            id,
+            ActiveStep {
+                run: run.to_owned(),
+                name: name.to_owned(),
+                drain,
+                token: token.clone(),
+            },
+        );
+        let started = Event::StepStarted {
+            run: run.to_owned(),
+            step: name.to_owned(),
+            drain,
+        };
+        (id, token, vec![started])
+    }
+
+    /// Ends a step; with `run_outcome` also ends its run. Emits
+    /// `StepFinished`, then `RunTerminal` when the run is over (a cancelled
+    /// run ends with its last step), then `Drained` when a drain has no
+    /// cancel-behaviour step left.
+    pub(crate) fn finish(
+        &mut self,
+        id: StepId,
+        outcome: Outcome,
+        run_outcome: Option<Outcome>,
+    ) -> Vec<Event> {
+        let Some(step) = self.steps.remove(&id) else {
+            return Vec::new();
+        };
+        let mut events = vec![Event::StepFinished {
+            run: step.run.clone(),
+            step: step.name,
+            outcome,
+        }];
+        let mut cancelled_run_over = false;
+        if let Some(run) = self.runs.get_mut(&step.run) {
+            run.active = run.active.saturating_sub(1);
+            cancelled_run_over = run.cancelled && run.active == 0;
+        }
+        if let Some(outcome) = run_outcome {
+            events.extend(self.run_terminal(&step.run, outcome));
+        } else if cancelled_run_over {
+            events.extend(self.end_cancelled_run(&step.run));
+        }
+        events.extend(self.drained_if_done());
+        events
+    }
+
+    /// Starts a drain: fires the tokens of cancel-behaviour steps and emits
+    /// `Drained` at once when none is in flight. A second drain is a no-op.
+    pub(crate) fn drain(&mut self) -> Vec<Event> {
+        if self.draining {
+            return Vec::new();
+        }
+        self.draining = true;
+        for step in self.steps.values() {
+            if step.drain == DrainBehavior::Cancel {
+                step.token.cancel(CancelCause::Drain);
+            }
+        }
+        self.drained_if_done().into_iter().collect()
+    }
+
+    /// Whether a drain has started.
+    pub(crate) fn is_draining(&self) -> bool {
+        self.draining
+    }
+
+    /// Whether `run` is a run this child has in flight (a verified cancel
+    /// may only name such a run).
+    pub(crate) fn knows_run(&self, run: &str) -> bool {
+        self.runs.contains_key(run)
+    }
+
+    /// The cancellation cascade for a verified cancel: fires the token of
+    /// every step of `run` (every run when `None`), whatever its drain
+    /// behaviour; a run with no step left ends at once with `RunTerminal`.
+    pub(crate) fn cancel(&mut self, run: Option<&str>) -> Vec<Event> {
+        let targets: Vec<String> = match run {
+            Some(run) => self
+                .runs
+                .contains_key(run)
+                .then(|| run.to_owned())
+                .into_iter()
+                .collect(),
+            None => {
+                let mut all: Vec<String> = self.runs.keys().cloned().collect();
+                all.sort();
+                all
+            }
+        };
+        let mut events = Vec::new();
+        for run in targets {
+            let Some(state) = self.runs.get_mut(&run) else {
+                continue;
+            };
+            state.cancelled = true;
+            let idle = state.active == 0;
+            for step in self.steps.values().filter(|s| s.run == run) {
+                step.token.cancel(CancelCause::Cancel);
+            }
+            if idle {
+                events.extend(self.end_cancelled_run(&run));
+            }
+        }
+        events
+    }
+
+    /// The application declares `run` over. A run already reported as
+    /// cancelled is not reported again; a run being cancelled ends as
+    /// cancelled whatever the application says.
+    pub(crate) fn run_terminal(&mut self, run: &str, outcome: Outcome) -> Vec<Event> {
+        if self.cancelled_runs.contains(run) {
+            return Vec::new();
+        }
+        match self.runs.remove(run) {
+            Some(state) if state.cancelled => {
+                self.remember_cancelled(run);
+                vec![Event::RunTerminal {
+                    run: run.to_owned(),
+                    outcome: Outcome::Cancelled,
+                }]
+            }
+            _ => vec![Event::RunTerminal {
+                run: run.to_owned(),
+                outcome,
+            }],
+        }
+    }
+
+    /// The channel ended: fires every token with `cause` (and every later
+    /// step's token too).
+    pub(crate) fn close(&mut self, cause: CancelCause) {
+        self.closed = self.closed.max(Some(cause));
+        for step in self.steps.values() {
+            step.token.cancel(cause);
+        }
+    }
+
+    fn end_cancelled_run(&mut self, run: &str) -> Vec<Event> {
+        self.runs.remove(run);
+        self.remember_cancelled(run);
+        vec![Event::RunTerminal {
+            run: run.to_owned(),
+            outcome: Outcome::Cancelled,
+        }]
+    }
+
+    fn remember_cancelled(&mut self, run: &str) {
+        if self.cancelled_runs.insert(run.to_owned()) {
+            self.cancelled_order.push_back(run.to_owned());
+            while self.cancelled_order.len() > REMEMBERED_CANCELLED_RUNS {
+                if let Some(old) = self.cancelled_order.pop_front() {
+                    self.cancelled_runs.remove(&old);
+                }
+            }
+        }
+    }
+
+    fn drained_if_done(&mut self) -> Option<Event> {
+        let cancel_left = self
+            .steps
+            .values()
+            .any(|s| s.drain == DrainBehavior::Cancel);
+        if self.draining && !self.drained_sent && !cancel_left {
+            self.drained_sent = true;
+            Some(Event::Drained)
+        } else {
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(events: &[Event]) -> Vec<&'static str> {
+        events.iter().map(Event::name).collect()
+    }
+
+    #[test]
+    fn drain_cancels_cancel_steps_and_waits_for_them() {
+        let mut w = Work::default();
+        let (c, ct, ev) = w.start("r1", "fetch", DrainBehavior::Cancel);
+        assert_eq!(names(&ev), ["StepStarted"]);
+        let (a, at, _) = w.start("r1", "approve", DrainBehavior::Wait);
+        assert!(w.drain().is_empty(), "a cancel step is still in flight");
+        assert_eq!(ct.cause(), Some(CancelCause::Drain));
+        assert!(!at.is_cancelled(), "wait steps go on");
+        assert_eq!(
+            names(&w.finish(c, Outcome::Cancelled, None)),
+            ["StepFinished", "Drained"]
+        );
+        assert_eq!(
+            names(&w.finish(a, Outcome::Succeeded, None)),
+            ["StepFinished"]
+        );
+        assert!(w.drain().is_empty(), "Drained is sent once");
+    }
+
+    #[test]
+    fn drain_with_only_wait_steps_is_drained_at_once() {
+        let mut w = Work::default();
+        let (_, t, _) = w.start("r1", "approve", DrainBehavior::Wait);
+        assert_eq!(names(&w.drain()), ["Drained"]);
+        assert!(!t.is_cancelled());
+    }
+
+    #[test]
+    fn new_cancel_steps_start_cancelled_during_a_drain() {
+        let mut w = Work::default();
+        w.drain();
+        let (_, t, _) = w.start("r1", "fetch", DrainBehavior::Cancel);
+        assert_eq!(t.cause(), Some(CancelCause::Drain));
+        let (_, t, _) = w.start("r1", "approve", DrainBehavior::Wait);
+        assert!(!t.is_cancelled());
+    }
+
+    #[test]
+    fn cancel_cascades_over_the_run_and_ends_it_after_its_last_step() {
+        let mut w = Work::default();
+        let (a, at, _) = w.start("r1", "approve", DrainBehavior::Wait);
+        let (b, bt, _) = w.start("r1", "fetch", DrainBehavior::Cancel);
+        let (_, other, _) = w.start("r2", "fetch", DrainBehavior::Cancel);
+        assert!(w.cancel(Some("r1")).is_empty());
+        assert_eq!(at.cause(), Some(CancelCause::Cancel));
+        assert_eq!(bt.cause(), Some(CancelCause::Cancel));
+        assert!(!other.is_cancelled());
+        assert_eq!(
+            names(&w.finish(a, Outcome::Cancelled, None)),
+            ["StepFinished"]
+        );
+        let ev = w.finish(b, Outcome::Cancelled, None);
+        assert_eq!(names(&ev), ["StepFinished", "RunTerminal"]);
+        assert_eq!(
+            ev[1],
+            Event::RunTerminal {
+                run: "r1".into(),
+                outcome: Outcome::Cancelled
+            }
+        );
+        assert!(!w.knows_run("r1"));
+        assert!(
+            w.run_terminal("r1", Outcome::Succeeded).is_empty(),
+            "not twice"
+        );
+        let (_, late, _) = w.start("r1", "late", DrainBehavior::Wait);
+        assert_eq!(late.cause(), Some(CancelCause::Cancel));
+    }
+
+    #[test]
+    fn cancel_of_an_idle_run_ends_it_at_once_and_none_means_all() {
+        let mut w = Work::default();
+        let (a, _, _) = w.start("r1", "s", DrainBehavior::Wait);
+        w.finish(a, Outcome::Succeeded, None);
+        let (_, t2, _) = w.start("r2", "s", DrainBehavior::Wait);
+        let ev = w.cancel(None);
+        assert_eq!(
+            names(&ev),
+            ["RunTerminal"],
+            "r1 idle, r2 waits for its step"
+        );
+        assert_eq!(t2.cause(), Some(CancelCause::Cancel));
+        assert!(w.cancel(Some("nope")).is_empty());
+    }
+
+    #[test]
+    fn finish_with_run_outcome_orders_step_run_drained() {
+        let mut w = Work::default();
+        let (c, _, _) = w.start("r1", "command", DrainBehavior::Cancel);
+        w.drain();
+        let ev = w.finish(c, Outcome::Cancelled, Some(Outcome::Cancelled));
+        assert_eq!(names(&ev), ["StepFinished", "RunTerminal", "Drained"]);
+    }
+
+    #[test]
+    fn close_fires_every_token_and_later_ones() {
+        let mut w = Work::default();
+        let (_, t, _) = w.start("r1", "approve", DrainBehavior::Wait);
+        w.close(CancelCause::Shutdown);
+        assert_eq!(t.cause(), Some(CancelCause::Shutdown));
+        w.close(CancelCause::Disconnected);
+        assert_eq!(t.cause(), Some(CancelCause::Disconnected));
+        let (_, late, _) = w.start("r2", "s", DrainBehavior::Wait);
+        assert_eq!(late.cause(), Some(CancelCause::Disconnected));
+    }
+
+    #[test]
+    fn remembers_a_bounded_number_of_cancelled_runs() {
+        let mut w = Work::default();
+        for i in 0..REMEMBERED_CANCELLED_RUNS + 10 {
+            let run = format!("r{i}");
+            let (id, _, _) = w.start(&run, "s", DrainBehavior::Wait);
+            w.finish(id, Outcome::Succeeded, None);
+            w.cancel(Some(&run));
+        }
+        assert_eq!(w.cancelled_runs.len(), REMEMBERED_CANCELLED_RUNS);
+    }
+}

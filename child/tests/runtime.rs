@@ -1,0 +1,489 @@
+//! The runtime library against an in-process fake supervisor on a
+//! socketpair: handshake, pings during long steps, drain, the cancel
+//! cascade, refused cancels, mail, shutdown and EOF.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use ed25519_dalek::SigningKey;
+use tokio::net::UnixStream;
+use tokio::sync::oneshot;
+use wfhost_child::{
+    CancelCause, ChildEnv, CloseReason, ConnectError, DrainBehavior, Outcome, Runtime,
+    RuntimeError, StepError,
+};
+use wfhost_ipc::{
+    CancelOrigin, CancelRequested, Control, DEFAULT_MAX_FRAME_BYTES, Event, FrameReader,
+    FrameWriter, Grants, Limits, SignedCancel, Welcome, key,
+};
+
+const WAIT: Duration = Duration::from_secs(10);
+const DEPLOYMENT: &str = "billing";
+
+struct FakeSupervisor {
+    reader: FrameReader<Event>,
+    writer: FrameWriter<Control>,
+    key: SigningKey,
+}
+
+fn welcome(deployment: &str, max_frame_bytes: u32) -> Control {
+    Control::Welcome(Welcome {
+        deployment: deployment.into(),
+        grants_snapshot: Grants::default(),
+        limits: Limits {
+            max_frame_bytes,
+            max_mail_bytes: 1 << 16,
+            drain_timeout_ms: 60_000,
+        },
+    })
+}
+
+/// Connects a runtime to a fake supervisor that answers Hello with `answer`.
+async fn connect_answering(
+    answer: Option<Control>,
+) -> (Result<Runtime, ConnectError>, FakeSupervisor) {
+    let (ours, theirs) = UnixStream::pair().unwrap();
+    let key = key::generate().unwrap();
+    let env = ChildEnv {
+        control_fd: 3,
+        channel_id: wfhost_ipc::new_channel_id().unwrap(),
+        protocol: 1,
+        deployment: DEPLOYMENT.into(),
+        supervisor_key: key.verifying_key(),
+    };
+    let channel = env.channel_id.clone();
+    let connecting = tokio::spawn(Runtime::connect_with(env, theirs));
+    let (reader, writer) = wfhost_ipc::split::<Event, Control>(ours, DEFAULT_MAX_FRAME_BYTES);
+    let mut sup = FakeSupervisor {
+        reader,
+        writer,
+        key,
+    };
+    match sup.next().await {
+        Event::Hello(hello) => hello.check(&channel).unwrap(),
+        other => panic!("expected Hello, got {other:?}"),
+    }
+    match answer {
+        Some(control) => sup.send(control).await,
+        None => {
+            sup.writer.close().await.unwrap();
+        }
+    }
+    let rt = tokio::time::timeout(WAIT, connecting)
+        .await
+        .expect("connect hung")
+        .unwrap();
+    (rt, sup)
+}
+
+async fn connect() -> (Runtime, FakeSupervisor) {
+    let (rt, sup) = connect_answering(Some(welcome(DEPLOYMENT, DEFAULT_MAX_FRAME_BYTES))).await;
+    (rt.unwrap(), sup)
+}
+
+impl FakeSupervisor {
+    async fn next(&mut self) -> Event {
+        match tokio::time::timeout(WAIT, self.reader.next()).await {
+            Ok(Ok(Some(event))) => event,
+            other => panic!("expected an event, got {other:?}"),
+        }
+    }
+
+    async fn send(&mut self, control: Control) {
+        self.writer.send(control).await.unwrap();
+    }
+
+    async fn ping(&mut self, nonce: u64) {
+        self.send(Control::Ping { nonce }).await;
+        assert_eq!(self.next().await, Event::Pong { nonce });
+    }
+
+    fn cancel(&self, deployment: &str, run: Option<&str>, key: &SigningKey) -> Control {
+        Control::Cancel(SignedCancel::sign(
+            CancelRequested {
+                origin: CancelOrigin::Operator,
+                deployment: deployment.into(),
+                run: run.map(str::to_owned),
+                reason: "test".into(),
+                at_ms: 7,
+            },
+            key,
+        ))
+    }
+
+    async fn expect_started(&mut self, run: &str, step: &str, drain: DrainBehavior) {
+        assert_eq!(
+            self.next().await,
+            Event::StepStarted {
+                run: run.into(),
+                step: step.into(),
+                drain
+            }
+        );
+    }
+
+    async fn expect_finished(&mut self, run: &str, step: &str, outcome: Outcome) {
+        assert_eq!(
+            self.next().await,
+            Event::StepFinished {
+                run: run.into(),
+                step: step.into(),
+                outcome
+            }
+        );
+    }
+}
+
+/// Spawns a step whose body waits for `release` (or runs until cancelled).
+fn spawn_step(
+    rt: &Runtime,
+    run: &'static str,
+    name: &'static str,
+    drain: DrainBehavior,
+) -> (
+    oneshot::Sender<u32>,
+    tokio::task::JoinHandle<Result<u32, StepError<Infallible>>>,
+) {
+    let (tx, rx) = oneshot::channel::<u32>();
+    let rt = rt.clone();
+    let task = tokio::spawn(async move {
+        rt.step(run, name, drain, |_token| async move {
+            Ok(rx.await.unwrap_or(0))
+        })
+        .await
+    });
+    (tx, task)
+}
+
+async fn join<T>(task: tokio::task::JoinHandle<T>) -> T {
+    tokio::time::timeout(WAIT, task)
+        .await
+        .expect("task hung")
+        .unwrap()
+}
+
+#[tokio::test]
+async fn handshake_then_ready_custom_and_recycle_requests() {
+    let (rt, mut sup) = connect().await;
+    assert_eq!(rt.deployment(), DEPLOYMENT);
+    assert_eq!(rt.welcome().limits.max_mail_bytes, 1 << 16);
+    rt.ready().await.unwrap();
+    assert_eq!(sup.next().await, Event::Ready);
+    rt.custom("progress", vec![1, 2, 3]).await.unwrap();
+    assert_eq!(
+        sup.next().await,
+        Event::Custom {
+            kind: "progress".into(),
+            bytes: vec![1, 2, 3]
+        }
+    );
+    rt.request_recycle("cache bloated").await.unwrap();
+    assert_eq!(
+        sup.next().await,
+        Event::RecycleRequest {
+            reason: "cache bloated".into()
+        }
+    );
+}
+
+#[tokio::test]
+async fn handshake_refuses_anything_but_a_fitting_welcome() {
+    let (rt, _sup) = connect_answering(Some(Control::Ping { nonce: 1 })).await;
+    assert!(
+        matches!(rt, Err(ConnectError::Handshake(m)) if m.contains("expected Welcome, got Ping"))
+    );
+    let (rt, _sup) = connect_answering(Some(welcome("payroll", DEFAULT_MAX_FRAME_BYTES))).await;
+    assert!(matches!(rt, Err(ConnectError::Handshake(m)) if m.contains("payroll")));
+    let (rt, _sup) = connect_answering(None).await;
+    assert!(matches!(rt, Err(ConnectError::Handshake(m)) if m.contains("closed")));
+}
+
+#[tokio::test]
+async fn pings_are_answered_while_a_long_step_runs() {
+    let (rt, mut sup) = connect().await;
+    let (release, task) = spawn_step(&rt, "r1", "slow", DrainBehavior::Wait);
+    sup.expect_started("r1", "slow", DrainBehavior::Wait).await;
+    for nonce in 0..20 {
+        sup.ping(nonce).await;
+    }
+    release.send(5).unwrap();
+    assert_eq!(join(task).await.unwrap(), 5);
+    sup.expect_finished("r1", "slow", Outcome::Succeeded).await;
+}
+
+#[tokio::test]
+async fn failing_steps_report_failed() {
+    let (rt, mut sup) = connect().await;
+    let result = rt
+        .step("r1", "parse", DrainBehavior::Cancel, |_| async {
+            Err::<(), _>("bad input")
+        })
+        .await;
+    assert!(matches!(result, Err(StepError::Failed("bad input"))));
+    sup.expect_started("r1", "parse", DrainBehavior::Cancel)
+        .await;
+    sup.expect_finished("r1", "parse", Outcome::Failed("bad input".into()))
+        .await;
+}
+
+#[tokio::test]
+async fn drain_cancels_cancel_steps_lets_wait_steps_finish_and_reports_drained_once() {
+    let (rt, mut sup) = connect().await;
+    let (_keep, fetch) = spawn_step(&rt, "r1", "fetch", DrainBehavior::Cancel);
+    sup.expect_started("r1", "fetch", DrainBehavior::Cancel)
+        .await;
+    let (approve_go, approve) = spawn_step(&rt, "r2", "approve", DrainBehavior::Wait);
+    sup.expect_started("r2", "approve", DrainBehavior::Wait)
+        .await;
+    assert!(!rt.is_draining());
+
+    sup.send(Control::Drain { budget_ms: 1000 }).await;
+    assert!(matches!(
+        join(fetch).await,
+        Err(StepError::Cancelled(CancelCause::Drain))
+    ));
+    sup.expect_finished("r1", "fetch", Outcome::Cancelled).await;
+    assert_eq!(sup.next().await, Event::Drained);
+    tokio::time::timeout(WAIT, rt.draining()).await.unwrap();
+    assert!(rt.is_draining());
+
+    // New cancel-behaviour work does not start during a drain.
+    let late = rt
+        .step("r3", "fetch", DrainBehavior::Cancel, |_| async {
+            Ok::<_, Infallible>(())
+        })
+        .await;
+    assert!(matches!(
+        late,
+        Err(StepError::Cancelled(CancelCause::Drain))
+    ));
+    sup.expect_started("r3", "fetch", DrainBehavior::Cancel)
+        .await;
+    sup.expect_finished("r3", "fetch", Outcome::Cancelled).await;
+
+    sup.send(Control::Drain { budget_ms: 1000 }).await;
+    sup.ping(1).await; // no second Drained
+    approve_go.send(1).unwrap();
+    assert_eq!(join(approve).await.unwrap(), 1);
+    sup.expect_finished("r2", "approve", Outcome::Succeeded)
+        .await;
+}
+
+#[tokio::test]
+async fn drain_with_only_wait_steps_is_drained_at_once() {
+    let (rt, mut sup) = connect().await;
+    let (go, task) = spawn_step(&rt, "r1", "approve", DrainBehavior::Wait);
+    sup.expect_started("r1", "approve", DrainBehavior::Wait)
+        .await;
+    sup.send(Control::Drain { budget_ms: 1000 }).await;
+    assert_eq!(sup.next().await, Event::Drained);
+    go.send(2).unwrap();
+    assert_eq!(join(task).await.unwrap(), 2);
+}
+
+#[tokio::test]
+async fn a_verified_cancel_cascades_over_every_step_of_its_run_only() {
+    let (rt, mut sup) = connect().await;
+    let (_a, approve) = spawn_step(&rt, "r1", "approve", DrainBehavior::Wait);
+    sup.expect_started("r1", "approve", DrainBehavior::Wait)
+        .await;
+    let (_b, fetch) = spawn_step(&rt, "r1", "fetch", DrainBehavior::Cancel);
+    sup.expect_started("r1", "fetch", DrainBehavior::Cancel)
+        .await;
+    let (other_go, other) = spawn_step(&rt, "r2", "fetch", DrainBehavior::Cancel);
+    sup.expect_started("r2", "fetch", DrainBehavior::Cancel)
+        .await;
+
+    let cancel = sup.cancel(DEPLOYMENT, Some("r1"), &sup.key);
+    sup.send(cancel).await;
+    assert!(matches!(
+        join(approve).await,
+        Err(StepError::Cancelled(CancelCause::Cancel))
+    ));
+    assert!(matches!(
+        join(fetch).await,
+        Err(StepError::Cancelled(CancelCause::Cancel))
+    ));
+    let mut seen = vec![sup.next().await, sup.next().await, sup.next().await];
+    assert_eq!(
+        seen.pop(),
+        Some(Event::RunTerminal {
+            run: "r1".into(),
+            outcome: Outcome::Cancelled
+        }),
+        "the run ends after its last step"
+    );
+    assert!(seen.iter().all(
+        |e| matches!(e, Event::StepFinished { run, outcome: Outcome::Cancelled, .. } if run == "r1")
+    ));
+
+    // The application's own report of r1 is not sent twice.
+    rt.run_terminal("r1", Outcome::Succeeded).await.unwrap();
+    sup.ping(3).await;
+
+    other_go.send(4).unwrap();
+    assert_eq!(join(other).await.unwrap(), 4);
+    sup.expect_finished("r2", "fetch", Outcome::Succeeded).await;
+    rt.run_terminal("r2", Outcome::Succeeded).await.unwrap();
+    assert_eq!(
+        sup.next().await,
+        Event::RunTerminal {
+            run: "r2".into(),
+            outcome: Outcome::Succeeded
+        }
+    );
+}
+
+#[tokio::test]
+async fn refused_cancels_change_nothing() {
+    let (rt, mut sup) = connect().await;
+    let (go, task) = spawn_step(&rt, "r1", "fetch", DrainBehavior::Cancel);
+    sup.expect_started("r1", "fetch", DrainBehavior::Cancel)
+        .await;
+    let stranger = key::generate().unwrap();
+    let refused = [
+        sup.cancel(DEPLOYMENT, Some("r1"), &stranger),
+        sup.cancel("payroll", Some("r1"), &sup.key),
+        sup.cancel(DEPLOYMENT, Some("r9"), &sup.key),
+        sup.cancel("payroll", None, &sup.key),
+    ];
+    for (nonce, cancel) in refused.into_iter().enumerate() {
+        sup.send(cancel).await;
+        sup.ping(nonce as u64).await;
+    }
+    assert!(!task.is_finished());
+    go.send(8).unwrap();
+    assert_eq!(join(task).await.unwrap(), 8);
+    sup.expect_finished("r1", "fetch", Outcome::Succeeded).await;
+}
+
+#[tokio::test]
+async fn mail_is_delivered_once_acked_and_reacked_on_redelivery() {
+    let (rt, mut sup) = connect().await;
+    let mut inbox = rt.mail();
+    sup.send(Control::Mail {
+        id: 1,
+        payload: b"a".to_vec(),
+    })
+    .await;
+    sup.send(Control::Mail {
+        id: 1,
+        payload: b"a".to_vec(),
+    })
+    .await;
+    sup.send(Control::Mail {
+        id: 2,
+        payload: b"b".to_vec(),
+    })
+    .await;
+    let first = tokio::time::timeout(WAIT, inbox.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((first.id(), first.payload()), (1, &b"a"[..]));
+    let second = tokio::time::timeout(WAIT, inbox.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(second.id(), 2, "the in-flight duplicate of 1 is skipped");
+    first.ack(Outcome::Succeeded).await.unwrap();
+    assert_eq!(
+        sup.next().await,
+        Event::MailAck {
+            id: 1,
+            outcome: Outcome::Succeeded
+        }
+    );
+    // Redelivery of acknowledged mail is answered without the application.
+    sup.send(Control::Mail {
+        id: 1,
+        payload: b"a".to_vec(),
+    })
+    .await;
+    assert_eq!(
+        sup.next().await,
+        Event::MailAck {
+            id: 1,
+            outcome: Outcome::Succeeded
+        }
+    );
+    second.ack(Outcome::Failed("no".into())).await.unwrap();
+    assert_eq!(
+        sup.next().await,
+        Event::MailAck {
+            id: 2,
+            outcome: Outcome::Failed("no".into())
+        }
+    );
+}
+
+#[tokio::test]
+async fn shutdown_closes_the_runtime_cancels_steps_and_ends_the_mail_stream() {
+    let (rt, mut sup) = connect().await;
+    let (_go, task) = spawn_step(&rt, "r1", "approve", DrainBehavior::Wait);
+    sup.expect_started("r1", "approve", DrainBehavior::Wait)
+        .await;
+    let mut inbox = rt.mail();
+    let waiting = tokio::spawn(async move { inbox.next().await.map(|m| m.id()) });
+    sup.send(Control::Shutdown).await;
+    assert_eq!(
+        tokio::time::timeout(WAIT, rt.closed()).await.unwrap(),
+        CloseReason::Shutdown
+    );
+    assert!(matches!(
+        join(task).await,
+        Err(StepError::Cancelled(CancelCause::Shutdown))
+    ));
+    assert_eq!(join(waiting).await, None);
+    // Pings are still answered until the supervisor hangs up.
+    sup.expect_finished("r1", "approve", Outcome::Cancelled)
+        .await;
+    sup.ping(5).await;
+}
+
+#[tokio::test]
+async fn eof_closes_the_runtime_and_later_sends_fail() {
+    let (rt, sup) = connect().await;
+    drop(sup);
+    assert_eq!(
+        tokio::time::timeout(WAIT, rt.closed()).await.unwrap(),
+        CloseReason::Disconnected
+    );
+    assert_eq!(rt.close_reason(), Some(CloseReason::Disconnected));
+    let mut inbox = rt.mail();
+    assert!(inbox.next().await.is_none());
+    // Writing to a peer that is gone fails (possibly after one buffered write).
+    let mut failed = false;
+    for _ in 0..10 {
+        if let Err(RuntimeError::Closed(_)) = rt.custom("x", vec![0; 64]).await {
+            failed = true;
+            break;
+        }
+    }
+    assert!(failed, "sends to a vanished supervisor must fail");
+}
+
+#[tokio::test]
+async fn an_event_over_the_supervisors_frame_limit_is_refused_not_sent() {
+    let (rt, mut sup) = connect_answering(Some(welcome(DEPLOYMENT, 1024))).await;
+    let rt = rt.unwrap();
+    let err = rt.custom("blob", vec![0; 4096]).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            RuntimeError::TooLarge {
+                event: "Custom",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    rt.custom("small", vec![0; 16]).await.unwrap();
+    assert_eq!(
+        sup.next().await,
+        Event::Custom {
+            kind: "small".into(),
+            bytes: vec![0; 16]
+        }
+    );
+}

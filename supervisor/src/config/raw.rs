@@ -1,0 +1,258 @@
+//! The config file exactly as written: serde structs that refuse unknown
+//! keys and keep each value's position, so every later check can point at
+//! the line and column it is about. Nothing here is resolved or merged.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::SocketAddr;
+
+use serde::Deserialize;
+use serde::de::{self, Deserializer, Visitor};
+use toml::Spanned;
+
+use super::units::{DurationValue, HINT_SEP, PercentValue, SizeValue};
+
+/// Longest path, user or group name the config accepts.
+pub const PATH_MAX: usize = 4096;
+/// Longest single command argument.
+pub const ARG_MAX: usize = 32 * 1024;
+/// Longest environment value.
+pub const ENV_VALUE_MAX: usize = 32 * 1024;
+
+/// Builds a serde error carrying a message and a hint (see [`HINT_SEP`]).
+fn hinted<E: de::Error>(message: impl fmt::Display, hint: impl fmt::Display) -> E {
+    E::custom(format!("{message}{HINT_SEP}{hint}"))
+}
+
+/// A string of at most `MAX` bytes with no NUL byte (which no path,
+/// argument or environment value can carry).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Text<const MAX: usize>(pub String);
+
+impl<'de, const MAX: usize> Deserialize<'de> for Text<MAX> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(deserializer)?;
+        if s.len() > MAX {
+            return Err(hinted(
+                format!(
+                    "string is {} bytes long, more than the limit of {MAX}",
+                    s.len()
+                ),
+                "shorten it",
+            ));
+        }
+        if s.contains('\0') {
+            return Err(hinted(
+                "string contains a NUL character",
+                "remove the \\u0000 escape: paths, arguments and environment values cannot carry it",
+            ));
+        }
+        Ok(Self(s))
+    }
+}
+
+/// A deployment id: 1 to 64 of `A-Z a-z 0-9 _ . -`, not `.` or `..`
+/// (ids name things in logs, metrics and paths).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeploymentId(pub String);
+
+impl<'de> Deserialize<'de> for DeploymentId {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(deserializer)?;
+        let hint = "use 1 to 64 characters from A-Z, a-z, 0-9, '_', '.' and '-', e.g. \"billing\"";
+        let valid_chars = s
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
+        if s.is_empty() || s.len() > 64 || !valid_chars || s == "." || s == ".." {
+            let shown: String = s.chars().take(80).collect();
+            return Err(hinted(format!("invalid deployment id {shown:?}"), hint));
+        }
+        Ok(Self(s))
+    }
+}
+
+/// An environment variable name: `[A-Za-z_][A-Za-z0-9_]*`, not reserved
+/// for wfhost (`WFHOST_*`) or systemd's notification and socket passing.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct EnvKey(pub String);
+
+/// Variables systemd sets for the supervisor itself; a child must never
+/// see them, or it could notify or take sockets in the supervisor's name.
+const SYSTEMD_RESERVED: &[&str] = &[
+    "NOTIFY_SOCKET",
+    "WATCHDOG_USEC",
+    "WATCHDOG_PID",
+    "LISTEN_FDS",
+    "LISTEN_PID",
+    "LISTEN_FDNAMES",
+];
+
+impl<'de> Deserialize<'de> for EnvKey {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(deserializer)?;
+        let mut bytes = s.bytes();
+        let valid = s.len() <= 256
+            && bytes
+                .next()
+                .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
+            && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_');
+        if !valid {
+            let shown: String = s.chars().take(80).collect();
+            return Err(hinted(
+                format!("invalid environment variable name {shown:?}"),
+                "use letters, digits and '_', not starting with a digit (at most 256)",
+            ));
+        }
+        if s.starts_with("WFHOST_") {
+            return Err(hinted(
+                format!("environment variable {s} is reserved"),
+                "WFHOST_* variables are set by the supervisor for every child; choose another name",
+            ));
+        }
+        if SYSTEMD_RESERVED.contains(&s.as_str()) {
+            return Err(hinted(
+                format!("environment variable {s} is reserved"),
+                "systemd sets it for the supervisor only; a child must not inherit it",
+            ));
+        }
+        Ok(Self(s))
+    }
+}
+
+/// A socket address such as `127.0.0.1:9464` or `[::1]:9464`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ListenAddr(pub SocketAddr);
+
+impl<'de> Deserialize<'de> for ListenAddr {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = ListenAddr;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an address such as \"127.0.0.1:9464\"")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<ListenAddr, E> {
+                v.parse().map(ListenAddr).map_err(|_| {
+                    hinted(
+                        format!("{:?} is not an IP address and port", v.chars().take(80).collect::<String>()),
+                        "write IP:PORT, e.g. \"127.0.0.1:9464\" or \"[::1]:9464\" (host names are not resolved)",
+                    )
+                })
+            }
+        }
+        deserializer.deserialize_str(V)
+    }
+}
+
+/// The whole file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawFile {
+    /// `[supervisor]`.
+    pub supervisor: Option<RawSupervisor>,
+    /// `[defaults]`.
+    pub defaults: Option<RawCommon>,
+    /// Every `[[deployment]]`.
+    #[serde(default)]
+    pub deployment: Vec<Spanned<RawDeployment>>,
+}
+
+/// `[supervisor]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSupervisor {
+    pub state_dir: Option<Spanned<Text<PATH_MAX>>>,
+    pub signing_key: Option<Spanned<Text<PATH_MAX>>>,
+    pub policy_interval: Option<Spanned<DurationValue>>,
+    pub admin_group: Option<Spanned<Text<PATH_MAX>>>,
+    pub metrics_listen: Option<Spanned<ListenAddr>>,
+    pub event_retention: Option<Spanned<u64>>,
+}
+
+/// `recycle = { .. }`: each key merged on its own with `[defaults]`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRecycle {
+    pub max_uptime: Option<Spanned<DurationValue>>,
+    pub max_rss: Option<Spanned<SizeValue>>,
+    pub max_grants_age: Option<Spanned<DurationValue>>,
+    pub jitter: Option<Spanned<PercentValue>>,
+}
+
+/// `restart = { .. }`: each key merged on its own with `[defaults]`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRestart {
+    pub backoff_initial: Option<Spanned<DurationValue>>,
+    pub backoff_max: Option<Spanned<DurationValue>>,
+    pub max_restarts: Option<Spanned<u32>>,
+    pub period: Option<Spanned<DurationValue>>,
+}
+
+/// Declares the keys both `[defaults]` and `[[deployment]]` accept, once,
+/// so the two tables can never drift apart.
+macro_rules! deployment_keys {
+    ($($(#[$doc:meta])* $field:ident: $ty:ty,)*) => {
+        /// `[defaults]`, and the overridable part of a `[[deployment]]`.
+        #[derive(Debug, Clone, Default, Deserialize)]
+        #[serde(deny_unknown_fields)]
+        pub struct RawCommon {
+            $($(#[$doc])* pub $field: Option<$ty>,)*
+        }
+
+        /// One `[[deployment]]`.
+        #[derive(Debug, Deserialize)]
+        #[serde(deny_unknown_fields)]
+        pub struct RawDeployment {
+            /// Unique name.
+            pub id: Spanned<DeploymentId>,
+            /// Program and arguments.
+            pub command: Spanned<Vec<Spanned<Text<ARG_MAX>>>>,
+            $($(#[$doc])* pub $field: Option<$ty>,)*
+        }
+
+        impl RawDeployment {
+            /// Splits off the keys `[defaults]` may also set.
+            pub fn split(
+                self,
+            ) -> (Spanned<DeploymentId>, Spanned<Vec<Spanned<Text<ARG_MAX>>>>, RawCommon) {
+                (self.id, self.command, RawCommon { $($field: self.$field,)* })
+            }
+        }
+    };
+}
+
+deployment_keys! {
+    /// Extra environment (merged key by key with `[defaults]`).
+    env: Spanned<BTreeMap<EnvKey, Text<ENV_VALUE_MAX>>>,
+    /// Run as this user.
+    user: Spanned<Text<PATH_MAX>>,
+    /// Run as this group.
+    group: Spanned<Text<PATH_MAX>>,
+    /// Working directory.
+    working_dir: Spanned<Text<PATH_MAX>>,
+    /// Credential grants handed over at every spawn.
+    grants_file: Spanned<Text<PATH_MAX>>,
+    /// Recycle bounds.
+    recycle: RawRecycle,
+    /// Restart backoff and intensity.
+    restart: RawRestart,
+    /// Drain budget.
+    drain_timeout: Spanned<DurationValue>,
+    /// How long a recycle waits for `Drained`.
+    drain_deadline: Spanned<DurationValue>,
+    /// SIGTERM to SIGKILL.
+    kill_timeout: Spanned<DurationValue>,
+    /// Spawn to `Ready`.
+    ready_timeout: Spanned<DurationValue>,
+    /// Ping period.
+    liveness_interval: Spanned<DurationValue>,
+    /// Silence after which a child is hung.
+    liveness_timeout: Spanned<DurationValue>,
+    /// Largest frame on the control channel.
+    max_frame_bytes: Spanned<SizeValue>,
+    /// Largest mail payload.
+    max_mail_bytes: Spanned<SizeValue>,
+    /// Most mail waiting in the inbox.
+    max_inbox: Spanned<u64>,
+}

@@ -1,0 +1,121 @@
+//! The control-socket protocol, in one place.
+//!
+//! A client connects to the supervisor's Unix socket and sends one request;
+//! the supervisor answers with one response and closes. Each message is a
+//! `u32` big-endian length followed by that many bytes of JSON (at most
+//! [`MAX_MESSAGE`]). Requests carry the protocol version `v`; a supervisor
+//! refuses versions it does not speak.
+//!
+//! ```text
+//! → {"v":1,"cmd":"status"}
+//! ← {"ok":true,"data":{"deployments":[…]}}
+//! → {"v":1,"cmd":"kill","deployment":"billing"}
+//! ← {"ok":false,"code":1,"error":"unknown deployment \"billing\"; …"}
+//! ```
+
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+/// The protocol version this build speaks.
+pub const VERSION: u32 = 1;
+
+/// Largest message either side accepts.
+pub const MAX_MESSAGE: u32 = 4 << 20;
+
+/// The socket's file name inside its directory.
+pub const SOCKET_NAME: &str = "wfhost.sock";
+
+/// A request with its version.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Envelope {
+    /// Protocol version of the sender.
+    pub v: u32,
+    /// The request proper.
+    #[serde(flatten)]
+    pub request: Request,
+}
+
+/// What a client can ask.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "cmd", rename_all = "kebab-case")]
+pub enum Request {
+    /// Every deployment's status.
+    Status,
+    /// SIGKILL a deployment's child now, even while it is stopping.
+    Kill {
+        /// The deployment.
+        deployment: String,
+    },
+}
+
+/// The answer.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Response {
+    /// Whether the operation succeeded.
+    pub ok: bool,
+    /// The result, when it succeeded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<serde_json::Value>,
+    /// The exit code the client should use when it failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<u8>,
+    /// What went wrong and what to do, when it failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl Response {
+    /// A success carrying `data`.
+    pub fn ok(data: serde_json::Value) -> Self {
+        Self {
+            ok: true,
+            data: Some(data),
+            code: None,
+            error: None,
+        }
+    }
+
+    /// A failure with exit code `code` and a message naming the next step.
+    pub fn failed(code: u8, error: impl Into<String>) -> Self {
+        Self {
+            ok: false,
+            data: None,
+            code: Some(code),
+            error: Some(error.into()),
+        }
+    }
+}
+
+/// Reads one length-prefixed JSON message.
+pub async fn read_message<T: for<'de> Deserialize<'de>>(
+    stream: &mut (impl AsyncRead + Unpin),
+) -> std::io::Result<T> {
+    let len = stream.read_u32().await?;
+    if len == 0 || len > MAX_MESSAGE {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("control message of {len} bytes (limit {MAX_MESSAGE})"),
+        ));
+    }
+    let mut buf = vec![0u8; len as usize];
+    stream.read_exact(&mut buf).await?;
+    serde_json::from_slice(&buf)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+}
+
+/// Writes one length-prefixed JSON message.
+pub async fn write_message<T: Serialize>(
+    stream: &mut (impl AsyncWrite + Unpin),
+    msg: &T,
+) -> std::io::Result<()> {
+    let bytes = serde_json::to_vec(msg).map_err(std::io::Error::other)?;
+    let len = u32::try_from(bytes.len())
+        .ok()
+        .filter(|&l| l <= MAX_MESSAGE)
+        .ok_or_else(|| {
+            std::io::Error::new(std::io::ErrorKind::InvalidData, "control message too large")
+        })?;
+    stream.write_u32(len).await?;
+    stream.write_all(&bytes).await?;
+    stream.flush().await
+}

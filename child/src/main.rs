@@ -1,5 +1,6 @@
 //! `wfhost-child`: runs under `wfhost supervise` and hosts work for it;
-//! `exec` wraps a plain command so it can be supervised like a workflow.
+//! `exec` wraps a plain command so it can be supervised like a workflow,
+//! `demo` runs the demo workflow of the `wfhost demo` tour.
 
 mod cli;
 

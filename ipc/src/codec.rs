@@ -103,6 +103,7 @@ impl<V> BoundedVisitor<V> {
 macro_rules! forward_deserialize {
     ($($method:ident($($arg:ident: $ty:ty),*);)*) => {
         $(
+            #[inline]
             fn $method<V: Visitor<'de>>(self, $($arg: $ty,)* visitor: V) -> Result<V::Value, D::Error> {
                 self.inner.$method($($arg,)* BoundedVisitor::new(visitor, self.budget))
             }
@@ -165,6 +166,7 @@ impl<'de, D: Deserializer<'de>> Deserializer<'de> for BoundedDe<D> {
 macro_rules! forward_visit {
     ($($method:ident($ty:ty);)*) => {
         $(
+            #[inline]
             fn $method<E: serde::de::Error>(self, v: $ty) -> Result<Self::Value, E> {
                 self.inner.$method(v)
             }
@@ -249,6 +251,7 @@ impl<'de, V: Visitor<'de>> Visitor<'de> for BoundedVisitor<V> {
 impl<'de, S: DeserializeSeed<'de>> DeserializeSeed<'de> for BoundedSeed<S> {
     type Value = S::Value;
 
+    #[inline]
     fn deserialize<D: Deserializer<'de>>(self, de: D) -> Result<S::Value, D::Error> {
         self.inner.deserialize(BoundedDe {
             inner: de,
@@ -266,6 +269,7 @@ impl<S> BoundedSeed<S> {
 impl<'de, A: SeqAccess<'de>> SeqAccess<'de> for BoundedAccess<A> {
     type Error = A::Error;
 
+    #[inline]
     fn next_element_seed<T: DeserializeSeed<'de>>(
         &mut self,
         seed: T,

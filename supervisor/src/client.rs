@@ -48,6 +48,17 @@ impl Target {
 
     /// Sends `request` and returns the response's data.
     pub fn call(&self, request: Request) -> Result<serde_json::Value, CallError> {
+        self.exchange(request, |_| {})
+    }
+
+    /// Connects, sends `request`, reads the response, then (for streaming
+    /// requests) hands every further message to `each` until the
+    /// supervisor closes the stream.
+    fn exchange(
+        &self,
+        request: Request,
+        mut each: impl FnMut(serde_json::Value),
+    ) -> Result<serde_json::Value, CallError> {
         let path = self.socket()?;
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_io()
@@ -56,7 +67,7 @@ impl Target {
                 code: exit::FAILED,
                 message: format!("cannot start the async runtime: {e}"),
             })?;
-        let response: Response = runtime.block_on(async {
+        runtime.block_on(async {
             let mut stream = tokio::net::UnixStream::connect(&path).await.map_err(|e| CallError {
                 code: exit::UNREACHABLE,
                 message: format!(
@@ -64,30 +75,36 @@ impl Target {
                     path.display()
                 ),
             })?;
-            let envelope = Envelope { v: control::VERSION, request };
             let broken = |e: std::io::Error| CallError {
                 code: exit::UNREACHABLE,
                 message: format!("the supervisor at {} did not answer: {e}", path.display()),
             };
+            let envelope = Envelope { v: control::VERSION, request };
             control::write_message(&mut stream, &envelope).await.map_err(broken)?;
-            control::read_message(&mut stream).await.map_err(broken)
-        })?;
-        if response.ok {
-            Ok(response.data.unwrap_or(serde_json::Value::Null))
-        } else {
-            Err(CallError {
-                code: response.code.unwrap_or(exit::FAILED),
-                message: response
-                    .error
-                    .unwrap_or_else(|| "the supervisor reported a failure".into()),
-            })
-        }
+            let response: Response = control::read_message(&mut stream).await.map_err(broken)?;
+            if !response.ok {
+                return Err(CallError {
+                    code: response.code.unwrap_or(exit::FAILED),
+                    message: response.error.unwrap_or_else(|| "the supervisor reported a failure".into()),
+                });
+            }
+            let data = response.data.unwrap_or(serde_json::Value::Null);
+            if data["streaming"] == true {
+                loop {
+                    match control::read_message::<serde_json::Value>(&mut stream).await {
+                        Ok(message) => each(message),
+                        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => break,
+                        Err(e) => return Err(broken(e)),
+                    }
+                }
+            }
+            Ok(data)
+        })
     }
 }
 
-/// Runs `f` on a successful call, or prints the error; returns the exit code.
-pub fn run(target: &Target, request: Request, f: impl FnOnce(serde_json::Value)) -> u8 {
-    match target.call(request) {
+fn report(result: Result<serde_json::Value, CallError>, f: impl FnOnce(serde_json::Value)) -> u8 {
+    match result {
         Ok(data) => {
             f(data);
             exit::OK
@@ -97,4 +114,15 @@ pub fn run(target: &Target, request: Request, f: impl FnOnce(serde_json::Value))
             e.code
         }
     }
+}
+
+/// Runs `f` on a successful call, or prints the error; returns the exit code.
+pub fn run(target: &Target, request: Request, f: impl FnOnce(serde_json::Value)) -> u8 {
+    report(target.call(request), f)
+}
+
+/// Runs a streaming request, printing each message with `each`; returns
+/// the exit code.
+pub fn stream(target: &Target, request: Request, each: impl FnMut(serde_json::Value)) -> u8 {
+    report(target.exchange(request, each), |_| {})
 }

@@ -74,13 +74,6 @@ pub struct Config {
     pub deployments: Vec<DeploymentConfig>,
 }
 
-impl Config {
-    /// The deployment named `id`.
-    pub fn deployment(&self, id: &str) -> Option<&DeploymentConfig> {
-        self.deployments.iter().find(|d| d.id == id)
-    }
-}
-
 /// `[supervisor]`: settings of the supervisor process itself.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SupervisorSettings {

@@ -11,7 +11,14 @@
 //! ← {"ok":true,"data":{"deployments":[…]}}
 //! → {"v":1,"cmd":"kill","deployment":"billing"}
 //! ← {"ok":false,"code":1,"error":"unknown deployment \"billing\"; …"}
+//! → {"v":1,"cmd":"send","deployment":"billing","payload_hex":"6869"}
+//! ← {"ok":true,"data":{"id":17}}
 //! ```
+//!
+//! `events` is the one streaming request: after its `{"ok":true}` response
+//! the supervisor writes one message per event (`{"seq":…,"at_ms":…,
+//! "deployment":…,"kind":…,"body":…}`) until the backlog is done or, with
+//! `follow`, until the client hangs up.
 
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -45,6 +52,44 @@ pub enum Request {
     Kill {
         /// The deployment.
         deployment: String,
+    },
+    /// Drain a deployment; it stays drained until resumed.
+    Drain {
+        /// The deployment.
+        deployment: String,
+    },
+    /// Start a drained or failed deployment again.
+    Resume {
+        /// The deployment.
+        deployment: String,
+    },
+    /// Replace a deployment's child; answered with the new pid.
+    Recycle {
+        /// The deployment.
+        deployment: String,
+        /// Why, for the journal.
+        reason: Option<String>,
+    },
+    /// A signed operator cancel of one run, or of every run.
+    Cancel {
+        /// The deployment.
+        deployment: String,
+        /// The run; every run when absent.
+        run: Option<String>,
+    },
+    /// Accept mail; answered once it is durable, with its id.
+    Send {
+        /// The deployment.
+        deployment: String,
+        /// The payload, hex-encoded.
+        payload_hex: String,
+    },
+    /// The durable event stream from a cursor, optionally followed live.
+    Events {
+        /// Print events with a sequence number above this.
+        after: u64,
+        /// Keep streaming new events.
+        follow: bool,
     },
 }
 

@@ -3,17 +3,21 @@
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Context, bail};
 use nix::unistd::{Gid, Uid};
 use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::{broadcast, oneshot};
 use tracing::{debug, warn};
 
 use crate::config::SupervisorSettings;
 use crate::control::{self, Envelope, Request, Response, SOCKET_NAME};
-use crate::deployment;
+use crate::deployment::{self, DeploymentHandle};
 use crate::exit;
+use crate::recycle::Origin;
+use crate::shared::{Shared, unix_ms};
 use crate::supervisor::Registry;
 
 /// Where the control socket lives: `$RUNTIME_DIRECTORY` when systemd sets
@@ -36,12 +40,25 @@ pub struct Server {
     path: PathBuf,
     admin_gid: Option<Gid>,
     registry: Registry,
+    shared: Arc<Shared>,
+}
+
+/// What a client handler needs.
+#[derive(Clone)]
+struct ClientContext {
+    registry: Registry,
+    shared: Arc<Shared>,
+    admin_gid: Option<Gid>,
 }
 
 impl Server {
     /// Binds the socket with mode 0600. A stale socket (nobody answers) is
     /// replaced; a live one belongs to another supervisor and is refused.
-    pub fn bind(settings: &SupervisorSettings, registry: Registry) -> anyhow::Result<Self> {
+    pub fn bind(
+        settings: &SupervisorSettings,
+        registry: Registry,
+        shared: Arc<Shared>,
+    ) -> anyhow::Result<Self> {
         let path = socket_path(settings);
         if path.exists() {
             match std::os::unix::net::UnixStream::connect(&path) {
@@ -64,8 +81,6 @@ impl Server {
         }
         let listener = UnixListener::bind(&path)
             .with_context(|| format!("cannot bind the control socket {}", path.display()))?;
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
-            .with_context(|| format!("cannot set mode 0600 on {}", path.display()))?;
         let admin_gid = match &settings.admin_group {
             Some(name) => match nix::unistd::Group::from_name(name) {
                 Ok(Some(g)) => Some(g.gid),
@@ -73,11 +88,23 @@ impl Server {
             },
             None => None,
         };
+        // 0600 unless an admin group is configured: then the group may
+        // connect too (SO_PEERCRED still checks every caller).
+        let mode = if let Some(gid) = admin_gid {
+            nix::unistd::chown(&path, None, Some(gid))
+                .with_context(|| format!("cannot give {} to admin_group", path.display()))?;
+            0o660
+        } else {
+            0o600
+        };
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))
+            .with_context(|| format!("cannot set mode {mode:o} on {}", path.display()))?;
         Ok(Self {
             listener,
             path,
             admin_gid,
             registry,
+            shared,
         })
     }
 
@@ -91,9 +118,12 @@ impl Server {
         loop {
             match self.listener.accept().await {
                 Ok((stream, _)) => {
-                    let registry = self.registry.clone();
-                    let admin_gid = self.admin_gid;
-                    tokio::spawn(async move { serve_client(stream, registry, admin_gid).await });
+                    let ctx = ClientContext {
+                        registry: self.registry.clone(),
+                        shared: self.shared.clone(),
+                        admin_gid: self.admin_gid,
+                    };
+                    tokio::spawn(serve_client(stream, ctx));
                 }
                 Err(e) => {
                     warn!(error = %e, "control socket accept failed");
@@ -129,42 +159,55 @@ fn admitted(uid: u32, gid: u32, admin_gid: Option<Gid>) -> bool {
     }
 }
 
-async fn serve_client(mut stream: UnixStream, registry: Registry, admin_gid: Option<Gid>) {
-    let response = match stream.peer_cred() {
-        Ok(cred) if admitted(cred.uid(), cred.gid(), admin_gid) => {
+async fn serve_client(mut stream: UnixStream, ctx: ClientContext) {
+    let request = match stream.peer_cred() {
+        Ok(cred) if admitted(cred.uid(), cred.gid(), ctx.admin_gid) => {
             match control::read_message::<Envelope>(&mut stream).await {
-                Ok(envelope) if envelope.v != control::VERSION => Response::failed(
+                Ok(envelope) if envelope.v != control::VERSION => Err(Response::failed(
                     exit::USAGE,
                     format!(
                         "control protocol version {} is not spoken here (supervisor speaks {}); use a matching wfhost",
                         envelope.v,
                         control::VERSION
                     ),
-                ),
-                Ok(envelope) => answer(envelope.request, &registry).await,
+                )),
+                Ok(envelope) => Ok(envelope.request),
                 Err(e) => {
                     debug!(error = %e, "unreadable control request");
-                    Response::failed(exit::USAGE, format!("unreadable control request: {e}"))
+                    Err(Response::failed(
+                        exit::USAGE,
+                        format!("unreadable control request: {e}"),
+                    ))
                 }
             }
         }
         Ok(cred) => {
             warn!(uid = cred.uid(), pid = ?cred.pid(), "refused a control-socket client");
-            Response::failed(
+            Err(Response::failed(
                 exit::FAILED,
                 format!(
                     "permission denied: uid {} is not root, the supervisor's user, or in its admin_group; \
                      run as one of those or ask for admin_group membership",
                     cred.uid()
                 ),
-            )
+            ))
         }
-        Err(e) => Response::failed(exit::FAILED, format!("cannot read peer credentials: {e}")),
+        Err(e) => Err(Response::failed(
+            exit::FAILED,
+            format!("cannot read peer credentials: {e}"),
+        )),
+    };
+    let response = match request {
+        Ok(Request::Events { after, follow }) => {
+            return stream_events(stream, &ctx.shared, after, follow).await;
+        }
+        Ok(request) => answer(request, &ctx).await,
+        Err(response) => response,
     };
     let _ = control::write_message(&mut stream, &response).await;
 }
 
-fn lookup(registry: &Registry, id: &str) -> Result<deployment::DeploymentHandle, Response> {
+fn lookup(registry: &Registry, id: &str) -> Result<DeploymentHandle, Response> {
     let map = registry.read().unwrap_or_else(|p| p.into_inner());
     map.get(id).cloned().ok_or_else(|| {
         let known: Vec<&str> = map.keys().map(String::as_str).collect();
@@ -178,28 +221,208 @@ fn lookup(registry: &Registry, id: &str) -> Result<deployment::DeploymentHandle,
     })
 }
 
-async fn answer(request: Request, registry: &Registry) -> Response {
-    match request {
+/// Sends `request` to a deployment and awaits its answer.
+async fn ask<T>(
+    handle: &DeploymentHandle,
+    request: impl FnOnce(oneshot::Sender<Result<T, String>>) -> deployment::Request,
+) -> Result<T, Response> {
+    let (tx, rx) = oneshot::channel();
+    let gone = || {
+        Response::failed(
+            exit::FAILED,
+            "the deployment is shutting down; nothing was done",
+        )
+    };
+    handle
+        .requests
+        .send(request(tx))
+        .await
+        .map_err(|_| gone())?;
+    match rx.await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(Response::failed(exit::FAILED, e)),
+        Err(_) => Err(gone()),
+    }
+}
+
+async fn answer(request: Request, ctx: &ClientContext) -> Response {
+    match answer_inner(request, ctx).await {
+        Ok(r) | Err(r) => r,
+    }
+}
+
+async fn answer_inner(request: Request, ctx: &ClientContext) -> Result<Response, Response> {
+    use serde_json::json;
+    Ok(match request {
         Request::Status => {
-            let now = Instant::now();
-            let handles: Vec<_> = registry
+            let handles: Vec<DeploymentHandle> = ctx
+                .registry
                 .read()
                 .unwrap_or_else(|p| p.into_inner())
                 .values()
                 .cloned()
                 .collect();
-            let deployments: Vec<_> = handles.iter().map(|h| h.snapshot().to_json(now)).collect();
-            Response::ok(serde_json::json!({ "deployments": deployments }))
+            let ids: Vec<String> = handles.iter().map(|h| h.config().id.clone()).collect();
+            let counts = ctx
+                .shared
+                .store
+                .call(move |s| {
+                    ids.iter()
+                        .map(|id| s.mail_counts(id))
+                        .collect::<Result<Vec<_>, _>>()
+                })
+                .await
+                .map_err(|e| Response::failed(exit::FAILED, e.to_string()))?
+                .map_err(|e| Response::failed(exit::FAILED, e.to_string()))?;
+            let now = Instant::now();
+            let deployments: Vec<_> = handles
+                .iter()
+                .zip(&counts)
+                .map(|(h, mail)| h.snapshot().to_json(now, mail))
+                .collect();
+            Response::ok(json!({ "deployments": deployments }))
         }
-        Request::Kill { deployment } => match lookup(registry, &deployment) {
-            Err(r) => r,
-            Ok(handle) => match handle.requests.send(deployment::Request::Kill).await {
-                Ok(()) => Response::ok(serde_json::json!({ "deployment": deployment })),
-                Err(_) => Response::failed(
+        Request::Kill { deployment } => {
+            let handle = lookup(&ctx.registry, &deployment)?;
+            if handle
+                .requests
+                .send(deployment::Request::Kill)
+                .await
+                .is_err()
+            {
+                return Err(Response::failed(
                     exit::FAILED,
                     format!("deployment {deployment:?} is shutting down"),
-                ),
-            },
-        },
+                ));
+            }
+            Response::ok(json!({ "deployment": deployment }))
+        }
+        Request::Drain { deployment } => {
+            let handle = lookup(&ctx.registry, &deployment)?;
+            let message = ask(&handle, |reply| deployment::Request::Drain { reply }).await?;
+            Response::ok(json!({ "deployment": deployment, "message": message }))
+        }
+        Request::Resume { deployment } => {
+            let handle = lookup(&ctx.registry, &deployment)?;
+            let message = ask(&handle, |reply| deployment::Request::Resume { reply }).await?;
+            Response::ok(json!({ "deployment": deployment, "message": message }))
+        }
+        Request::Recycle { deployment, reason } => {
+            let handle = lookup(&ctx.registry, &deployment)?;
+            let old = handle.snapshot().pid;
+            let reason = reason.unwrap_or_else(|| "operator request".into());
+            let pid = ask(&handle, |reply| deployment::Request::Recycle {
+                origin: Origin::Operator,
+                reason,
+                reply: Some(reply),
+            })
+            .await?;
+            Response::ok(json!({ "deployment": deployment, "old_pid": old, "pid": pid }))
+        }
+        Request::Cancel { deployment, run } => {
+            let handle = lookup(&ctx.registry, &deployment)?;
+            let r = run.clone();
+            let seq = ask(&handle, |reply| deployment::Request::Cancel {
+                run: r,
+                reply,
+            })
+            .await?;
+            Response::ok(json!({ "deployment": deployment, "run": run, "journal_seq": seq }))
+        }
+        Request::Send {
+            deployment,
+            payload_hex,
+        } => {
+            let handle = lookup(&ctx.registry, &deployment)?;
+            let cfg = handle.config();
+            let payload = hex::decode(&payload_hex)
+                .map_err(|e| Response::failed(exit::USAGE, format!("payload is not hex: {e}")))?;
+            if payload.len() as u64 > u64::from(cfg.max_mail_bytes) {
+                return Err(Response::failed(
+                    exit::FAILED,
+                    format!(
+                        "payload of {} bytes exceeds max_mail_bytes ({} bytes) of {deployment}; nothing was accepted",
+                        payload.len(),
+                        cfg.max_mail_bytes
+                    ),
+                ));
+            }
+            let (id, limit, at) = (deployment.clone(), cfg.max_inbox, unix_ms());
+            let mail_id = ctx
+                .shared
+                .store
+                .call(move |s| s.enqueue_mail(&id, &payload, limit, at))
+                .await
+                .map_err(|e| Response::failed(exit::FAILED, e.to_string()))?
+                .map_err(|e| Response::failed(exit::FAILED, e.to_string()))?;
+            ctx.shared
+                .event("mail_accepted", Some(&deployment), json!({"id": mail_id}));
+            let _ = handle.requests.send(deployment::Request::MailArrived).await;
+            Response::ok(json!({ "deployment": deployment, "id": mail_id }))
+        }
+        Request::Events { .. } => Response::failed(exit::USAGE, "events is a streaming request"),
+    })
+}
+
+/// Events from the cursor, then (with `follow`) live ones, with no gap and
+/// no duplicate: subscribe first, read the backlog, then skip whatever the
+/// backlog already gave. A follower that falls behind the live feed reads
+/// the missed events back from the store.
+async fn stream_events(mut stream: UnixStream, shared: &Shared, after: u64, follow: bool) {
+    let mut live = shared.events.subscribe();
+    if control::write_message(
+        &mut stream,
+        &Response::ok(serde_json::json!({"streaming": true})),
+    )
+    .await
+    .is_err()
+    {
+        return;
+    }
+    let mut last = after;
+    if backlog(&mut stream, shared, &mut last).await.is_err() || !follow {
+        return;
+    }
+    loop {
+        match live.recv().await {
+            Ok(event) if event.seq <= last => {}
+            Ok(event) => {
+                last = event.seq;
+                if control::write_message(&mut stream, &event).await.is_err() {
+                    return;
+                }
+            }
+            Err(broadcast::error::RecvError::Lagged(_)) => {
+                if backlog(&mut stream, shared, &mut last).await.is_err() {
+                    return;
+                }
+            }
+            Err(broadcast::error::RecvError::Closed) => return,
+        }
+    }
+}
+
+/// Writes every stored event after `*last`, advancing it.
+async fn backlog(stream: &mut UnixStream, shared: &Shared, last: &mut u64) -> Result<(), ()> {
+    const PAGE: usize = 1000;
+    loop {
+        let after = *last;
+        let page = match shared
+            .store
+            .call(move |s| s.events_after(after, PAGE))
+            .await
+        {
+            Ok(Ok(page)) => page,
+            _ => return Err(()),
+        };
+        for event in &page {
+            *last = event.seq;
+            control::write_message(stream, event)
+                .await
+                .map_err(|_| ())?;
+        }
+        if page.len() < PAGE {
+            return Ok(());
+        }
     }
 }

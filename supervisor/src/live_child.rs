@@ -3,8 +3,8 @@
 //! `kill_timeout`, always reaped).
 
 use std::process::ExitStatus;
-use std::sync::Arc;
-use std::time::Instant;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
@@ -14,20 +14,36 @@ use tokio::sync::mpsc;
 use tokio::time::sleep_until;
 use tracing::{debug, error, info, warn};
 use wfhost_ipc::handshake::{
-    ENV_CHANNEL_ID, ENV_CONTROL_FD, ENV_DEPLOYMENT, ENV_PROTOCOL, ENV_SUPERVISOR_KEY,
+    CONTROL_FD, ENV_CHANNEL_ID, ENV_CONTROL_FD, ENV_DEPLOYMENT, ENV_PROTOCOL, ENV_SUPERVISOR_KEY,
 };
 use wfhost_ipc::{
-    Control, Event, FrameReader, FrameWriter, Grants, Limits, PROTOCOL_VERSION, ProtocolViolation,
-    TransportError, Welcome, handshake::CONTROL_FD, key,
+    CancelOrigin, Control, Event, FrameReader, FrameWriter, Grants, Limits, PROTOCOL_VERSION,
+    ProtocolViolation, TransportError, Welcome, key,
 };
+use wfhost_policy::drain::BudgetState;
 use wfhost_policy::kill::KillEscalation;
 use wfhost_policy::liveness::Liveness;
+use wfhost_policy::recycle::{Jitter, RecycleBounds};
+use wfhost_policy::steps::{DrainTracker, Escalation};
 
+use crate::cancel::{self, CancelQueue};
 use crate::config::DeploymentConfig;
 use crate::deployment::Request;
-use crate::shared::Shared;
+use crate::drain::{self, Purpose};
+use crate::grants;
+use crate::mail::{self, Dispatch};
+use crate::procfs::RssReader;
+use crate::recycle::{self, Origin, Trigger};
+use crate::shared::{Shared, unix_ms};
 use crate::spawn::{ChildSpec, Spawned};
-use crate::status::State;
+use crate::status::{DrainView, State, Status, StepView};
+
+/// Most steps a child may have in flight; more is a protocol violation
+/// (every size is bounded, DESIGN §9).
+const MAX_STEPS_IN_FLIGHT: usize = 10_000;
+
+/// Longest reason or kind text taken from a child.
+const MAX_REASON_CHARS: usize = 512;
 
 /// Longest child output line kept in the log; the rest is cut.
 const MAX_LOG_LINE: usize = 16 * 1024;
@@ -48,16 +64,13 @@ pub enum EndReason {
     Hung,
     /// It sent no `Ready` within `ready_timeout` and was killed.
     NotReady,
+    /// An operator killed it (`wfhost kill`).
+    Killed,
     /// The supervisor stopped it on request.
     Stopped(ExitStatus),
 }
 
 impl EndReason {
-    /// Whether this counts as a crash for the restart policy.
-    pub fn is_crash(&self) -> bool {
-        !matches!(self, Self::Stopped(_))
-    }
-
     /// One line for logs, status and the journal.
     pub fn describe(&self) -> String {
         match self {
@@ -66,6 +79,7 @@ impl EndReason {
             Self::Violation(v) => format!("protocol violation: {v}"),
             Self::Hung => "hung: no pong within liveness_timeout".to_owned(),
             Self::NotReady => "no Ready within ready_timeout".to_owned(),
+            Self::Killed => "killed by an operator".to_owned(),
             Self::Stopped(s) => format!("stopped: {}", describe_status(*s)),
         }
     }
@@ -84,23 +98,55 @@ pub fn describe_status(status: ExitStatus) -> String {
     }
 }
 
+/// How a ready child's wiring ended.
+#[derive(Debug)]
+pub enum Ending {
+    /// It ended on its own or was killed for misbehaving: the restart policy
+    /// decides what follows.
+    Crashed(EndReason),
+    /// The supervisor is stopping and the child is stopped.
+    Stopped(EndReason),
+    /// An operator drain completed and the child is stopped.
+    Drained(EndReason),
+    /// A recycle drained and stopped the child; a new one is due.
+    Recycled(Trigger, EndReason),
+}
+
 /// A child while it lives.
 pub struct LiveChild {
     cfg: Arc<DeploymentConfig>,
     shared: Arc<Shared>,
+    status: Arc<Mutex<Status>>,
     child: Child,
     pid: u32,
     channel_id: String,
     reader: FrameReader<Event>,
     writer: FrameWriter<Control>,
+    grants: Grants,
     /// When it was spawned.
     pub started_at: Instant,
+    /// When its grants were read, if it has a grants file.
+    pub grants_read_at: Option<Instant>,
+    /// The budget's state at the last status update, to log transitions.
+    budget_state: BudgetState,
 }
 
 impl LiveChild {
-    /// Spawns a child for `cfg` with a fresh channel id and records it in
-    /// the store, so a later supervisor can clean it up after a crash.
-    pub async fn spawn(cfg: Arc<DeploymentConfig>, shared: Arc<Shared>) -> Result<Self, EndReason> {
+    /// Spawns a child for `cfg` with a fresh channel id and freshly read
+    /// grants, and records it in the store so a later supervisor can clean
+    /// it up after a crash.
+    pub async fn spawn(
+        cfg: Arc<DeploymentConfig>,
+        shared: Arc<Shared>,
+        status: Arc<Mutex<Status>>,
+    ) -> Result<Self, EndReason> {
+        let (grants, grants_read_at) = match &cfg.grants_file {
+            Some(path) => {
+                let (g, at) = grants::read(path).map_err(EndReason::SpawnFailed)?;
+                (g, Some(at))
+            }
+            None => (Grants::default(), None),
+        };
         let channel_id = wfhost_ipc::new_channel_id()
             .map_err(|e| EndReason::SpawnFailed(format!("cannot mint a channel id: {e}")))?;
         let spec = child_spec(
@@ -128,21 +174,23 @@ impl LiveChild {
         }
         shared.remember_child(&cfg.id, pid, &channel_id);
         info!(deployment = %cfg.id, pid, channel = %channel_id, "spawned");
-        shared.journal(
-            "spawn",
-            Some(&cfg.id),
-            serde_json::json!({"pid": pid, "channel_id": channel_id}),
-        );
+        let body = serde_json::json!({"pid": pid, "channel_id": channel_id});
+        shared.journal("spawn", Some(&cfg.id), body.clone());
+        shared.event("spawned", Some(&cfg.id), body);
         let (reader, writer) = wfhost_ipc::split(control, cfg.max_frame_bytes);
         Ok(Self {
             cfg,
             shared,
+            status,
             child,
             pid,
             channel_id,
             reader,
             writer,
+            grants,
             started_at,
+            grants_read_at,
+            budget_state: BudgetState::Idle,
         })
     }
 
@@ -156,35 +204,60 @@ impl LiveChild {
         &self.channel_id
     }
 
+    fn update(&self, f: impl FnOnce(&mut Status)) {
+        f(&mut self.status.lock().unwrap_or_else(|p| p.into_inner()));
+    }
+
     /// Hello → Welcome → Ready within `ready_timeout`. On failure the child
     /// is killed and reaped and the reason returned; a stop request during
-    /// the handshake stops the child the usual way.
+    /// the handshake stops the child the usual way. A drain asked for in the
+    /// meantime is returned, to start as soon as the child is ready.
     pub async fn handshake(
         &mut self,
         requests: &mut mpsc::Receiver<Request>,
-    ) -> Result<(), EndReason> {
+    ) -> Result<Option<Purpose>, EndReason> {
         enum Outcome {
             Reason(EndReason),
             Stop,
         }
+        let mut pending = None;
         let deadline = tokio::time::Instant::now() + self.cfg.ready_timeout;
-        let hello = exchange_hello(
-            &mut self.reader,
-            &mut self.writer,
-            &self.cfg,
-            &self.channel_id,
-        );
-        let outcome = tokio::select! {
-            r = tokio::time::timeout_at(deadline, hello) => match r {
-                Ok(Ok(())) => return Ok(()),
-                Ok(Err(reason)) => Outcome::Reason(reason),
-                Err(_) => Outcome::Reason(EndReason::NotReady),
-            },
-            status = self.child.wait() => Outcome::Reason(match status {
-                Ok(s) => EndReason::Exited(s),
-                Err(e) => EndReason::Violation(format!("cannot wait for child: {e}")),
-            }),
-            _ = requests.recv() => Outcome::Stop,
+        let outcome = {
+            let hello = exchange_hello(
+                &mut self.reader,
+                &mut self.writer,
+                &self.cfg,
+                &self.channel_id,
+                &self.grants,
+            );
+            tokio::pin!(hello);
+            loop {
+                tokio::select! {
+                    r = tokio::time::timeout_at(deadline, &mut hello) => break match r {
+                        Ok(Ok(())) => return Ok(pending),
+                        Ok(Err(reason)) => Outcome::Reason(reason),
+                        Err(_) => Outcome::Reason(EndReason::NotReady),
+                    },
+                    status = self.child.wait() => break Outcome::Reason(match status {
+                        Ok(s) => EndReason::Exited(s),
+                        Err(e) => EndReason::Violation(format!("cannot wait for child: {e}")),
+                    }),
+                    request = requests.recv() => match request {
+                        None | Some(Request::Stop) => break Outcome::Stop,
+                        Some(Request::Kill) => break Outcome::Reason(EndReason::Killed),
+                        Some(Request::Drain { reply }) => {
+                            pending = Some(Purpose::Operator);
+                            let _ = reply.send(Ok(format!("{} will drain as soon as its new child is ready", self.cfg.id)));
+                        }
+                        Some(Request::Recycle { reply: Some(reply), .. }) => {
+                            // A fresh child is already starting: that is the recycle.
+                            let _ = reply.send(Ok(self.pid));
+                        }
+                        Some(Request::Recycle { reply: None, .. } | Request::MailArrived) => {}
+                        Some(other) => refuse_while(&self.cfg.id, "starting", other),
+                    },
+                }
+            }
         };
         Err(match outcome {
             Outcome::Reason(reason) => self.kill_for(reason).await,
@@ -192,79 +265,580 @@ impl LiveChild {
         })
     }
 
-    /// Runs a ready child until it ends or is stopped on request.
+    /// Serves a ready child until it ends, is stopped, drained or recycled.
+    /// `pending` is a drain asked for while the child was starting.
     pub async fn run(
         &mut self,
         requests: &mut mpsc::Receiver<Request>,
-        set_state: impl Fn(State),
-    ) -> EndReason {
-        let mut liveness = Liveness::new(
-            self.cfg.liveness_interval,
-            self.cfg.liveness_timeout,
-            Instant::now(),
-        );
+        policy_interval: Duration,
+        pending: Option<Purpose>,
+    ) -> Ending {
+        let now = Instant::now();
+        let mut session = pending.map(|p| drain::Session::new(p, now, self.cfg.drain_deadline));
+        let mut liveness =
+            Liveness::new(self.cfg.liveness_interval, self.cfg.liveness_timeout, now);
+        let mut tracker = DrainTracker::new();
+        let mut cancels = CancelQueue::default();
+        let mut dispatch = Dispatch::default();
+        let rss = RssReader::open(self.pid).ok();
+        let bounds = recycle::bounds(&self.cfg);
+        self.publish_drain(&tracker, session.as_ref(), now);
+        let jitter = recycle::jitter(&self.channel_id);
+        let mut next_policy = now + policy_interval;
+        if let Some(s) = &session {
+            self.send_drain(&mut tracker, s, now).await;
+        }
         loop {
-            let wake = tokio::time::Instant::from_std(liveness.next_wake(Instant::now()));
+            let now = Instant::now();
+            if let Some(s) = &session
+                && s.complete(tracker.steps().is_empty())
+            {
+                let purpose = self.end_drain(&mut tracker, session.take(), now, "drained");
+                let end = self.stop(requests).await;
+                return self.conclude(purpose, end, &mut cancels);
+            }
+            if session.is_none()
+                && let Some(n) = dispatch.to_take()
+            {
+                self.deliver_mail(&mut dispatch, n).await;
+            }
+            if cancels.due(now).is_some() {
+                self.commit_cancel(&mut cancels).await;
+            }
+
+            let wakes = [
+                Some(liveness.next_wake(now)),
+                tracker.deadline(),
+                session.as_ref().and_then(|s| s.deadline),
+                cancels.wake(),
+                Some(next_policy),
+            ];
+            let wake = wakes
+                .into_iter()
+                .flatten()
+                .min()
+                .unwrap_or(now + policy_interval);
             tokio::select! {
                 event = self.reader.next() => match event {
                     Ok(Some(event)) => {
-                        if let Err(reason) = self.on_event(event, &mut liveness) {
-                            return self.kill_for(reason).await;
+                        let now = Instant::now();
+                        match self.on_event(event, &mut liveness, &mut tracker, &mut dispatch, now).await {
+                            Ok(Reaction::Nothing) => {}
+                            Ok(Reaction::Drained) => {
+                                if let Some(s) = session.as_mut() {
+                                    s.drained = true;
+                                }
+                            }
+                            Ok(Reaction::Recycle(trigger)) => {
+                                let purpose = Purpose::Recycle(trigger);
+                                self.drain_for(purpose, &mut session, &mut tracker, now).await;
+                            }
+                            Err(reason) => {
+                                let end = self.kill_for(reason).await;
+                                return self.conclude(session.map(|s| s.purpose), end, &mut cancels);
+                            }
                         }
+                        self.publish_drain(&tracker, session.as_ref(), now);
                     }
                     Ok(None) => {
                         debug!(deployment = %self.cfg.id, pid = self.pid, "child closed its control channel");
-                        return self.await_exit_after_close(set_state).await;
+                        let end = self.await_exit_after_close().await;
+                        let purpose = self.end_drain(&mut tracker, session.take(), Instant::now(), "child exited");
+                        return self.conclude(purpose, end, &mut cancels);
                     }
-                    Err(e) => return self.kill_for(transport(e)).await,
+                    Err(e) => {
+                        let end = self.kill_for(transport(e)).await;
+                        return self.conclude(session.map(|s| s.purpose), end, &mut cancels);
+                    }
                 },
-                status = self.child.wait() => return self.exited(status),
-                _ = sleep_until(wake) => {
+                status = self.child.wait() => {
+                    let end = self.exited(status);
+                    let purpose = self.end_drain(&mut tracker, session.take(), Instant::now(), "child exited");
+                    return self.conclude(purpose, end, &mut cancels);
+                }
+                _ = sleep_until(tokio::time::Instant::from_std(wake)) => {
                     let now = Instant::now();
                     if liveness.hung(now) {
-                        return self.kill_for(EndReason::Hung).await;
+                        let end = self.kill_for(EndReason::Hung).await;
+                        return self.conclude(session.map(|s| s.purpose), end, &mut cancels);
                     }
                     if let Some(nonce) = liveness.ping_due(now)
                         && let Err(e) = self.writer.send(Control::Ping { nonce }).await
                     {
                         debug!(deployment = %self.cfg.id, pid = self.pid, error = %e, "ping not sent");
                     }
+                    if let Some(escalation) = tracker.poll(now) {
+                        self.escalate(escalation, &mut cancels);
+                        self.publish_drain(&tracker, session.as_ref(), now);
+                    }
+                    if let Some(s) = &session
+                        && s.deadline.is_some_and(|d| now >= d)
+                    {
+                        warn!(deployment = %self.cfg.id, pid = self.pid, purpose = s.purpose.as_str(),
+                            "drain_deadline passed before the child drained; stopping it");
+                        let purpose = self.end_drain(&mut tracker, session.take(), now, "drain_deadline passed");
+                        let end = self.stop(requests).await;
+                        return self.conclude(purpose, end, &mut cancels);
+                    }
+                    if now >= next_policy {
+                        next_policy = now + policy_interval;
+                        if let Some(trigger) = self.policy_check(rss.as_ref(), &bounds, jitter, now)
+                            && session.is_none()
+                        {
+                            self.drain_for(Purpose::Recycle(trigger), &mut session, &mut tracker, now).await;
+                        }
+                    }
                 }
-                request = requests.recv() => match request {
-                    Some(Request::Stop) | None => {
-                        set_state(State::Stopping);
-                        return self.stop(requests).await;
+                request = requests.recv() => {
+                    let now = Instant::now();
+                    match request {
+                        None | Some(Request::Stop) => {
+                            self.drain_for(Purpose::Stop, &mut session, &mut tracker, now).await;
+                        }
+                        Some(Request::Kill) => {
+                            warn!(deployment = %self.cfg.id, pid = self.pid, "operator forced SIGKILL");
+                            signal_group(self.pid, Signal::SIGKILL);
+                        }
+                        Some(Request::Drain { reply }) => {
+                            let budget = self.cfg.drain_timeout;
+                            self.drain_for(Purpose::Operator, &mut session, &mut tracker, now).await;
+                            let _ = reply.send(Ok(format!(
+                                "draining {} (pid {}) under a {} budget; it stays drained until `wfhost resume`",
+                                self.cfg.id, self.pid, humantime(budget)
+                            )));
+                        }
+                        Some(Request::Resume { reply }) => {
+                            let _ = reply.send(Err(format!("{} is not drained (pid {} is live)", self.cfg.id, self.pid)));
+                        }
+                        Some(Request::Recycle { origin, reason, reply }) => {
+                            let trigger = Trigger::new(origin, reason, reply);
+                            self.drain_for(Purpose::Recycle(trigger), &mut session, &mut tracker, now).await;
+                        }
+                        Some(Request::Cancel { run, reply }) => self.operator_cancel(run, reply, &tracker, &mut cancels),
+                        Some(Request::MailArrived) => dispatch.want(),
                     }
-                    Some(Request::Kill) => {
-                        warn!(deployment = %self.cfg.id, pid = self.pid, "operator forced SIGKILL");
-                        signal_group(self.pid, Signal::SIGKILL);
-                    }
-                },
+                    self.publish_drain(&tracker, session.as_ref(), now);
+                }
             }
         }
     }
 
-    fn on_event(&mut self, event: Event, liveness: &mut Liveness) -> Result<(), EndReason> {
+    /// Reacts to one event from a ready child.
+    async fn on_event(
+        &mut self,
+        event: Event,
+        liveness: &mut Liveness,
+        tracker: &mut DrainTracker,
+        dispatch: &mut Dispatch,
+        now: Instant,
+    ) -> Result<Reaction, EndReason> {
+        let id = &self.cfg.id;
         match event {
             Event::Pong { nonce } => {
-                liveness.on_pong(nonce, Instant::now());
+                liveness.on_pong(nonce, now);
             }
             Event::Hello(_) | Event::Ready => return Err(unexpected(event.name(), "ready")),
-            other => {
-                debug!(deployment = %self.cfg.id, pid = self.pid, event = other.name(), "event")
+            Event::StepStarted { run, step, drain } => {
+                if tracker.steps().len() >= MAX_STEPS_IN_FLIGHT {
+                    return Err(EndReason::Violation(format!(
+                        "more than {MAX_STEPS_IN_FLIGHT} steps in flight"
+                    )));
+                }
+                self.shared.event(
+                    "step_started",
+                    Some(id),
+                    serde_json::json!({"run": run, "step": step, "drain": drain.as_str()}),
+                );
+                tracker.on_step_started(run, step, drain, now);
+            }
+            Event::StepFinished { run, step, outcome } => {
+                tracker.on_step_finished(&run, &step, now);
+                self.shared.event(
+                    "step_finished",
+                    Some(id),
+                    serde_json::json!({"run": run, "step": step, "outcome": mail::outcome_text(&outcome)}),
+                );
+            }
+            Event::RunTerminal { run, outcome } => {
+                tracker.on_run_terminal(&run, now);
+                self.shared.event(
+                    "run_terminal",
+                    Some(id),
+                    serde_json::json!({"run": run, "outcome": mail::outcome_text(&outcome)}),
+                );
+            }
+            Event::MailAck {
+                id: mail_id,
+                outcome,
+            } => {
+                let (deployment, text) = (id.clone(), mail::outcome_text(&outcome));
+                let at = unix_ms();
+                match self
+                    .shared
+                    .store
+                    .call(move |s| s.ack_mail(&deployment, mail_id, &text, at))
+                    .await
+                {
+                    Ok(Ok(true)) => {
+                        dispatch.acked();
+                        self.shared.event(
+                            "mail_done",
+                            Some(id),
+                            serde_json::json!({"id": mail_id}),
+                        );
+                    }
+                    Ok(Ok(false)) => {
+                        debug!(deployment = %id, mail = mail_id, "ack for mail not in processing; ignored")
+                    }
+                    Ok(Err(e)) => {
+                        error!(deployment = %id, mail = mail_id, error = %e, "cannot record a mail ack")
+                    }
+                    Err(e) => {
+                        error!(deployment = %id, mail = mail_id, error = %e, "cannot record a mail ack")
+                    }
+                }
+            }
+            Event::Drained => {
+                self.shared
+                    .event("drained", Some(id), serde_json::json!({"pid": self.pid}));
+                return Ok(Reaction::Drained);
+            }
+            Event::RecycleRequest { reason } => {
+                let reason: String = reason.chars().take(MAX_REASON_CHARS).collect();
+                info!(deployment = %id, pid = self.pid, reason = %reason, "the child asked to be recycled");
+                return Ok(Reaction::Recycle(Trigger::new(
+                    Origin::SelfRequest,
+                    reason,
+                    None,
+                )));
+            }
+            Event::Custom { kind, bytes } => {
+                let kind: String = kind.chars().take(MAX_REASON_CHARS).collect();
+                self.shared.event(
+                    "custom",
+                    Some(id),
+                    serde_json::json!({"kind": kind, "bytes": bytes.len()}),
+                );
             }
         }
-        Ok(())
+        Ok(Reaction::Nothing)
+    }
+
+    /// Starts a drain for `purpose`, or merges it into the drain under way.
+    async fn drain_for(
+        &mut self,
+        purpose: Purpose,
+        session: &mut Option<drain::Session>,
+        tracker: &mut DrainTracker,
+        now: Instant,
+    ) {
+        match session {
+            Some(s) => {
+                let lost = s.merge(purpose, now, self.cfg.drain_deadline);
+                if let Some(Purpose::Recycle(trigger)) = lost {
+                    trigger.answer(Err(format!(
+                        "not recycled: {} is being {} ({})",
+                        self.cfg.id,
+                        if matches!(s.purpose, Purpose::Stop) {
+                            "stopped"
+                        } else {
+                            "drained"
+                        },
+                        s.purpose.as_str()
+                    )));
+                }
+            }
+            None => {
+                let s = drain::Session::new(purpose, now, self.cfg.drain_deadline);
+                self.send_drain(tracker, &s, now).await;
+                *session = Some(s);
+            }
+        }
+    }
+
+    /// Tells the child to drain and starts the budget.
+    async fn send_drain(&mut self, tracker: &mut DrainTracker, s: &drain::Session, now: Instant) {
+        let budget = self.cfg.drain_timeout;
+        tracker.begin_drain(now, budget);
+        let budget_ms = budget.as_millis() as u64;
+        let mut body = serde_json::json!({"pid": self.pid, "purpose": s.purpose.as_str(), "budget_ms": budget_ms});
+        if let Purpose::Recycle(t) = &s.purpose {
+            body["origin"] = t.origin.as_str().into();
+            body["reason"] = t.reason.clone().into();
+        }
+        info!(deployment = %self.cfg.id, pid = self.pid, purpose = s.purpose.as_str(), budget = %humantime(budget), "draining");
+        self.shared
+            .journal("drain", Some(&self.cfg.id), body.clone());
+        self.shared.event("drain_started", Some(&self.cfg.id), body);
+        self.update(|st| st.state = State::Draining);
+        if let Err(e) = self.writer.send(Control::Drain { budget_ms }).await {
+            debug!(deployment = %self.cfg.id, pid = self.pid, error = %e, "drain not sent");
+        }
+    }
+
+    /// Ends the budget of a drain that is over, for whatever reason.
+    fn end_drain(
+        &mut self,
+        tracker: &mut DrainTracker,
+        session: Option<drain::Session>,
+        now: Instant,
+        why: &str,
+    ) -> Option<Purpose> {
+        let s = session?;
+        let used = tracker.used(now);
+        tracker.end_drain(now);
+        self.shared.event(
+            "drain_ended",
+            Some(&self.cfg.id),
+            serde_json::json!({"purpose": s.purpose.as_str(), "why": why, "used_ms": used.as_millis() as u64}),
+        );
+        self.publish_drain(tracker, None, now);
+        Some(s.purpose)
+    }
+
+    /// Copies the drain budget and the steps in flight into the status, and
+    /// logs the budget pausing and resuming.
+    fn publish_drain(
+        &mut self,
+        tracker: &DrainTracker,
+        session: Option<&drain::Session>,
+        now: Instant,
+    ) {
+        let d = tracker.status(now);
+        if d.active && d.state != self.budget_state {
+            let kind = match d.state {
+                BudgetState::Paused => Some("drain_paused"),
+                BudgetState::Running if self.budget_state == BudgetState::Paused => {
+                    Some("drain_resumed")
+                }
+                _ => None,
+            };
+            if let Some(kind) = kind {
+                debug!(deployment = %self.cfg.id, pid = self.pid, used = ?d.used, "{kind}");
+                self.shared.event(
+                    kind,
+                    Some(&self.cfg.id),
+                    serde_json::json!({"used_ms": d.used.as_millis() as u64}),
+                );
+            }
+        }
+        self.budget_state = d.state;
+        let steps: Vec<StepView> = tracker
+            .steps()
+            .iter()
+            .map(|(run, step, b)| StepView {
+                run: run.to_owned(),
+                step: step.to_owned(),
+                drain: b.as_str(),
+            })
+            .collect();
+        let purpose = session.map(|s| s.purpose.as_str().to_owned());
+        let budget_ms = d.budget.unwrap_or(self.cfg.drain_timeout).as_millis() as u64;
+        self.update(|st| {
+            st.drain = DrainView {
+                active: d.active,
+                budget_ms,
+                used_ms: d.used.as_millis() as u64,
+                running_since: (d.state == BudgetState::Running).then_some(now),
+                escalated: d.escalated || (st.drain.escalated && d.active),
+                purpose,
+            };
+            st.steps = steps;
+        });
+    }
+
+    /// The budget ran out: a signed cancel for every run that still had
+    /// cancel-behaviour work, each committed before it is sent.
+    fn escalate(&mut self, escalation: Escalation, cancels: &mut CancelQueue) {
+        let reason = format!("drain budget of {} spent", humantime(escalation.budget));
+        warn!(deployment = %self.cfg.id, pid = self.pid, runs = ?escalation.runs, "{reason}; cancelling");
+        self.shared.event(
+            "drain_escalated",
+            Some(&self.cfg.id),
+            serde_json::json!({"runs": escalation.runs, "budget_ms": escalation.budget.as_millis() as u64}),
+        );
+        for run in escalation.runs {
+            let signed = cancel::sign(
+                &self.shared.key,
+                CancelOrigin::SupervisorDrain,
+                &self.cfg.id,
+                Some(run),
+                reason.clone(),
+            );
+            cancels.push(signed, None);
+        }
+        self.update(|st| {
+            st.drain.escalated = true;
+            st.cancels_pending = cancels.len();
+        });
+    }
+
+    /// An operator's signed cancel of one run, or of every run.
+    fn operator_cancel(
+        &mut self,
+        run: Option<String>,
+        reply: cancel::Reply,
+        tracker: &DrainTracker,
+        cancels: &mut CancelQueue,
+    ) {
+        if let Some(r) = &run
+            && !tracker.steps().runs().any(|x| x == r)
+        {
+            let in_flight: Vec<&str> = tracker.steps().runs().collect();
+            let _ = reply.send(Err(format!(
+                "run {r:?} has no step in flight in {}; runs in flight: {}",
+                self.cfg.id,
+                if in_flight.is_empty() {
+                    "none".to_owned()
+                } else {
+                    in_flight.join(", ")
+                }
+            )));
+            return;
+        }
+        let signed = cancel::sign(
+            &self.shared.key,
+            CancelOrigin::Operator,
+            &self.cfg.id,
+            run,
+            "operator cancel".into(),
+        );
+        cancels.push(signed, Some(reply));
+        self.update(|st| st.cancels_pending = cancels.len());
+    }
+
+    /// Commits the next cancel to the journal and, only once it is durable,
+    /// sends it. A refusal is retried with backoff and shown in status.
+    async fn commit_cancel(&mut self, cancels: &mut CancelQueue) {
+        let Some(pending) = cancels.due(Instant::now()) else {
+            return;
+        };
+        let body = cancel::journal_body(&pending.signed);
+        match self
+            .shared
+            .journal_durably("cancel", &self.cfg.id, body.clone())
+            .await
+        {
+            Ok(seq) => {
+                if let Some(p) = cancels.committed() {
+                    info!(deployment = %self.cfg.id, pid = self.pid, journal_seq = seq, run = ?p.signed.record.run,
+                        origin = p.signed.record.origin.as_str(), "cancel committed to the journal; sending it");
+                    let mut event = body;
+                    event["journal_seq"] = seq.into();
+                    self.shared
+                        .event("cancel_committed", Some(&self.cfg.id), event);
+                    let sent = self.writer.send(Control::Cancel(p.signed)).await;
+                    if let Some(reply) = p.reply {
+                        let _ = reply.send(sent.map(|()| seq).map_err(|e| {
+                            format!("committed as journal record {seq}, but not delivered: {e}")
+                        }));
+                    }
+                }
+                self.update(|st| {
+                    st.journal_error = None;
+                    st.cancels_pending = cancels.len();
+                });
+            }
+            Err(e) => {
+                let (attempt, delay) = cancels.refused(Instant::now());
+                error!(deployment = %self.cfg.id, pid = self.pid, attempt, retry_in = ?delay, error = %e,
+                    "the journal refused a signed cancel; it is not sent until committed; retrying");
+                self.update(|st| {
+                    st.journal_error = Some(e);
+                    st.cancels_pending = cancels.len();
+                });
+            }
+        }
+    }
+
+    /// Sends up to `n` items from the head of the inbox.
+    async fn deliver_mail(&mut self, dispatch: &mut Dispatch, n: usize) {
+        let deployment = self.cfg.id.clone();
+        let items = match self
+            .shared
+            .store
+            .call(move |s| s.take_mail(&deployment, n))
+            .await
+        {
+            Ok(Ok(items)) => items,
+            Ok(Err(e)) => {
+                error!(deployment = %self.cfg.id, error = %e, "cannot take mail from the inbox");
+                dispatch.took(0, n);
+                return;
+            }
+            Err(e) => {
+                error!(deployment = %self.cfg.id, error = %e, "cannot take mail from the inbox");
+                dispatch.took(0, n);
+                return;
+            }
+        };
+        let got = items.len();
+        for item in items {
+            // A failed send ends the wiring soon; the item is in processing
+            // and goes back to the inbox then.
+            if let Err(e) = self
+                .writer
+                .send(Control::Mail {
+                    id: item.id,
+                    payload: item.payload,
+                })
+                .await
+            {
+                debug!(deployment = %self.cfg.id, pid = self.pid, error = %e, "mail not sent");
+                break;
+            }
+        }
+        dispatch.took(got, n);
+    }
+
+    /// One policy tick: reads RSS and checks the recycle bounds in order.
+    fn policy_check(
+        &mut self,
+        rss: Option<&RssReader>,
+        bounds: &RecycleBounds,
+        jitter: Jitter,
+        now: Instant,
+    ) -> Option<Trigger> {
+        let rss_bytes = rss.and_then(|r| r.tree_rss().ok());
+        self.update(|st| st.rss_bytes = rss_bytes);
+        let sample = recycle::sample(self.started_at, rss_bytes, self.grants_read_at, now);
+        let reason = bounds.check(&sample, jitter)?;
+        let text = recycle::policy_reason(reason, &sample, bounds);
+        info!(deployment = %self.cfg.id, pid = self.pid, reason = %text, "recycle bound passed");
+        Some(Trigger::new(Origin::Policy, text, None))
+    }
+
+    /// Maps how the wiring ended and why it was being drained to what the
+    /// deployment does next. Cancels not yet committed die with the child.
+    fn conclude(
+        &mut self,
+        purpose: Option<Purpose>,
+        end: EndReason,
+        cancels: &mut CancelQueue,
+    ) -> Ending {
+        cancels.abandon("the child ended before the cancel was committed");
+        self.update(|st| {
+            st.cancels_pending = 0;
+            st.steps.clear();
+            st.drain.active = false;
+            st.drain.running_since = None;
+        });
+        match purpose {
+            None => Ending::Crashed(end),
+            Some(Purpose::Stop) => Ending::Stopped(end),
+            Some(Purpose::Operator) => Ending::Drained(end),
+            Some(Purpose::Recycle(trigger)) => Ending::Recycled(trigger, end),
+        }
     }
 
     /// The child closed its channel: it is on its way out. Give it
     /// `kill_timeout` to exit, then make sure.
-    async fn await_exit_after_close(&mut self, set_state: impl Fn(State)) -> EndReason {
+    async fn await_exit_after_close(&mut self) -> EndReason {
         let deadline = tokio::time::Instant::now() + self.cfg.kill_timeout;
         match tokio::time::timeout_at(deadline, self.child.wait()).await {
             Ok(status) => self.exited(status),
             Err(_) => {
-                set_state(State::Stopping);
+                self.update(|st| st.state = State::Stopping);
                 self.kill_for(EndReason::Violation(
                     "closed its control channel but did not exit".into(),
                 ))
@@ -303,6 +877,7 @@ impl LiveChild {
     /// SIGTERM to the group, SIGKILL after `kill_timeout` (or at once when
     /// an operator forces it), then reap.
     pub async fn stop(&mut self, requests: &mut mpsc::Receiver<Request>) -> EndReason {
+        self.update(|st| st.state = State::Stopping);
         info!(deployment = %self.cfg.id, pid = self.pid, "stopping: SIGTERM to process group");
         let _ = self.writer.send(Control::Shutdown).await;
         signal_group(self.pid, Signal::SIGTERM);
@@ -320,7 +895,7 @@ impl LiveChild {
                 }
                 _ = sleep_until(deadline), if !escalation.has_fired() => {
                     if escalation.poll(Instant::now()) {
-                        warn!(deployment = %self.cfg.id, pid = self.pid, kill_timeout = ?self.cfg.kill_timeout,
+                        warn!(deployment = %self.cfg.id, pid = self.pid, kill_timeout = %humantime(self.cfg.kill_timeout),
                             "child did not exit after SIGTERM; sending SIGKILL");
                         signal_group(self.pid, Signal::SIGKILL);
                     }
@@ -333,13 +908,51 @@ impl LiveChild {
                             signal_group(self.pid, Signal::SIGKILL);
                         }
                     }
-                    Some(_) => {}
+                    Some(other) => refuse_while(&self.cfg.id, "stopping", other),
                     None => requests_open = false,
                 },
                 // Keep reading so a chatty child never blocks on a full socket.
                 _ = self.reader.next() => {}
             }
         }
+    }
+}
+
+/// What an event asks of the loop beyond bookkeeping.
+enum Reaction {
+    Nothing,
+    Drained,
+    Recycle(Trigger),
+}
+
+/// Answers a request that cannot be served in `state`.
+pub fn refuse_while(id: &str, state: &str, request: Request) {
+    let why = format!("{id} is {state}; try again once it is ready");
+    match request {
+        Request::Drain { reply } | Request::Resume { reply } => {
+            let _ = reply.send(Err(why));
+        }
+        Request::Recycle { reply, .. } => {
+            if let Some(reply) = reply {
+                let _ = reply.send(Err(why));
+            }
+        }
+        Request::Cancel { reply, .. } => {
+            let _ = reply.send(Err(why));
+        }
+        Request::Stop | Request::Kill | Request::MailArrived => {}
+    }
+}
+
+/// "60s", "1.5s", "250ms".
+pub fn humantime(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms % 1000 == 0 {
+        format!("{}s", ms / 1000)
+    } else if ms >= 1000 {
+        format!("{:.1}s", d.as_secs_f64())
+    } else {
+        format!("{ms}ms")
     }
 }
 
@@ -356,6 +969,7 @@ async fn exchange_hello(
     writer: &mut FrameWriter<Control>,
     cfg: &DeploymentConfig,
     channel_id: &str,
+    grants: &Grants,
 ) -> Result<(), EndReason> {
     let hello = match reader.next().await {
         Ok(Some(Event::Hello(h))) => h,
@@ -368,7 +982,7 @@ async fn exchange_hello(
         .map_err(|v| EndReason::Violation(v.to_string()))?;
     let welcome = Welcome {
         deployment: cfg.id.clone(),
-        grants_snapshot: Grants::default(),
+        grants_snapshot: grants.clone(),
         limits: Limits {
             max_frame_bytes: cfg.max_frame_bytes,
             max_mail_bytes: cfg.max_mail_bytes,

@@ -1,20 +1,27 @@
 //! `wfhost`: the supervisor and the operator's CLI in one binary.
 
+mod cancel;
 mod client;
 mod commands;
 mod config;
 mod control;
 mod control_server;
 mod deployment;
+mod drain;
+mod grants;
 mod journal;
 mod live_child;
 mod logging;
+mod mail;
+mod notify;
 mod procfs;
+mod recycle;
 mod shared;
 mod signing_key;
 mod spawn;
 mod status;
 mod store;
+mod store_handle;
 mod supervisor;
 
 use std::process::ExitCode;
@@ -48,6 +55,18 @@ enum Command {
     Supervise(commands::supervise::Args),
     /// Show every deployment: state, pid, uptime, restarts, last exit.
     Status(commands::status::Args),
+    /// Replace a deployment's child without losing mail; prints the new pid.
+    Recycle(commands::recycle::Args),
+    /// Drain a deployment under its budget; it stays drained until resumed.
+    Drain(commands::drain::Args),
+    /// Start a drained or failed deployment again.
+    Resume(commands::resume::Args),
+    /// Cancel a run (or every run) with a signed, journaled request.
+    Cancel(commands::cancel::Args),
+    /// Accept mail for a deployment (durable before it returns).
+    Send(commands::send::Args),
+    /// Print the durable event stream, optionally following it live.
+    Events(commands::events::Args),
     /// SIGKILL a deployment's child now, even one stuck stopping.
     Kill(commands::kill::Args),
     /// Validate a config file; errors name the file, line and column.
@@ -75,6 +94,12 @@ fn main() -> ExitCode {
     let code = match cli.command {
         Command::Supervise(args) => commands::supervise::run(args),
         Command::Status(args) => commands::status::run(args),
+        Command::Recycle(args) => commands::recycle::run(args),
+        Command::Drain(args) => commands::drain::run(args),
+        Command::Resume(args) => commands::resume::run(args),
+        Command::Cancel(args) => commands::cancel::run(args),
+        Command::Send(args) => commands::send::run(args),
+        Command::Events(args) => commands::events::run(args),
         Command::Kill(args) => commands::kill::run(args),
         Command::CheckConfig(args) => commands::check_config::run(args),
         Command::Keygen(args) => commands::keygen::run(args),

@@ -36,6 +36,84 @@ pub fn is_same_process(pid: u32, start_time: u64) -> bool {
     !zombie && parse_start_time(&stat) == Some(start_time)
 }
 
+/// Resident memory of one process tree, read cheaply: the leader's
+/// `/proc/PID/statm` stays open and is re-read with `pread` each tick (a
+/// kept fd reads fresh values, and fails once the pid is reaped, so a
+/// reused pid is never misread); descendants are found through
+/// `/proc/PID/task/TID/children`, so a command hosted by `wfhost-child exec`
+/// counts too.
+#[derive(Debug)]
+pub struct RssReader {
+    pid: u32,
+    statm: std::fs::File,
+    page_size: u64,
+}
+
+impl RssReader {
+    /// Opens the leader's `statm`.
+    pub fn open(pid: u32) -> io::Result<Self> {
+        let statm = std::fs::File::open(format!("/proc/{pid}/statm"))?;
+        // SAFETY: sysconf has no preconditions.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        Ok(Self {
+            pid,
+            statm,
+            page_size: u64::try_from(page).unwrap_or(4096),
+        })
+    }
+
+    /// Resident bytes of the leader and all its descendants.
+    pub fn tree_rss(&self) -> io::Result<u64> {
+        let mut total = read_resident(&self.statm)? * self.page_size;
+        let mut stack = children(self.pid);
+        let mut seen = 0;
+        while let Some(pid) = stack.pop() {
+            // A bounded walk: a fork bomb must not stall the policy tick.
+            seen += 1;
+            if seen > 4096 {
+                break;
+            }
+            if let Ok(f) = std::fs::File::open(format!("/proc/{pid}/statm"))
+                && let Ok(pages) = read_resident(&f)
+            {
+                total += pages * self.page_size;
+            }
+            stack.extend(children(pid));
+        }
+        Ok(total)
+    }
+}
+
+/// The resident-pages field of a `statm` file, read from offset 0.
+fn read_resident(file: &std::fs::File) -> io::Result<u64> {
+    use std::os::unix::fs::FileExt;
+    let mut buf = [0u8; 256];
+    let n = file.read_at(&mut buf, 0)?;
+    let text =
+        std::str::from_utf8(&buf[..n]).map_err(|_| io::Error::from(io::ErrorKind::InvalidData))?;
+    text.split_whitespace()
+        .nth(1)
+        .and_then(|f| f.parse().ok())
+        .ok_or_else(|| io::Error::from(io::ErrorKind::InvalidData))
+}
+
+/// Direct children of every thread of `pid`.
+fn children(pid: u32) -> Vec<u32> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for task in tasks.flatten() {
+        if let Ok(text) = std::fs::read_to_string(task.path().join("children")) {
+            out.extend(
+                text.split_whitespace()
+                    .filter_map(|p| p.parse::<u32>().ok()),
+            );
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -53,5 +131,23 @@ mod tests {
         let t = start_time(me).expect("own stat");
         assert!(is_same_process(me, t));
         assert!(!is_same_process(me, t + 1));
+    }
+
+    #[test]
+    fn rss_of_a_tree_includes_children() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .expect("spawn sleep");
+        let me = RssReader::open(std::process::id()).expect("own statm");
+        let alone = read_resident(&me.statm).expect("read") * me.page_size;
+        let tree = me.tree_rss().expect("tree");
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(alone > 0);
+        assert!(
+            tree > alone,
+            "the sleeping child adds its pages: {tree} vs {alone}"
+        );
     }
 }

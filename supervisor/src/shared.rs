@@ -1,26 +1,35 @@
 //! What every deployment task shares: the store, the signing key and the
-//! spawner. Store calls are short synchronous SQLite transactions.
+//! spawner.
 
-use std::sync::Mutex;
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use ed25519_dalek::SigningKey;
+use tokio::sync::broadcast;
 use tracing::error;
 
 use crate::journal::NewJournalEntry;
 use crate::procfs;
 use crate::spawn::Spawner;
-use crate::store::{ChildRecord, SqliteStore, Store};
+use crate::store::{ChildRecord, EventRecord};
+use crate::store_handle::StoreHandle;
 
 /// State shared by the supervisor's tasks.
 pub struct Shared {
-    /// The durable store.
-    pub store: Mutex<SqliteStore>,
+    /// The durable store, on its own thread.
+    pub store: StoreHandle,
     /// The key that signs journal records and cancels.
-    pub key: SigningKey,
+    pub key: Arc<SigningKey>,
     /// The one thread that forks children.
     pub spawner: Spawner,
+    /// Live feed of events as they are committed, for `wfhost events --follow`.
+    pub events: broadcast::Sender<EventRecord>,
+    /// How many events the store keeps.
+    pub event_retention: u64,
 }
+
+/// Events between two prunings of the event table.
+const PRUNE_EVERY: u64 = 1024;
 
 /// Unix time in milliseconds, for records meant to outlive this process.
 pub fn unix_ms() -> u64 {
@@ -30,26 +39,48 @@ pub fn unix_ms() -> u64 {
         .unwrap_or(0)
 }
 
+fn entry(kind: &str, deployment: Option<&str>, body: serde_json::Value) -> NewJournalEntry {
+    NewJournalEntry {
+        at_ms: unix_ms(),
+        kind: kind.to_owned(),
+        deployment: deployment.map(str::to_owned),
+        body,
+    }
+}
+
 impl Shared {
-    /// Runs `f` on the store; a poisoned lock (a panic elsewhere) still
-    /// yields the store, whose transactions are atomic anyway.
-    pub fn with_store<T>(&self, f: impl FnOnce(&mut SqliteStore) -> T) -> T {
-        let mut guard = self.store.lock().unwrap_or_else(|p| p.into_inner());
-        f(&mut guard)
+    /// Queues a signed journal record describing what already happened; a
+    /// failure is logged, not fatal.
+    pub fn journal(&self, kind: &str, deployment: Option<&str>, body: serde_json::Value) {
+        let entry = entry(kind, deployment, body);
+        let key = self.key.clone();
+        self.store.submit(move |s| {
+            let (kind, deployment) = (entry.kind.clone(), entry.deployment.clone());
+            if let Err(e) = s.append_journal(&key, entry) {
+                error!(kind, deployment, error = %e, "cannot append to the journal");
+            }
+        });
     }
 
-    /// Appends a signed journal record; a failure is logged, not fatal,
-    /// for records that only describe what already happened.
-    pub fn journal(&self, kind: &str, deployment: Option<&str>, body: serde_json::Value) {
-        let entry = NewJournalEntry {
-            at_ms: unix_ms(),
-            kind: kind.to_owned(),
-            deployment: deployment.map(str::to_owned),
-            body,
-        };
-        if let Err(e) = self.with_store(|s| s.append_journal(&self.key, entry)) {
-            error!(kind, deployment, error = %e, "cannot append to the journal");
-        }
+    /// Appends a signed journal record and waits until it is durable: for
+    /// records that gate what happens next (a cancel is sent only once
+    /// committed). Returns the record's sequence number.
+    pub async fn journal_durably(
+        &self,
+        kind: &str,
+        deployment: &str,
+        body: serde_json::Value,
+    ) -> Result<u64, String> {
+        let entry = entry(kind, Some(deployment), body);
+        let key = self.key.clone();
+        self.store
+            .call(move |s| {
+                s.append_journal(&key, entry)
+                    .map(|r| r.seq)
+                    .map_err(|e| e.to_string())
+            })
+            .await
+            .map_err(|e| e.to_string())?
     }
 
     /// Records a live child so a supervisor restarted after a crash can
@@ -69,15 +100,51 @@ impl Shared {
             channel_id: channel_id.to_owned(),
             spawned_at_ms: unix_ms(),
         };
-        if let Err(e) = self.with_store(|s| s.record_child(&record)) {
-            error!(deployment, pid, error = %e, "cannot record the child in the store");
-        }
+        self.store.submit(move |s| {
+            if let Err(e) = s.record_child(&record) {
+                error!(deployment = %record.deployment, pid, error = %e, "cannot record the child in the store");
+            }
+        });
     }
 
     /// Forgets a child that has been reaped.
     pub fn forget_child(&self, deployment: &str, pid: u32) {
-        if let Err(e) = self.with_store(|s| s.forget_child(deployment, pid)) {
-            error!(deployment, pid, error = %e, "cannot remove the child from the store");
-        }
+        let deployment = deployment.to_owned();
+        self.store.submit(move |s| {
+            if let Err(e) = s.forget_child(&deployment, pid) {
+                error!(deployment, pid, error = %e, "cannot remove the child from the store");
+            }
+        });
+    }
+}
+
+impl Shared {
+    /// Appends an event to the durable event log, then hands it to live
+    /// followers; keeps the log within `event_retention`.
+    pub fn event(&self, kind: &str, deployment: Option<&str>, body: serde_json::Value) {
+        let kind = kind.to_owned();
+        let deployment = deployment.map(str::to_owned);
+        let feed = self.events.clone();
+        let retention = self.event_retention;
+        self.store.submit(move |s| {
+            let at_ms = unix_ms();
+            match s.append_event(at_ms, deployment.as_deref(), &kind, &body) {
+                Ok(seq) => {
+                    let _ = feed.send(EventRecord {
+                        seq,
+                        at_ms,
+                        deployment,
+                        kind,
+                        body,
+                    });
+                    if seq % PRUNE_EVERY == 0
+                        && let Err(e) = s.prune_events(retention)
+                    {
+                        error!(error = %e, "cannot prune the event log");
+                    }
+                }
+                Err(e) => error!(kind, error = %e, "cannot append to the event log"),
+            }
+        });
     }
 }

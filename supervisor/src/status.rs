@@ -43,6 +43,66 @@ impl State {
     }
 }
 
+/// Mail held for a child being replaced, at most (DESIGN §5); the rest
+/// waits in the durable inbox.
+pub const BUFFERED_MAX: u64 = 256;
+
+/// The drain budget as last reported by the deployment's task; `used_ms`
+/// is extrapolated while the budget runs, so readers need not wake the task.
+#[derive(Debug, Clone, Default)]
+pub struct DrainView {
+    /// A drain is under way.
+    pub active: bool,
+    /// The budget in force (or configured, when idle).
+    pub budget_ms: u64,
+    /// Budget used when the view was taken.
+    pub used_ms: u64,
+    /// Set while the budget is ticking: when the view was taken.
+    pub running_since: Option<Instant>,
+    /// The budget ran out and a cancel was issued.
+    pub escalated: bool,
+    /// Why the drain started (operator, stop, recycle).
+    pub purpose: Option<String>,
+}
+
+/// The last recycle, for operators asking "why was it replaced?".
+#[derive(Debug, Clone, Serialize)]
+pub struct LastRecycle {
+    /// Who asked.
+    pub origin: &'static str,
+    /// Why.
+    pub reason: String,
+    /// Unix time in milliseconds when it completed.
+    pub at_ms: u64,
+    /// The replaced child's pid.
+    pub old_pid: Option<u32>,
+    /// The new child's pid.
+    pub new_pid: u32,
+}
+
+/// One step in flight, as shown in status.
+#[derive(Debug, Clone, Serialize)]
+pub struct StepView {
+    /// The run.
+    pub run: String,
+    /// The step.
+    pub step: String,
+    /// `cancel` or `wait`.
+    pub drain: &'static str,
+}
+
+/// Recycles by origin.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct RecycleCounts {
+    /// Bounds passed.
+    pub policy: u64,
+    /// Operator, signal or reload.
+    pub operator: u64,
+    /// The child asked.
+    #[serde(rename = "self")]
+    pub self_: u64,
+}
+
 /// The live facts of one deployment.
 #[derive(Debug, Clone)]
 pub struct Status {
@@ -56,39 +116,106 @@ pub struct Status {
     pub channel_id: Option<String>,
     /// When the live child was spawned.
     pub started_at: Option<Instant>,
+    /// When the live child's grants were read.
+    pub grants_read_at: Option<Instant>,
+    /// Resident memory of the child's process tree at the last policy tick.
+    pub rss_bytes: Option<u64>,
     /// Restarts after unexpected exits, over the supervisor's life.
     pub restarts: u32,
+    /// Recycles by origin.
+    pub recycles: RecycleCounts,
+    /// The last recycle.
+    pub last_recycle: Option<LastRecycle>,
+    /// The drain budget.
+    pub drain: DrainView,
+    /// Signed cancels waiting for the journal to accept them.
+    pub cancels_pending: usize,
+    /// Why the journal refused the last cancel commit, while it refuses.
+    pub journal_error: Option<String>,
+    /// Steps in flight.
+    pub steps: Vec<StepView>,
     /// Why the last child ended, for operators asking "why".
     pub last_exit: Option<String>,
+    /// A child of this deployment has been ready at least once (systemd's
+    /// `READY=1` waits for every deployment to get there or fail).
+    pub ever_ready: bool,
 }
 
 impl Status {
     /// A deployment that has not spawned anything yet.
-    pub fn new(id: &str) -> Self {
+    pub fn new(id: &str, drain_budget_ms: u64) -> Self {
         Self {
             id: id.to_owned(),
             state: State::Starting,
             pid: None,
             channel_id: None,
             started_at: None,
+            grants_read_at: None,
+            rss_bytes: None,
             restarts: 0,
+            recycles: RecycleCounts::default(),
+            last_recycle: None,
+            drain: DrainView {
+                budget_ms: drain_budget_ms,
+                ..DrainView::default()
+            },
+            cancels_pending: 0,
+            journal_error: None,
+            steps: Vec::new(),
             last_exit: None,
+            ever_ready: false,
         }
     }
 
-    /// The stable JSON shape of `wfhost status --json` (DESIGN §8).
-    pub fn to_json(&self, now: Instant) -> serde_json::Value {
-        let uptime_ms = self
-            .started_at
+    /// The budget used as of `now`.
+    pub fn drain_used_ms(&self, now: Instant) -> u64 {
+        let running = self
+            .drain
+            .running_since
             .map(|t| now.saturating_duration_since(t).as_millis() as u64)
             .unwrap_or(0);
+        (self.drain.used_ms + running).min(self.drain.budget_ms.max(self.drain.used_ms))
+    }
+
+    /// The stable JSON shape of `wfhost status --json` (DESIGN §8), with
+    /// `mail` counts supplied from the store.
+    pub fn to_json(&self, now: Instant, mail: &crate::store::MailCounts) -> serde_json::Value {
+        // Mail waiting for a child that is being replaced: delivered in
+        // order once the new child is installed.
+        let buffered = if self.state == State::Ready {
+            0
+        } else {
+            mail.inbox.min(BUFFERED_MAX)
+        };
+        let since =
+            |t: Option<Instant>| t.map(|t| now.saturating_duration_since(t).as_millis() as u64);
         serde_json::json!({
             "id": self.id,
             "state": self.state,
             "pid": self.pid,
             "channel_id": self.channel_id,
-            "uptime_ms": uptime_ms,
+            "uptime_ms": since(self.started_at).unwrap_or(0),
+            "rss_bytes": self.rss_bytes,
+            "grants_age_ms": since(self.grants_read_at),
             "restarts": self.restarts,
+            "recycles": self.recycles,
+            "last_recycle": self.last_recycle,
+            "drain": {
+                "active": self.drain.active,
+                "budget_ms": self.drain.budget_ms,
+                "used_ms": self.drain_used_ms(now),
+                "escalated": self.drain.escalated,
+                "purpose": self.drain.purpose,
+            },
+            "cancels_pending": self.cancels_pending,
+            "journal_error": self.journal_error,
+            "steps": self.steps,
+            "mail": {
+                "inbox": mail.inbox,
+                "processing": mail.processing,
+                "buffered": buffered,
+                "done": mail.done,
+            },
             "last_exit": self.last_exit,
         })
     }

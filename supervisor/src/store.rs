@@ -1,8 +1,9 @@
 //! The durable store (DESIGN §7) behind one trait, so the embedded SQLite
 //! default and a fleet's shared PostgreSQL look the same to the supervisor.
-//! It holds the journal and the children table today; mail and events
-//! arrive as new migrations.
+//! It holds the journal, the children table, mail and the event log.
 
+mod events;
+mod mail;
 mod sqlite;
 
 use std::path::{Path, PathBuf};
@@ -12,6 +13,8 @@ use rusqlite::ErrorCode;
 use thiserror::Error;
 
 use crate::journal::{JournalRecord, NewJournalEntry};
+pub use events::EventRecord;
+pub use mail::{MailCounts, MailItem};
 pub use sqlite::SqliteStore;
 
 /// A child the supervisor started, kept so a later supervisor can kill it
@@ -52,6 +55,68 @@ pub trait Store: Send {
 
     /// Journal records in seq order: all of them, or one deployment's.
     fn journal(&mut self, deployment: Option<&str>) -> Result<Vec<JournalRecord>, StoreError>;
+
+    /// Durably accepts one mail item into `deployment`'s inbox and returns
+    /// its id, or refuses with [`StoreError::InboxFull`] (writing nothing)
+    /// when `max_inbox` items already wait in its inbox and processing.
+    fn enqueue_mail(
+        &mut self,
+        deployment: &str,
+        payload: &[u8],
+        max_inbox: u64,
+        at_ms: u64,
+    ) -> Result<u64, StoreError>;
+
+    /// Moves the first `limit` inbox items (FIFO, by id) to processing and
+    /// returns them in that order, for sending to the child.
+    fn take_mail(&mut self, deployment: &str, limit: usize) -> Result<Vec<MailItem>, StoreError>;
+
+    /// Marks a processing item done with the child's outcome; `false` (and
+    /// no change) when it is not in processing for `deployment`, i.e. a
+    /// duplicate or unknown ack.
+    fn ack_mail(
+        &mut self,
+        deployment: &str,
+        id: u64,
+        outcome: &str,
+        at_ms: u64,
+    ) -> Result<bool, StoreError>;
+
+    /// Puts every unacknowledged item of `deployment` back at the head of
+    /// its inbox in original order (its child is gone); returns how many.
+    fn replay_mail(&mut self, deployment: &str) -> Result<u64, StoreError>;
+
+    /// [`Store::replay_mail`] for every deployment: at start-up, after a
+    /// supervisor died with mail in flight.
+    fn replay_all_mail(&mut self) -> Result<u64, StoreError>;
+
+    /// How many of `deployment`'s items are in each state.
+    fn mail_counts(&mut self, deployment: &str) -> Result<MailCounts, StoreError>;
+
+    /// Ids of `deployment`'s done items, ascending (for tests and audits).
+    fn mail_done_ids(&mut self, deployment: &str) -> Result<Vec<u64>, StoreError>;
+
+    /// Durably appends an event and returns its seq (strictly increasing,
+    /// never reused, even after pruning).
+    fn append_event(
+        &mut self,
+        at_ms: u64,
+        deployment: Option<&str>,
+        kind: &str,
+        body: &serde_json::Value,
+    ) -> Result<u64, StoreError>;
+
+    /// At most `limit` events with seq greater than `after`, ascending: a
+    /// follower's catch-up from its cursor.
+    fn events_after(&mut self, after: u64, limit: usize) -> Result<Vec<EventRecord>, StoreError>;
+
+    /// Deletes all but the newest `keep` events (retention); returns how
+    /// many were deleted.
+    fn prune_events(&mut self, keep: u64) -> Result<u64, StoreError>;
+
+    /// The highest seq ever assigned (0 when none), even if pruned since:
+    /// the cursor for following from now on.
+    fn last_event_seq(&mut self) -> Result<u64, StoreError>;
 }
 
 /// Why the store could not do what was asked; each names the database and
@@ -100,6 +165,16 @@ pub enum StoreError {
         found: i64,
         /// The newest version this build knows.
         known: i64,
+    },
+    /// A deployment's inbox is at its `max_inbox` limit; nothing was written.
+    #[error(
+        "deployment {deployment} is busy: {limit} mail items (its max_inbox) already wait in its inbox and processing\n  help: retry later, or raise max_inbox for {deployment} in the config"
+    )]
+    InboxFull {
+        /// The deployment.
+        deployment: String,
+        /// Its `max_inbox`.
+        limit: u64,
     },
     /// A stored row cannot be what wfhost wrote.
     #[error(

@@ -1,5 +1,6 @@
-//! The running supervisor: one task per deployment, plus clean-up of what
-//! a previous supervisor left behind.
+//! The running supervisor: one task per deployment, configuration reloads,
+//! fleet-wide requests (recycle all, stop all), and clean-up of what a
+//! previous supervisor left behind.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
@@ -13,32 +14,58 @@ use tracing::{info, warn};
 use crate::config::Config;
 use crate::deployment::{DeploymentHandle, Request};
 use crate::procfs;
+use crate::recycle::Origin;
 use crate::shared::Shared;
-use crate::store::Store;
+use crate::status::State;
 
 /// Live deployments by id, shared with the control socket.
 pub type Registry = Arc<RwLock<BTreeMap<String, DeploymentHandle>>>;
 
 /// The deployments under supervision.
 pub struct Supervisor {
+    shared: Arc<Shared>,
+    policy_interval: Duration,
     registry: Registry,
-    tasks: BTreeMap<String, JoinHandle<()>>,
+    tasks: Vec<(String, JoinHandle<()>)>,
+}
+
+/// What a reload changed.
+#[derive(Debug, Default)]
+pub struct ReloadSummary {
+    /// Deployments started.
+    pub added: Vec<String>,
+    /// Deployments stopped.
+    pub removed: Vec<String>,
+    /// Deployments recycled onto their new configuration.
+    pub changed: Vec<String>,
 }
 
 impl Supervisor {
     /// Starts a task for every configured deployment.
     pub fn start(config: &Config, shared: &Arc<Shared>) -> Self {
-        let mut handles = BTreeMap::new();
-        let mut tasks = BTreeMap::new();
+        let mut sup = Self {
+            shared: shared.clone(),
+            policy_interval: config.supervisor.policy_interval,
+            registry: Arc::new(RwLock::new(BTreeMap::new())),
+            tasks: Vec::new(),
+        };
         for d in &config.deployments {
-            let (handle, task) = DeploymentHandle::start(Arc::new(d.clone()), shared.clone());
-            handles.insert(d.id.clone(), handle);
-            tasks.insert(d.id.clone(), task);
+            sup.add(d);
         }
-        Self {
-            registry: Arc::new(RwLock::new(handles)),
-            tasks,
-        }
+        sup
+    }
+
+    fn add(&mut self, cfg: &crate::config::DeploymentConfig) {
+        let (handle, task) = DeploymentHandle::start(
+            Arc::new(cfg.clone()),
+            self.shared.clone(),
+            self.policy_interval,
+        );
+        self.registry
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(cfg.id.clone(), handle);
+        self.tasks.push((cfg.id.clone(), task));
     }
 
     /// The live deployments, for the control socket.
@@ -46,7 +73,8 @@ impl Supervisor {
         self.registry.clone()
     }
 
-    fn handles(&self) -> Vec<DeploymentHandle> {
+    /// Every live deployment's handle.
+    pub fn handles(&self) -> Vec<DeploymentHandle> {
         self.registry
             .read()
             .unwrap_or_else(|p| p.into_inner())
@@ -55,28 +83,131 @@ impl Supervisor {
             .collect()
     }
 
-    /// Stops every child (SIGTERM, SIGKILL after its `kill_timeout`) and
-    /// waits until all are reaped.
-    pub async fn stop_all(&mut self) {
+    /// Applies a new configuration: starts added deployments, stops removed
+    /// ones (drained under their budget), and recycles changed ones onto
+    /// their new settings (origin operator). Supervisor-wide settings other
+    /// than the deployments take effect at the next start.
+    pub async fn reload(&mut self, config: &Config) -> ReloadSummary {
+        let mut summary = ReloadSummary::default();
+        let current: BTreeMap<String, DeploymentHandle> = self
+            .registry
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        for (id, handle) in &current {
+            if !config.deployments.iter().any(|d| &d.id == id) {
+                self.registry
+                    .write()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(id);
+                let _ = handle.requests.send(Request::Stop).await;
+                summary.removed.push(id.clone());
+            }
+        }
+        for d in &config.deployments {
+            match current.get(&d.id) {
+                None => {
+                    self.add(d);
+                    summary.added.push(d.id.clone());
+                }
+                Some(handle) if *handle.config() != *d => {
+                    handle.reconfigure(Arc::new(d.clone()));
+                    let request = Request::Recycle {
+                        origin: Origin::Operator,
+                        reason: "config reload".into(),
+                        reply: None,
+                    };
+                    let _ = handle.requests.send(request).await;
+                    summary.changed.push(d.id.clone());
+                }
+                Some(_) => {}
+            }
+        }
+        self.tasks.retain(|(_, t)| !t.is_finished());
+        summary
+    }
+
+    /// Asks every deployment for a recycle (SIGUSR1).
+    pub async fn recycle_all(&self, reason: &str) {
+        for h in self.handles() {
+            let request = Request::Recycle {
+                origin: Origin::Operator,
+                reason: reason.to_owned(),
+                reply: None,
+            };
+            let _ = h.requests.send(request).await;
+        }
+    }
+
+    /// Whether every deployment has had a first Ready or has failed.
+    pub fn all_started(&self) -> bool {
+        self.handles().iter().all(|h| {
+            let s = h.snapshot();
+            s.ever_ready || s.state == State::Failed
+        })
+    }
+
+    /// The one-line summary for systemd's `STATUS=` and the SIGUSR2 dump,
+    /// e.g. `3 ready, 1 draining, 0 failed`.
+    pub fn summary(&self) -> String {
+        let mut counts: BTreeMap<&'static str, usize> = BTreeMap::new();
+        for h in self.handles() {
+            *counts.entry(h.snapshot().state.as_str()).or_default() += 1;
+        }
+        let ready = counts.remove("ready").unwrap_or(0);
+        let draining = counts.remove("draining").unwrap_or(0);
+        let failed = counts.remove("failed").unwrap_or(0);
+        let mut line = format!("{ready} ready, {draining} draining, {failed} failed");
+        for (state, n) in counts {
+            line.push_str(&format!(", {n} {state}"));
+        }
+        line
+    }
+
+    /// The longest a running drain may still need: the budget left plus the
+    /// kill timeout, for systemd's `EXTEND_TIMEOUT_USEC`. None when no drain
+    /// is within its budget.
+    pub fn drain_time_needed(registry: &Registry) -> Option<Duration> {
+        let now = Instant::now();
+        registry
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .filter_map(|h| {
+                let s = h.snapshot();
+                let left = s.drain.budget_ms.saturating_sub(s.drain_used_ms(now));
+                (s.drain.active && !s.drain.escalated && left > 0)
+                    .then(|| Duration::from_millis(left) + h.config().kill_timeout)
+            })
+            .max()
+    }
+
+    /// Asks every deployment to drain under its budget and stop; `join_all`
+    /// then waits until every child is reaped.
+    pub async fn request_stop(&self) {
         for d in self.handles() {
             let _ = d.requests.send(Request::Stop).await;
         }
-        self.join_all().await;
     }
 
-    /// SIGKILLs every child now and waits until all are reaped. Safe to call
-    /// after an interrupted `stop_all`.
-    pub async fn kill_all(&mut self) {
-        for d in self.handles() {
+    /// SIGKILLs every child now (SIGQUIT); `join_all` then waits for the
+    /// reaping. Safe to send after `request_stop`.
+    pub async fn request_kill(registry: &Registry) {
+        let handles: Vec<DeploymentHandle> = registry
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect();
+        for d in handles {
             let _ = d.requests.send(Request::Stop).await;
             let _ = d.requests.send(Request::Kill).await;
         }
-        self.join_all().await;
     }
 
     /// Awaits every task; a task already awaited to the end is skipped, so
     /// an interrupted call can be repeated.
-    async fn join_all(&mut self) {
+    pub async fn join_all(&mut self) {
         for (id, task) in self.tasks.iter_mut() {
             if task.is_finished() {
                 continue;
@@ -90,8 +221,8 @@ impl Supervisor {
 
 /// Kills every child a previous supervisor recorded that is still the same
 /// process (pid and start time both match), then forgets them all.
-pub fn kill_orphans(shared: &Shared) -> anyhow::Result<usize> {
-    let children = shared.with_store(|s| s.children())?;
+pub async fn kill_orphans(shared: &Shared) -> anyhow::Result<usize> {
+    let children = shared.store.call(|s| s.children()).await??;
     let mut killed = 0;
     for c in &children {
         if procfs::is_same_process(c.pid, c.start_time)
@@ -105,7 +236,7 @@ pub fn kill_orphans(shared: &Shared) -> anyhow::Result<usize> {
             // it is gone so its resources are free before respawning.
             let deadline = Instant::now() + Duration::from_secs(5);
             while procfs::is_same_process(c.pid, c.start_time) && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(5));
+                tokio::time::sleep(Duration::from_millis(5)).await;
             }
             killed += 1;
         }

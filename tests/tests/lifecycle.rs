@@ -126,7 +126,9 @@ fn child_ignoring_sigterm_is_killed_after_kill_timeout_and_nothing_remains() {
     let body = deployment(
         "stubborn",
         &testchild("ignore-term"),
-        "kill_timeout = \"1s\"",
+        // It ignores Drain too: the stop waits drain_deadline, then SIGTERM,
+        // then SIGKILL after kill_timeout.
+        "kill_timeout = \"1s\"\ndrain_timeout = \"200ms\"\ndrain_deadline = \"200ms\"",
     ) + &deployment("hosted", &exec("sleep 1000"), "");
     let mut sup = Supervisor::start(&body);
     let stubborn = sup.ready_pid("stubborn", LONG);
@@ -253,7 +255,7 @@ fn operator_can_force_sigkill_of_a_stopping_child() {
     let body = deployment(
         "stubborn",
         &testchild("ignore-term"),
-        "kill_timeout = \"1h\"",
+        "kill_timeout = \"1h\"\ndrain_timeout = \"200ms\"\ndrain_deadline = \"200ms\"",
     );
     let mut sup = Supervisor::start(&body);
     let pid = sup.ready_pid("stubborn", LONG);

@@ -1,6 +1,7 @@
 //! The command line of `wfhost-child`.
 
 mod command;
+mod demo;
 mod exec;
 
 use std::ffi::OsString;
@@ -25,6 +26,14 @@ enum Command {
     /// (SIGKILL), Shutdown and SIGTERM/SIGINT are forwarded to it, and the
     /// child exits with its status (128+N if it died by signal N).
     Exec(ExecArgs),
+    /// Run the demo workflow: each mail item is one run of three steps.
+    ///
+    /// `fetch` (cancel on drain), `approve` (waited for on drain: a person
+    /// approving) and `apply` (cancel on drain), one item at a time, one log
+    /// line per step on stdout. Mail is acknowledged when its run succeeds or
+    /// a signed cancel ends it; mail whose run drain, shutdown or a lost
+    /// channel cut short is left for redelivery.
+    Demo(DemoArgs),
 }
 
 /// What `exec` runs and how it behaves on drain.
@@ -44,6 +53,25 @@ pub struct ExecArgs {
         allow_hyphen_values = true
     )]
     command: Vec<OsString>,
+}
+
+/// How the demo workflow paces itself and when it asks to be recycled.
+#[derive(Debug, clap::Args)]
+pub struct DemoArgs {
+    /// Ask to be recycled after every N acknowledged mail items (0: never).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    recycle_every: u64,
+    /// How long `fetch` and `apply` each take, in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 50)]
+    step_ms: u64,
+    /// How long `approve` takes (a person approving), in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 100)]
+    approve_ms: u64,
+    /// How long a drained `fetch` or `apply` winds down before it stops, in
+    /// milliseconds; a signed cancel stops it at once. Above the deployment's
+    /// drain_timeout, the drain budget runs out and escalates.
+    #[arg(long, value_name = "MS", default_value_t = 0)]
+    cleanup_ms: u64,
 }
 
 /// `--drain` values.
@@ -68,5 +96,6 @@ impl From<DrainArg> for DrainBehavior {
 pub async fn run(cli: Cli) -> u8 {
     match cli.command {
         Command::Exec(args) => exec::run(args).await,
+        Command::Demo(args) => demo::run(args).await,
     }
 }

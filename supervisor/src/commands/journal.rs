@@ -124,10 +124,15 @@ fn locate(location: &Location) -> Result<(PathBuf, Option<PathBuf>), Failure> {
     Ok((state_dir, configured_key))
 }
 
-/// All journal records of the store in `state_dir` (or one deployment's).
-fn records(state_dir: &Path, deployment: Option<&str>) -> Result<Vec<JournalRecord>, Failure> {
+/// All journal records of the store in `state_dir` (or one deployment's),
+/// and the database file they came from.
+fn records(
+    state_dir: &Path,
+    deployment: Option<&str>,
+) -> Result<(Vec<JournalRecord>, PathBuf), Failure> {
     let mut store = SqliteStore::open_existing(state_dir).map_err(Failure::failed)?;
-    store.journal(deployment).map_err(Failure::failed)
+    let records = store.journal(deployment).map_err(Failure::failed)?;
+    Ok((records, store.path().to_path_buf()))
 }
 
 /// The public key to verify with.
@@ -160,7 +165,7 @@ fn trusted_key(
 
 fn verify(args: &VerifyArgs) -> Result<u8, Failure> {
     let (state_dir, configured) = locate(&args.location)?;
-    let records = records(&state_dir, None)?;
+    let (records, db) = records(&state_dir, None)?;
     let key = trusted_key(args, &state_dir, configured)?;
     match journal::verify(&records, &key) {
         Ok(n) => {
@@ -175,15 +180,15 @@ fn verify(args: &VerifyArgs) -> Result<u8, Failure> {
             Ok(exit::OK)
         }
         Err(broken) => Err(Failure::failed(format!(
-            "{broken}\n  help: the journal in {} was tampered with or damaged at this record (every record before it verified); keep a copy of the database for investigation",
-            state_dir.display()
+            "{broken}\n  help: {} was tampered with or damaged at this record (every record before it verified); keep a copy of it for investigation",
+            db.display()
         ))),
     }
 }
 
 fn show(args: &ShowArgs) -> Result<u8, Failure> {
     let (state_dir, _) = locate(&args.location)?;
-    let records = records(&state_dir, args.deployment.as_deref())?;
+    let (records, _) = records(&state_dir, args.deployment.as_deref())?;
     let mut out = std::io::stdout().lock();
     // A closed pipe (`| head`) just ends the listing.
     let _ = if args.json {
@@ -287,7 +292,7 @@ fn printable(text: &str, max: usize) -> String {
 
 /// Unix milliseconds as RFC 3339 UTC with milliseconds:
 /// `2024-05-01T12:34:56.789Z`.
-fn rfc3339_ms(ms: u64) -> String {
+pub fn rfc3339_ms(ms: u64) -> String {
     let secs = ms / 1000;
     let days = secs / 86_400;
     let rem = secs % 86_400;

@@ -1,8 +1,14 @@
 //! One module per CLI command.
 
+pub mod cancel;
 pub mod check_config;
+pub mod drain;
+pub mod events;
 pub mod journal;
 pub mod keygen;
 pub mod kill;
+pub mod recycle;
+pub mod resume;
+pub mod send;
 pub mod status;
 pub mod supervise;

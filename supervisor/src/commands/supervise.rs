@@ -1,21 +1,27 @@
 //! `wfhost supervise`: run the supervisor in the foreground until a signal
-//! stops it.
+//! stops it. Signals (DESIGN §8): SIGTERM/SIGINT stop gracefully (drains
+//! under budget), SIGHUP reloads the config, SIGUSR1 recycles everything,
+//! SIGUSR2 dumps status to the log, SIGQUIT kills every child and exits.
 
-use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use tokio::signal::unix::{SignalKind, signal};
-use tracing::{error, info};
+use tokio::signal::unix::{Signal, SignalKind, signal};
+use tokio::sync::broadcast;
+use tracing::{error, info, warn};
 
-use crate::config;
+use crate::config::{self, Config};
 use crate::control_server;
 use crate::exit;
 use crate::logging::{self, LogFormat};
+use crate::notify::Notifier;
 use crate::shared::Shared;
 use crate::signing_key;
 use crate::spawn::{self, Spawner};
 use crate::store::SqliteStore;
+use crate::store_handle::StoreHandle;
 use crate::supervisor::{self, Supervisor};
 
 /// Arguments of `wfhost supervise`.
@@ -28,6 +34,10 @@ pub struct Args {
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
 }
+
+/// How often the control loop wakes when nothing else happens: it then
+/// feeds the systemd watchdog (if its interval is shorter it wakes at that).
+const TICK: Duration = Duration::from_secs(1);
 
 /// Runs the supervisor; returns the process exit code.
 pub fn run(args: Args) -> u8 {
@@ -55,7 +65,7 @@ pub fn run(args: Args) -> u8 {
             return exit::FAILED;
         }
     };
-    match runtime.block_on(supervise(config)) {
+    match runtime.block_on(supervise(config, &args.config)) {
         Ok(()) => exit::OK,
         Err(e) => {
             error!("{e:#}");
@@ -65,7 +75,47 @@ pub fn run(args: Args) -> u8 {
     }
 }
 
-async fn supervise(config: config::Config) -> anyhow::Result<()> {
+/// Every signal the supervisor answers.
+struct Signals {
+    term: Signal,
+    int: Signal,
+    quit: Signal,
+    hup: Signal,
+    usr1: Signal,
+    usr2: Signal,
+}
+
+impl Signals {
+    fn watch() -> anyhow::Result<Self> {
+        let watch = |kind: SignalKind, name: &str| {
+            signal(kind).with_context(|| format!("cannot watch {name}"))
+        };
+        Ok(Self {
+            term: watch(SignalKind::terminate(), "SIGTERM")?,
+            int: watch(SignalKind::interrupt(), "SIGINT")?,
+            quit: watch(SignalKind::quit(), "SIGQUIT")?,
+            hup: watch(SignalKind::hangup(), "SIGHUP")?,
+            usr1: watch(SignalKind::user_defined1(), "SIGUSR1")?,
+            usr2: watch(SignalKind::user_defined2(), "SIGUSR2")?,
+        })
+    }
+}
+
+/// Sends one notification to systemd, logging (not failing) on error.
+fn notify(
+    notifier: Option<&Notifier>,
+    what: &str,
+    f: impl FnOnce(&Notifier) -> std::io::Result<()>,
+) {
+    if let Some(n) = notifier
+        && let Err(e) = f(n)
+    {
+        warn!(error = %e, what, "cannot notify systemd");
+    }
+}
+
+async fn supervise(config: Config, config_path: &Path) -> anyhow::Result<()> {
+    let notifier = Notifier::from_env();
     let settings = &config.supervisor;
     let store = SqliteStore::open(&settings.state_dir)
         .with_context(|| format!("cannot open the store in {}", settings.state_dir.display()))?;
@@ -73,38 +123,144 @@ async fn supervise(config: config::Config) -> anyhow::Result<()> {
     info!(key = %key_path.display(), key_id = %wfhost_ipc::KeyId::of(&key.verifying_key()), "signing key loaded");
     let spawner = Spawner::start(tokio::runtime::Handle::current())
         .context("cannot start the spawner thread")?;
+    let store = StoreHandle::start(Box::new(store)).context("cannot start the store thread")?;
+    let (events, _) = broadcast::channel(4096);
     let shared = Arc::new(Shared {
-        store: Mutex::new(store),
-        key,
+        store,
+        key: Arc::new(key),
         spawner,
+        events,
+        event_retention: settings.event_retention,
     });
-    supervisor::kill_orphans(&shared).context("cannot read the children table")?;
+    supervisor::kill_orphans(&shared)
+        .await
+        .context("cannot read the children table")?;
+    let replayed = shared.store.call(|s| s.replay_all_mail()).await??;
+    if replayed > 0 {
+        info!(
+            items = replayed,
+            "mail left in processing by a previous supervisor returned to the inbox"
+        );
+    }
 
+    let mut signals = Signals::watch()?;
     let mut sup = Supervisor::start(&config, &shared);
-    let control = control_server::Server::bind(settings, sup.registry())?;
+    let control = control_server::Server::bind(settings, sup.registry(), shared.clone())?;
     info!(socket = %control.path().display(), deployments = config.deployments.len(), "supervising");
     let control_task = tokio::spawn(control.serve());
 
-    let mut term = signal(SignalKind::terminate()).context("cannot watch SIGTERM")?;
-    let mut int = signal(SignalKind::interrupt()).context("cannot watch SIGINT")?;
-    let mut quit = signal(SignalKind::quit()).context("cannot watch SIGQUIT")?;
-    let graceful = tokio::select! {
-        _ = term.recv() => { info!("SIGTERM: stopping every child"); true }
-        _ = int.recv() => { info!("SIGINT: stopping every child"); true }
-        _ = quit.recv() => { info!("SIGQUIT: killing every child now"); false }
-    };
-    if graceful {
+    let tick = notifier
+        .as_ref()
+        .and_then(Notifier::watchdog_interval)
+        .map_or(TICK, |w| w.min(TICK));
+    let mut ticker = tokio::time::interval(tick);
+    let mut ready_sent = false;
+    let mut last_status = String::new();
+    let graceful = loop {
         tokio::select! {
-            _ = sup.stop_all() => {}
-            _ = quit.recv() => {
-                info!("SIGQUIT during stop: killing every child now");
-                sup.kill_all().await;
+            _ = signals.term.recv() => { info!("SIGTERM: draining and stopping every child"); break true }
+            _ = signals.int.recv() => { info!("SIGINT: draining and stopping every child"); break true }
+            _ = signals.quit.recv() => { info!("SIGQUIT: killing every child now"); break false }
+            _ = signals.hup.recv() => {
+                notify(notifier.as_ref(), "reloading", Notifier::reloading);
+                reload(&mut sup, config_path, &shared).await;
+                notify(notifier.as_ref(), "ready", Notifier::ready);
+            }
+            _ = signals.usr1.recv() => {
+                info!("SIGUSR1: recycling every deployment");
+                sup.recycle_all("SIGUSR1").await;
+            }
+            _ = signals.usr2.recv() => dump_status(&sup),
+            _ = ticker.tick() => {
+                // The watchdog is fed from the control loop itself, so a
+                // wedged loop starves it.
+                notify(notifier.as_ref(), "watchdog", Notifier::watchdog);
+                let line = sup.summary();
+                if !ready_sent && sup.all_started() {
+                    ready_sent = true;
+                    info!(status = %line, "every deployment is up");
+                    notify(notifier.as_ref(), "ready", |n| n.ready_with_status(&line));
+                    last_status = line;
+                } else if ready_sent && line != last_status {
+                    notify(notifier.as_ref(), "status", |n| n.status(&line));
+                    last_status = line;
+                }
             }
         }
+    };
+    notify(notifier.as_ref(), "stopping", Notifier::stopping);
+    let registry = sup.registry();
+    if graceful {
+        sup.request_stop().await;
     } else {
-        sup.kill_all().await;
+        Supervisor::request_kill(&registry).await;
+    }
+    let join = sup.join_all();
+    tokio::pin!(join);
+    loop {
+        tokio::select! {
+            _ = &mut join => break,
+            _ = signals.quit.recv() => {
+                info!("SIGQUIT during the stop: killing every child now");
+                Supervisor::request_kill(&registry).await;
+            }
+            // A second SIGTERM does not skip the budget: SIGQUIT does.
+            _ = signals.term.recv() => info!("SIGTERM again: still draining; send SIGQUIT to kill now"),
+            _ = signals.int.recv() => info!("SIGINT again: still draining; send SIGQUIT to kill now"),
+            _ = ticker.tick() => {
+                notify(notifier.as_ref(), "watchdog", Notifier::watchdog);
+                if let Some(needed) = Supervisor::drain_time_needed(&registry) {
+                    // Re-sent every tick: each one extends from now.
+                    let extra = needed + Duration::from_secs(5);
+                    notify(notifier.as_ref(), "extend timeout", |n| n.extend_timeout(extra));
+                }
+            }
+        }
     }
     control_task.abort();
+    // Let queued journal records reach the disk before exiting.
+    let _ = shared.store.call(|_| ()).await;
     info!("all children stopped; exiting");
     Ok(())
+}
+
+/// SIGHUP: re-reads the config; a bad file is refused and the running
+/// configuration kept.
+async fn reload(sup: &mut Supervisor, path: &Path, shared: &Shared) {
+    let started = Instant::now();
+    match config::load(path) {
+        Err(e) => {
+            error!(error = %e, "SIGHUP: the new config is refused; keeping the running one");
+            shared.journal(
+                "config-reload",
+                None,
+                serde_json::json!({"accepted": false, "error": e.to_string()}),
+            );
+        }
+        Ok(new) => {
+            let summary = sup.reload(&new).await;
+            info!(added = ?summary.added, removed = ?summary.removed, changed = ?summary.changed,
+                took = ?started.elapsed(), "SIGHUP: config reloaded");
+            shared.journal(
+                "config-reload",
+                None,
+                serde_json::json!({
+                    "accepted": true, "added": summary.added, "removed": summary.removed, "changed": summary.changed,
+                }),
+            );
+        }
+    }
+}
+
+/// SIGUSR2: one log line per deployment.
+fn dump_status(sup: &Supervisor) {
+    let now = Instant::now();
+    info!(summary = %sup.summary(), "SIGUSR2: status dump");
+    for h in sup.handles() {
+        let s = h.snapshot();
+        info!(deployment = %s.id, state = s.state.as_str(), pid = ?s.pid, restarts = s.restarts,
+            uptime_ms = s.started_at.map(|t| now.saturating_duration_since(t).as_millis() as u64),
+            rss_bytes = ?s.rss_bytes, drain_active = s.drain.active, drain_used_ms = s.drain_used_ms(now),
+            steps = s.steps.len(), last_exit = ?s.last_exit, "status");
+    }
 }

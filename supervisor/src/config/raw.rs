@@ -161,11 +161,17 @@ pub struct RawFile {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawSupervisor {
+    /// Store, default key and control socket directory.
     pub state_dir: Option<Spanned<Text<PATH_MAX>>>,
+    /// Signing key file.
     pub signing_key: Option<Spanned<Text<PATH_MAX>>>,
+    /// Recycle-bound check period.
     pub policy_interval: Option<Spanned<DurationValue>>,
+    /// Group admitted to the control socket.
     pub admin_group: Option<Spanned<Text<PATH_MAX>>>,
+    /// Prometheus endpoint.
     pub metrics_listen: Option<Spanned<ListenAddr>>,
+    /// Events kept.
     pub event_retention: Option<Spanned<u64>>,
 }
 
@@ -173,9 +179,13 @@ pub struct RawSupervisor {
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawRecycle {
+    /// Uptime bound.
     pub max_uptime: Option<Spanned<DurationValue>>,
+    /// RSS bound.
     pub max_rss: Option<Spanned<SizeValue>>,
+    /// Grant age bound.
     pub max_grants_age: Option<Spanned<DurationValue>>,
+    /// Spread of policy recycles.
     pub jitter: Option<Spanned<PercentValue>>,
 }
 
@@ -183,9 +193,13 @@ pub struct RawRecycle {
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawRestart {
+    /// First backoff delay.
     pub backoff_initial: Option<Spanned<DurationValue>>,
+    /// Longest backoff delay.
     pub backoff_max: Option<Spanned<DurationValue>>,
+    /// Restart intensity limit.
     pub max_restarts: Option<Spanned<u32>>,
+    /// Window of the intensity limit.
     pub period: Option<Spanned<DurationValue>>,
 }
 

@@ -35,6 +35,11 @@ fn bad(text: &str) -> (usize, usize, String, String) {
     }
 }
 
+/// The deployment named `id`.
+fn find<'a>(c: &'a Config, id: &str) -> &'a DeploymentConfig {
+    c.deployments.iter().find(|d| d.id == id).unwrap()
+}
+
 /// One deployment with `extra` lines appended to its table.
 fn one(extra: &str) -> String {
     format!("[[deployment]]\nid = \"a\"\ncommand = [\"/bin/sh\", \"-c\", \"true\"]\n{extra}\n")
@@ -177,7 +182,7 @@ recycle = { jitter = "20%" }
 restart = { period = "20s" }
 "#;
     let c = ok(text);
-    let plain = c.deployment("plain").unwrap();
+    let plain = find(&c, "plain");
     assert_eq!(plain.kill_timeout, Duration::from_secs(3));
     assert_eq!(plain.max_inbox, 50);
     assert_eq!(plain.recycle.max_uptime, Some(Duration::from_secs(3600)));
@@ -186,7 +191,7 @@ restart = { period = "20s" }
     assert_eq!(plain.restart.period, Duration::from_secs(10));
     assert_eq!(plain.env["A"], "from-defaults");
 
-    let custom = c.deployment("custom").unwrap();
+    let custom = find(&c, "custom");
     assert_eq!(custom.kill_timeout, Duration::from_secs(7));
     assert_eq!(custom.max_inbox, 50);
     // Tables merge field by field: the deployment's jitter, the defaults' uptime.

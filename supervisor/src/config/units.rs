@@ -236,16 +236,16 @@ pub fn parse_percent(text: &str) -> Result<u32, UnitError> {
 pub fn format_duration(d: Duration) -> String {
     let ms = d.as_millis();
     let nanos = d.as_nanos();
-    if nanos % 1_000_000 != 0 {
+    if !nanos.is_multiple_of(1_000_000) {
         let frac = format!("{:06}", nanos % 1_000_000);
         format!("{}.{}ms", nanos / 1_000_000, frac.trim_end_matches('0'))
-    } else if ms % 86_400_000 == 0 && ms > 0 {
+    } else if ms.is_multiple_of(86_400_000) && ms > 0 {
         format!("{}d", ms / 86_400_000)
-    } else if ms % 3_600_000 == 0 && ms > 0 {
+    } else if ms.is_multiple_of(3_600_000) && ms > 0 {
         format!("{}h", ms / 3_600_000)
-    } else if ms % 60_000 == 0 && ms > 0 {
+    } else if ms.is_multiple_of(60_000) && ms > 0 {
         format!("{}m", ms / 60_000)
-    } else if ms % 1000 == 0 {
+    } else if ms.is_multiple_of(1000) {
         format!("{}s", ms / 1000)
     } else if ms > 1000 {
         format!("{}.{:03}s", ms / 1000, ms % 1000)
@@ -259,7 +259,7 @@ pub fn format_duration(d: Duration) -> String {
 pub fn format_size(bytes: u64) -> String {
     for (name, scale) in SIZE_UNITS.iter().rev() {
         let scale = *scale as u64;
-        if scale > 1 && bytes >= scale && bytes % scale == 0 {
+        if scale > 1 && bytes >= scale && bytes.is_multiple_of(scale) {
             return format!("{}{name}", bytes / scale);
         }
     }

@@ -2,6 +2,9 @@
 //! `synchronous=FULL` so a commit survives power loss, schema versioned by
 //! `PRAGMA user_version` and migrated one transaction per step.
 
+mod events;
+mod mail;
+
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -10,7 +13,7 @@ use ed25519_dalek::SigningKey;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior, params};
 use wfhost_ipc::KeyId;
 
-use super::{ChildRecord, Store, StoreError};
+use super::{ChildRecord, EventRecord, MailCounts, MailItem, Store, StoreError};
 use crate::journal::{GENESIS_HASH, JournalRecord, NewJournalEntry};
 
 /// The database file inside `state_dir`.
@@ -43,6 +46,64 @@ const MIGRATIONS: &[&str] = &[
          signature BLOB NOT NULL
      ) STRICT;
      CREATE INDEX journal_by_deployment ON journal (deployment, seq);",
+    // 2: mail (inbox -> processing -> done, DESIGN §6) and the event log
+    // (§7). AUTOINCREMENT so an id or seq is never reused after pruning.
+    // `mail_counts` is kept by triggers, so the inbox limit and status
+    // cost one lookup however much mail is stored.
+    "CREATE TABLE mail (
+         id INTEGER PRIMARY KEY AUTOINCREMENT,
+         deployment TEXT NOT NULL,
+         state TEXT NOT NULL CHECK (state IN ('inbox', 'processing', 'done')),
+         payload BLOB NOT NULL,
+         enqueued_at_ms INTEGER NOT NULL,
+         deliveries INTEGER NOT NULL DEFAULT 0,
+         outcome TEXT,
+         done_at_ms INTEGER
+     ) STRICT;
+     CREATE INDEX mail_by_state ON mail (deployment, state, id);
+     CREATE INDEX mail_processing ON mail (deployment, id) WHERE state = 'processing';
+     CREATE TABLE mail_counts (
+         deployment TEXT PRIMARY KEY,
+         inbox INTEGER NOT NULL DEFAULT 0,
+         processing INTEGER NOT NULL DEFAULT 0,
+         done INTEGER NOT NULL DEFAULT 0
+     ) STRICT, WITHOUT ROWID;
+     CREATE TRIGGER mail_counts_on_insert AFTER INSERT ON mail BEGIN
+         INSERT INTO mail_counts (deployment, inbox, processing, done)
+         VALUES (new.deployment, new.state = 'inbox', new.state = 'processing', new.state = 'done')
+         ON CONFLICT (deployment) DO UPDATE SET
+             inbox = inbox + excluded.inbox,
+             processing = processing + excluded.processing,
+             done = done + excluded.done;
+     END;
+     CREATE TRIGGER mail_counts_on_update AFTER UPDATE OF deployment, state ON mail
+     WHEN old.state IS NOT new.state OR old.deployment IS NOT new.deployment BEGIN
+         UPDATE mail_counts SET
+             inbox = inbox - (old.state = 'inbox'),
+             processing = processing - (old.state = 'processing'),
+             done = done - (old.state = 'done')
+         WHERE deployment = old.deployment;
+         INSERT INTO mail_counts (deployment, inbox, processing, done)
+         VALUES (new.deployment, new.state = 'inbox', new.state = 'processing', new.state = 'done')
+         ON CONFLICT (deployment) DO UPDATE SET
+             inbox = inbox + excluded.inbox,
+             processing = processing + excluded.processing,
+             done = done + excluded.done;
+     END;
+     CREATE TRIGGER mail_counts_on_delete AFTER DELETE ON mail BEGIN
+         UPDATE mail_counts SET
+             inbox = inbox - (old.state = 'inbox'),
+             processing = processing - (old.state = 'processing'),
+             done = done - (old.state = 'done')
+         WHERE deployment = old.deployment;
+     END;
+     CREATE TABLE events (
+         seq INTEGER PRIMARY KEY AUTOINCREMENT,
+         at_ms INTEGER NOT NULL,
+         deployment TEXT,
+         kind TEXT NOT NULL,
+         body TEXT NOT NULL
+     ) STRICT;",
 ];
 
 /// The schema version this build writes.
@@ -421,6 +482,68 @@ impl Store for SqliteStore {
         rows.into_iter()
             .map(|row| row.into_record().map_err(|what| self.corrupt(what)))
             .collect()
+    }
+
+    fn enqueue_mail(
+        &mut self,
+        deployment: &str,
+        payload: &[u8],
+        max_inbox: u64,
+        at_ms: u64,
+    ) -> Result<u64, StoreError> {
+        mail::enqueue(self, deployment, payload, max_inbox, at_ms)
+    }
+
+    fn take_mail(&mut self, deployment: &str, limit: usize) -> Result<Vec<MailItem>, StoreError> {
+        mail::take(self, deployment, limit)
+    }
+
+    fn ack_mail(
+        &mut self,
+        deployment: &str,
+        id: u64,
+        outcome: &str,
+        at_ms: u64,
+    ) -> Result<bool, StoreError> {
+        mail::ack(self, deployment, id, outcome, at_ms)
+    }
+
+    fn replay_mail(&mut self, deployment: &str) -> Result<u64, StoreError> {
+        mail::replay(self, Some(deployment))
+    }
+
+    fn replay_all_mail(&mut self) -> Result<u64, StoreError> {
+        mail::replay(self, None)
+    }
+
+    fn mail_counts(&mut self, deployment: &str) -> Result<MailCounts, StoreError> {
+        mail::counts(self, deployment)
+    }
+
+    fn mail_done_ids(&mut self, deployment: &str) -> Result<Vec<u64>, StoreError> {
+        mail::done_ids(self, deployment)
+    }
+
+    fn append_event(
+        &mut self,
+        at_ms: u64,
+        deployment: Option<&str>,
+        kind: &str,
+        body: &serde_json::Value,
+    ) -> Result<u64, StoreError> {
+        events::append(self, at_ms, deployment, kind, body)
+    }
+
+    fn events_after(&mut self, after: u64, limit: usize) -> Result<Vec<EventRecord>, StoreError> {
+        events::after(self, after, limit)
+    }
+
+    fn prune_events(&mut self, keep: u64) -> Result<u64, StoreError> {
+        events::prune(self, keep)
+    }
+
+    fn last_event_seq(&mut self) -> Result<u64, StoreError> {
+        events::last_seq(self)
     }
 }
 

@@ -1,0 +1,306 @@
+//! `wfhost-child demo` driven from the supervisor's side of the socketpair:
+//! mail in order, both drain behaviours, self-recycle, drain, signed
+//! cancels, shutdown, EOF and redelivery, with the real binary.
+
+mod common;
+
+use common::{Supervised, start};
+use tokio::process::Command;
+use wfhost_ipc::handshake::ENV_CONTROL_FD;
+use wfhost_ipc::{CancelOrigin, Control, DrainBehavior, Event, Outcome};
+
+/// The demo's steps, in order, with their drain behaviours.
+const STEPS: [(&str, DrainBehavior); 3] = [
+    ("fetch", DrainBehavior::Cancel),
+    ("approve", DrainBehavior::Wait),
+    ("apply", DrainBehavior::Cancel),
+];
+
+/// A demo child past `Ready`, with quick steps unless `extra` sets them.
+async fn demo(extra: &[&str]) -> Supervised {
+    let mut args = vec!["demo"];
+    for (flag, quick) in [("--step-ms", "5"), ("--approve-ms", "10")] {
+        if !extra.contains(&flag) {
+            args.extend([flag, quick]);
+        }
+    }
+    args.extend_from_slice(extra);
+    let mut s = start(&args).await;
+    assert_eq!(s.next().await, Event::Ready);
+    s
+}
+
+async fn mail(s: &mut Supervised, id: u64) {
+    s.send(Control::Mail {
+        id,
+        payload: format!("order {id}").into_bytes(),
+    })
+    .await;
+}
+
+async fn expect_started(s: &mut Supervised, run: &str, step: &str, drain: DrainBehavior) {
+    assert_eq!(
+        s.next().await,
+        Event::StepStarted {
+            run: run.into(),
+            step: step.into(),
+            drain
+        }
+    );
+}
+
+async fn expect_finished(s: &mut Supervised, run: &str, step: &str, outcome: Outcome) {
+    assert_eq!(
+        s.next().await,
+        Event::StepFinished {
+            run: run.into(),
+            step: step.into(),
+            outcome
+        }
+    );
+}
+
+async fn expect_terminal(s: &mut Supervised, run: &str, outcome: Outcome) {
+    assert_eq!(
+        s.next().await,
+        Event::RunTerminal {
+            run: run.into(),
+            outcome
+        }
+    );
+}
+
+async fn expect_ack(s: &mut Supervised, id: u64, outcome: Outcome) {
+    assert_eq!(s.next().await, Event::MailAck { id, outcome });
+}
+
+/// The whole event sequence of one mail item that succeeds.
+async fn expect_processed(s: &mut Supervised, id: u64) {
+    let run = format!("mail-{id}");
+    for (step, drain) in STEPS {
+        expect_started(s, &run, step, drain).await;
+        expect_finished(s, &run, step, Outcome::Succeeded).await;
+    }
+    expect_terminal(s, &run, Outcome::Succeeded).await;
+    expect_ack(s, id, Outcome::Succeeded).await;
+}
+
+/// Shuts the child down and checks it closes the channel and exits 0.
+async fn shut_down(s: &mut Supervised) {
+    s.send(Control::Shutdown).await;
+    s.expect_eof().await;
+    assert_eq!(s.exit_code().await, Some(0));
+}
+
+#[tokio::test]
+async fn three_mail_items_are_processed_in_order_and_acknowledged() {
+    let mut s = demo(&[]).await;
+    for id in [7, 8, 9] {
+        mail(&mut s, id).await;
+    }
+    for id in [7, 8, 9] {
+        expect_processed(&mut s, id).await;
+    }
+    s.ping(1).await;
+    shut_down(&mut s).await;
+
+    let stdout = s.stdout().await;
+    let lines: Vec<&str> = stdout.lines().filter(|l| l.starts_with("mail ")).collect();
+    let mut expected = Vec::new();
+    for id in [7, 8, 9] {
+        expected.push(format!("mail {id}: received \"order {id}\" (7 bytes)"));
+        for (step, _) in STEPS {
+            expected.push(format!("mail {id}: {step} done"));
+        }
+        expected.push(format!("mail {id}: acknowledged (succeeded)"));
+    }
+    assert_eq!(lines, expected, "{stdout}");
+    assert!(stdout.contains("shutdown requested"), "{stdout}");
+}
+
+#[tokio::test]
+async fn recycle_every_two_asks_for_a_recycle_after_the_second_item() {
+    let mut s = demo(&["--recycle-every", "2"]).await;
+    for id in 1..=3 {
+        mail(&mut s, id).await;
+    }
+    expect_processed(&mut s, 1).await;
+    expect_processed(&mut s, 2).await;
+    assert_eq!(
+        s.next().await,
+        Event::RecycleRequest {
+            reason: "processed 2 items".into()
+        }
+    );
+    expect_processed(&mut s, 3).await;
+    // No second request after an odd count.
+    s.ping(1).await;
+    shut_down(&mut s).await;
+}
+
+#[tokio::test]
+async fn drain_during_approve_lets_it_finish_and_leaves_the_mail_unacknowledged() {
+    let mut s = demo(&["--approve-ms", "1500"]).await;
+    mail(&mut s, 1).await;
+    mail(&mut s, 2).await;
+    expect_started(&mut s, "mail-1", "fetch", DrainBehavior::Cancel).await;
+    expect_finished(&mut s, "mail-1", "fetch", Outcome::Succeeded).await;
+    expect_started(&mut s, "mail-1", "approve", DrainBehavior::Wait).await;
+    s.send(Control::Drain { budget_ms: 60_000 }).await;
+    // Only a wait step is in flight: drained at once, approval goes on.
+    assert_eq!(s.next().await, Event::Drained);
+    s.ping(1).await;
+    expect_finished(&mut s, "mail-1", "approve", Outcome::Succeeded).await;
+    // New cancel-behaviour work does not begin during a drain.
+    expect_started(&mut s, "mail-1", "apply", DrainBehavior::Cancel).await;
+    expect_finished(&mut s, "mail-1", "apply", Outcome::Cancelled).await;
+    expect_terminal(&mut s, "mail-1", Outcome::Cancelled).await;
+    // No MailAck for mail 1, and mail 2 (queued) and 3 (new) are not taken.
+    mail(&mut s, 3).await;
+    s.ping(2).await;
+    shut_down(&mut s).await;
+
+    let stdout = s.stdout().await;
+    assert!(stdout.contains("mail 1: approve done"), "{stdout}");
+    assert!(
+        stdout.contains("mail 1: apply cancelled (drain)"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("mail 1: not acknowledged: it goes back to the inbox"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("taking no more mail"), "{stdout}");
+    assert!(!stdout.contains("mail 2:"), "{stdout}");
+    assert!(!stdout.contains("mail 3:"), "{stdout}");
+}
+
+#[tokio::test]
+async fn drain_during_fetch_cancels_it_and_the_child_exits_0_on_eof() {
+    let mut s = demo(&["--step-ms", "30000"]).await;
+    mail(&mut s, 1).await;
+    expect_started(&mut s, "mail-1", "fetch", DrainBehavior::Cancel).await;
+    s.send(Control::Drain { budget_ms: 60_000 }).await;
+    expect_finished(&mut s, "mail-1", "fetch", Outcome::Cancelled).await;
+    assert_eq!(s.next().await, Event::Drained);
+    expect_terminal(&mut s, "mail-1", Outcome::Cancelled).await;
+    s.ping(1).await;
+    s.hang_up();
+    assert_eq!(s.exit_code().await, Some(0));
+    let stdout = s.stdout().await;
+    assert!(
+        stdout.contains("mail 1: fetch cancelled (drain)"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("mail 1: approve"), "{stdout}");
+    assert!(stdout.contains("closed the channel"), "{stdout}");
+}
+
+#[tokio::test]
+async fn drain_cleanup_that_outlasts_the_budget_ends_with_the_escalated_cancel() {
+    let mut s = demo(&["--step-ms", "30000", "--cleanup-ms", "30000"]).await;
+    mail(&mut s, 1).await;
+    expect_started(&mut s, "mail-1", "fetch", DrainBehavior::Cancel).await;
+    s.send(Control::Drain { budget_ms: 60_000 }).await;
+    // Still winding down: no StepFinished, no Drained.
+    s.ping(1).await;
+    let cancel = s.signed_cancel(CancelOrigin::SupervisorDrain, Some("mail-1"));
+    s.send(cancel).await;
+    expect_finished(&mut s, "mail-1", "fetch", Outcome::Cancelled).await;
+    expect_terminal(&mut s, "mail-1", Outcome::Cancelled).await;
+    assert_eq!(s.next().await, Event::Drained);
+    // The cancel is a decision: the mail is done, as cancelled.
+    expect_ack(&mut s, 1, Outcome::Cancelled).await;
+    shut_down(&mut s).await;
+    let stdout = s.stdout().await;
+    assert!(stdout.contains("fetch: drained, winding down"), "{stdout}");
+    assert!(
+        stdout.contains("mail 1: fetch cancelled (cancel)"),
+        "{stdout}"
+    );
+}
+
+#[tokio::test]
+async fn drain_cleanup_within_the_budget_leaves_the_mail_unacknowledged() {
+    let mut s = demo(&["--step-ms", "30000", "--cleanup-ms", "20"]).await;
+    mail(&mut s, 1).await;
+    expect_started(&mut s, "mail-1", "fetch", DrainBehavior::Cancel).await;
+    s.send(Control::Drain { budget_ms: 60_000 }).await;
+    expect_finished(&mut s, "mail-1", "fetch", Outcome::Cancelled).await;
+    assert_eq!(s.next().await, Event::Drained);
+    expect_terminal(&mut s, "mail-1", Outcome::Cancelled).await;
+    s.ping(1).await;
+    shut_down(&mut s).await;
+}
+
+#[tokio::test]
+async fn a_signed_cancel_is_acknowledged_cancelled_and_shutdown_mid_step_is_not() {
+    let mut s = demo(&["--approve-ms", "30000"]).await;
+    mail(&mut s, 1).await;
+    mail(&mut s, 2).await;
+    expect_started(&mut s, "mail-1", "fetch", DrainBehavior::Cancel).await;
+    expect_finished(&mut s, "mail-1", "fetch", Outcome::Succeeded).await;
+    expect_started(&mut s, "mail-1", "approve", DrainBehavior::Wait).await;
+    // An operator cancel stops even a wait step, at once.
+    let cancel = s.signed_cancel(CancelOrigin::Operator, Some("mail-1"));
+    s.send(cancel).await;
+    expect_finished(&mut s, "mail-1", "approve", Outcome::Cancelled).await;
+    expect_terminal(&mut s, "mail-1", Outcome::Cancelled).await;
+    expect_ack(&mut s, 1, Outcome::Cancelled).await;
+
+    // The next item goes on; Shutdown cuts its approval short, unacked.
+    expect_started(&mut s, "mail-2", "fetch", DrainBehavior::Cancel).await;
+    expect_finished(&mut s, "mail-2", "fetch", Outcome::Succeeded).await;
+    expect_started(&mut s, "mail-2", "approve", DrainBehavior::Wait).await;
+    s.send(Control::Shutdown).await;
+    expect_finished(&mut s, "mail-2", "approve", Outcome::Cancelled).await;
+    expect_terminal(&mut s, "mail-2", Outcome::Cancelled).await;
+    s.expect_eof().await;
+    assert_eq!(s.exit_code().await, Some(0));
+    let stdout = s.stdout().await;
+    assert!(
+        stdout.contains("mail 1: acknowledged (cancelled)"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("mail 2: approve cancelled (shutdown)"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("mail 2: not acknowledged"), "{stdout}");
+}
+
+#[tokio::test]
+async fn a_redelivered_mail_already_acknowledged_is_not_processed_again() {
+    let mut s = demo(&[]).await;
+    mail(&mut s, 1).await;
+    expect_processed(&mut s, 1).await;
+    mail(&mut s, 1).await;
+    // Answered from the runtime's memory: no step runs.
+    expect_ack(&mut s, 1, Outcome::Succeeded).await;
+    mail(&mut s, 2).await;
+    expect_processed(&mut s, 2).await;
+    shut_down(&mut s).await;
+    let stdout = s.stdout().await;
+    assert_eq!(stdout.matches("mail 1: fetch done").count(), 1, "{stdout}");
+    assert_eq!(
+        stdout.matches("mail 1: acknowledged").count(),
+        1,
+        "{stdout}"
+    );
+    let stderr = s.stderr().await;
+    assert!(stderr.contains("mail 1 redelivered"), "{stderr}");
+}
+
+#[tokio::test]
+async fn outside_wfhost_it_says_so_and_exits_2() {
+    let out = Command::new(env!("CARGO_BIN_EXE_wfhost-child"))
+        .arg("demo")
+        .env_remove(ENV_CONTROL_FD)
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("WFHOST_CONTROL_FD"), "{stderr}");
+    assert!(stderr.contains("wfhost supervise"), "{stderr}");
+}

@@ -1,0 +1,173 @@
+//! Signed cancels on their way to a child: each is committed to the
+//! journal before it is sent (DESIGN §4), and a commit the journal refuses
+//! is retried with backoff and reported, never dropped and never skipped.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use ed25519_dalek::SigningKey;
+use tokio::sync::oneshot;
+use wfhost_ipc::{CancelOrigin, CancelRequested, SignedCancel};
+
+use crate::shared::unix_ms;
+
+/// First retry delay after a refused commit.
+const RETRY_INITIAL: Duration = Duration::from_millis(100);
+/// Longest retry delay.
+const RETRY_MAX: Duration = Duration::from_secs(5);
+
+/// A reply owed to an operator waiting for their cancel to be applied.
+pub type Reply = oneshot::Sender<Result<u64, String>>;
+
+/// One signed cancel not yet committed.
+#[derive(Debug)]
+pub struct Pending {
+    /// The signed request.
+    pub signed: SignedCancel,
+    /// Who waits for it.
+    pub reply: Option<Reply>,
+}
+
+/// Cancels waiting for the journal, in the order they were issued.
+#[derive(Debug, Default)]
+pub struct CancelQueue {
+    queue: VecDeque<Pending>,
+    retry_at: Option<Instant>,
+    failures: u32,
+}
+
+/// Builds and signs a cancel request.
+pub fn sign(
+    key: &SigningKey,
+    origin: CancelOrigin,
+    deployment: &str,
+    run: Option<String>,
+    reason: String,
+) -> SignedCancel {
+    let record = CancelRequested {
+        origin,
+        deployment: deployment.to_owned(),
+        run,
+        reason,
+        at_ms: unix_ms(),
+    };
+    SignedCancel::sign(record, key)
+}
+
+/// The journal body of a cancel: the request and its signature, so the
+/// journal alone proves what was sent.
+pub fn journal_body(signed: &SignedCancel) -> serde_json::Value {
+    let r = &signed.record;
+    serde_json::json!({
+        "origin": r.origin.as_str(),
+        "run": r.run,
+        "reason": r.reason,
+        "at_ms": r.at_ms,
+        "key_id": signed.key_id.to_string(),
+        "signature": hex::encode(&signed.signature),
+    })
+}
+
+impl CancelQueue {
+    /// Queues a signed cancel behind any already waiting.
+    pub fn push(&mut self, signed: SignedCancel, reply: Option<Reply>) {
+        self.queue.push_back(Pending { signed, reply });
+    }
+
+    /// The cancel to commit next, when one is due at `now`.
+    pub fn due(&self, now: Instant) -> Option<&Pending> {
+        match self.retry_at {
+            Some(t) if now < t => None,
+            _ => self.queue.front(),
+        }
+    }
+
+    /// When the next commit attempt is due, if any cancel waits.
+    pub fn wake(&self) -> Option<Instant> {
+        if self.queue.is_empty() {
+            None
+        } else {
+            Some(self.retry_at.unwrap_or_else(Instant::now))
+        }
+    }
+
+    /// The head was committed: hands it over for sending.
+    pub fn committed(&mut self) -> Option<Pending> {
+        self.failures = 0;
+        self.retry_at = None;
+        self.queue.pop_front()
+    }
+
+    /// The journal refused the head: schedules a retry and returns the
+    /// attempt number and the delay.
+    pub fn refused(&mut self, now: Instant) -> (u32, Duration) {
+        self.failures = self.failures.saturating_add(1);
+        let doublings = self.failures.saturating_sub(1).min(16);
+        let delay = RETRY_INITIAL.saturating_mul(1 << doublings).min(RETRY_MAX);
+        self.retry_at = Some(now + delay);
+        (self.failures, delay)
+    }
+
+    /// How many cancels wait.
+    pub fn len(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// Answers every waiter with `error` and empties the queue (the child
+    /// is gone, so nothing is left to cancel).
+    pub fn abandon(&mut self, error: &str) {
+        for p in self.queue.drain(..) {
+            if let Some(reply) = p.reply {
+                let _ = reply.send(Err(error.to_owned()));
+            }
+        }
+        self.retry_at = None;
+        self.failures = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key() -> SigningKey {
+        SigningKey::from_bytes(&[7; 32])
+    }
+
+    #[test]
+    fn refused_commits_back_off_and_a_commit_resets() {
+        let mut q = CancelQueue::default();
+        let t0 = Instant::now();
+        q.push(
+            sign(
+                &key(),
+                CancelOrigin::SupervisorDrain,
+                "d",
+                Some("r".into()),
+                "budget".into(),
+            ),
+            None,
+        );
+        assert!(q.due(t0).is_some());
+        assert_eq!(q.refused(t0), (1, Duration::from_millis(100)));
+        assert!(q.due(t0).is_none(), "not due before the retry");
+        assert_eq!(q.refused(t0), (2, Duration::from_millis(200)));
+        for _ in 0..10 {
+            q.refused(t0);
+        }
+        assert_eq!(q.refused(t0).1, RETRY_MAX);
+        assert!(q.due(t0 + RETRY_MAX).is_some());
+        assert!(q.committed().is_some());
+        assert_eq!(q.len(), 0);
+        assert!(q.wake().is_none());
+    }
+
+    #[test]
+    fn the_journal_body_carries_the_signature() {
+        let signed = sign(&key(), CancelOrigin::Operator, "d", None, "operator".into());
+        let body = journal_body(&signed);
+        assert_eq!(body["origin"], "operator");
+        assert_eq!(body["signature"].as_str().map(str::len), Some(128));
+        assert!(signed.verify(&key().verifying_key()).is_ok());
+    }
+}

@@ -1,0 +1,26 @@
+//! `wfhost resume`: start a fresh child for a drained or failed deployment.
+
+use crate::client::{self, Target};
+use crate::control::Request;
+
+/// Arguments of `wfhost resume`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    target: Target,
+    /// The deployment to resume.
+    deployment: String,
+}
+
+/// Runs the command.
+pub fn run(args: Args) -> u8 {
+    client::run(
+        &args.target,
+        Request::Resume {
+            deployment: args.deployment,
+        },
+        |data| {
+            println!("{}", data["message"].as_str().unwrap_or("resuming"));
+        },
+    )
+}

@@ -1,0 +1,54 @@
+//! `wfhost send`: accept mail for a deployment; returns once it is durable
+//! in the inbox, printing its id.
+
+use std::path::PathBuf;
+
+use crate::client::{self, Target};
+use crate::control::Request;
+use crate::exit;
+
+/// Arguments of `wfhost send`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    target: Target,
+    /// The deployment to send to.
+    deployment: String,
+    /// The payload; `@PATH` reads it from a file, `-` from standard input.
+    payload: String,
+}
+
+/// Runs the command.
+pub fn run(args: Args) -> u8 {
+    let payload = match read_payload(&args.payload) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("wfhost: {e}");
+            return exit::USAGE;
+        }
+    };
+    let request = Request::Send {
+        deployment: args.deployment.clone(),
+        payload_hex: hex::encode(payload),
+    };
+    client::run(&args.target, request, |data| {
+        println!("accepted mail {} for {}", data["id"], args.deployment);
+    })
+}
+
+fn read_payload(arg: &str) -> Result<Vec<u8>, String> {
+    if arg == "-" {
+        let mut buf = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::stdin(), &mut buf)
+            .map_err(|e| format!("cannot read stdin: {e}"))?;
+        return Ok(buf);
+    }
+    match arg.strip_prefix('@') {
+        Some(path) => {
+            let path = PathBuf::from(path);
+            std::fs::read(&path)
+                .map_err(|e| format!("cannot read payload file {}: {e}", path.display()))
+        }
+        None => Ok(arg.as_bytes().to_vec()),
+    }
+}

@@ -1,0 +1,20 @@
+//! The durable event log as the store sees it (DESIGN §7): what
+//! `wfhost events --follow --after N` reads back from a cursor.
+
+use serde::Serialize;
+
+/// One event of the log, numbered by `seq`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct EventRecord {
+    /// Position in the log: strictly increasing, never reused, so it is a
+    /// cursor a follower can resume after.
+    pub seq: u64,
+    /// Unix time in milliseconds when it happened.
+    pub at_ms: u64,
+    /// The deployment it concerns; `None` for the supervisor as a whole.
+    pub deployment: Option<String>,
+    /// What happened (`spawned`, `recycled`, ...).
+    pub kind: String,
+    /// The details, as given to [`Store::append_event`](super::Store::append_event).
+    pub body: serde_json::Value,
+}

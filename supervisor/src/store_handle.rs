@@ -1,0 +1,58 @@
+//! The store runs on its own thread: SQLite calls block (a commit with
+//! `synchronous=FULL`, a lock held by another process), and the async loop
+//! that answers pings and drives drains must never wait on them. Calls are
+//! queued in order, so journal records keep the order they were made in.
+
+use std::sync::mpsc;
+
+use tokio::sync::oneshot;
+
+use crate::store::Store;
+
+type Job = Box<dyn FnOnce(&mut dyn Store) + Send>;
+
+/// A cheap handle on the store thread.
+#[derive(Clone)]
+pub struct StoreHandle {
+    jobs: mpsc::Sender<Job>,
+}
+
+/// The store thread is gone (the supervisor is shutting down).
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("the store thread has stopped")]
+pub struct StoreGone;
+
+impl StoreHandle {
+    /// Moves `store` onto a new `wfhost-store` thread.
+    pub fn start(mut store: Box<dyn Store>) -> std::io::Result<Self> {
+        let (jobs, rx) = mpsc::channel::<Job>();
+        std::thread::Builder::new()
+            .name("wfhost-store".into())
+            .spawn(move || {
+                for job in rx {
+                    job(store.as_mut());
+                }
+            })?;
+        Ok(Self { jobs })
+    }
+
+    /// Queues `f` without waiting for it (records that only describe what
+    /// already happened).
+    pub fn submit(&self, f: impl FnOnce(&mut dyn Store) + Send + 'static) {
+        let _ = self.jobs.send(Box::new(f));
+    }
+
+    /// Runs `f` on the store thread and awaits its result.
+    pub async fn call<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut dyn Store) -> T + Send + 'static,
+    ) -> Result<T, StoreGone> {
+        let (tx, rx) = oneshot::channel();
+        self.jobs
+            .send(Box::new(move |s| {
+                let _ = tx.send(f(s));
+            }))
+            .map_err(|_| StoreGone)?;
+        rx.await.map_err(|_| StoreGone)
+    }
+}

@@ -947,7 +947,7 @@ pub fn refuse_while(id: &str, state: &str, request: Request) {
 /// "60s", "1.5s", "250ms".
 pub fn humantime(d: Duration) -> String {
     let ms = d.as_millis();
-    if ms % 1000 == 0 {
+    if ms.is_multiple_of(1000) {
         format!("{}s", ms / 1000)
     } else if ms >= 1000 {
         format!("{:.1}s", d.as_secs_f64())

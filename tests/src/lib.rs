@@ -252,17 +252,15 @@ impl Supervisor {
         timeout: Duration,
         pred: impl Fn(&serde_json::Value) -> bool,
     ) -> serde_json::Value {
-        let mut last = serde_json::Value::Null;
         let deadline = Instant::now() + timeout;
         loop {
             let d = self.deployment(id);
             if pred(&d) {
                 return d;
             }
-            last = d;
             if Instant::now() > deadline {
                 panic!(
-                    "timed out after {timeout:?} waiting for {id}: {what}; last status {last}\nlog:\n{}",
+                    "timed out after {timeout:?} waiting for {id}: {what}; last status {d}\nlog:\n{}",
                     self.log()
                 );
             }

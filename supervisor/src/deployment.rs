@@ -240,6 +240,9 @@ impl Task {
                     });
                 }
                 Ending::Crashed(reason) => {
+                    if let EndReason::Violation(_) = reason {
+                        self.update(|s| s.violations += 1);
+                    }
                     if let Some(r) = recycling.take() {
                         r.trigger
                             .answer(Err(format!("the new child of {id} failed: {description}")));
@@ -359,6 +362,11 @@ impl Task {
                 Origin::Operator => s.recycles.operator += 1,
                 Origin::SelfRequest => s.recycles.self_ += 1,
             }
+            let reason = match origin {
+                Origin::Policy => r.trigger.reason.split(':').next().unwrap_or("policy").to_owned(),
+                other => other.as_str().to_owned(),
+            };
+            *s.recycle_reasons.entry(reason).or_default() += 1;
             s.last_recycle = Some(LastRecycle {
                 origin: origin.as_str(),
                 reason: r.trigger.reason.clone(),

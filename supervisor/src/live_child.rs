@@ -669,6 +669,7 @@ impl LiveChild {
         }
         self.update(|st| {
             st.drain.escalated = true;
+            st.escalations += 1;
             st.cancels_pending = cancels.len();
         });
     }

@@ -124,6 +124,13 @@ pub struct Status {
     pub restarts: u32,
     /// Recycles by origin.
     pub recycles: RecycleCounts,
+    /// Recycles by reason: the bound's name for policy recycles
+    /// (`max_rss`, …), else the origin (`operator`, `self`).
+    pub recycle_reasons: std::collections::BTreeMap<String, u64>,
+    /// Drain budgets that ran out and escalated to a signed cancel.
+    pub escalations: u64,
+    /// Children killed for breaking the protocol.
+    pub violations: u64,
     /// The last recycle.
     pub last_recycle: Option<LastRecycle>,
     /// The drain budget.
@@ -154,6 +161,9 @@ impl Status {
             rss_bytes: None,
             restarts: 0,
             recycles: RecycleCounts::default(),
+            recycle_reasons: Default::default(),
+            escalations: 0,
+            violations: 0,
             last_recycle: None,
             drain: DrainView {
                 budget_ms: drain_budget_ms,
@@ -199,6 +209,8 @@ impl Status {
             "grants_age_ms": since(self.grants_read_at),
             "restarts": self.restarts,
             "recycles": self.recycles,
+            "escalations": self.escalations,
+            "violations": self.violations,
             "last_recycle": self.last_recycle,
             "drain": {
                 "active": self.drain.active,

@@ -363,7 +363,13 @@ impl Task {
                 Origin::SelfRequest => s.recycles.self_ += 1,
             }
             let reason = match origin {
-                Origin::Policy => r.trigger.reason.split(':').next().unwrap_or("policy").to_owned(),
+                Origin::Policy => r
+                    .trigger
+                    .reason
+                    .split(':')
+                    .next()
+                    .unwrap_or("policy")
+                    .to_owned(),
                 other => other.as_str().to_owned(),
             };
             *s.recycle_reasons.entry(reason).or_default() += 1;

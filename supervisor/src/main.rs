@@ -53,6 +53,8 @@ struct Cli {
 enum Command {
     /// Run the supervisor in the foreground.
     Supervise(commands::supervise::Args),
+    /// A self-contained tour: spawn, mail, recycles, drain with escalation, journal.
+    Demo(commands::demo::Args),
     /// Show every deployment: state, pid, uptime, restarts, last exit.
     Status(commands::status::Args),
     /// Replace a deployment's child without losing mail; prints the new pid.
@@ -93,6 +95,7 @@ fn main() -> ExitCode {
     };
     let code = match cli.command {
         Command::Supervise(args) => commands::supervise::run(args),
+        Command::Demo(args) => commands::demo::run(args),
         Command::Status(args) => commands::status::run(args),
         Command::Recycle(args) => commands::recycle::run(args),
         Command::Drain(args) => commands::drain::run(args),

@@ -2,6 +2,7 @@
 
 pub mod cancel;
 pub mod check_config;
+pub mod demo;
 pub mod drain;
 pub mod events;
 pub mod journal;

@@ -75,6 +75,11 @@ enum Command {
     CheckConfig(commands::check_config::Args),
     /// Write a new ed25519 signing key (PKCS#8 PEM, mode 0600).
     Keygen(commands::keygen::Args),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
     /// Check or list the signed journal.
     #[command(subcommand)]
     Journal(commands::journal::Command),
@@ -107,6 +112,11 @@ fn main() -> ExitCode {
         Command::CheckConfig(args) => commands::check_config::run(args),
         Command::Keygen(args) => commands::keygen::run(args),
         Command::Journal(cmd) => commands::journal::run(cmd),
+        Command::Completions { shell } => {
+            use clap::CommandFactory;
+            clap_complete::generate(shell, &mut Cli::command(), "wfhost", &mut std::io::stdout());
+            exit::OK
+        }
     };
     ExitCode::from(code)
 }

@@ -93,6 +93,7 @@ pub trait Store: Send {
     /// How many of `deployment`'s items are in each state.
     fn mail_counts(&mut self, deployment: &str) -> Result<MailCounts, StoreError>;
 
+    #[cfg(test)]
     /// Ids of `deployment`'s done items, ascending (for tests and audits).
     fn mail_done_ids(&mut self, deployment: &str) -> Result<Vec<u64>, StoreError>;
 
@@ -114,6 +115,7 @@ pub trait Store: Send {
     /// many were deleted.
     fn prune_events(&mut self, keep: u64) -> Result<u64, StoreError>;
 
+    #[cfg(test)]
     /// The highest seq ever assigned (0 when none), even if pruned since:
     /// the cursor for following from now on.
     fn last_event_seq(&mut self) -> Result<u64, StoreError>;

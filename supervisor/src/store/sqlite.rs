@@ -520,6 +520,7 @@ impl Store for SqliteStore {
         mail::counts(self, deployment)
     }
 
+    #[cfg(test)]
     fn mail_done_ids(&mut self, deployment: &str) -> Result<Vec<u64>, StoreError> {
         mail::done_ids(self, deployment)
     }
@@ -542,6 +543,7 @@ impl Store for SqliteStore {
         events::prune(self, keep)
     }
 
+    #[cfg(test)]
     fn last_event_seq(&mut self) -> Result<u64, StoreError> {
         events::last_seq(self)
     }

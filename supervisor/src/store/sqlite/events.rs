@@ -105,6 +105,7 @@ pub(super) fn prune(store: &mut SqliteStore, keep: u64) -> Result<u64, StoreErro
     Ok(u64::try_from(deleted).unwrap_or(u64::MAX))
 }
 
+#[cfg(test)]
 /// The highest seq ever assigned, 0 when none: AUTOINCREMENT's high-water
 /// mark survives pruning every row.
 pub(super) fn last_seq(store: &mut SqliteStore) -> Result<u64, StoreError> {

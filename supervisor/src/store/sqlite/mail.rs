@@ -157,6 +157,7 @@ pub(super) fn counts(store: &mut SqliteStore, deployment: &str) -> Result<MailCo
         .map_err(fail)
 }
 
+#[cfg(test)]
 /// Ids of `deployment`'s done items, ascending.
 pub(super) fn done_ids(store: &mut SqliteStore, deployment: &str) -> Result<Vec<u64>, StoreError> {
     let fail = store.read_fail("listing done mail");

@@ -1,0 +1,488 @@
+//! The optional Prometheus endpoint (DESIGN §8, `metrics_listen`): a tiny
+//! HTTP/1.1 server answering `GET /metrics` with the text exposition format
+//! (version 0.0.4), rendered from the same snapshots as `wfhost status`.
+//!
+//! The endpoint has no authentication, so it is meant for a loopback
+//! address; any other configured address is bound as asked, with a warning
+//! in the log. A client gets at most [`MAX_HEAD`] bytes of request head and
+//! [`HEAD_TIMEOUT`] to send it, each connection runs on its own task, and at
+//! most [`MAX_CONNECTIONS`] are served at once (more are closed at once), so
+//! slow or hostile clients cannot hold the supervisor's resources.
+//!
+//! Answers: `GET /metrics` (query ignored) → 200; any other well-formed
+//! request → 404; a malformed one → 400; a head over [`MAX_HEAD`] → 431;
+//! the store unreachable → 500. Every answer closes the connection.
+
+use std::fmt::{Display, Write as _};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
+use tracing::{debug, warn};
+
+use crate::shared::Shared;
+use crate::status::{State, Status};
+use crate::store::MailCounts;
+use crate::supervisor::Registry;
+
+/// The most request-head bytes read from a client.
+pub const MAX_HEAD: usize = 8 * 1024;
+
+/// How long a client has to send its request head.
+pub const HEAD_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long one connection may last in all, answer included.
+const CONNECTION_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Connections served at once; more are closed without an answer.
+pub const MAX_CONNECTIONS: usize = 64;
+
+/// The exposition format's content type.
+const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// Binds the endpoint on `addr`, warning when it is not a loopback address
+/// (the endpoint has no authentication).
+pub async fn bind(addr: SocketAddr) -> anyhow::Result<TcpListener> {
+    if !addr.ip().is_loopback() {
+        warn!(%addr, "metrics_listen is not a loopback address: anyone who can reach it can read the metrics");
+    }
+    TcpListener::bind(addr).await.with_context(|| {
+        format!("cannot bind metrics_listen {addr}; choose a free port or remove the setting")
+    })
+}
+
+/// Accepts and answers scrapers until the task is aborted.
+pub async fn serve(listener: TcpListener, registry: Registry, shared: Arc<Shared>) {
+    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    loop {
+        match listener.accept().await {
+            Ok((stream, peer)) => {
+                let Ok(slot) = slots.clone().try_acquire_owned() else {
+                    debug!(%peer, "metrics: too many connections; closing this one");
+                    continue;
+                };
+                let (registry, shared) = (registry.clone(), shared.clone());
+                tokio::spawn(async move {
+                    let answered = tokio::time::timeout(
+                        CONNECTION_TIMEOUT,
+                        serve_connection(stream, &registry, &shared),
+                    )
+                    .await;
+                    match answered {
+                        Ok(Ok(())) => {}
+                        Ok(Err(e)) => debug!(%peer, error = %e, "metrics: connection failed"),
+                        Err(_) => debug!(%peer, "metrics: connection timed out"),
+                    }
+                    drop(slot);
+                });
+            }
+            Err(e) => {
+                warn!(error = %e, "metrics accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+/// Reads one request, answers it and closes.
+async fn serve_connection(
+    mut stream: TcpStream,
+    registry: &Registry,
+    shared: &Shared,
+) -> std::io::Result<()> {
+    let head = match tokio::time::timeout(HEAD_TIMEOUT, read_head(&mut stream)).await {
+        Ok(head) => head?,
+        Err(_) => Head::TimedOut,
+    };
+    let answer = match head {
+        Head::Closed => return Ok(()),
+        Head::TimedOut => response("408 Request Timeout", "text/plain", "request timed out\n"),
+        Head::TooLarge => response(
+            "431 Request Header Fields Too Large",
+            "text/plain",
+            "request head too large\n",
+        ),
+        Head::Truncated => response("400 Bad Request", "text/plain", "bad request\n"),
+        Head::Complete(head) => match route(&head) {
+            Route::BadRequest => response("400 Bad Request", "text/plain", "bad request\n"),
+            Route::NotFound => response("404 Not Found", "text/plain", "not found; try /metrics\n"),
+            Route::Metrics => match collect(registry, shared).await {
+                Ok(snapshots) => response(
+                    "200 OK",
+                    CONTENT_TYPE,
+                    &render(&snapshots, Instant::now()),
+                ),
+                Err(e) => {
+                    warn!(error = %e, "metrics: cannot read the mail counts");
+                    response(
+                        "500 Internal Server Error",
+                        "text/plain",
+                        "the store is unavailable\n",
+                    )
+                }
+            },
+        },
+    };
+    stream.write_all(&answer).await?;
+    stream.shutdown().await
+}
+
+/// Every deployment's snapshot with its mail counts, in id order.
+async fn collect(
+    registry: &Registry,
+    shared: &Shared,
+) -> anyhow::Result<Vec<(Status, MailCounts)>> {
+    let snapshots: Vec<Status> = registry
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .values()
+        .map(|h| h.snapshot())
+        .collect();
+    let ids: Vec<String> = snapshots.iter().map(|s| s.id.clone()).collect();
+    let counts = shared
+        .store
+        .call(move |s| {
+            ids.iter()
+                .map(|id| s.mail_counts(id))
+                .collect::<Result<Vec<_>, _>>()
+        })
+        .await??;
+    Ok(snapshots.into_iter().zip(counts).collect())
+}
+
+/// How reading a request head ended.
+#[derive(Debug, PartialEq, Eq)]
+enum Head {
+    /// The head, up to and including the blank line.
+    Complete(Vec<u8>),
+    /// No blank line within [`MAX_HEAD`] bytes.
+    TooLarge,
+    /// The client closed before sending anything.
+    Closed,
+    /// The client closed in the middle of the head.
+    Truncated,
+    /// The client was too slow.
+    TimedOut,
+}
+
+/// Reads until the blank line ending the head, at most [`MAX_HEAD`] bytes.
+async fn read_head<R: AsyncRead + Unpin>(reader: &mut R) -> std::io::Result<Head> {
+    let mut buf = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 1024];
+    loop {
+        let room = (MAX_HEAD - buf.len()).min(chunk.len());
+        if room == 0 {
+            return Ok(Head::TooLarge);
+        }
+        let n = reader.read(&mut chunk[..room]).await?;
+        if n == 0 {
+            return Ok(if buf.is_empty() {
+                Head::Closed
+            } else {
+                Head::Truncated
+            });
+        }
+        // A blank line may straddle two reads: look a little back.
+        let from = buf.len().saturating_sub(3);
+        buf.extend_from_slice(&chunk[..n]);
+        if let Some(end) = head_end(&buf[from..]) {
+            buf.truncate(from + end);
+            return Ok(Head::Complete(buf));
+        }
+    }
+}
+
+/// The length of the head in `buf` (through `\r\n\r\n` or a bare `\n\n`).
+fn head_end(buf: &[u8]) -> Option<usize> {
+    (0..buf.len()).find_map(|i| {
+        if buf[i..].starts_with(b"\r\n\r\n") {
+            Some(i + 4)
+        } else if buf[i..].starts_with(b"\n\n") {
+            Some(i + 2)
+        } else {
+            None
+        }
+    })
+}
+
+/// What a request asks for.
+#[derive(Debug, PartialEq, Eq)]
+enum Route {
+    /// `GET /metrics`.
+    Metrics,
+    /// A well-formed request for anything else.
+    NotFound,
+    /// Not an HTTP/1.x request.
+    BadRequest,
+}
+
+/// Routes a complete request head.
+fn route(head: &[u8]) -> Route {
+    let Ok(text) = std::str::from_utf8(head) else {
+        return Route::BadRequest;
+    };
+    let mut lines = text.lines();
+    let mut parts = lines.next().unwrap_or_default().split(' ');
+    let (Some(method), Some(target), Some(version), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Route::BadRequest;
+    };
+    let is_token = |s: &str| {
+        !s.is_empty()
+            && s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+    };
+    let version_ok = version.len() == 8
+        && version.starts_with("HTTP/1.")
+        && version.as_bytes()[7].is_ascii_digit();
+    if !is_token(method) || !target.starts_with('/') || !version_ok {
+        return Route::BadRequest;
+    }
+    // Header fields: `name: value`; folded lines are obsolete and refused.
+    for line in lines.take_while(|l| !l.is_empty()) {
+        match line.split_once(':') {
+            Some((name, _)) if is_token(name) => {}
+            _ => return Route::BadRequest,
+        }
+    }
+    let path = target.split('?').next().unwrap_or(target);
+    if method == "GET" && path == "/metrics" {
+        Route::Metrics
+    } else {
+        Route::NotFound
+    }
+}
+
+/// A whole response that closes the connection.
+fn response(status: &str, content_type: &str, body: &str) -> Vec<u8> {
+    let mut out = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    out.extend_from_slice(body.as_bytes());
+    out
+}
+
+/// Every state, in the order the `wfhost_deployment_state` family lists them.
+const STATES: [State; 8] = [
+    State::Starting,
+    State::Ready,
+    State::Draining,
+    State::Stopping,
+    State::Exited,
+    State::Backoff,
+    State::Failed,
+    State::Drained,
+];
+
+/// Builds the exposition text family by family.
+#[derive(Default)]
+struct Exposition {
+    out: String,
+}
+
+impl Exposition {
+    /// Starts a family: its `# HELP` and `# TYPE` lines.
+    fn family(&mut self, name: &str, kind: &str, help: &str) {
+        let _ = writeln!(self.out, "# HELP {name} {help}");
+        let _ = writeln!(self.out, "# TYPE {name} {kind}");
+    }
+
+    /// One sample of the current family.
+    fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: impl Display) {
+        self.out.push_str(name);
+        if !labels.is_empty() {
+            self.out.push('{');
+            for (i, (label, v)) in labels.iter().enumerate() {
+                if i > 0 {
+                    self.out.push(',');
+                }
+                let _ = write!(self.out, "{label}=\"{}\"", escape_label(v));
+            }
+            self.out.push('}');
+        }
+        let _ = writeln!(self.out, " {value}");
+    }
+}
+
+/// A label value escaped per the exposition format: `\`, `"` and newline.
+fn escape_label(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for c in value.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Milliseconds as seconds, exactly as far as f64 allows.
+fn seconds(ms: u64) -> f64 {
+    ms as f64 / 1000.0
+}
+
+/// The exposition text for `snapshots` (each deployment with its mail
+/// counts) as of `now`. Gauges with nothing to measure (no child, no RSS
+/// sample yet) are left out rather than reported as zero.
+pub fn render(snapshots: &[(Status, MailCounts)], now: Instant) -> String {
+    let mut e = Exposition::default();
+
+    let name = "wfhost_child_rss_bytes";
+    e.family(
+        name,
+        "gauge",
+        "Resident memory of the child's process tree at the last policy check.",
+    );
+    for (s, _) in snapshots {
+        if let Some(rss) = s.rss_bytes {
+            e.sample(name, &[("deployment", &s.id)], rss);
+        }
+    }
+
+    let name = "wfhost_child_uptime_seconds";
+    e.family(name, "gauge", "Time since the live child was spawned.");
+    for (s, _) in snapshots {
+        if let Some(started) = s.started_at {
+            let ms = now.saturating_duration_since(started).as_millis() as u64;
+            e.sample(name, &[("deployment", &s.id)], seconds(ms));
+        }
+    }
+
+    let name = "wfhost_deployment_state";
+    e.family(
+        name,
+        "gauge",
+        "1 for the deployment's current state, 0 for the others.",
+    );
+    for (s, _) in snapshots {
+        for state in STATES {
+            let value = u8::from(s.state == state);
+            e.sample(
+                name,
+                &[("deployment", &s.id), ("state", state.as_str())],
+                value,
+            );
+        }
+    }
+
+    let name = "wfhost_restarts_total";
+    e.family(
+        name,
+        "counter",
+        "Restarts after unexpected child exits since the supervisor started.",
+    );
+    for (s, _) in snapshots {
+        e.sample(name, &[("deployment", &s.id)], s.restarts);
+    }
+
+    let name = "wfhost_recycles_total";
+    e.family(
+        name,
+        "counter",
+        "Completed recycles by origin (policy, operator, self).",
+    );
+    for (s, _) in snapshots {
+        let r = s.recycles;
+        for (origin, n) in [
+            ("policy", r.policy),
+            ("operator", r.operator),
+            ("self", r.self_),
+        ] {
+            e.sample(name, &[("deployment", &s.id), ("origin", origin)], n);
+        }
+    }
+
+    let name = "wfhost_recycles_by_reason_total";
+    e.family(
+        name,
+        "counter",
+        "Completed recycles by reason: the bound passed for policy recycles, else the origin.",
+    );
+    for (s, _) in snapshots {
+        for (reason, n) in &s.recycle_reasons {
+            e.sample(name, &[("deployment", &s.id), ("reason", reason)], n);
+        }
+    }
+
+    let name = "wfhost_drain_active";
+    e.family(name, "gauge", "1 while a drain is under way.");
+    for (s, _) in snapshots {
+        e.sample(name, &[("deployment", &s.id)], u8::from(s.drain.active));
+    }
+
+    let name = "wfhost_drain_budget_used_seconds";
+    e.family(
+        name,
+        "gauge",
+        "Drain budget used by the current or last drain.",
+    );
+    for (s, _) in snapshots {
+        e.sample(name, &[("deployment", &s.id)], seconds(s.drain_used_ms(now)));
+    }
+
+    let name = "wfhost_drain_budget_seconds";
+    e.family(name, "gauge", "The drain budget in force.");
+    for (s, _) in snapshots {
+        e.sample(name, &[("deployment", &s.id)], seconds(s.drain.budget_ms));
+    }
+
+    let name = "wfhost_drain_escalations_total";
+    e.family(
+        name,
+        "counter",
+        "Drain budgets that ran out and escalated to a signed cancel.",
+    );
+    for (s, _) in snapshots {
+        e.sample(name, &[("deployment", &s.id)], s.escalations);
+    }
+
+    let name = "wfhost_mail";
+    e.family(
+        name,
+        "gauge",
+        "Mail items in the durable store by state (inbox, processing, done).",
+    );
+    for (s, mail) in snapshots {
+        for (state, n) in [
+            ("inbox", mail.inbox),
+            ("processing", mail.processing),
+            ("done", mail.done),
+        ] {
+            e.sample(name, &[("deployment", &s.id), ("state", state)], n);
+        }
+    }
+
+    let name = "wfhost_protocol_violations_total";
+    e.family(
+        name,
+        "counter",
+        "Children killed for breaking the control protocol.",
+    );
+    for (s, _) in snapshots {
+        e.sample(name, &[("deployment", &s.id)], s.violations);
+    }
+
+    let name = "wfhost_cancels_pending";
+    e.family(
+        name,
+        "gauge",
+        "Signed cancels waiting for the journal to accept them.",
+    );
+    for (s, _) in snapshots {
+        e.sample(name, &[("deployment", &s.id)], s.cancels_pending);
+    }
+
+    e.out
+}
+
+#[cfg(test)]
+mod tests;

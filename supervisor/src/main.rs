@@ -13,6 +13,7 @@ mod journal;
 mod live_child;
 mod logging;
 mod mail;
+mod metrics;
 mod notify;
 mod procfs;
 mod recycle;

@@ -1,7 +1,7 @@
 //! What every deployment task shares: the store, the signing key and the
 //! spawner.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use ed25519_dalek::SigningKey;
@@ -11,7 +11,7 @@ use tracing::error;
 use crate::journal::NewJournalEntry;
 use crate::procfs;
 use crate::spawn::Spawner;
-use crate::store::{ChildRecord, EventRecord};
+use crate::store::{ChildRecord, EventRecord, NewEvent};
 use crate::store_handle::StoreHandle;
 
 /// State shared by the supervisor's tasks.
@@ -26,6 +26,8 @@ pub struct Shared {
     pub events: broadcast::Sender<EventRecord>,
     /// How many events the store keeps.
     pub event_retention: u64,
+    /// Events waiting for the store thread's next batch.
+    pub pending_events: Arc<Mutex<Vec<NewEvent>>>,
 }
 
 /// Events between two prunings of the event table.
@@ -120,30 +122,52 @@ impl Shared {
 
 impl Shared {
     /// Appends an event to the durable event log, then hands it to live
-    /// followers; keeps the log within `event_retention`.
+    /// followers. Events are queued and written in batches, one commit per
+    /// batch (group commit), so a burst of step events costs one fsync, not
+    /// one each; the log is kept within `event_retention`.
     pub fn event(&self, kind: &str, deployment: Option<&str>, body: serde_json::Value) {
-        let kind = kind.to_owned();
-        let deployment = deployment.map(str::to_owned);
+        let event = NewEvent {
+            at_ms: unix_ms(),
+            deployment: deployment.map(str::to_owned),
+            kind: kind.to_owned(),
+            body,
+        };
+        let first = {
+            let mut queue = self
+                .pending_events
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            queue.push(event);
+            queue.len() == 1
+        };
+        if !first {
+            // A flush is already queued and will take this one too.
+            return;
+        }
+        let queue = self.pending_events.clone();
         let feed = self.events.clone();
         let retention = self.event_retention;
         self.store.submit(move |s| {
-            let at_ms = unix_ms();
-            match s.append_event(at_ms, deployment.as_deref(), &kind, &body) {
-                Ok(seq) => {
-                    let _ = feed.send(EventRecord {
-                        seq,
-                        at_ms,
-                        deployment,
-                        kind,
-                        body,
-                    });
-                    if seq % PRUNE_EVERY == 0
-                        && let Err(e) = s.prune_events(retention)
-                    {
+            let batch = std::mem::take(&mut *queue.lock().unwrap_or_else(|p| p.into_inner()));
+            match s.append_events(&batch) {
+                Ok(seqs) => {
+                    let crossed = seqs.iter().any(|seq| seq % PRUNE_EVERY == 0);
+                    for (seq, e) in seqs.into_iter().zip(batch) {
+                        let _ = feed.send(EventRecord {
+                            seq,
+                            at_ms: e.at_ms,
+                            deployment: e.deployment,
+                            kind: e.kind,
+                            body: e.body,
+                        });
+                    }
+                    if crossed && let Err(e) = s.prune_events(retention) {
                         error!(error = %e, "cannot prune the event log");
                     }
                 }
-                Err(e) => error!(kind, error = %e, "cannot append to the event log"),
+                Err(e) => {
+                    error!(events = batch.len(), error = %e, "cannot append to the event log")
+                }
             }
         });
     }

@@ -13,7 +13,7 @@ use rusqlite::ErrorCode;
 use thiserror::Error;
 
 use crate::journal::{JournalRecord, NewJournalEntry};
-pub use events::EventRecord;
+pub use events::{EventRecord, NewEvent};
 pub use mail::{MailCounts, MailItem};
 pub use sqlite::SqliteStore;
 
@@ -97,15 +97,29 @@ pub trait Store: Send {
     /// Ids of `deployment`'s done items, ascending (for tests and audits).
     fn mail_done_ids(&mut self, deployment: &str) -> Result<Vec<u64>, StoreError>;
 
-    /// Durably appends an event and returns its seq (strictly increasing,
-    /// never reused, even after pruning).
+    /// Durably appends events in one transaction (events come in bursts;
+    /// one commit for many keeps the log cheap) and returns their seqs
+    /// (strictly increasing, never reused, even after pruning).
+    fn append_events(&mut self, events: &[NewEvent]) -> Result<Vec<u64>, StoreError>;
+
+    /// Durably appends one event and returns its seq.
+    #[cfg(test)]
     fn append_event(
         &mut self,
         at_ms: u64,
         deployment: Option<&str>,
         kind: &str,
         body: &serde_json::Value,
-    ) -> Result<u64, StoreError>;
+    ) -> Result<u64, StoreError> {
+        let event = NewEvent {
+            at_ms,
+            deployment: deployment.map(str::to_owned),
+            kind: kind.to_owned(),
+            body: body.clone(),
+        };
+        let seqs = self.append_events(std::slice::from_ref(&event))?;
+        Ok(seqs.first().copied().unwrap_or(0))
+    }
 
     /// At most `limit` events with seq greater than `after`, ascending: a
     /// follower's catch-up from its cursor.

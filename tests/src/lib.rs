@@ -340,3 +340,85 @@ pub fn write_config(path: &Path, state_dir: &Path, body: &str) {
     );
     std::fs::write(path, text).expect("write config");
 }
+
+impl Supervisor {
+    /// Like [`Supervisor::start`], with extra environment variables for the
+    /// supervisor process (e.g. `NOTIFY_SOCKET`, `WATCHDOG_USEC`).
+    pub fn start_with_env(body: &str, env: &[(&str, &str)]) -> Self {
+        let dir = TempDir::new();
+        let config = dir.join("wfhost.toml");
+        write_config(&config, &dir.join("state"), body);
+        let log = dir.join("supervisor-env.log");
+        let log_file = std::fs::File::create(&log).expect("create log");
+        let child = Command::new(bin("wfhost"))
+            .args(["supervise", "--config"])
+            .arg(&config)
+            .env("RUST_LOG", "debug")
+            .envs(env.iter().copied())
+            .stdin(std::process::Stdio::null())
+            .stdout(log_file.try_clone().expect("dup log"))
+            .stderr(log_file)
+            .spawn()
+            .expect("spawn wfhost supervise");
+        let sup = Self {
+            child,
+            dir,
+            config,
+            log,
+            seen: Default::default(),
+        };
+        let socket = sup.dir.join("state/wfhost.sock");
+        wait_for("the control socket", Duration::from_secs(20), || {
+            socket.exists().then_some(())
+        });
+        sup
+    }
+
+    /// The log with terminal colour codes removed, so `key=value` fields
+    /// can be matched as plain text.
+    pub fn plain_log(&self) -> String {
+        strip_ansi(&self.log())
+    }
+}
+
+/// Removes ANSI escape sequences (`ESC [ … letter`) from `text`.
+pub fn strip_ansi(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' && chars.peek() == Some(&'[') {
+            chars.next();
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Writes a config like [`write_config`], with `settings` (lines such as
+/// `metrics_listen = "127.0.0.1:9464"`) added to the `[supervisor]` table.
+pub fn write_config_with_settings(path: &Path, state_dir: &Path, settings: &str, body: &str) {
+    let text = format!(
+        "[supervisor]\nstate_dir = \"{}\"\n{}\n\n{}",
+        state_dir.display(),
+        settings.trim_end(),
+        body.replace("{bin}", &bin_dir().display().to_string())
+    );
+    std::fs::write(path, text).expect("write config");
+}
+
+impl Supervisor {
+    /// Like [`Supervisor::start`], with `settings` added to the
+    /// `[supervisor]` table (see [`write_config_with_settings`]).
+    pub fn start_with_settings(settings: &str, body: &str) -> Self {
+        let dir = TempDir::new();
+        let config = dir.join("wfhost.toml");
+        write_config_with_settings(&config, &dir.join("state"), settings, body);
+        Self::start_in(dir, config)
+    }
+}

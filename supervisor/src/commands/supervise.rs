@@ -131,6 +131,7 @@ async fn supervise(config: Config, config_path: &Path) -> anyhow::Result<()> {
         spawner,
         events,
         event_retention: settings.event_retention,
+        pending_events: Default::default(),
     });
     supervisor::kill_orphans(&shared)
         .await
@@ -148,6 +149,15 @@ async fn supervise(config: Config, config_path: &Path) -> anyhow::Result<()> {
     let control = control_server::Server::bind(settings, sup.registry(), shared.clone())?;
     info!(socket = %control.path().display(), deployments = config.deployments.len(), "supervising");
     let control_task = tokio::spawn(control.serve());
+    if let Some(addr) = settings.metrics_listen {
+        let listener = crate::metrics::bind(addr).await?;
+        info!(listen = %addr, "serving Prometheus metrics at /metrics");
+        tokio::spawn(crate::metrics::serve(
+            listener,
+            sup.registry(),
+            shared.clone(),
+        ));
+    }
 
     let tick = notifier
         .as_ref()

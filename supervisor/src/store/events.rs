@@ -15,6 +15,19 @@ pub struct EventRecord {
     pub deployment: Option<String>,
     /// What happened (`spawned`, `recycled`, ...).
     pub kind: String,
-    /// The details, as given to [`Store::append_event`](super::Store::append_event).
+    /// The details, as given to [`Store::append_events`](super::Store::append_events).
+    pub body: serde_json::Value,
+}
+
+/// An event to append, before the store numbers it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewEvent {
+    /// Unix time in milliseconds when it happened.
+    pub at_ms: u64,
+    /// The deployment it concerns; `None` for the supervisor as a whole.
+    pub deployment: Option<String>,
+    /// What happened.
+    pub kind: String,
+    /// The details.
     pub body: serde_json::Value,
 }

@@ -13,7 +13,7 @@ use ed25519_dalek::SigningKey;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior, params};
 use wfhost_ipc::KeyId;
 
-use super::{ChildRecord, EventRecord, MailCounts, MailItem, Store, StoreError};
+use super::{ChildRecord, EventRecord, MailCounts, MailItem, NewEvent, Store, StoreError};
 use crate::journal::{GENESIS_HASH, JournalRecord, NewJournalEntry};
 
 /// The database file inside `state_dir`.
@@ -525,14 +525,8 @@ impl Store for SqliteStore {
         mail::done_ids(self, deployment)
     }
 
-    fn append_event(
-        &mut self,
-        at_ms: u64,
-        deployment: Option<&str>,
-        kind: &str,
-        body: &serde_json::Value,
-    ) -> Result<u64, StoreError> {
-        events::append(self, at_ms, deployment, kind, body)
+    fn append_events(&mut self, new: &[NewEvent]) -> Result<Vec<u64>, StoreError> {
+        events::append(self, new)
     }
 
     fn events_after(&mut self, after: u64, limit: usize) -> Result<Vec<EventRecord>, StoreError> {

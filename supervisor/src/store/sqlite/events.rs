@@ -4,32 +4,43 @@
 //! each commits the seq it was given, so a reader never sees a later seq
 //! before an earlier one: catching up after a cursor has no gap.
 
-use rusqlite::params;
+use rusqlite::{TransactionBehavior, params};
 
 use super::SqliteStore;
-use crate::store::{EventRecord, StoreError};
+use crate::store::{EventRecord, NewEvent, StoreError};
 
-/// Appends one event and returns its seq.
-pub(super) fn append(
-    store: &mut SqliteStore,
-    at_ms: u64,
-    deployment: Option<&str>,
-    kind: &str,
-    body: &serde_json::Value,
-) -> Result<u64, StoreError> {
-    let fail = store.read_fail("appending an event");
-    store
+/// Appends events in one IMMEDIATE transaction; returns their seqs.
+pub(super) fn append(store: &mut SqliteStore, events: &[NewEvent]) -> Result<Vec<u64>, StoreError> {
+    let path = store.path.clone();
+    let fail = |source| StoreError::Sqlite {
+        path: path.clone(),
+        action: "appending events",
+        source,
+    };
+    let tx = store
         .conn
-        .prepare_cached(
-            "INSERT INTO events (at_ms, deployment, kind, body) VALUES (?1, ?2, ?3, ?4)
-             RETURNING seq",
-        )
-        .and_then(|mut stmt| {
-            stmt.query_row(params![at_ms, deployment, kind, body.to_string()], |r| {
-                r.get(0)
-            })
-        })
-        .map_err(fail)
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(&fail)?;
+    let mut seqs = Vec::with_capacity(events.len());
+    {
+        let mut stmt = tx
+            .prepare_cached(
+                "INSERT INTO events (at_ms, deployment, kind, body) VALUES (?1, ?2, ?3, ?4)
+                 RETURNING seq",
+            )
+            .map_err(&fail)?;
+        for e in events {
+            let seq = stmt
+                .query_row(
+                    params![e.at_ms, e.deployment, e.kind, e.body.to_string()],
+                    |r| r.get(0),
+                )
+                .map_err(&fail)?;
+            seqs.push(seq);
+        }
+    }
+    tx.commit().map_err(&fail)?;
+    Ok(seqs)
 }
 
 /// An event row as stored, before its body is parsed.

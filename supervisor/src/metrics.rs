@@ -38,6 +38,11 @@ pub const HEAD_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long one connection may last in all, answer included.
 const CONNECTION_TIMEOUT: Duration = Duration::from_secs(15);
 
+/// How long, and how much, a refused client's input is drained before closing.
+const LINGER_TIME: Duration = Duration::from_secs(2);
+/// See [`LINGER_TIME`].
+const LINGER_BYTES: usize = 64 * 1024;
+
 /// Connections served at once; more are closed without an answer.
 pub const MAX_CONNECTIONS: usize = 64;
 
@@ -126,7 +131,28 @@ async fn serve_connection(
         },
     };
     stream.write_all(&answer).await?;
-    stream.shutdown().await
+    stream.shutdown().await?;
+    if !answer.starts_with(b"HTTP/1.1 200 ") {
+        linger(&mut stream).await;
+    }
+    Ok(())
+}
+
+/// Reads and drops what a refused client still sends, for a moment: closing
+/// with unread input would reset the connection, and the client could lose
+/// the answer before reading it.
+async fn linger(stream: &mut TcpStream) {
+    let mut sink = [0u8; 1024];
+    let mut left = LINGER_BYTES;
+    let _ = tokio::time::timeout(LINGER_TIME, async {
+        while left > 0 {
+            match stream.read(&mut sink).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => left = left.saturating_sub(n),
+            }
+        }
+    })
+    .await;
 }
 
 /// Every deployment's snapshot with its mail counts, in id order.

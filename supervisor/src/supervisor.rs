@@ -41,18 +41,21 @@ pub struct ReloadSummary {
 }
 
 impl Supervisor {
-    /// Starts a task for every configured deployment.
-    pub fn start(config: &Config, shared: &Arc<Shared>) -> Self {
-        let mut sup = Self {
+    /// A supervisor with no deployments yet.
+    pub fn new(config: &Config, shared: &Arc<Shared>) -> Self {
+        Self {
             shared: shared.clone(),
             policy_interval: config.supervisor.policy_interval,
             registry: Arc::new(RwLock::new(BTreeMap::new())),
             tasks: Vec::new(),
-        };
-        for d in &config.deployments {
-            sup.add(d);
         }
-        sup
+    }
+
+    /// Starts a task for every configured deployment.
+    pub fn start_all(&mut self, config: &Config) {
+        for d in &config.deployments {
+            self.add(d);
+        }
     }
 
     fn add(&mut self, cfg: &crate::config::DeploymentConfig) {

@@ -280,3 +280,24 @@ fn client_commands_against_no_supervisor_exit_3_naming_the_socket() {
     assert_eq!(out.status.code(), Some(3));
     assert!(String::from_utf8_lossy(&out.stderr).contains("nobody-home.sock"));
 }
+
+#[test]
+fn a_second_supervisor_on_the_same_state_dir_refuses_and_touches_nothing() {
+    let sup = Supervisor::start(&deployment("only", &testchild("well-behaved"), ""));
+    let pid = sup.ready_pid("only", LONG);
+    let config = sup.config().to_str().expect("utf-8 path").to_owned();
+    let out = wfhost(&["supervise", "--config", &config]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!("pid {}", sup.pid())),
+        "names the holder: {stderr}"
+    );
+    let d = sup.deployment("only");
+    assert_eq!(
+        d["pid"].as_u64(),
+        Some(u64::from(pid)),
+        "the first supervisor's child is untouched"
+    );
+    assert!(alive(pid));
+}

@@ -133,6 +133,14 @@ async fn supervise(config: Config, config_path: &Path) -> anyhow::Result<()> {
         event_retention: settings.event_retention,
         pending_events: Default::default(),
     });
+    // The control socket first: a second supervisor on this state dir must
+    // stop here, before it touches the first one's children.
+    let mut sup = Supervisor::new(&config, &shared);
+    let control = control_server::Server::bind(settings, sup.registry(), shared.clone())?;
+    let metrics = match settings.metrics_listen {
+        Some(addr) => Some(crate::metrics::bind(addr).await?),
+        None => None,
+    };
     supervisor::kill_orphans(&shared)
         .await
         .context("cannot read the children table")?;
@@ -145,12 +153,10 @@ async fn supervise(config: Config, config_path: &Path) -> anyhow::Result<()> {
     }
 
     let mut signals = Signals::watch()?;
-    let mut sup = Supervisor::start(&config, &shared);
-    let control = control_server::Server::bind(settings, sup.registry(), shared.clone())?;
+    sup.start_all(&config);
     info!(socket = %control.path().display(), deployments = config.deployments.len(), "supervising");
     let control_task = tokio::spawn(control.serve());
-    if let Some(addr) = settings.metrics_listen {
-        let listener = crate::metrics::bind(addr).await?;
+    if let (Some(listener), Some(addr)) = (metrics, settings.metrics_listen) {
         info!(listen = %addr, "serving Prometheus metrics at /metrics");
         tokio::spawn(crate::metrics::serve(
             listener,

@@ -1,0 +1,598 @@
+//! Recycling as an operator sees it (DESIGN §5): every trigger (policy
+//! bounds on uptime, RSS and grant age; `wfhost recycle`; the child's own
+//! request) replaces the child, is journaled with its origin, reason and
+//! old and new pid and channel id, and is counted in status; a recycle
+//! under way absorbs further triggers.
+
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
+use serde_json::Value;
+use wfhost_tests::{Supervisor, TempDir, alive, bin, wait_for};
+
+const LONG: Duration = Duration::from_secs(30);
+
+/// Policy ticks fast enough for a test to watch bounds being passed.
+const FAST_POLICY: &str = "policy_interval = \"100ms\"";
+
+/// Restarts that never give up, for tests that break spawns on purpose.
+const PATIENT_RESTART: &str = "restart = { backoff_initial = \"50ms\", backoff_max = \"200ms\", max_restarts = 1000, period = \"60s\" }";
+
+fn deployment(id: &str, command: &str, extra: &str) -> String {
+    format!("[[deployment]]\nid = \"{id}\"\ncommand = {command}\n{extra}\n")
+}
+
+/// `wfhost-child exec -- sh -c CMD` (CMD must not hold double quotes).
+fn exec(cmd: &str) -> String {
+    format!("[\"{{bin}}/wfhost-child\", \"exec\", \"--\", \"sh\", \"-c\", \"{cmd}\"]")
+}
+
+/// `wfhost-child demo ARGS`.
+fn demo(args: &[&str]) -> String {
+    let mut parts = vec!["\"{bin}/wfhost-child\"".to_owned(), "\"demo\"".to_owned()];
+    parts.extend(args.iter().map(|a| format!("\"{a}\"")));
+    format!("[{}]", parts.join(", "))
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn describe(out: &Output) -> String {
+    format!(
+        "exit {:?}\nstdout: {}\nstderr: {}",
+        out.status.code(),
+        text(&out.stdout),
+        text(&out.stderr)
+    )
+}
+
+/// Every journal record, oldest first.
+fn journal(sup: &Supervisor) -> Vec<Value> {
+    let out = sup.client(&["journal", "show", "--json"]);
+    assert!(out.status.success(), "journal show: {}", describe(&out));
+    text(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("journal JSON line"))
+        .collect()
+}
+
+/// The journal's `recycle` records of deployment `id`.
+fn recycle_records(sup: &Supervisor, id: &str) -> Vec<Value> {
+    journal(sup)
+        .into_iter()
+        .filter(|r| r["kind"] == "recycle" && r["deployment"] == id)
+        .collect()
+}
+
+/// Waits until the journal holds at least `n` recycle records for `id`.
+fn wait_recycle_records(sup: &Supervisor, id: &str, n: usize) -> Vec<Value> {
+    wait_for(&format!("{n} recycle record(s) of {id}"), LONG, || {
+        let recs = recycle_records(sup, id);
+        (recs.len() >= n).then_some(recs)
+    })
+}
+
+fn is_channel_id(v: &Value) -> bool {
+    v.as_str()
+        .is_some_and(|s| s.len() == 32 && s.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
+/// Checks one journaled recycle: its origin, a reason `reason_ok` accepts,
+/// the old child's pid and channel id, and a fresh new pid and channel id
+/// that the journal's `spawn` record of the new child agrees with.
+fn check_record(
+    sup: &Supervisor,
+    rec: &Value,
+    origin: &str,
+    reason_ok: impl Fn(&str) -> bool,
+    old_pid: u32,
+    old_channel: &str,
+) -> u32 {
+    let b = &rec["body"];
+    assert_eq!(b["origin"], origin, "{rec}");
+    let reason = b["reason"].as_str().unwrap_or_else(|| panic!("{rec}"));
+    assert!(reason_ok(reason), "unexpected reason {reason:?} in {rec}");
+    assert_eq!(b["old_pid"].as_u64(), Some(u64::from(old_pid)), "{rec}");
+    assert_eq!(b["old_channel_id"], old_channel, "{rec}");
+    let new_pid = b["new_pid"].as_u64().unwrap_or_else(|| panic!("{rec}")) as u32;
+    assert_ne!(new_pid, old_pid, "{rec}");
+    assert!(is_channel_id(&b["new_channel_id"]), "{rec}");
+    assert_ne!(
+        b["new_channel_id"], old_channel,
+        "a fresh channel id: {rec}"
+    );
+    let spawn = journal(sup)
+        .into_iter()
+        .find(|r| r["kind"] == "spawn" && r["body"]["pid"].as_u64() == Some(u64::from(new_pid)))
+        .unwrap_or_else(|| panic!("no spawn record for the new pid {new_pid}"));
+    assert_eq!(
+        spawn["body"]["channel_id"], b["new_channel_id"],
+        "the recycle names the channel the new child was spawned with"
+    );
+    new_pid
+}
+
+/// The number in `text` right after `prefix`, e.g. `up 1203 ms` → 1203.
+fn number_after(text: &str, prefix: &str) -> Option<u64> {
+    let rest = &text[text.find(prefix)? + prefix.len()..];
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
+}
+
+fn recycles(d: &Value) -> (u64, u64, u64) {
+    let r = &d["recycles"];
+    (
+        r["policy"].as_u64().unwrap_or(u64::MAX),
+        r["operator"].as_u64().unwrap_or(u64::MAX),
+        r["self"].as_u64().unwrap_or(u64::MAX),
+    )
+}
+
+/// Starts `wfhost recycle ID --reason REASON` in the background.
+fn spawn_recycle(sup: &Supervisor, id: &str, reason: &str) -> Child {
+    Command::new(bin("wfhost"))
+        .args(["recycle", id, "--reason", reason, "--config"])
+        .arg(sup.config())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn wfhost recycle")
+}
+
+/// The new pid `wfhost recycle` printed: `recycled ID: pid OLD -> NEW`.
+fn printed_new_pid(out: &Output) -> u32 {
+    let stdout = text(&out.stdout);
+    stdout
+        .trim()
+        .rsplit("-> ")
+        .next()
+        .and_then(|p| p.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no new pid in {}", describe(out)))
+}
+
+#[test]
+fn max_uptime_recycles_by_policy_and_is_journaled_and_counted() {
+    let sup = Supervisor::start_with_settings(
+        FAST_POLICY,
+        &deployment(
+            "aging",
+            &exec("exec sleep 1000"),
+            "recycle = { max_uptime = \"1s\" }",
+        ),
+    );
+    let pid0 = sup.ready_pid("aging", LONG);
+    let chan0 = sup.deployment("aging")["channel_id"]
+        .as_str()
+        .expect("channel id")
+        .to_owned();
+
+    let d = sup.wait_deployment("aging", "a policy recycle", LONG, |d| recycles(d).0 >= 1);
+    let (_, operator, self_) = recycles(&d);
+    assert_eq!((operator, self_), (0, 0), "only policy recycles: {d}");
+    let last = &d["last_recycle"];
+    assert_eq!(last["origin"], "policy", "{d}");
+    assert!(
+        last["reason"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("max_uptime"),
+        "{d}"
+    );
+
+    let recs = wait_recycle_records(&sup, "aging", 1);
+    let first = &recs[0];
+    check_record(
+        &sup,
+        first,
+        "policy",
+        |r| r.starts_with("max_uptime:") && number_after(r, "up ").is_some_and(|ms| ms >= 1000),
+        pid0,
+        &chan0,
+    );
+    assert!(
+        recs.iter().all(|r| r["body"]["origin"] == "policy"),
+        "{recs:?}"
+    );
+    wait_for("the old child to be gone", LONG, || {
+        (!alive(pid0)).then_some(())
+    });
+}
+
+#[test]
+fn max_rss_recycles_a_child_whose_process_tree_grows_past_the_bound() {
+    // The memory is held by python, a child of `wfhost-child exec`: RSS is
+    // measured over the child's whole process tree.
+    let command = "[\"{bin}/wfhost-child\", \"exec\", \"--\", \"python3\", \"-c\", \
+                   'x = b\"\\x01\" * (200 << 20); import time; time.sleep(1000)']";
+    let sup = Supervisor::start_with_settings(
+        FAST_POLICY,
+        &deployment("hungry", command, "recycle = { max_rss = \"100MiB\" }"),
+    );
+    let pid0 = sup.ready_pid("hungry", LONG);
+    let chan0 = sup.deployment("hungry")["channel_id"]
+        .as_str()
+        .expect("channel id")
+        .to_owned();
+
+    let d = sup.wait_deployment("hungry", "a policy recycle", LONG, |d| recycles(d).0 >= 1);
+    assert_eq!(d["last_recycle"]["origin"], "policy", "{d}");
+    let recs = wait_recycle_records(&sup, "hungry", 1);
+    check_record(
+        &sup,
+        &recs[0],
+        "policy",
+        |r| {
+            r.starts_with("max_rss:")
+                && number_after(r, "max_rss: ").is_some_and(|b| b > 100 << 20)
+                && r.ends_with(&format!("bound {} bytes", 100u64 << 20))
+        },
+        pid0,
+        &chan0,
+    );
+    let (_, operator, self_) = recycles(&sup.deployment("hungry"));
+    assert_eq!((operator, self_), (0, 0));
+}
+
+#[test]
+fn max_grants_age_recycles_and_the_new_child_gets_freshly_read_grants() {
+    let dir = TempDir::new();
+    let grants = dir.join("grants.json");
+    std::fs::write(&grants, br#"{"token":"v1"}"#).expect("write grants");
+    let sup = Supervisor::start_with_settings(
+        FAST_POLICY,
+        &deployment(
+            "creds",
+            &exec("exec sleep 1000"),
+            &format!(
+                "grants_file = \"{}\"\nrecycle = {{ max_grants_age = \"1s\" }}\n{PATIENT_RESTART}",
+                grants.display()
+            ),
+        ),
+    );
+    let pid0 = sup.ready_pid("creds", LONG);
+    // Grant age as the first child sees it, and when the sample was taken
+    // at the latest.
+    let before = sup.deployment("creds");
+    let sampled = Instant::now();
+    assert_eq!(before["pid"].as_u64(), Some(u64::from(pid0)));
+    let chan0 = before["channel_id"].as_str().expect("channel").to_owned();
+    let age0 = before["grants_age_ms"].as_u64().expect("grants_age_ms");
+
+    let recs = wait_recycle_records(&sup, "creds", 1);
+    let new_pid = check_record(
+        &sup,
+        &recs[0],
+        "policy",
+        |r| {
+            r.starts_with("max_grants_age:")
+                && number_after(r, "grants ").is_some_and(|ms| ms >= 1000)
+        },
+        pid0,
+        &chan0,
+    );
+    let (d, asked) = wait_for("a ready successor", LONG, || {
+        let asked = Instant::now();
+        let d = sup.deployment("creds");
+        (d["state"] == "ready" && d["pid"].as_u64().is_some_and(|p| p != u64::from(pid0)))
+            .then_some((d, asked))
+    });
+    let between = asked.saturating_duration_since(sampled).as_millis();
+    let age1 = d["grants_age_ms"].as_u64().expect("grants_age_ms");
+    // Had the grants not been read again, the age would have kept growing:
+    // by at least the time between the two samples. A fresh read makes it
+    // at least max_grants_age (1 s) younger than that; half is the margin.
+    assert!(
+        u128::from(age1) + 500 < u128::from(age0) + between,
+        "grants_age_ms did not reset: {age0} ms, then {age1} ms {between} ms later (pid {new_pid}: {d})"
+    );
+    assert_eq!(d["last_recycle"]["origin"], "policy", "{d}");
+    assert!(
+        d["last_recycle"]["reason"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("max_grants_age"),
+        "{d}"
+    );
+
+    // Every respawn reads the file again: a broken file breaks the next
+    // spawn (naming the file), a fixed one lets it start again.
+    std::fs::write(&grants, br#"{"token":"#).expect("break grants");
+    let d = sup.wait_deployment("creds", "a spawn refused for bad grants", LONG, |d| {
+        d["last_exit"]
+            .as_str()
+            .is_some_and(|e| e.contains("not valid JSON") && e.contains("grants.json"))
+    });
+    assert_ne!(d["state"], "ready", "{d}");
+    std::fs::write(&grants, br#"{"token":"v2"}"#).expect("fix grants");
+    let d = sup.wait_deployment("creds", "ready again with the fixed grants", LONG, |d| {
+        d["state"] == "ready" && d["grants_age_ms"].is_u64()
+    });
+    assert!(d["pid"].is_u64(), "{d}");
+}
+
+#[test]
+fn operator_recycle_reports_the_new_pid_and_is_journaled_and_counted() {
+    let sup = Supervisor::start(&deployment(
+        "ops",
+        &demo(&["--step-ms", "1", "--approve-ms", "1"]),
+        "",
+    ));
+    let pid0 = sup.ready_pid("ops", LONG);
+    let chan0 = sup.deployment("ops")["channel_id"]
+        .as_str()
+        .expect("channel")
+        .to_owned();
+
+    let out = sup.client(&["recycle", "ops", "--reason", "because"]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let new_pid = printed_new_pid(&out);
+    assert_eq!(
+        text(&out.stdout).trim(),
+        format!("recycled ops: pid {pid0} -> {new_pid}")
+    );
+    // The command returns once the new child is ready, the old one reaped.
+    let d = sup.deployment("ops");
+    assert_eq!(d["state"], "ready", "{d}");
+    assert_eq!(d["pid"].as_u64(), Some(u64::from(new_pid)), "{d}");
+    assert!(!alive(pid0), "the old child {pid0} is gone");
+    assert_eq!(recycles(&d), (0, 1, 0), "{d}");
+    let last = &d["last_recycle"];
+    assert_eq!(last["origin"], "operator", "{d}");
+    assert_eq!(last["reason"], "because", "{d}");
+    assert_eq!(last["old_pid"].as_u64(), Some(u64::from(pid0)), "{d}");
+    assert_eq!(last["new_pid"].as_u64(), Some(u64::from(new_pid)), "{d}");
+    assert_eq!(d["restarts"], 0, "a recycle is not a restart: {d}");
+
+    let recs = wait_recycle_records(&sup, "ops", 1);
+    let journaled = check_record(&sup, &recs[0], "operator", |r| r == "because", pid0, &chan0);
+    assert_eq!(journaled, new_pid);
+    assert_eq!(recs[0]["body"]["new_channel_id"], d["channel_id"]);
+
+    // Without --reason the journal still says why.
+    let out = sup.client(&["recycle", "ops"]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let recs = wait_recycle_records(&sup, "ops", 2);
+    assert_eq!(recs[1]["body"]["origin"], "operator");
+    assert!(
+        !recs[1]["body"]["reason"].as_str().unwrap_or("").is_empty(),
+        "{:?}",
+        recs[1]
+    );
+    assert_eq!(recycles(&sup.deployment("ops")), (0, 2, 0));
+
+    // An unknown deployment is a clear failure that changes nothing.
+    let out = sup.client(&["recycle", "nope"]);
+    assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("unknown deployment") && err.contains("nope") && err.contains("ops"),
+        "{err}"
+    );
+    assert_eq!(recycles(&sup.deployment("ops")), (0, 2, 0));
+}
+
+#[test]
+fn a_child_asking_to_be_recycled_is_recycled_with_origin_self() {
+    let sup = Supervisor::start(&deployment(
+        "selfish",
+        &demo(&[
+            "--recycle-every",
+            "3",
+            "--step-ms",
+            "1",
+            "--approve-ms",
+            "1",
+        ]),
+        "",
+    ));
+    let pid0 = sup.ready_pid("selfish", LONG);
+    let chan0 = sup.deployment("selfish")["channel_id"]
+        .as_str()
+        .expect("channel")
+        .to_owned();
+    for i in 0..3 {
+        let out = sup.client(&["send", "selfish", &format!("job-{i}")]);
+        assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    }
+    let d = sup.wait_deployment("selfish", "a self recycle, all mail done", LONG, |d| {
+        recycles(d).2 >= 1 && d["state"] == "ready" && d["mail"]["done"] == 3
+    });
+    assert_eq!(recycles(&d), (0, 0, 1), "{d}");
+    assert_eq!(d["last_recycle"]["origin"], "self", "{d}");
+    assert_eq!(d["last_recycle"]["reason"], "processed 3 items", "{d}");
+    assert_eq!(
+        (
+            d["mail"]["inbox"].as_u64(),
+            d["mail"]["processing"].as_u64()
+        ),
+        (Some(0), Some(0)),
+        "{d}"
+    );
+    let recs = wait_recycle_records(&sup, "selfish", 1);
+    check_record(
+        &sup,
+        &recs[0],
+        "self",
+        |r| r == "processed 3 items",
+        pid0,
+        &chan0,
+    );
+    assert!(
+        sup.plain_log()
+            .contains("demo: processed 3 items: asking to be recycled"),
+        "the child says why"
+    );
+}
+
+#[test]
+fn concurrent_recycles_are_absorbed_into_one() {
+    // A wait-behaviour step that never ends keeps the drain (and so the
+    // recycle) open until drain_deadline: long enough for the later
+    // triggers to arrive while it is under way.
+    let sup = Supervisor::start(&deployment(
+        "busy",
+        "[\"{bin}/wfhost-child\", \"exec\", \"--drain\", \"wait\", \"--\", \"sleep\", \"1000\"]",
+        "drain_timeout = \"1s\"\ndrain_deadline = \"4s\"\nkill_timeout = \"2s\"",
+    ));
+    let pid0 = sup.ready_pid("busy", LONG);
+
+    let first = spawn_recycle(&sup, "busy", "first");
+    sup.wait_deployment("busy", "the recycle's drain", LONG, |d| {
+        d["state"] == "draining" && d["drain"]["purpose"] == "recycle"
+    });
+    let second = spawn_recycle(&sup, "busy", "second");
+    let third = spawn_recycle(&sup, "busy", "third");
+    let outs: Vec<Output> = [first, second, third]
+        .into_iter()
+        .map(|c| c.wait_with_output().expect("wait for wfhost recycle"))
+        .collect();
+    for out in &outs {
+        assert_eq!(out.status.code(), Some(0), "{}", describe(out));
+    }
+    let pids: Vec<u32> = outs.iter().map(printed_new_pid).collect();
+    assert!(
+        pids.iter().all(|&p| p == pids[0] && p != pid0),
+        "every caller gets the same new pid: {pids:?}"
+    );
+    let d = sup.deployment("busy");
+    assert_eq!(d["pid"].as_u64(), Some(u64::from(pids[0])), "{d}");
+    assert_eq!(recycles(&d), (0, 1, 0), "one recycle: {d}");
+    assert_eq!(d["last_recycle"]["reason"], "first", "{d}");
+    // Nothing else happened after it.
+    std::thread::sleep(Duration::from_millis(300));
+    let recs = recycle_records(&sup, "busy");
+    assert_eq!(recs.len(), 1, "{recs:?}");
+    assert_eq!(recs[0]["body"]["reason"], "first");
+}
+
+#[test]
+#[ignore = "bug: a recycle trigger arriving while the old child is being stopped is refused \
+            (LiveChild::stop answers `… is stopping; try again once it is ready`) instead of \
+            being absorbed into the recycle under way"]
+fn a_recycle_asked_for_while_the_old_child_is_stopping_is_absorbed() {
+    // It ignores Drain and SIGTERM: the recycle spends drain_deadline
+    // draining, then kill_timeout stopping, before SIGKILL.
+    let sup = Supervisor::start(&deployment(
+        "stubborn",
+        "[\"{bin}/wfh-testchild\", \"ignore-term\"]",
+        "drain_timeout = \"200ms\"\ndrain_deadline = \"200ms\"\nkill_timeout = \"3s\"",
+    ));
+    let pid0 = sup.ready_pid("stubborn", LONG);
+    let first = spawn_recycle(&sup, "stubborn", "first");
+    sup.wait_deployment("stubborn", "the old child stopping", LONG, |d| {
+        d["state"] == "stopping"
+    });
+    let second = spawn_recycle(&sup, "stubborn", "second");
+    let outs: Vec<Output> = [first, second]
+        .into_iter()
+        .map(|c| c.wait_with_output().expect("wait for wfhost recycle"))
+        .collect();
+    for out in &outs {
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "both callers see the recycle complete: {}",
+            describe(out)
+        );
+    }
+    let pids: Vec<u32> = outs.iter().map(printed_new_pid).collect();
+    assert!(pids[0] == pids[1] && pids[0] != pid0, "{pids:?}");
+    assert_eq!(recycles(&sup.deployment("stubborn")), (0, 1, 0));
+}
+
+#[test]
+#[ignore = "bug: SIGTERM while a recycle is stopping the old child is lost (LiveChild::stop drops \
+            Request::Stop via refuse_while), so the recycle respawns a child and the supervisor \
+            never exits; a second SIGTERM does not help"]
+fn sigterm_during_a_recycle_still_stops_the_supervisor() {
+    let mut sup = Supervisor::start(&deployment(
+        "stubborn",
+        "[\"{bin}/wfh-testchild\", \"ignore-term\"]",
+        "drain_timeout = \"200ms\"\ndrain_deadline = \"200ms\"\nkill_timeout = \"2s\"",
+    ));
+    let pid0 = sup.ready_pid("stubborn", LONG);
+    let recycle = spawn_recycle(&sup, "stubborn", "first");
+    sup.wait_deployment("stubborn", "the old child stopping", LONG, |d| {
+        d["state"] == "stopping"
+    });
+    sup.signal(Signal::SIGTERM);
+    let status = sup.wait_exit(LONG);
+    assert!(status.success(), "graceful stop exits 0: {status:?}");
+    // However the recycle is answered, no child may outlive the stop.
+    let _ = recycle.wait_with_output();
+    assert!(!alive(pid0));
+    let left = wfhost_tests::children_of(sup.pid());
+    assert!(
+        left.is_empty(),
+        "children of the stopped supervisor remain: {left:?}"
+    );
+}
+
+#[test]
+fn recycling_an_idle_child_time_to_ready_is_measured() {
+    const ROUNDS: usize = 20;
+    let sup = Supervisor::start(&deployment(
+        "idle",
+        &demo(&["--step-ms", "1", "--approve-ms", "1"]),
+        "",
+    ));
+    let mut pid = sup.ready_pid("idle", LONG);
+    let mut cli_ms = Vec::with_capacity(ROUNDS);
+    for _ in 0..ROUNDS {
+        let t = Instant::now();
+        let out = sup.client(&["recycle", "idle"]);
+        let took = t.elapsed();
+        assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+        let new_pid = printed_new_pid(&out);
+        assert_ne!(new_pid, pid);
+        pid = new_pid;
+        cli_ms.push(took.as_secs_f64() * 1000.0);
+    }
+    let d = sup.deployment("idle");
+    assert_eq!(recycles(&d), (0, ROUNDS as u64, 0), "{d}");
+    assert_eq!(d["pid"].as_u64(), Some(u64::from(pid)));
+
+    // The supervisor's own view: drain_started to the new child's ready
+    // event, from the event log (millisecond timestamps).
+    let out = sup.client(&["events", "--json"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let events: Vec<Value> = text(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("event JSON"))
+        .collect();
+    let mut server_ms = Vec::new();
+    let mut started = None;
+    for e in &events {
+        match e["kind"].as_str() {
+            Some("drain_started") => started = e["at_ms"].as_u64(),
+            Some("ready") => {
+                if let (Some(s), Some(r)) = (started.take(), e["at_ms"].as_u64()) {
+                    server_ms.push(r.saturating_sub(s) as f64);
+                }
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(server_ms.len(), ROUNDS, "{events:?}");
+    eprintln!(
+        "recycle of an idle child to the new child's Ready over {ROUNDS} rounds: \
+         `wfhost recycle` wall time {}; supervisor drain_started→ready {}",
+        summary(&mut cli_ms),
+        summary(&mut server_ms)
+    );
+}
+
+/// `min/median/p90/max` in milliseconds.
+fn summary(ms: &mut [f64]) -> String {
+    ms.sort_by(f64::total_cmp);
+    let at = |q: f64| ms[((ms.len() - 1) as f64 * q).round() as usize];
+    format!(
+        "min {:.1} ms, median {:.1} ms, p90 {:.1} ms, max {:.1} ms",
+        at(0.0),
+        at(0.5),
+        at(0.9),
+        at(1.0)
+    )
+}

@@ -154,6 +154,7 @@ impl LiveChild {
             &channel_id,
             &key::public_hex(&shared.key.verifying_key()),
         );
+        debug!(deployment = %cfg.id, channel = %channel_id, "spawning");
         let Spawned {
             child,
             pid,

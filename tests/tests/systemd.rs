@@ -116,8 +116,14 @@ fn bound(dir: &TempDir) -> (Notifications, String) {
 }
 
 fn monotonic_usec() -> u64 {
-    let t = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).expect("clock");
-    t.tv_sec() as u64 * 1_000_000 + t.tv_nsec() as u64 / 1_000
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec for the call.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    assert_eq!(rc, 0, "clock_gettime");
+    ts.tv_sec as u64 * 1_000_000 + ts.tv_nsec as u64 / 1_000
 }
 
 fn events(sup: &Supervisor) -> Vec<serde_json::Value> {

@@ -42,6 +42,9 @@ use crate::status::{DrainView, State, Status, StepView};
 /// (every size is bounded, DESIGN §9).
 const MAX_STEPS_IN_FLIGHT: usize = 10_000;
 
+/// How long a stop waits to hand `Shutdown` to a child before signalling.
+const SHUTDOWN_SEND_TIMEOUT: Duration = Duration::from_millis(100);
+
 /// Longest reason or kind text taken from a child.
 const MAX_REASON_CHARS: usize = 512;
 
@@ -77,7 +80,7 @@ impl EndReason {
             Self::SpawnFailed(e) => format!("spawn failed: {e}"),
             Self::Exited(s) => format!("exited unexpectedly: {}", describe_status(*s)),
             Self::Violation(v) => format!("protocol violation: {v}"),
-            Self::Hung => "hung: no pong within liveness_timeout".to_owned(),
+            Self::Hung => "hung: no pong (or no reading) within liveness_timeout".to_owned(),
             Self::NotReady => "no Ready within ready_timeout".to_owned(),
             Self::Killed => "killed by an operator".to_owned(),
             Self::Stopped(s) => format!("stopped: {}", describe_status(*s)),
@@ -129,6 +132,8 @@ pub struct LiveChild {
     pub grants_read_at: Option<Instant>,
     /// The budget's state at the last status update, to log transitions.
     budget_state: BudgetState,
+    /// A send timed out: the child no longer reads its channel.
+    stalled: bool,
 }
 
 impl LiveChild {
@@ -192,6 +197,7 @@ impl LiveChild {
             started_at,
             grants_read_at,
             budget_state: BudgetState::Idle,
+            stalled: false,
         })
     }
 
@@ -207,6 +213,20 @@ impl LiveChild {
 
     fn update(&self, f: impl FnOnce(&mut Status)) {
         f(&mut self.status.lock().unwrap_or_else(|p| p.into_inner()));
+    }
+
+    /// Sends one message, giving up after `liveness_timeout`: a child that
+    /// stops reading its channel must not wedge its deployment's task. A
+    /// send that times out marks the child stalled (a half-written frame
+    /// leaves the channel unusable), and the loop kills it as hung.
+    async fn send(&mut self, message: Control) -> Result<(), String> {
+        match tokio::time::timeout(self.cfg.liveness_timeout, self.writer.send(message)).await {
+            Ok(result) => result.map_err(|e| e.to_string()),
+            Err(_) => {
+                self.stalled = true;
+                Err("the child has not read its control channel within liveness_timeout".into())
+            }
+        }
     }
 
     /// Hello → Welcome → Ready within `ready_timeout`. On failure the child
@@ -291,6 +311,10 @@ impl LiveChild {
         }
         loop {
             let now = Instant::now();
+            if self.stalled {
+                let end = self.kill_for(EndReason::Hung).await;
+                return self.conclude(session.map(|s| s.purpose), end, &mut cancels);
+            }
             if let Some(s) = &session
                 && s.complete(tracker.steps().is_empty())
             {
@@ -364,7 +388,7 @@ impl LiveChild {
                         return self.conclude(session.map(|s| s.purpose), end, &mut cancels);
                     }
                     if let Some(nonce) = liveness.ping_due(now)
-                        && let Err(e) = self.writer.send(Control::Ping { nonce }).await
+                        && let Err(e) = self.send(Control::Ping { nonce }).await
                     {
                         debug!(deployment = %self.cfg.id, pid = self.pid, error = %e, "ping not sent");
                     }
@@ -572,7 +596,7 @@ impl LiveChild {
             .journal("drain", Some(&self.cfg.id), body.clone());
         self.shared.event("drain_started", Some(&self.cfg.id), body);
         self.update(|st| st.state = State::Draining);
-        if let Err(e) = self.writer.send(Control::Drain { budget_ms }).await {
+        if let Err(e) = self.send(Control::Drain { budget_ms }).await {
             debug!(deployment = %self.cfg.id, pid = self.pid, error = %e, "drain not sent");
         }
     }
@@ -729,7 +753,7 @@ impl LiveChild {
                     event["journal_seq"] = seq.into();
                     self.shared
                         .event("cancel_committed", Some(&self.cfg.id), event);
-                    let sent = self.writer.send(Control::Cancel(p.signed)).await;
+                    let sent = self.send(Control::Cancel(p.signed)).await;
                     if let Some(reply) = p.reply {
                         let _ = reply.send(sent.map(|()| seq).map_err(|e| {
                             format!("committed as journal record {seq}, but not delivered: {e}")
@@ -779,7 +803,6 @@ impl LiveChild {
             // A failed send ends the wiring soon; the item is in processing
             // and goes back to the inbox then.
             if let Err(e) = self
-                .writer
                 .send(Control::Mail {
                     id: item.id,
                     payload: item.payload,
@@ -881,7 +904,9 @@ impl LiveChild {
     pub async fn stop(&mut self, requests: &mut mpsc::Receiver<Request>) -> EndReason {
         self.update(|st| st.state = State::Stopping);
         info!(deployment = %self.cfg.id, pid = self.pid, "stopping: SIGTERM to process group");
-        let _ = self.writer.send(Control::Shutdown).await;
+        // Best effort: a child that does not read must not delay SIGTERM.
+        let _ =
+            tokio::time::timeout(SHUTDOWN_SEND_TIMEOUT, self.writer.send(Control::Shutdown)).await;
         signal_group(self.pid, Signal::SIGTERM);
         let mut escalation = KillEscalation::begin(Instant::now(), self.cfg.kill_timeout);
         let mut requests_open = true;

@@ -1,0 +1,374 @@
+//! Mail as an operator sees it (DESIGN §6): `wfhost send` accepts a payload
+//! (inline, `@file` or `-`) only once it is durable and prints its id;
+//! refusals (unknown deployment, payload too big, inbox full) are clear and
+//! write nothing; delivery is FIFO; status counts inbox, processing, done.
+
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+use wfhost_tests::{Supervisor, bin, wait_for};
+
+const LONG: Duration = Duration::from_secs(30);
+
+fn deployment(id: &str, command: &str, extra: &str) -> String {
+    format!("[[deployment]]\nid = \"{id}\"\ncommand = {command}\n{extra}\n")
+}
+
+/// `wfhost-child demo ARGS`.
+fn demo(args: &[&str]) -> String {
+    let mut parts = vec!["\"{bin}/wfhost-child\"".to_owned(), "\"demo\"".to_owned()];
+    parts.extend(args.iter().map(|a| format!("\"{a}\"")));
+    format!("[{}]", parts.join(", "))
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn describe(out: &Output) -> String {
+    format!(
+        "exit {:?}\nstdout: {}\nstderr: {}",
+        out.status.code(),
+        text(&out.stdout),
+        text(&out.stderr)
+    )
+}
+
+/// Runs `wfhost send ID PAYLOAD` and returns the accepted id, asserting
+/// success and the printed line.
+fn send_ok(sup: &Supervisor, id: &str, payload: &str) -> u64 {
+    let out = sup.client(&["send", id, payload]);
+    accepted_id(&out, id)
+}
+
+fn accepted_id(out: &Output, id: &str) -> u64 {
+    assert_eq!(out.status.code(), Some(0), "{}", describe(out));
+    let stdout = text(&out.stdout);
+    let line = stdout.trim();
+    let n = line
+        .strip_prefix("accepted mail ")
+        .and_then(|rest| rest.strip_suffix(&format!(" for {id}")))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("unexpected output: {}", describe(out)));
+    n
+}
+
+/// `(inbox, processing, done)` from status.
+fn counts(d: &Value) -> (u64, u64, u64) {
+    let m = &d["mail"];
+    let n = |k: &str| m[k].as_u64().unwrap_or_else(|| panic!("mail.{k} in {d}"));
+    (n("inbox"), n("processing"), n("done"))
+}
+
+/// Every row of the `mail` table: `(id, deployment, state, payload, deliveries)`.
+fn db_rows(sup: &Supervisor) -> Vec<(u64, String, String, Vec<u8>, u64)> {
+    let db = sup.dir().join("state/wfhost.db");
+    let script = "import json, sqlite3, sys\n\
+                  c = sqlite3.connect(sys.argv[1])\n\
+                  rows = c.execute('SELECT id, deployment, state, hex(payload), deliveries FROM mail ORDER BY id').fetchall()\n\
+                  print(json.dumps(rows))";
+    let out = Command::new("python3")
+        .args(["-c", script])
+        .arg(&db)
+        .output()
+        .expect("run python3");
+    assert!(out.status.success(), "python3 sqlite3: {}", describe(&out));
+    let rows: Vec<(u64, String, String, String, u64)> =
+        serde_json::from_slice(&out.stdout).expect("rows JSON");
+    rows.into_iter()
+        .map(|(id, d, s, hex, n)| (id, d, s, unhex(&hex), n))
+        .collect()
+}
+
+fn unhex(hex: &str) -> Vec<u8> {
+    (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).expect("hex"))
+        .collect()
+}
+
+/// Event log entries of `kind`.
+fn events(sup: &Supervisor, kind: &str) -> Vec<Value> {
+    let out = sup.client(&["events", "--json"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    text(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).expect("event JSON"))
+        .filter(|e| e["kind"] == kind)
+        .collect()
+}
+
+/// The ids of "mail N: received" lines the demo child printed, in log order.
+fn received_in_log(sup: &Supervisor) -> Vec<u64> {
+    sup.plain_log()
+        .lines()
+        .filter_map(|l| {
+            let rest = &l[l.find("mail ")? + 5..];
+            let (n, tail) = rest.split_once(": received ")?;
+            let _ = tail;
+            n.parse().ok()
+        })
+        .collect()
+}
+
+/// Drains `id` and waits until it holds its mail.
+fn drain(sup: &Supervisor, id: &str) {
+    let out = sup.client(&["drain", id]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    sup.wait_deployment(id, "drained", LONG, |d| d["state"] == "drained");
+}
+
+#[test]
+fn sent_mail_is_durable_on_return_and_delivered_in_fifo_order() {
+    let sup = Supervisor::start(&deployment(
+        "orders",
+        &demo(&["--step-ms", "1", "--approve-ms", "1"]),
+        "",
+    ));
+    sup.ready_pid("orders", LONG);
+    // Drained, the deployment holds its mail in the inbox.
+    drain(&sup, "orders");
+
+    let inline = send_ok(&sup, "orders", "alpha");
+    let file = sup.dir().join("payload.bin");
+    std::fs::write(&file, b"bravo from a file").expect("write payload");
+    let from_file = send_ok(&sup, "orders", &format!("@{}", file.display()));
+    let mut child = Command::new(bin("wfhost"))
+        .args(["send", "orders", "-", "--config"])
+        .arg(sup.config())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn wfhost send -");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(b"charlie\n")
+        .expect("write stdin");
+    let from_stdin = accepted_id(&child.wait_with_output().expect("wait"), "orders");
+    assert!(
+        inline < from_file && from_file < from_stdin,
+        "ids increase: {inline} {from_file} {from_stdin}"
+    );
+
+    // Each was in the store, with its exact bytes, when send returned.
+    let rows = db_rows(&sup);
+    let row = |id: u64| rows.iter().find(|r| r.0 == id).cloned();
+    for (id, payload) in [
+        (inline, &b"alpha"[..]),
+        (from_file, b"bravo from a file"),
+        (from_stdin, b"charlie\n"),
+    ] {
+        let (_, dep, state, stored, deliveries) =
+            row(id).unwrap_or_else(|| panic!("mail {id} is not in the store: {rows:?}"));
+        assert_eq!(
+            (dep.as_str(), state.as_str(), stored.as_slice(), deliveries),
+            ("orders", "inbox", payload, 0)
+        );
+    }
+
+    let mut ids = vec![inline, from_file, from_stdin];
+    for i in 3..20 {
+        ids.push(send_ok(&sup, "orders", &format!("item-{i}")));
+    }
+    let d = sup.deployment("orders");
+    assert_eq!(counts(&d), (20, 0, 0), "{d}");
+    assert_eq!(d["mail"]["buffered"], 20, "held while no child runs: {d}");
+    assert_eq!(events(&sup, "mail_accepted").len(), 20);
+    assert!(received_in_log(&sup).is_empty(), "nothing delivered yet");
+
+    let out = sup.client(&["resume", "orders"]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let d = sup.wait_deployment("orders", "all mail done", LONG, |d| counts(d) == (0, 0, 20));
+    assert_eq!(d["state"], "ready", "{d}");
+
+    // FIFO: the child received them in acceptance order, each once, and
+    // they were acknowledged in that order.
+    let received = wait_for("the child's log lines", LONG, || {
+        let r = received_in_log(&sup);
+        (r.len() >= 20).then_some(r)
+    });
+    assert_eq!(received, ids, "delivery order");
+    let done: Vec<u64> = events(&sup, "mail_done")
+        .iter()
+        .map(|e| e["body"]["id"].as_u64().expect("id"))
+        .collect();
+    assert_eq!(done, ids, "acknowledgement order");
+    let log = sup.plain_log();
+    for line in [
+        format!("mail {inline}: received \"alpha\" (5 bytes)"),
+        format!("mail {from_file}: received \"bravo from a file\" (17 bytes)"),
+        format!("mail {from_stdin}: received \"charlie\\n\" (8 bytes)"),
+        format!("mail {inline}: acknowledged (succeeded)"),
+    ] {
+        assert!(log.contains(&line), "missing {line:?} in\n{log}");
+    }
+    let rows = db_rows(&sup);
+    assert!(
+        rows.iter()
+            .all(|r| r.2 == "done" && r.4 == 1 && r.3.is_empty()),
+        "each delivered once, done, payload dropped: {rows:?}"
+    );
+}
+
+#[test]
+fn mail_a_child_is_working_on_counts_as_processing() {
+    // approve takes a minute: the first item sits in a wait step while the
+    // rest wait in the child's queue, all sent, none acknowledged.
+    let sup = Supervisor::start(&deployment(
+        "slow",
+        &demo(&["--step-ms", "1", "--approve-ms", "60000"]),
+        "",
+    ));
+    sup.ready_pid("slow", LONG);
+    let ids: Vec<u64> = (0..3)
+        .map(|i| send_ok(&sup, "slow", &format!("s{i}")))
+        .collect();
+    let d = sup.wait_deployment("slow", "three items in processing", LONG, |d| {
+        counts(d) == (0, 3, 0)
+    });
+    assert_eq!(d["mail"]["buffered"], 0, "{d}");
+    let d = sup.wait_deployment("slow", "the first item's approve step", LONG, |d| {
+        d["steps"]
+            .as_array()
+            .is_some_and(|s| s.iter().any(|s| s["step"] == "approve"))
+    });
+    assert_eq!(
+        d["steps"][0]["run"],
+        format!("mail-{}", ids[0]),
+        "the oldest is worked on first: {d}"
+    );
+    let rows = db_rows(&sup);
+    assert!(
+        rows.iter().all(|r| r.2 == "processing" && r.4 == 1),
+        "{rows:?}"
+    );
+}
+
+#[test]
+fn refused_mail_is_a_clear_error_and_writes_nothing() {
+    let sup = Supervisor::start(&deployment(
+        "picky",
+        &demo(&["--step-ms", "1", "--approve-ms", "1"]),
+        "max_mail_bytes = \"1KiB\"\nmax_inbox = 3",
+    ));
+    sup.ready_pid("picky", LONG);
+    drain(&sup, "picky");
+    let unchanged = |what: &str, inbox: u64, rows: usize, accepted: usize| {
+        let d = sup.deployment("picky");
+        assert_eq!(counts(&d), (inbox, 0, 0), "after {what}: {d}");
+        assert_eq!(db_rows(&sup).len(), rows, "after {what}");
+        assert_eq!(
+            events(&sup, "mail_accepted").len(),
+            accepted,
+            "after {what}"
+        );
+    };
+
+    // An unknown deployment.
+    let out = sup.client(&["send", "nope", "hello"]);
+    assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("unknown deployment \"nope\"") && err.contains("picky"),
+        "{err}"
+    );
+    unchanged("an unknown deployment", 0, 0, 0);
+
+    // A payload one byte above max_mail_bytes; exactly the limit is fine.
+    let big = sup.dir().join("big.bin");
+    std::fs::write(&big, vec![b'x'; 1025]).expect("write payload");
+    let out = sup.client(&["send", "picky", &format!("@{}", big.display())]);
+    assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("1025 bytes")
+            && err.contains("max_mail_bytes")
+            && err.contains("1024")
+            && err.contains("nothing was accepted"),
+        "{err}"
+    );
+    unchanged("an oversized payload", 0, 0, 0);
+    std::fs::write(&big, vec![b'x'; 1024]).expect("write payload");
+    let mut accepted = vec![send_ok(&sup, "picky", &format!("@{}", big.display()))];
+
+    // A payload file that cannot be read is a usage error.
+    let out = sup.client(&["send", "picky", "@/nonexistent/payload"]);
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+    assert!(
+        text(&out.stderr).contains("/nonexistent/payload"),
+        "{}",
+        describe(&out)
+    );
+    unchanged("an unreadable payload file", 1, 1, 1);
+
+    // The inbox holds max_inbox items; the next is refused as busy.
+    accepted.push(send_ok(&sup, "picky", "two"));
+    accepted.push(send_ok(&sup, "picky", "three"));
+    let out = sup.client(&["send", "picky", "four"]);
+    assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("busy") && err.contains("max_inbox") && err.contains('3'),
+        "{err}"
+    );
+    unchanged("a full inbox", 3, 3, 3);
+
+    // Nothing already accepted was lost: resumed, all three are done.
+    let out = sup.client(&["resume", "picky"]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    sup.wait_deployment("picky", "the accepted mail done", LONG, |d| {
+        counts(d) == (0, 0, 3)
+    });
+    let done: Vec<u64> = db_rows(&sup)
+        .iter()
+        .filter(|r| r.2 == "done")
+        .map(|r| r.0)
+        .collect();
+    assert_eq!(done, accepted);
+    // Done mail no longer counts against the limit.
+    send_ok(&sup, "picky", "four again");
+}
+
+#[test]
+fn a_full_inbox_counts_mail_in_processing_and_says_busy() {
+    let sup = Supervisor::start(&deployment(
+        "stuck",
+        &demo(&["--step-ms", "1", "--approve-ms", "60000"]),
+        "max_inbox = 4",
+    ));
+    sup.ready_pid("stuck", LONG);
+    let accepted: Vec<u64> = (0..4)
+        .map(|i| send_ok(&sup, "stuck", &format!("m{i}")))
+        .collect();
+    sup.wait_deployment("stuck", "all four sent to the child", LONG, |d| {
+        counts(d) == (0, 4, 0)
+    });
+    let out = sup.client(&["send", "stuck", "one too many"]);
+    assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+    let err = text(&out.stderr);
+    assert!(err.contains("busy") && err.contains("max_inbox"), "{err}");
+    let d = sup.deployment("stuck");
+    assert_eq!(counts(&d), (0, 4, 0), "{d}");
+    let ids: Vec<u64> = db_rows(&sup).iter().map(|r| r.0).collect();
+    assert_eq!(ids, accepted, "nothing written, nothing lost");
+}
+
+#[test]
+fn send_without_a_supervisor_says_it_is_unreachable() {
+    let dir = wfhost_tests::TempDir::new();
+    let socket = dir.join("wfhost.sock");
+    let out = wfhost_tests::wfhost(&[
+        "send",
+        "x",
+        "y",
+        "--socket",
+        socket.to_str().expect("utf-8"),
+    ]);
+    assert_eq!(out.status.code(), Some(3), "{}", describe(&out));
+    assert!(!text(&out.stderr).is_empty());
+}

@@ -32,8 +32,8 @@ impl Target {
     fn socket(&self) -> Result<PathBuf, CallError> {
         match (&self.socket, &self.config) {
             (Some(s), _) => Ok(s.clone()),
-            (None, Some(c)) => config::load(c)
-                .map(|cfg| socket_path(&cfg.supervisor))
+            (None, Some(c)) => config::state_dir_of(c)
+                .map(|dir| socket_path(&dir))
                 .map_err(|e| CallError {
                     code: exit::USAGE,
                     message: e.to_string(),
@@ -68,20 +68,38 @@ impl Target {
                 message: format!("cannot start the async runtime: {e}"),
             })?;
         runtime.block_on(async {
-            let mut stream = tokio::net::UnixStream::connect(&path).await.map_err(|e| CallError {
-                code: exit::UNREACHABLE,
-                message: format!(
-                    "cannot reach the supervisor at {}: {e}; is `wfhost supervise` running with this config?",
-                    path.display()
-                ),
+            let mut stream = tokio::net::UnixStream::connect(&path).await.map_err(|e| {
+                if e.kind() == std::io::ErrorKind::PermissionDenied {
+                    CallError {
+                        code: exit::FAILED,
+                        message: format!(
+                            "permission denied: cannot connect to {}: {e}; run as root, the supervisor's user, \
+                             or a member of its admin_group",
+                            path.display()
+                        ),
+                    }
+                } else {
+                    CallError {
+                        code: exit::UNREACHABLE,
+                        message: format!(
+                            "cannot reach the supervisor at {}: {e}; is `wfhost supervise` running with this config?",
+                            path.display()
+                        ),
+                    }
+                }
             })?;
             let broken = |e: std::io::Error| CallError {
                 code: exit::UNREACHABLE,
                 message: format!("the supervisor at {} did not answer: {e}", path.display()),
             };
             let envelope = Envelope { v: control::VERSION, request };
-            control::write_message(&mut stream, &envelope).await.map_err(broken)?;
-            let response: Response = control::read_message(&mut stream).await.map_err(broken)?;
+            let wrote = control::write_message(&mut stream, &envelope).await;
+            // Even when the write failed, the supervisor may have answered
+            // (a refusal is written without waiting for the whole request).
+            let response: Response = match (control::read_message(&mut stream).await, wrote) {
+                (Ok(response), _) => response,
+                (Err(_), Err(e)) | (Err(e), Ok(())) => return Err(broken(e)),
+            };
             if !response.ok {
                 return Err(CallError {
                     code: response.code.unwrap_or(exit::FAILED),

@@ -237,6 +237,33 @@ pub enum ConfigError {
     },
 }
 
+/// The `state_dir` a config names, read leniently: client commands need
+/// only this to find the control socket, and must still reach a running
+/// supervisor when the file on disk has since been broken (a refused
+/// reload). Falls back to the full parse for the error when even the TOML
+/// syntax is broken.
+pub fn state_dir_of(path: &Path) -> Result<PathBuf, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let table: toml::Table = match toml::from_str(&text) {
+        Ok(t) => t,
+        Err(_) => return load(path).map(|c| c.supervisor.state_dir),
+    };
+    let dir = resolve::config_dir(path);
+    Ok(
+        match table
+            .get("supervisor")
+            .and_then(|s| s.get("state_dir"))
+            .and_then(|d| d.as_str())
+        {
+            Some(state_dir) => resolve::relative_to(&dir, state_dir),
+            None => PathBuf::from(DEFAULT_STATE_DIR),
+        },
+    )
+}
+
 /// Reads, parses and validates the config file at `path`.
 pub fn load(path: &Path) -> Result<Config, ConfigError> {
     let read_err = |source| ConfigError::Read {

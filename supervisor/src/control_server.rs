@@ -4,7 +4,7 @@
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use nix::unistd::{Gid, Uid};
@@ -22,7 +22,7 @@ use crate::supervisor::Registry;
 
 /// Where the control socket lives: `$RUNTIME_DIRECTORY` when systemd sets
 /// one, else the state dir.
-pub fn socket_path(settings: &SupervisorSettings) -> PathBuf {
+pub fn socket_path(state_dir: &Path) -> PathBuf {
     match std::env::var_os("RUNTIME_DIRECTORY") {
         // systemd may list several directories separated by ':'.
         Some(dirs) if !dirs.is_empty() => {
@@ -30,7 +30,7 @@ pub fn socket_path(settings: &SupervisorSettings) -> PathBuf {
             let first = dirs.split(':').next().unwrap_or(&dirs).to_owned();
             PathBuf::from(first).join(SOCKET_NAME)
         }
-        _ => settings.state_dir.join(SOCKET_NAME),
+        _ => state_dir.join(SOCKET_NAME),
     }
 }
 
@@ -38,6 +38,7 @@ pub fn socket_path(settings: &SupervisorSettings) -> PathBuf {
 pub struct Server {
     listener: UnixListener,
     path: PathBuf,
+    link: Option<PathBuf>,
     admin_gid: Option<Gid>,
     registry: Registry,
     shared: Arc<Shared>,
@@ -59,7 +60,7 @@ impl Server {
         registry: Registry,
         shared: Arc<Shared>,
     ) -> anyhow::Result<Self> {
-        let path = socket_path(settings);
+        let path = socket_path(&settings.state_dir);
         if path.exists() {
             match std::os::unix::net::UnixStream::connect(&path) {
                 Ok(stream) => {
@@ -99,9 +100,21 @@ impl Server {
         };
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))
             .with_context(|| format!("cannot set mode {mode:o} on {}", path.display()))?;
+        // Under systemd the socket lives in $RUNTIME_DIRECTORY; a link in the
+        // state dir lets `--config` clients (which lack that variable) find it.
+        let link = settings.state_dir.join(SOCKET_NAME);
+        let link = if link != path {
+            let _ = std::fs::remove_file(&link);
+            std::os::unix::fs::symlink(&path, &link)
+                .with_context(|| format!("cannot link {} to {}", link.display(), path.display()))?;
+            Some(link)
+        } else {
+            None
+        };
         Ok(Self {
             listener,
             path,
+            link,
             admin_gid,
             registry,
             shared,
@@ -137,6 +150,9 @@ impl Server {
 impl Drop for Server {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.path);
+        if let Some(link) = &self.link {
+            let _ = std::fs::remove_file(link);
+        }
     }
 }
 
@@ -159,10 +175,49 @@ fn admitted(uid: u32, gid: u32, admin_gid: Option<Gid>) -> bool {
     }
 }
 
+/// How long a client may take to send its request.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Most request bytes read from a client that is about to be refused.
+const REFUSED_READ_LIMIT: usize = 64 << 10;
+
+/// Reads (and drops) a refused client's request, bounded in size and time,
+/// so it is waiting for the answer when the refusal is written, rather
+/// than finding a closed socket.
+async fn discard_request(stream: &mut UnixStream) {
+    use tokio::io::AsyncReadExt;
+    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+        let len = stream.read_u32().await? as usize;
+        let mut left = len.min(REFUSED_READ_LIMIT);
+        let mut buf = [0u8; 4096];
+        while left > 0 {
+            let want = left.min(buf.len());
+            let n = stream.read(&mut buf[..want]).await?;
+            if n == 0 {
+                break;
+            }
+            left -= n;
+        }
+        Ok::<(), std::io::Error>(())
+    })
+    .await;
+}
+
 async fn serve_client(mut stream: UnixStream, ctx: ClientContext) {
     let request = match stream.peer_cred() {
         Ok(cred) if admitted(cred.uid(), cred.gid(), ctx.admin_gid) => {
-            match control::read_message::<Envelope>(&mut stream).await {
+            let read = tokio::time::timeout(
+                REQUEST_TIMEOUT,
+                control::read_message::<Envelope>(&mut stream),
+            );
+            let read = match read.await {
+                Ok(r) => r,
+                Err(_) => Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "no request within 10s",
+                )),
+            };
+            match read {
                 Ok(envelope) if envelope.v != control::VERSION => Err(Response::failed(
                     exit::USAGE,
                     format!(
@@ -183,6 +238,7 @@ async fn serve_client(mut stream: UnixStream, ctx: ClientContext) {
         }
         Ok(cred) => {
             warn!(uid = cred.uid(), pid = ?cred.pid(), "refused a control-socket client");
+            discard_request(&mut stream).await;
             Err(Response::failed(
                 exit::FAILED,
                 format!(

@@ -277,6 +277,8 @@ impl Task {
                                 "restarts": n, "period_ms": period.as_millis() as u64, "last": description,
                             });
                             self.shared.journal("failed", Some(&id), body.clone());
+                            self.set_state(State::Failed);
+                            self.shared.started.notify_one();
                             self.shared.event("failed", Some(&id), body);
                             match self.park(State::Failed).await {
                                 Unpark::Resume => restarts.reset(),
@@ -323,10 +325,18 @@ impl Task {
             }
             Err(reason) => return (Ending::Crashed(reason), Some(pid), Some(channel)),
         };
+        let first = !self
+            .status
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .ever_ready;
         self.update(|s| {
             s.state = State::Ready;
             s.ever_ready = true;
         });
+        if first {
+            self.shared.started.notify_one();
+        }
         info!(deployment = %self.cfg.id, pid, channel = %channel, "ready");
         self.shared.event(
             "ready",

@@ -305,7 +305,8 @@ impl LiveChild {
         let bounds = recycle::bounds(&self.cfg);
         self.publish_drain(&tracker, session.as_ref(), now);
         let jitter = recycle::jitter(&self.channel_id);
-        let mut next_policy = now + policy_interval;
+        // The first tick comes at once, so status shows RSS from the start.
+        let mut next_policy = now;
         if let Some(s) = &session {
             self.send_drain(&mut tracker, s, now).await;
         }

@@ -1,6 +1,8 @@
 //! Log output: plain text for people (default) or JSON lines for machines,
 //! on stderr, filtered by `RUST_LOG` (default `info`).
 
+use std::io::IsTerminal;
+
 use tracing_subscriber::filter::{LevelFilter, Targets};
 use tracing_subscriber::prelude::*;
 
@@ -33,7 +35,10 @@ pub fn init(format: LogFormat) {
             .with(
                 tracing_subscriber::fmt::layer()
                     .with_writer(std::io::stderr)
-                    .with_target(false),
+                    .with_target(false)
+                    // Colour only for a person at a terminal: in files and
+                    // journald escape codes would split the key=value fields.
+                    .with_ansi(std::io::stderr().is_terminal()),
             )
             .try_init(),
         LogFormat::Json => registry
@@ -41,7 +46,8 @@ pub fn init(format: LogFormat) {
                 tracing_subscriber::fmt::layer()
                     .json()
                     .with_writer(std::io::stderr)
-                    .with_target(false),
+                    .with_target(false)
+                    .with_ansi(false),
             )
             .try_init(),
     };

@@ -99,6 +99,14 @@ fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
+    if !matches!(cli.command, Command::Supervise(_)) {
+        // Client commands behave like other Unix tools in a pipeline:
+        // `wfhost events --follow | head` ends quietly when head exits.
+        // SAFETY: setting a signal disposition before any thread starts.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
+    }
     let code = match cli.command {
         Command::Supervise(args) => commands::supervise::run(args),
         Command::Demo(args) => commands::demo::run(args),

@@ -28,6 +28,9 @@ pub struct Shared {
     pub event_retention: u64,
     /// Events waiting for the store thread's next batch.
     pub pending_events: Arc<Mutex<Vec<NewEvent>>>,
+    /// Signalled when a deployment first gets a ready child or fails, so
+    /// systemd hears `READY=1` without waiting for the next tick.
+    pub started: tokio::sync::Notify,
 }
 
 /// Events between two prunings of the event table.

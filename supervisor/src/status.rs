@@ -204,7 +204,7 @@ impl Status {
             "state": self.state,
             "pid": self.pid,
             "channel_id": self.channel_id,
-            "uptime_ms": since(self.started_at).unwrap_or(0),
+            "uptime_ms": since(self.started_at),
             "rss_bytes": self.rss_bytes,
             "grants_age_ms": since(self.grants_read_at),
             "restarts": self.restarts,

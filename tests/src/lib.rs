@@ -367,11 +367,24 @@ impl Supervisor {
             log,
             seen: Default::default(),
         };
-        let socket = sup.dir.join("state/wfhost.sock");
-        wait_for("the control socket", Duration::from_secs(20), || {
-            socket.exists().then_some(())
-        });
+        sup.wait_listening();
         sup
+    }
+
+    /// Waits until the control socket accepts connections: the file
+    /// appears at bind(), a moment before listen(), and a client that
+    /// connects in between is refused.
+    pub fn wait_listening(&self) {
+        let socket = self.dir.join("state/wfhost.sock");
+        wait_for(
+            "the control socket to listen",
+            Duration::from_secs(20),
+            || {
+                std::os::unix::net::UnixStream::connect(&socket)
+                    .ok()
+                    .map(|_| ())
+            },
+        );
     }
 
     /// The log with terminal colour codes removed, so `key=value` fields

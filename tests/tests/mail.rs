@@ -47,12 +47,10 @@ fn accepted_id(out: &Output, id: &str) -> u64 {
     assert_eq!(out.status.code(), Some(0), "{}", describe(out));
     let stdout = text(&out.stdout);
     let line = stdout.trim();
-    let n = line
-        .strip_prefix("accepted mail ")
+    line.strip_prefix("accepted mail ")
         .and_then(|rest| rest.strip_suffix(&format!(" for {id}")))
         .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("unexpected output: {}", describe(out)));
-    n
+        .unwrap_or_else(|| panic!("unexpected output: {}", describe(out)))
 }
 
 /// `(inbox, processing, done)` from status.
@@ -106,8 +104,7 @@ fn received_in_log(sup: &Supervisor) -> Vec<u64> {
         .lines()
         .filter_map(|l| {
             let rest = &l[l.find("mail ")? + 5..];
-            let (n, tail) = rest.split_once(": received ")?;
-            let _ = tail;
+            let (n, _) = rest.split_once(": received ")?;
             n.parse().ok()
         })
         .collect()

@@ -339,7 +339,6 @@ fn an_abstract_notify_socket_gets_ready_and_status() {
 }
 
 #[test]
-#[ignore = "bug: supervise.rs sends WATCHDOG=1 every tick even when WATCHDOG_USEC is unset or WATCHDOG_PID is another process"]
 fn no_watchdog_pings_without_watchdog_usec_or_for_another_pid() {
     for env in [
         &[][..],

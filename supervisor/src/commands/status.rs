@@ -24,33 +24,127 @@ pub fn run(args: Args) -> u8 {
     })
 }
 
-/// The readable table: one row per deployment.
+/// The readable table: one row per deployment, then the steps in flight
+/// and the last recycle of each, so an operator sees *why* at a glance.
 fn table(data: &serde_json::Value) -> String {
-    let mut out = format!(
-        "{:<20} {:<9} {:>8} {:>10} {:>8}  {}\n",
-        "DEPLOYMENT", "STATE", "PID", "UPTIME", "RESTARTS", "LAST EXIT"
-    );
+    let row = |cols: [&str; 11]| {
+        format!(
+            "{:<16} {:<9} {:>7} {:>7} {:>9} {:>7} {:>11} {:>13} {:>8} {:>8}  {}\n",
+            cols[0],
+            cols[1],
+            cols[2],
+            cols[3],
+            cols[4],
+            cols[5],
+            cols[6],
+            cols[7],
+            cols[8],
+            cols[9],
+            cols[10]
+        )
+    };
+    let mut out = row([
+        "DEPLOYMENT",
+        "STATE",
+        "PID",
+        "UPTIME",
+        "RSS",
+        "GRANTS",
+        "DRAIN",
+        "MAIL i/p/d",
+        "RECYCLES",
+        "RESTARTS",
+        "LAST EXIT",
+    ]);
+    let mut notes = String::new();
+    let dash = || "-".to_owned();
     let empty = Vec::new();
     for d in data["deployments"].as_array().unwrap_or(&empty) {
-        let pid = d["pid"]
-            .as_u64()
-            .map(|p| p.to_string())
-            .unwrap_or_else(|| "-".into());
-        let uptime = d["uptime_ms"]
-            .as_u64()
-            .map(human_ms)
-            .unwrap_or_else(|| "-".into());
-        out.push_str(&format!(
-            "{:<20} {:<9} {:>8} {:>10} {:>8}  {}\n",
-            d["id"].as_str().unwrap_or("?"),
+        let id = d["id"].as_str().unwrap_or("?");
+        let has_child = d["pid"].is_u64();
+        let drain = &d["drain"];
+        let drain_text = if drain["active"] == true {
+            format!(
+                "{}/{}{}",
+                human_ms(drain["used_ms"].as_u64().unwrap_or(0)),
+                human_ms(drain["budget_ms"].as_u64().unwrap_or(0)),
+                if drain["escalated"] == true { "!" } else { "" }
+            )
+        } else {
+            dash()
+        };
+        let mail = &d["mail"];
+        let r = &d["recycles"];
+        out.push_str(&row([
+            id,
             d["state"].as_str().unwrap_or("?"),
-            pid,
-            uptime,
-            d["restarts"].as_u64().unwrap_or(0),
+            &d["pid"]
+                .as_u64()
+                .map(|p| p.to_string())
+                .unwrap_or_else(dash),
+            &d["uptime_ms"]
+                .as_u64()
+                .filter(|_| has_child)
+                .map(human_ms)
+                .unwrap_or_else(dash),
+            &d["rss_bytes"]
+                .as_u64()
+                .map(human_bytes)
+                .unwrap_or_else(dash),
+            &d["grants_age_ms"]
+                .as_u64()
+                .map(human_ms)
+                .unwrap_or_else(dash),
+            &drain_text,
+            &format!("{}/{}/{}", mail["inbox"], mail["processing"], mail["done"]),
+            &format!("{}/{}/{}", r["policy"], r["operator"], r["self"]),
+            &d["restarts"].as_u64().unwrap_or(0).to_string(),
             d["last_exit"].as_str().unwrap_or("-"),
-        ));
+        ]));
+        for step in d["steps"].as_array().unwrap_or(&empty) {
+            notes.push_str(&format!(
+                "  {id}: step {} of run {} in flight ({} on drain)\n",
+                step["step"].as_str().unwrap_or("?"),
+                step["run"].as_str().unwrap_or("?"),
+                step["drain"].as_str().unwrap_or("?")
+            ));
+        }
+        if let Some(last) = d["last_recycle"].as_object() {
+            notes.push_str(&format!(
+                "  {id}: last recycled by {} ({}), pid {} -> {}\n",
+                last.get("origin").and_then(|v| v.as_str()).unwrap_or("?"),
+                last.get("reason").and_then(|v| v.as_str()).unwrap_or("?"),
+                last.get("old_pid")
+                    .and_then(|v| v.as_u64())
+                    .map(|p| p.to_string())
+                    .unwrap_or_else(dash),
+                last.get("new_pid")
+                    .and_then(|v| v.as_u64())
+                    .map(|p| p.to_string())
+                    .unwrap_or_else(dash),
+            ));
+        }
+    }
+    if !notes.is_empty() {
+        out.push('\n');
+        out.push_str(&notes);
     }
     out
+}
+
+/// "512B", "3.4MiB", "1.2GiB".
+fn human_bytes(b: u64) -> String {
+    const KIB: f64 = 1024.0;
+    let f = b as f64;
+    if f < KIB {
+        format!("{b}B")
+    } else if f < KIB * KIB {
+        format!("{:.1}KiB", f / KIB)
+    } else if f < KIB * KIB * KIB {
+        format!("{:.1}MiB", f / (KIB * KIB))
+    } else {
+        format!("{:.1}GiB", f / (KIB * KIB * KIB))
+    }
 }
 
 /// "4.2s", "3m05s", "2h01m".
@@ -72,5 +166,7 @@ mod tests {
         assert_eq!(human_ms(4_250), "4.2s");
         assert_eq!(human_ms(185_000), "3m05s");
         assert_eq!(human_ms(7_260_000), "2h01m");
+        assert_eq!(human_bytes(512), "512B");
+        assert_eq!(human_bytes(5 << 20), "5.0MiB");
     }
 }

@@ -132,6 +132,7 @@ async fn supervise(config: Config, config_path: &Path) -> anyhow::Result<()> {
         events,
         event_retention: settings.event_retention,
         pending_events: Default::default(),
+        started: tokio::sync::Notify::new(),
     });
     // The control socket first: a second supervisor on this state dir must
     // stop here, before it touches the first one's children.
@@ -165,6 +166,10 @@ async fn supervise(config: Config, config_path: &Path) -> anyhow::Result<()> {
         ));
     }
 
+    // Only when systemd asked for a watchdog, and asked us (WATCHDOG_PID).
+    let watchdog = notifier
+        .as_ref()
+        .filter(|n| n.watchdog_interval().is_some());
     let tick = notifier
         .as_ref()
         .and_then(Notifier::watchdog_interval)
@@ -187,10 +192,19 @@ async fn supervise(config: Config, config_path: &Path) -> anyhow::Result<()> {
                 sup.recycle_all("SIGUSR1").await;
             }
             _ = signals.usr2.recv() => dump_status(&sup),
+            _ = shared.started.notified(), if !ready_sent => {
+                if sup.all_started() {
+                    ready_sent = true;
+                    let line = sup.summary();
+                    info!(status = %line, "every deployment is up");
+                    notify(notifier.as_ref(), "ready", |n| n.ready_with_status(&line));
+                    last_status = line;
+                }
+            }
             _ = ticker.tick() => {
                 // The watchdog is fed from the control loop itself, so a
                 // wedged loop starves it.
-                notify(notifier.as_ref(), "watchdog", Notifier::watchdog);
+                notify(watchdog, "watchdog", Notifier::watchdog);
                 let line = sup.summary();
                 if !ready_sent && sup.all_started() {
                     ready_sent = true;
@@ -224,7 +238,7 @@ async fn supervise(config: Config, config_path: &Path) -> anyhow::Result<()> {
             _ = signals.term.recv() => info!("SIGTERM again: still draining; send SIGQUIT to kill now"),
             _ = signals.int.recv() => info!("SIGINT again: still draining; send SIGQUIT to kill now"),
             _ = ticker.tick() => {
-                notify(notifier.as_ref(), "watchdog", Notifier::watchdog);
+                notify(watchdog, "watchdog", Notifier::watchdog);
                 if let Some(needed) = Supervisor::drain_time_needed(&registry) {
                     // Re-sent every tick: each one extends from now.
                     let extra = needed + Duration::from_secs(5);
@@ -274,9 +288,15 @@ fn dump_status(sup: &Supervisor) {
     info!(summary = %sup.summary(), "SIGUSR2: status dump");
     for h in sup.handles() {
         let s = h.snapshot();
-        info!(deployment = %s.id, state = s.state.as_str(), pid = ?s.pid, restarts = s.restarts,
-            uptime_ms = s.started_at.map(|t| now.saturating_duration_since(t).as_millis() as u64),
-            rss_bytes = ?s.rss_bytes, drain_active = s.drain.active, drain_used_ms = s.drain_used_ms(now),
+        let pid = s.pid.map_or_else(|| "-".to_owned(), |p| p.to_string());
+        let uptime_ms = s
+            .started_at
+            .map_or(0, |t| now.saturating_duration_since(t).as_millis() as u64);
+        let rss_bytes = s
+            .rss_bytes
+            .map_or_else(|| "-".to_owned(), |b| b.to_string());
+        info!(deployment = %s.id, state = s.state.as_str(), pid = %pid, restarts = s.restarts,
+            uptime_ms, rss_bytes = %rss_bytes, drain_active = s.drain.active, drain_used_ms = s.drain_used_ms(now),
             steps = s.steps.len(), last_exit = ?s.last_exit, "status");
     }
 }

@@ -9,9 +9,9 @@
 //!    a helper argument).
 //! 2. **Small-frame throughput child → supervisor**: a helper process sends
 //!    N `Event::Pong` frames with `FrameWriter` (as the child runtime
-//!    does); this process reads them with `FrameReader`. References: encode
-//!    + decode alone in one process, and raw one-`write`-per-frame of the
-//!    same bytes (the syscall ceiling any one-write-per-frame sender has).
+//!    does); this process reads them with `FrameReader`. References:
+//!    encode and decode alone in one process, and raw one-`write`-per-frame
+//!    of the same bytes (the syscall ceiling of a one-write-per-frame sender).
 
 use std::io::{Read, Write};
 use std::os::fd::{FromRawFd, OwnedFd};

@@ -80,8 +80,7 @@ fn main() -> ExitCode {
         .skip(1)
         .filter(|a| !a.starts_with('-'))
         .collect();
-    let wanted =
-        |phase: &str| filters.is_empty() || filters.iter().any(|f| phase.contains(f.as_str()));
+    let wanted = |phase: &str| filters.is_empty() || filters.iter().any(|f| f == phase);
 
     if wanted("fleet100") {
         report.run_many(
@@ -207,6 +206,23 @@ struct Window {
     rss_max: u64,
     rss_last: u64,
     others_cpu: f64,
+    /// RssAnon, RssFile, RssShmem, Threads at the end of the window.
+    parts: Option<(u64, u64, u64, u64)>,
+}
+
+impl Window {
+    /// "anon X, file Y, shmem Z, N threads".
+    fn parts_text(&self) -> String {
+        match self.parts {
+            Some((anon, file, shmem, threads)) => format!(
+                "RssAnon {}, RssFile {}, RssShmem {}, {threads} threads",
+                mib(anon as f64),
+                mib(file as f64),
+                mib(shmem as f64)
+            ),
+            None => "-".into(),
+        }
+    }
 }
 
 /// Measures `pid` (and the summed CPU of `others`) over `window`,
@@ -237,7 +253,25 @@ fn measure_idle(pid: u32, others: &[u32], window: Duration) -> anyhow::Result<Wi
         rss_max,
         rss_last,
         others_cpu: o1.saturating_sub(o0) as f64 / 1e9,
+        parts: procs::rss_parts(pid),
     })
+}
+
+/// fork+exec+wait of `program args`, `n` times; seconds.
+fn fork_exec_wait(program: &std::path::Path, args: &[&str], n: usize) -> anyhow::Result<Vec<f64>> {
+    let mut v = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        let status = std::process::Command::new(program)
+            .args(args)
+            .stdout(std::process::Stdio::null())
+            .status()?;
+        if !status.success() {
+            bail!("{} {args:?} failed: {status}", program.display());
+        }
+        v.push(t.elapsed().as_secs_f64());
+    }
+    Ok(v)
 }
 
 fn median_u64(mut v: Vec<u64>) -> u64 {
@@ -269,6 +303,7 @@ fn fleet_of_100(bins: &Binaries, report: &mut Report, carry: &mut Carry) -> anyh
     let trues = procs::fork_exec_true(300);
     let true_sum = summary(&trues)?;
     let hundred_true: f64 = procs::fork_exec_true(FLEET).iter().sum();
+    let child_version = summary(&fork_exec_wait(&bins.child, &["--version"], 100)?)?;
     carry.true_p50 = Some(true_sum.p50);
 
     // Figure 4: a warm-up start creates the store and the signing key; the
@@ -346,9 +381,10 @@ fn fleet_of_100(bins: &Binaries, report: &mut Report, carry: &mut Carry) -> anyh
         "11a",
         format!(
             "VmRSS sampled each second over {:.1} s, 2 s after the last Ready, defaults (liveness ping every \
-             10 s per child, policy_interval 60 s, RUST_LOG=debug for figure 3). DESIGN's external references \
-             (not this run): horust 6.3 MiB, supervisord 25 MiB, PM2 61 MiB.",
-            w.wall
+             10 s per child, policy_interval 60 s, RUST_LOG=debug for figure 3). Made of: {}. DESIGN's \
+             external references (not this run): horust 6.3 MiB, supervisord 25 MiB, PM2 61 MiB.",
+            w.wall,
+            w.parts_text()
         ),
     );
     report.note(
@@ -366,7 +402,10 @@ fn fleet_of_100(bins: &Binaries, report: &mut Report, carry: &mut Carry) -> anyh
     let mut crash_ready = Vec::new();
     let mut spawn_ready = Vec::new();
     let mut detect = Vec::new();
-    let mut respawn = Vec::new();
+    let mut to_restarting = Vec::new();
+    let mut restarting_to_spawning = Vec::new();
+    let mut spawning_to_spawned = Vec::new();
+    let mut spawned_to_ready = Vec::new();
     let mut delays = std::collections::BTreeMap::<String, usize>::new();
     for (i, id) in ids.iter().take(CRASHES).enumerate() {
         let (ready_ts, old_pid) = ready[i];
@@ -391,23 +430,59 @@ fn fleet_of_100(bins: &Binaries, report: &mut Report, carry: &mut Carry) -> anyh
         let lines = &sup.log.lines;
         let ended = find(lines, from, |l| l.is("child ended", id)).map(|l| l.ts_us);
         let spawning = find(lines, from, |l| l.is("spawning", id)).map(|l| l.ts_us);
-        if let Some(l) = find(lines, from, |l| l.is("restarting", id)) {
+        let spawned = find(lines, from, |l| l.is("spawned", id)).map(|l| l.ts_us);
+        let restarting = find(lines, from, |l| l.is("restarting", id));
+        if let Some(l) = restarting {
             *delays
                 .entry(l.str_field("delay").unwrap_or("?").to_owned())
                 .or_default() += 1;
         }
+        let restarting = restarting.map(|l| l.ts_us);
         crash_ready.push(us(new_ready - t_kill));
+        if let (Some(e), Some(r), Some(s), Some(sd)) = (ended, restarting, spawning, spawned) {
+            detect.push(us(e - t_kill));
+            to_restarting.push(us(r - e));
+            restarting_to_spawning.push(us(s - r));
+            spawning_to_spawned.push(us(sd - s));
+            spawned_to_ready.push(us(new_ready - sd));
+        }
         if let Some(s) = spawning {
             spawn_ready.push(us(new_ready - s));
-            if let Some(e) = ended {
-                detect.push(us(e - t_kill));
-                respawn.push(us(s - e));
-            }
         }
         std::thread::sleep(Duration::from_millis(20));
     }
     sup.stop();
+    drop(sup);
 
+    // Attribution for figure 11b: the same fleet with liveness pings off.
+    let quiet_body =
+        format!("[defaults]\nliveness_interval = \"1h\"\nliveness_timeout = \"2h\"\n\n{body}");
+    let quiet_dir = TempDir::new()?;
+    let mut quiet = Supervisor::start(bins, &quiet_dir, "", &quiet_body, "debug")?;
+    quiet.wait_ready(&ids, quiet.started_us, Duration::from_secs(60))?;
+    std::thread::sleep(Duration::from_secs(2));
+    let q = measure_idle(quiet.pid, &[], IDLE_WINDOW)?;
+    quiet.stop();
+    drop(quiet);
+    let rate_pings = w.cpu / w.wall;
+    let rate_quiet = q.cpu / q.wall;
+    let pings_per_sec = FLEET as f64 / 10.0;
+    report.note(
+        "11b",
+        format!(
+            "Attribution: the same 100-child fleet with liveness pings off (liveness_interval 1 h) idles at \
+             {:.4} % of a core ({} CPU per second); with the default 10 s pings {:.4} % — so the {pings_per_sec:.0} \
+             pings/s cost {} of supervisor CPU per Ping/Pong, and the rest ({} per second) is the 1 s control \
+             loop tick and timers.",
+            100.0 * rate_quiet,
+            dur(rate_quiet),
+            100.0 * rate_pings,
+            dur((rate_pings - rate_quiet) / pings_per_sec),
+            dur(rate_quiet)
+        ),
+    );
+
+    let p50 = |v: &[f64]| Summary::of(v).map_or("-".into(), |s| dur(s.p50));
     let crash = summary(&crash_ready)?;
     let spawn = summary(&spawn_ready)?;
     carry.spawn_ready_p50 = Some(spawn.p50);
@@ -424,10 +499,18 @@ fn fleet_of_100(bins: &Binaries, report: &mut Report, carry: &mut Carry) -> anyh
         "3",
         format!(
             "\"spawning\" (debug) → \"ready\" log lines of the replacement children of figure 5: {}; \
-             /bin/true (std::process::Command, fork+exec+wait) {}. A wfhost-child exec spawn includes two \
-             fork+execs (wfhost-child, then its command) plus Hello/Welcome/Ready.",
+             /bin/true (std::process::Command, fork+exec+wait) {}. Breakdown p50: \"spawning\" → \
+             \"spawned\" (socketpair, fork+exec on the spawner thread, pid's start time read) {}; \
+             \"spawned\" → \"ready\" (wfhost-child starts, Hello/Welcome, forks+execs its command, Ready) {}. \
+             Second reference, same run: fork+exec+wait of `wfhost-child --version` {} — the start-up of \
+             the child binary alone ({:.1}× /bin/true). A wfhost-child exec spawn is two fork+execs \
+             (wfhost-child, then its command) plus a handshake, so 4× one /bin/true is tight.",
             spawn.describe(),
-            true_sum.describe()
+            true_sum.describe(),
+            p50(&spawning_to_spawned),
+            p50(&spawned_to_ready),
+            child_version.describe(),
+            child_version.p50 / true_sum.p50,
         ),
     );
     report.row(
@@ -438,19 +521,20 @@ fn fleet_of_100(bins: &Binaries, report: &mut Report, carry: &mut Carry) -> anyh
         "p50 ≤ 5 ms",
         Verdict::of(crash.p50 <= 0.005),
     );
-    let p50 = |v: &[f64]| Summary::of(v).map_or("-".into(), |s| dur(s.p50));
     report.note(
         "5",
         format!(
             "{} SIGKILLs of healthy children (up ≥ 10.5 s), bench CLOCK_REALTIME right before kill(2) → the \
-             replacement's \"ready\" log timestamp: {}. Breakdown p50: kill → \"child ended\" {}, \
-             \"child ended\" → \"spawning\" {}, \"spawning\" → \"ready\" {}. Restart delays logged: {delays:?} \
-             (no throttle on a first restart). DESIGN's external references (not this run): runit 4.7 ms, \
-             PM2 11 ms, s6 1.0 s, supervisord 1.0 s, horust 1.2 s.",
+             replacement's \"ready\" log timestamp: {}. Breakdown p50: kill → \"child ended\" (exit seen, \
+             reaped, unacknowledged mail replayed through the store thread) {}; \"child ended\" → \
+             \"restarting\" {}; \"restarting\" → \"spawning\" {}; \"spawning\" → \"ready\" {}. Restart \
+             delays logged: {delays:?} (no throttle on a first restart). DESIGN's external references (not \
+             this run): runit 4.7 ms, PM2 11 ms, s6 1.0 s, supervisord 1.0 s, horust 1.2 s.",
             crash.n,
             crash.describe(),
             p50(&detect),
-            p50(&respawn),
+            p50(&to_restarting),
+            p50(&restarting_to_spawning),
             dur(spawn.p50),
         ),
     );
@@ -1157,8 +1241,10 @@ fn fleet_of_many(
         format!(
             "{n} deployments of `wfhost-child exec -- sleep 100000` with recycle = {{ max_rss = \"1GiB\" }} \
              and policy_interval 1 h (no tick in the window), RUST_LOG=info; idle window {:.1} s starting 3 s \
-             after the last Ready. Start → all Ready: {} (policy 1 h run), {} (policy 1 s run).",
+             after the last Ready. Made of: {}. Start → all Ready: {} (policy 1 h run), {} (policy 1 s \
+             run).",
             base.idle.wall,
+            base.idle.parts_text(),
             dur(base.start),
             dur(ticking.start)
         ),

@@ -57,6 +57,27 @@ pub fn vm_rss_bytes(pid: u32) -> Option<u64> {
     Some(kib * 1024)
 }
 
+/// `RssAnon`, `RssFile` and `RssShmem` (bytes) and `Threads` of `pid`,
+/// from `/proc/PID/status`: what its resident memory is made of.
+pub fn rss_parts(pid: u32) -> Option<(u64, u64, u64, u64)> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let get = |key: &str| -> Option<u64> {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))?
+            .split_whitespace()
+            .next()?
+            .parse()
+            .ok()
+    };
+    Some((
+        get("RssAnon:")? * 1024,
+        get("RssFile:")? * 1024,
+        get("RssShmem:")? * 1024,
+        get("Threads:")?,
+    ))
+}
+
 /// CPU time (user + system) this process has used, in seconds.
 pub fn self_cpu_secs() -> f64 {
     // SAFETY: getrusage writes into the struct we own.

@@ -282,7 +282,7 @@ impl LiveChild {
         };
         Err(match outcome {
             Outcome::Reason(reason) => self.kill_for(reason).await,
-            Outcome::Stop => self.stop(requests).await,
+            Outcome::Stop => self.stop(requests, None).await,
         })
     }
 
@@ -319,8 +319,8 @@ impl LiveChild {
             if let Some(s) = &session
                 && s.complete(tracker.steps().is_empty())
             {
-                let purpose = self.end_drain(&mut tracker, session.take(), now, "drained");
-                let end = self.stop(requests).await;
+                let mut purpose = self.end_drain(&mut tracker, session.take(), now, "drained");
+                let end = self.stop(requests, purpose.as_mut()).await;
                 return self.conclude(purpose, end, &mut cancels);
             }
             if session.is_none()
@@ -402,8 +402,8 @@ impl LiveChild {
                     {
                         warn!(deployment = %self.cfg.id, pid = self.pid, purpose = s.purpose.as_str(),
                             "drain_deadline passed before the child drained; stopping it");
-                        let purpose = self.end_drain(&mut tracker, session.take(), now, "drain_deadline passed");
-                        let end = self.stop(requests).await;
+                        let mut purpose = self.end_drain(&mut tracker, session.take(), now, "drain_deadline passed");
+                        let end = self.stop(requests, purpose.as_mut()).await;
                         return self.conclude(purpose, end, &mut cancels);
                     }
                     if now >= next_policy {
@@ -497,31 +497,8 @@ impl LiveChild {
                 id: mail_id,
                 outcome,
             } => {
-                let (deployment, text) = (id.clone(), mail::outcome_text(&outcome));
-                let at = unix_ms();
-                match self
-                    .shared
-                    .store
-                    .call(move |s| s.ack_mail(&deployment, mail_id, &text, at))
-                    .await
-                {
-                    Ok(Ok(true)) => {
-                        dispatch.acked();
-                        self.shared.event(
-                            "mail_done",
-                            Some(id),
-                            serde_json::json!({"id": mail_id}),
-                        );
-                    }
-                    Ok(Ok(false)) => {
-                        debug!(deployment = %id, mail = mail_id, "ack for mail not in processing; ignored")
-                    }
-                    Ok(Err(e)) => {
-                        error!(deployment = %id, mail = mail_id, error = %e, "cannot record a mail ack")
-                    }
-                    Err(e) => {
-                        error!(deployment = %id, mail = mail_id, error = %e, "cannot record a mail ack")
-                    }
+                if self.record_ack(mail_id, &outcome).await {
+                    dispatch.acked();
                 }
             }
             Event::Drained => {
@@ -548,6 +525,36 @@ impl LiveChild {
             }
         }
         Ok(Reaction::Nothing)
+    }
+
+    /// Moves acknowledged mail to done; true when it was in processing.
+    async fn record_ack(&self, mail_id: u64, outcome: &wfhost_ipc::Outcome) -> bool {
+        let id = &self.cfg.id;
+        let (deployment, text, at) = (id.clone(), mail::outcome_text(outcome), unix_ms());
+        match self
+            .shared
+            .store
+            .call(move |s| s.ack_mail(&deployment, mail_id, &text, at))
+            .await
+        {
+            Ok(Ok(true)) => {
+                self.shared
+                    .event("mail_done", Some(id), serde_json::json!({"id": mail_id}));
+                true
+            }
+            Ok(Ok(false)) => {
+                debug!(deployment = %id, mail = mail_id, "ack for mail not in processing; ignored");
+                false
+            }
+            Ok(Err(e)) => {
+                error!(deployment = %id, mail = mail_id, error = %e, "cannot record a mail ack");
+                false
+            }
+            Err(e) => {
+                error!(deployment = %id, mail = mail_id, error = %e, "cannot record a mail ack");
+                false
+            }
+        }
     }
 
     /// Starts a drain for `purpose`, or merges it into the drain under way.
@@ -901,8 +908,15 @@ impl LiveChild {
     }
 
     /// SIGTERM to the group, SIGKILL after `kill_timeout` (or at once when
-    /// an operator forces it), then reap.
-    pub async fn stop(&mut self, requests: &mut mpsc::Receiver<Request>) -> EndReason {
+    /// an operator forces it), then reap. Acks that arrive meanwhile still
+    /// count. Requests are merged into `purpose`: a further recycle joins
+    /// the one under way, a stop or drain takes it over, so nothing an
+    /// operator or a signal asked for is lost.
+    pub async fn stop(
+        &mut self,
+        requests: &mut mpsc::Receiver<Request>,
+        mut purpose: Option<&mut Purpose>,
+    ) -> EndReason {
         self.update(|st| st.state = State::Stopping);
         info!(deployment = %self.cfg.id, pid = self.pid, "stopping: SIGTERM to process group");
         // Best effort: a child that does not read must not delay SIGTERM.
@@ -911,6 +925,7 @@ impl LiveChild {
         signal_group(self.pid, Signal::SIGTERM);
         let mut escalation = KillEscalation::begin(Instant::now(), self.cfg.kill_timeout);
         let mut requests_open = true;
+        let mut reader_open = true;
         loop {
             let deadline = tokio::time::Instant::from_std(escalation.deadline());
             tokio::select! {
@@ -936,12 +951,46 @@ impl LiveChild {
                             signal_group(self.pid, Signal::SIGKILL);
                         }
                     }
-                    Some(other) => refuse_while(&self.cfg.id, "stopping", other),
-                    None => requests_open = false,
+                    None => {
+                        requests_open = false;
+                        self.merge_while_stopping(Request::Stop, purpose.as_deref_mut());
+                    }
+                    Some(other) => self.merge_while_stopping(other, purpose.as_deref_mut()),
                 },
-                // Keep reading so a chatty child never blocks on a full socket.
-                _ = self.reader.next() => {}
+                // Keep reading: acks still count, and a chatty child must
+                // never block on a full socket.
+                event = self.reader.next(), if reader_open => match event {
+                    Ok(Some(Event::MailAck { id, outcome })) => {
+                        self.record_ack(id, &outcome).await;
+                    }
+                    Ok(Some(_)) => {}
+                    Ok(None) | Err(_) => reader_open = false,
+                },
             }
+        }
+    }
+
+    /// A request that arrives while the child is being stopped.
+    fn merge_while_stopping(&self, request: Request, purpose: Option<&mut Purpose>) {
+        let id = &self.cfg.id;
+        match (request, purpose) {
+            (Request::Recycle { reply, .. }, Some(Purpose::Recycle(trigger))) => {
+                // The new child this recycle is about to start serves it too.
+                trigger.replies.extend(reply);
+            }
+            (Request::Stop, Some(p)) => {
+                if let Purpose::Recycle(trigger) = std::mem::replace(p, Purpose::Stop) {
+                    trigger.answer(Err(format!("not recycled: {id} is being stopped")));
+                }
+            }
+            (Request::Drain { reply }, Some(p)) if !matches!(p, Purpose::Stop) => {
+                if let Purpose::Recycle(trigger) = std::mem::replace(p, Purpose::Operator) {
+                    trigger.answer(Err(format!("not recycled: {id} is being drained")));
+                }
+                let _ = reply.send(Ok(format!("{id} stays drained once its child has stopped")));
+            }
+            (Request::MailArrived | Request::Stop, _) => {}
+            (other, _) => refuse_while(id, "stopping", other),
         }
     }
 }

@@ -1,17 +1,22 @@
 //! What every deployment task shares: the store, the signing key and the
-//! spawner.
+//! spawner, and the queues that make journal records and events durable
+//! without ever dropping one: a record the store refuses (a lock held by
+//! another process, a full disk) stays queued, in order, and is retried on
+//! every tick of the control loop until it is written.
 
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use ed25519_dalek::SigningKey;
 use tokio::sync::broadcast;
-use tracing::error;
+use tracing::{error, info};
 
 use crate::journal::NewJournalEntry;
 use crate::procfs;
 use crate::spawn::Spawner;
-use crate::store::{ChildRecord, EventRecord, NewEvent};
+use crate::store::{ChildRecord, EventRecord, NewEvent, Store, StoreError};
 use crate::store_handle::StoreHandle;
 
 /// State shared by the supervisor's tasks.
@@ -26,11 +31,20 @@ pub struct Shared {
     pub events: broadcast::Sender<EventRecord>,
     /// How many events the store keeps.
     pub event_retention: u64,
-    /// Events waiting for the store thread's next batch.
-    pub pending_events: Arc<Mutex<Vec<NewEvent>>>,
+    /// Journal records and events not yet written.
+    pub backlog: Arc<Backlog>,
     /// Signalled when a deployment first gets a ready child or fails, so
     /// systemd hears `READY=1` without waiting for the next tick.
     pub started: tokio::sync::Notify,
+}
+
+/// Records waiting for the store, oldest first.
+#[derive(Debug, Default)]
+pub struct Backlog {
+    journal: Mutex<VecDeque<NewJournalEntry>>,
+    events: Mutex<Vec<NewEvent>>,
+    /// The last write failed: log once per streak, and once on recovery.
+    failing: AtomicBool,
 }
 
 /// Events between two prunings of the event table.
@@ -53,23 +67,104 @@ fn entry(kind: &str, deployment: Option<&str>, body: serde_json::Value) -> NewJo
     }
 }
 
-impl Shared {
-    /// Queues a signed journal record describing what already happened; a
-    /// failure is logged, not fatal.
-    pub fn journal(&self, kind: &str, deployment: Option<&str>, body: serde_json::Value) {
-        let entry = entry(kind, deployment, body);
-        let key = self.key.clone();
-        self.store.submit(move |s| {
-            let (kind, deployment) = (entry.kind.clone(), entry.deployment.clone());
-            if let Err(e) = s.append_journal(&key, entry) {
-                error!(kind, deployment, error = %e, "cannot append to the journal");
+impl Backlog {
+    /// Notes a failed write, loudly the first time.
+    fn failed(&self, what: &str, e: &StoreError) {
+        if !self.failing.swap(true, Ordering::Relaxed) {
+            error!(error = %e, "cannot write {what} to the store; it stays queued and is retried every second");
+        }
+    }
+
+    /// Notes a write that went through after failures.
+    fn recovered(&self) {
+        if self.failing.swap(false, Ordering::Relaxed) {
+            info!("the store accepts writes again; queued journal records and events are written");
+        }
+    }
+
+    /// Writes queued journal records in order; stops at the first refusal
+    /// and leaves it (and everything after it) queued.
+    fn flush_journal(&self, s: &mut dyn Store, key: &SigningKey) -> Result<(), StoreError> {
+        loop {
+            let Some(next) = self
+                .journal
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .front()
+                .cloned()
+            else {
+                return Ok(());
+            };
+            s.append_journal(key, next)?;
+            self.journal
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .pop_front();
+        }
+    }
+
+    /// Writes queued events in one transaction and publishes them; a
+    /// refused batch goes back to the head of the queue.
+    fn flush_events(
+        &self,
+        s: &mut dyn Store,
+        feed: &broadcast::Sender<EventRecord>,
+        retention: u64,
+    ) {
+        let batch = std::mem::take(&mut *self.events.lock().unwrap_or_else(|p| p.into_inner()));
+        if batch.is_empty() {
+            return;
+        }
+        match s.append_events(&batch) {
+            Ok(seqs) => {
+                self.recovered();
+                let prune = seqs.iter().any(|seq| seq % PRUNE_EVERY == 0);
+                for (seq, e) in seqs.into_iter().zip(batch) {
+                    let _ = feed.send(EventRecord {
+                        seq,
+                        at_ms: e.at_ms,
+                        deployment: e.deployment,
+                        kind: e.kind,
+                        body: e.body,
+                    });
+                }
+                if prune && let Err(e) = s.prune_events(retention) {
+                    error!(error = %e, "cannot prune the event log");
+                }
             }
-        });
+            Err(e) => {
+                self.failed("events", &e);
+                let mut queue = self.events.lock().unwrap_or_else(|p| p.into_inner());
+                let newer = std::mem::replace(&mut *queue, batch);
+                queue.extend(newer);
+            }
+        }
+    }
+}
+
+impl Shared {
+    /// Queues a signed journal record describing what already happened.
+    /// It is written after every record queued before it; if the store
+    /// refuses, it stays queued and is retried, never dropped.
+    pub fn journal(&self, kind: &str, deployment: Option<&str>, body: serde_json::Value) {
+        self.backlog
+            .journal
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push_back(entry(kind, deployment, body));
+        let (backlog, key) = (self.backlog.clone(), self.key.clone());
+        self.store
+            .submit(move |s| match backlog.flush_journal(s, &key) {
+                Ok(()) => backlog.recovered(),
+                Err(e) => backlog.failed("a journal record", &e),
+            });
     }
 
     /// Appends a signed journal record and waits until it is durable: for
     /// records that gate what happens next (a cancel is sent only once
-    /// committed). Returns the record's sequence number.
+    /// committed). Every queued record is written first, so the journal
+    /// keeps the order things happened in. Returns the record's sequence
+    /// number, or why the store refused (the caller retries).
     pub async fn journal_durably(
         &self,
         kind: &str,
@@ -77,15 +172,89 @@ impl Shared {
         body: serde_json::Value,
     ) -> Result<u64, String> {
         let entry = entry(kind, Some(deployment), body);
-        let key = self.key.clone();
+        let (backlog, key) = (self.backlog.clone(), self.key.clone());
         self.store
             .call(move |s| {
-                s.append_journal(&key, entry)
-                    .map(|r| r.seq)
-                    .map_err(|e| e.to_string())
+                let written = backlog
+                    .flush_journal(s, &key)
+                    .and_then(|()| s.append_journal(&key, entry));
+                match written {
+                    Ok(record) => {
+                        backlog.recovered();
+                        Ok(record.seq)
+                    }
+                    Err(e) => {
+                        backlog.failed("a journal record", &e);
+                        Err(e.to_string())
+                    }
+                }
             })
             .await
             .map_err(|e| e.to_string())?
+    }
+
+    /// Appends an event to the durable event log, then hands it to live
+    /// followers. Events are queued and written in batches, one commit per
+    /// batch (group commit), so a burst of step events costs one fsync, not
+    /// one each; the log is kept within `event_retention`.
+    pub fn event(&self, kind: &str, deployment: Option<&str>, body: serde_json::Value) {
+        let event = NewEvent {
+            at_ms: unix_ms(),
+            deployment: deployment.map(str::to_owned),
+            kind: kind.to_owned(),
+            body,
+        };
+        let first = {
+            let mut queue = self
+                .backlog
+                .events
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            queue.push(event);
+            queue.len() == 1
+        };
+        if first {
+            self.flush_events();
+        }
+        // Otherwise a flush is already queued and takes this one too.
+    }
+
+    fn flush_events(&self) {
+        let (backlog, feed, retention) = (
+            self.backlog.clone(),
+            self.events.clone(),
+            self.event_retention,
+        );
+        self.store
+            .submit(move |s| backlog.flush_events(s, &feed, retention));
+    }
+
+    /// Retries whatever the store refused earlier (called every tick of the
+    /// control loop).
+    pub fn retry_backlog(&self) {
+        let journal_waits = !self
+            .backlog
+            .journal
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_empty();
+        if journal_waits {
+            let (backlog, key) = (self.backlog.clone(), self.key.clone());
+            self.store
+                .submit(move |s| match backlog.flush_journal(s, &key) {
+                    Ok(()) => backlog.recovered(),
+                    Err(e) => backlog.failed("a journal record", &e),
+                });
+        }
+        if !self
+            .backlog
+            .events
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_empty()
+        {
+            self.flush_events();
+        }
     }
 
     /// Records a live child so a supervisor restarted after a crash can
@@ -118,59 +287,6 @@ impl Shared {
         self.store.submit(move |s| {
             if let Err(e) = s.forget_child(&deployment, pid) {
                 error!(deployment, pid, error = %e, "cannot remove the child from the store");
-            }
-        });
-    }
-}
-
-impl Shared {
-    /// Appends an event to the durable event log, then hands it to live
-    /// followers. Events are queued and written in batches, one commit per
-    /// batch (group commit), so a burst of step events costs one fsync, not
-    /// one each; the log is kept within `event_retention`.
-    pub fn event(&self, kind: &str, deployment: Option<&str>, body: serde_json::Value) {
-        let event = NewEvent {
-            at_ms: unix_ms(),
-            deployment: deployment.map(str::to_owned),
-            kind: kind.to_owned(),
-            body,
-        };
-        let first = {
-            let mut queue = self
-                .pending_events
-                .lock()
-                .unwrap_or_else(|p| p.into_inner());
-            queue.push(event);
-            queue.len() == 1
-        };
-        if !first {
-            // A flush is already queued and will take this one too.
-            return;
-        }
-        let queue = self.pending_events.clone();
-        let feed = self.events.clone();
-        let retention = self.event_retention;
-        self.store.submit(move |s| {
-            let batch = std::mem::take(&mut *queue.lock().unwrap_or_else(|p| p.into_inner()));
-            match s.append_events(&batch) {
-                Ok(seqs) => {
-                    let crossed = seqs.iter().any(|seq| seq % PRUNE_EVERY == 0);
-                    for (seq, e) in seqs.into_iter().zip(batch) {
-                        let _ = feed.send(EventRecord {
-                            seq,
-                            at_ms: e.at_ms,
-                            deployment: e.deployment,
-                            kind: e.kind,
-                            body: e.body,
-                        });
-                    }
-                    if crossed && let Err(e) = s.prune_events(retention) {
-                        error!(error = %e, "cannot prune the event log");
-                    }
-                }
-                Err(e) => {
-                    error!(events = batch.len(), error = %e, "cannot append to the event log")
-                }
             }
         });
     }

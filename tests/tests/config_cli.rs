@@ -27,7 +27,7 @@ fn check_config_accepts_the_shipped_example() {
     let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/wfhost.toml");
     let out = wfhost(&["check-config", example.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
-    assert_eq!(stdout(&out), "ok: 2 deployments: ticker, greeter\n");
+    assert_eq!(stdout(&out), "ok: 3 deployments: ticker, greeter, orders\n");
 }
 
 #[test]

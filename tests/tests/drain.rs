@@ -35,6 +35,14 @@ const DEAF: &str = "trap '' TERM; sleep 1000";
 
 // --- what an operator reads ------------------------------------------
 
+/// Wall-clock Unix milliseconds, the clock of journal and event times.
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
@@ -416,6 +424,7 @@ fn a_step_ignoring_drain_is_cancelled_by_a_signed_journaled_cancel_when_the_budg
         steps(d) == [(run.clone(), "command".into(), "cancel".into())]
     });
 
+    let asked_ms = unix_ms();
     ok("drain", &sup.client(&["drain", "deaf"]));
     let d = sup.wait_deployment("deaf", "drained after escalating", LONG, |d| {
         d["state"] == "drained"
@@ -453,10 +462,11 @@ fn a_step_ignoring_drain_is_cancelled_by_a_signed_journaled_cancel_when_the_budg
         Some(128),
         "{cancel}"
     );
-    let waited = body["at_ms"].as_u64().expect("at_ms") as i64 - at_ms(drain) as i64;
+    let signed_at = body["at_ms"].as_u64().expect("at_ms");
     assert!(
-        (990..20_000).contains(&waited),
-        "the cancel came once the 1s budget was spent, not before: {waited} ms"
+        signed_at >= asked_ms + 1000 && signed_at < at_ms(drain) + 20_000,
+        "the cancel came once the 1s budget was spent, not before: asked at {asked_ms}, drained at {}, cancelled at {signed_at}",
+        at_ms(drain)
     );
     // The journaled signature is the one the child verifies: it checks out
     // under the key the child was given, and not for another run.
@@ -529,7 +539,7 @@ fn a_step_ignoring_drain_is_cancelled_by_a_signed_journaled_cancel_when_the_budg
 fn the_budget_counts_only_cancel_behaviour_steps_of_the_demo_workflow() {
     let sup = Supervisor::start(&deployment(
         "orders",
-        "[\"{bin}/wfhost-child\", \"demo\", \"--step-ms\", \"1200\", \"--approve-ms\", \"3000\", \"--cleanup-ms\", \"60000\"]",
+        "[\"{bin}/wfhost-child\", \"demo\", \"--step-ms\", \"1200\", \"--approve-ms\", \"3500\", \"--cleanup-ms\", \"60000\"]",
         "drain_timeout = \"1500ms\"",
     ));
     sup.ready_pid("orders", LONG);
@@ -871,7 +881,9 @@ fn a_locked_journal_delays_the_cancel_until_it_is_committed() {
     );
     assert_eq!(cancels[0]["body"]["origin"], "supervisor-drain");
     assert_eq!(cancels[0]["body"]["run"], run.as_str());
-    let committed = first_after(&events(&sup), "cancel_committed", 0).clone();
+    let ev = events(&sup);
+    let escalated = first_after(&ev, "drain_escalated", 0);
+    let committed = first_after(&ev, "cancel_committed", seq(escalated));
     assert_eq!(committed["body"]["journal_seq"], seq(cancels[0]));
     assert!(
         plain_log(&sup).contains(&format!(
@@ -887,7 +899,6 @@ fn a_locked_journal_delays_the_cancel_until_it_is_committed() {
 /// kept once it frees up (DESIGN §7: the journal is the audit trail, the
 /// event log has no gaps).
 #[test]
-#[ignore = "bug: Shared::journal and Shared::event drop a record the store refuses (busy) instead of retrying it"]
 fn records_made_while_the_store_is_locked_are_not_lost() {
     let sup = Supervisor::start(&deployment("waiter", &exec("wait", "sleep 1000"), ""));
     let pid = sup.ready_pid("waiter", LONG);
@@ -901,12 +912,9 @@ fn records_made_while_the_store_is_locked_are_not_lost() {
     );
     locker.expect("locked");
     ok("drain", &sup.client(&["drain", "waiter"]));
-    // Once the store has given up on the drain record, free it.
-    wait_for("the store to give up on the drain record", LONG, || {
-        plain_log(&sup)
-            .contains("cannot append to the journal")
-            .then_some(())
-    });
+    // Held past the store's 5 s busy timeout, so the first write of the
+    // drain record fails (the scenario, not a timing assumption).
+    std::thread::sleep(Duration::from_secs(7));
     locker.release();
     let d = sup.deployment("waiter");
     assert_eq!(d["state"], "draining", "{d}");
@@ -922,7 +930,6 @@ fn records_made_while_the_store_is_locked_are_not_lost() {
 /// acknowledges its mail `Cancelled` (child/src/cli/demo.rs): once the drain
 /// that escalated is over, the mail is done, not back in the inbox.
 #[test]
-#[ignore = "bug: live_child.rs ends the drain on Drained and stop() discards the MailAck that follows it"]
 fn a_mail_whose_run_a_drain_escalation_cancelled_is_done() {
     let sup = Supervisor::start(&deployment(
         "orders",

@@ -22,14 +22,15 @@ use wfhost_tests::{Supervisor, alive, signal, wait_for, wfhost};
 const LONG: Duration = Duration::from_secs(30);
 const SEED: u64 = 0x5eed_2024_0005;
 
-/// A demo deployment with the given step times, a short uptime bound, and restarts
-/// that never give up (SIGKILLs are expected here).
+/// A demo deployment with the given step times that asks for its own
+/// recycle every 30 items, a short uptime bound, and restarts that never
+/// give up (SIGKILLs are expected here).
 fn soak_body(step_ms: u32, approve_ms: u32) -> String {
     format!(
         "[[deployment]]\n\
      id = \"soak\"\n\
-     command = [\"{{bin}}/wfhost-child\", \"demo\", \"--step-ms\", \"{step_ms}\", \"--approve-ms\", \"{approve_ms}\"]\n\
-     recycle = {{ max_uptime = \"150ms\" }}\n\
+     command = [\"{{bin}}/wfhost-child\", \"demo\", \"--recycle-every\", \"30\", \"--step-ms\", \"{step_ms}\", \"--approve-ms\", \"{approve_ms}\"]\n\
+     recycle = {{ max_uptime = \"250ms\" }}\n\
      restart = {{ backoff_initial = \"10ms\", backoff_max = \"100ms\", max_restarts = 10000, period = \"60s\" }}\n\
      drain_timeout = \"2s\"\n\
      drain_deadline = \"3s\"\n\

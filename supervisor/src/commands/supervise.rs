@@ -131,7 +131,7 @@ async fn supervise(config: Config, config_path: &Path) -> anyhow::Result<()> {
         spawner,
         events,
         event_retention: settings.event_retention,
-        pending_events: Default::default(),
+        backlog: Default::default(),
         started: tokio::sync::Notify::new(),
     });
     // The control socket first: a second supervisor on this state dir must
@@ -202,6 +202,7 @@ async fn supervise(config: Config, config_path: &Path) -> anyhow::Result<()> {
                 }
             }
             _ = ticker.tick() => {
+                shared.retry_backlog();
                 // The watchdog is fed from the control loop itself, so a
                 // wedged loop starves it.
                 notify(watchdog, "watchdog", Notifier::watchdog);
@@ -238,6 +239,7 @@ async fn supervise(config: Config, config_path: &Path) -> anyhow::Result<()> {
             _ = signals.term.recv() => info!("SIGTERM again: still draining; send SIGQUIT to kill now"),
             _ = signals.int.recv() => info!("SIGINT again: still draining; send SIGQUIT to kill now"),
             _ = ticker.tick() => {
+                shared.retry_backlog();
                 notify(watchdog, "watchdog", Notifier::watchdog);
                 if let Some(needed) = Supervisor::drain_time_needed(&registry) {
                     // Re-sent every tick: each one extends from now.
@@ -248,7 +250,9 @@ async fn supervise(config: Config, config_path: &Path) -> anyhow::Result<()> {
         }
     }
     control_task.abort();
-    // Let queued journal records reach the disk before exiting.
+    // Let queued journal records and events reach the disk before exiting
+    // (one last try for any the store refused).
+    shared.retry_backlog();
     let _ = shared.store.call(|_| ()).await;
     info!("all children stopped; exiting");
     Ok(())

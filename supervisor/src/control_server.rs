@@ -321,7 +321,7 @@ async fn answer_inner(request: Request, ctx: &ClientContext) -> Result<Response,
             let ids: Vec<String> = handles.iter().map(|h| h.config().id.clone()).collect();
             let counts = ctx
                 .shared
-                .store
+                .reader
                 .call(move |s| {
                     ids.iter()
                         .map(|id| s.mail_counts(id))
@@ -464,7 +464,7 @@ async fn backlog(stream: &mut UnixStream, shared: &Shared, last: &mut u64) -> Re
     loop {
         let after = *last;
         let page = match shared
-            .store
+            .reader
             .call(move |s| s.events_after(after, PAGE))
             .await
         {

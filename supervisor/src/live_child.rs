@@ -301,6 +301,7 @@ impl LiveChild {
         let mut tracker = DrainTracker::new();
         let mut cancels = CancelQueue::default();
         let mut dispatch = Dispatch::default();
+        let mut commit: Option<Commit> = None;
         let rss = RssReader::open(self.pid).ok();
         let bounds = recycle::bounds(&self.cfg);
         self.publish_drain(&tracker, session.as_ref(), now);
@@ -328,15 +329,19 @@ impl LiveChild {
             {
                 self.deliver_mail(&mut dispatch, n).await;
             }
-            if cancels.due(now).is_some() {
-                self.commit_cancel(&mut cancels).await;
+            if commit.is_none() {
+                commit = self.start_commit(&cancels);
             }
 
             let wakes = [
                 Some(liveness.next_wake(now)),
                 tracker.deadline(),
                 session.as_ref().and_then(|s| s.deadline),
-                cancels.wake(),
+                if commit.is_none() {
+                    cancels.wake()
+                } else {
+                    None
+                },
                 Some(next_policy),
             ];
             let wake = wakes
@@ -414,6 +419,10 @@ impl LiveChild {
                             self.drain_for(Purpose::Recycle(trigger), &mut session, &mut tracker, now).await;
                         }
                     }
+                }
+                result = wait_commit(&mut commit) => {
+                    commit = None;
+                    self.commit_done(result, &mut cancels).await;
                 }
                 request = requests.recv() => {
                     let now = Instant::now();
@@ -741,23 +750,26 @@ impl LiveChild {
         self.update(|st| st.cancels_pending = cancels.len());
     }
 
-    /// Commits the next cancel to the journal and, only once it is durable,
-    /// sends it. A refusal is retried with backoff and shown in status.
-    async fn commit_cancel(&mut self, cancels: &mut CancelQueue) {
-        let Some(pending) = cancels.due(Instant::now()) else {
-            return;
-        };
+    /// Starts committing the next due cancel to the journal, on its own
+    /// task so the loop keeps serving while SQLite waits on a lock.
+    fn start_commit(&self, cancels: &CancelQueue) -> Option<Commit> {
+        let pending = cancels.due(Instant::now())?;
         let body = cancel::journal_body(&pending.signed);
-        match self
-            .shared
-            .journal_durably("cancel", &self.cfg.id, body.clone())
-            .await
-        {
+        let (shared, id) = (self.shared.clone(), self.cfg.id.clone());
+        Some(tokio::spawn(async move {
+            shared.journal_durably("cancel", &id, body).await
+        }))
+    }
+
+    /// A commit finished: only once it is durable is the cancel sent. A
+    /// refusal is retried with backoff and shown in status.
+    async fn commit_done(&mut self, result: Result<u64, String>, cancels: &mut CancelQueue) {
+        match result {
             Ok(seq) => {
                 if let Some(p) = cancels.committed() {
                     info!(deployment = %self.cfg.id, pid = self.pid, journal_seq = seq, run = ?p.signed.record.run,
                         origin = p.signed.record.origin.as_str(), "cancel committed to the journal; sending it");
-                    let mut event = body;
+                    let mut event = cancel::journal_body(&p.signed);
                     event["journal_seq"] = seq.into();
                     self.shared
                         .event("cancel_committed", Some(&self.cfg.id), event);
@@ -992,6 +1004,19 @@ impl LiveChild {
             (Request::MailArrived | Request::Stop, _) => {}
             (other, _) => refuse_while(id, "stopping", other),
         }
+    }
+}
+
+/// A cancel's journal commit running on its own task.
+type Commit = tokio::task::JoinHandle<Result<u64, String>>;
+
+/// The running commit's result; never resolves when none runs.
+async fn wait_commit(commit: &mut Option<Commit>) -> Result<u64, String> {
+    match commit {
+        Some(task) => task
+            .await
+            .unwrap_or_else(|e| Err(format!("journal task failed: {e}"))),
+        None => std::future::pending().await,
     }
 }
 

@@ -168,7 +168,7 @@ async fn collect(
         .collect();
     let ids: Vec<String> = snapshots.iter().map(|s| s.id.clone()).collect();
     let counts = shared
-        .store
+        .reader
         .call(move |s| {
             ids.iter()
                 .map(|id| s.mail_counts(id))

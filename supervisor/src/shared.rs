@@ -21,8 +21,12 @@ use crate::store_handle::StoreHandle;
 
 /// State shared by the supervisor's tasks.
 pub struct Shared {
-    /// The durable store, on its own thread.
+    /// The durable store, on its own thread: every write goes here.
     pub store: StoreHandle,
+    /// A second connection on its own thread for reads that must answer
+    /// while a write waits on a lock (status, events, metrics; WAL lets
+    /// readers run beside a writer).
+    pub reader: StoreHandle,
     /// The key that signs journal records and cancels.
     pub key: Arc<SigningKey>,
     /// The one thread that forks children.

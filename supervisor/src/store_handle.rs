@@ -23,11 +23,11 @@ pub struct StoreHandle {
 pub struct StoreGone;
 
 impl StoreHandle {
-    /// Moves `store` onto a new `wfhost-store` thread.
-    pub fn start(mut store: Box<dyn Store>) -> std::io::Result<Self> {
+    /// Moves `store` onto a new thread named `name`.
+    pub fn start(name: &str, mut store: Box<dyn Store>) -> std::io::Result<Self> {
         let (jobs, rx) = mpsc::channel::<Job>();
         std::thread::Builder::new()
-            .name("wfhost-store".into())
+            .name(name.to_owned())
             .spawn(move || {
                 for job in rx {
                     job(store.as_mut());

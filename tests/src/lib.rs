@@ -156,6 +156,12 @@ impl Supervisor {
 
     /// Starts a supervisor on an existing dir and config.
     pub fn start_in(dir: TempDir, config: PathBuf) -> Self {
+        Self::launch(dir, config, &[])
+    }
+
+    /// Starts `wfhost supervise` with extra environment variables, logging
+    /// to a fresh file in `dir`, and waits until its socket listens.
+    fn launch(dir: TempDir, config: PathBuf, env: &[(&str, &str)]) -> Self {
         let log = dir.join(&format!(
             "supervisor-{}.log",
             std::time::SystemTime::now()
@@ -168,22 +174,20 @@ impl Supervisor {
             .args(["supervise", "--config"])
             .arg(&config)
             .env("RUST_LOG", "debug")
+            .envs(env.iter().copied())
             .stdin(std::process::Stdio::null())
             .stdout(log_file.try_clone().expect("dup log"))
             .stderr(log_file)
             .spawn()
             .expect("spawn wfhost supervise");
-        let sup = Self {
+        let mut sup = Self {
             child,
             dir,
             config,
             log,
             seen: Default::default(),
         };
-        let socket = sup.dir.join("state/wfhost.sock");
-        wait_for("the control socket", Duration::from_secs(20), || {
-            socket.exists().then_some(())
-        });
+        sup.wait_listening();
         sup
     }
 
@@ -348,43 +352,29 @@ impl Supervisor {
         let dir = TempDir::new();
         let config = dir.join("wfhost.toml");
         write_config(&config, &dir.join("state"), body);
-        let log = dir.join("supervisor-env.log");
-        let log_file = std::fs::File::create(&log).expect("create log");
-        let child = Command::new(bin("wfhost"))
-            .args(["supervise", "--config"])
-            .arg(&config)
-            .env("RUST_LOG", "debug")
-            .envs(env.iter().copied())
-            .stdin(std::process::Stdio::null())
-            .stdout(log_file.try_clone().expect("dup log"))
-            .stderr(log_file)
-            .spawn()
-            .expect("spawn wfhost supervise");
-        let sup = Self {
-            child,
-            dir,
-            config,
-            log,
-            seen: Default::default(),
-        };
-        sup.wait_listening();
-        sup
+        Self::launch(dir, config, env)
     }
 
     /// Waits until the control socket accepts connections: the file
     /// appears at bind(), a moment before listen(), and a client that
     /// connects in between is refused.
-    pub fn wait_listening(&self) {
+    pub fn wait_listening(&mut self) {
         let socket = self.dir.join("state/wfhost.sock");
-        wait_for(
-            "the control socket to listen",
-            Duration::from_secs(20),
-            || {
-                std::os::unix::net::UnixStream::connect(&socket)
-                    .ok()
-                    .map(|_| ())
-            },
-        );
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::os::unix::net::UnixStream::connect(&socket).is_err() {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!(
+                    "wfhost supervise exited ({status}) before listening:\n{}",
+                    self.log()
+                );
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the control socket never listened:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// The log with terminal colour codes removed, so `key=value` fields

@@ -22,11 +22,9 @@ const LONG: Duration = Duration::from_secs(30);
 /// Keeps policy ticks (and so `rss_bytes`) frequent; goes before any table.
 const FAST_POLICY: &str = "policy_interval = \"200ms\"\n\n";
 
-/// Starts a supervisor and waits until its control socket listens.
+/// Starts a supervisor (it waits until its control socket listens).
 fn start(body: &str) -> Supervisor {
-    let sup = Supervisor::start(body);
-    sup.wait_listening();
-    sup
+    Supervisor::start(body)
 }
 
 /// Waits until `id` is listed in status (a reload adds it

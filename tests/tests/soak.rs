@@ -22,15 +22,14 @@ use wfhost_tests::{Supervisor, alive, signal, wait_for, wfhost};
 const LONG: Duration = Duration::from_secs(30);
 const SEED: u64 = 0x5eed_2024_0005;
 
-/// A demo deployment with the given step times that asks for its own
-/// recycle every 30 items, a short uptime bound, and restarts that never
-/// give up (SIGKILLs are expected here).
+/// A demo deployment with the given step times, a short uptime bound, and
+/// restarts that never give up (SIGKILLs are expected here).
 fn soak_body(step_ms: u32, approve_ms: u32) -> String {
     format!(
         "[[deployment]]\n\
      id = \"soak\"\n\
-     command = [\"{{bin}}/wfhost-child\", \"demo\", \"--recycle-every\", \"30\", \"--step-ms\", \"{step_ms}\", \"--approve-ms\", \"{approve_ms}\"]\n\
-     recycle = {{ max_uptime = \"250ms\" }}\n\
+     command = [\"{{bin}}/wfhost-child\", \"demo\", \"--step-ms\", \"{step_ms}\", \"--approve-ms\", \"{approve_ms}\"]\n\
+     recycle = {{ max_uptime = \"150ms\" }}\n\
      restart = {{ backoff_initial = \"10ms\", backoff_max = \"100ms\", max_restarts = 10000, period = \"60s\" }}\n\
      drain_timeout = \"2s\"\n\
      drain_deadline = \"3s\"\n\
@@ -158,6 +157,28 @@ fn sender(config: PathBuf, payloads: Vec<String>, retry: bool) -> (Vec<u64>, Vec
     (ids, failures)
 }
 
+/// `wfhost recycle soak`, which waits for the new child: killed and
+/// reported if it takes longer than `limit` (a recycle must never hang).
+fn recycle_within(config: &Path, limit: Duration) -> Output {
+    let mut child = Command::new(wfhost_tests::bin("wfhost"))
+        .args(["recycle", "soak", "--reason", "soak", "--config"])
+        .arg(config)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn wfhost recycle");
+    let deadline = Instant::now() + limit;
+    while child.try_wait().expect("try_wait").is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("wait");
+            panic!("wfhost recycle hung for {limit:?}: {}", describe(&out));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    child.wait_with_output().expect("wait for wfhost recycle")
+}
+
 /// Waits until the control socket answers (after a restart the stale
 /// socket file of the killed supervisor may still be there).
 fn wait_reachable(config: &Path) {
@@ -192,10 +213,8 @@ fn a_thousand_mail_items_survive_recycles_and_child_kills() {
         let done = done_sending.clone();
         let handles: Vec<_> = senders;
         std::thread::spawn(move || {
-            let results: Vec<_> = handles
-                .into_iter()
-                .map(|h| h.join().expect("sender thread"))
-                .collect();
+            // Joined before judged: a failed sender still ends the chaos.
+            let results: Vec<_> = handles.into_iter().map(|h| h.join()).collect();
             done.store(true, Ordering::SeqCst);
             results
         })
@@ -206,11 +225,15 @@ fn a_thousand_mail_items_survive_recycles_and_child_kills() {
     let (mut kills, mut asked, mut recycled) = (0u32, 0u32, 0u32);
     let mut refusals: BTreeMap<String, u32> = BTreeMap::new();
     while !done_sending.load(Ordering::SeqCst) {
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "the senders did not finish"
+        );
         std::thread::sleep(Duration::from_millis(10 + rng.below(150)));
         match rng.below(100) {
             0..35 => {
                 asked += 1;
-                let out = sup.client(&["recycle", "soak", "--reason", "soak"]);
+                let out = recycle_within(&config, LONG);
                 if out.status.success() {
                     recycled += 1;
                 } else {
@@ -231,7 +254,10 @@ fn a_thousand_mail_items_survive_recycles_and_child_kills() {
         }
     }
     let results = watcher.join().expect("watcher thread");
-    let mut accepted: Vec<u64> = results.into_iter().flat_map(|(ids, _)| ids).collect();
+    let mut accepted: Vec<u64> = results
+        .into_iter()
+        .flat_map(|r| r.expect("sender thread").0)
+        .collect();
     accepted.sort_unstable();
     accepted.dedup();
     assert_eq!(accepted.len(), ITEMS, "every send printed a distinct id");

@@ -123,10 +123,20 @@ async fn supervise(config: Config, config_path: &Path) -> anyhow::Result<()> {
     info!(key = %key_path.display(), key_id = %wfhost_ipc::KeyId::of(&key.verifying_key()), "signing key loaded");
     let spawner = Spawner::start(tokio::runtime::Handle::current())
         .context("cannot start the spawner thread")?;
-    let store = StoreHandle::start(Box::new(store)).context("cannot start the store thread")?;
+    let reader = SqliteStore::open_existing(&settings.state_dir).with_context(|| {
+        format!(
+            "cannot open a read connection to the store in {}",
+            settings.state_dir.display()
+        )
+    })?;
+    let store = StoreHandle::start("wfhost-store", Box::new(store))
+        .context("cannot start the store thread")?;
+    let reader = StoreHandle::start("wfhost-store-read", Box::new(reader))
+        .context("cannot start the store reader thread")?;
     let (events, _) = broadcast::channel(4096);
     let shared = Arc::new(Shared {
         store,
+        reader,
         key: Arc::new(key),
         spawner,
         events,

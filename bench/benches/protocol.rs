@@ -583,9 +583,12 @@ fn throughput(report: &mut Report) -> anyhow::Result<()> {
                 "MISS by {short:.2}× ({} short of 1 M/s). What dominates: the syscall per frame — \
                  FrameWriter::send encodes one frame and write_all()s it ({per_frame}); the codec is not the \
                  limit (encode+decode alone {}), and raw one-write-per-frame without any codec or runtime \
-                 reaches only {} here. Fix (not made here: ipc/child code): let FrameWriter coalesce — \
-                 encode frames into its buffer and flush once per batch (e.g. a `feed` + `flush` pair, or \
-                 flush when the outgoing queue is empty), so one syscall carries many frames.",
+                 reaches only {} here. The child runtime's outbox (child/src/outbox.rs) sends through the \
+                 same FrameWriter::send, one event at a time, after an mpsc hop and a second encode \
+                 (check_size), so the real child path is no faster than this. Fix (not made here: ipc/child \
+                 code): let FrameWriter coalesce — encode frames into its buffer and flush once per batch \
+                 (e.g. a `feed` + `flush` pair; the outbox loop can feed everything already queued with \
+                 try_recv and flush once), so one syscall carries many frames.",
                 rate(1_000_000.0 - mid.rate),
                 rate(reference),
                 rate(raw)

@@ -351,6 +351,7 @@ fn fleet_of_100(bins: &Binaries, report: &mut Report, carry: &mut Carry) -> anyh
     std::thread::sleep(Duration::from_secs(2));
     let children: Vec<u32> = ready.iter().map(|r| r.1 as u32).collect();
     let w = measure_idle(sup.pid, &children, IDLE_WINDOW)?;
+    let binary_rss = procs::rss_of_file(sup.pid, &bins.wfhost);
     let child_rss = median_u64(
         children
             .iter()
@@ -381,10 +382,12 @@ fn fleet_of_100(bins: &Binaries, report: &mut Report, carry: &mut Carry) -> anyh
         "11a",
         format!(
             "VmRSS sampled each second over {:.1} s, 2 s after the last Ready, defaults (liveness ping every \
-             10 s per child, policy_interval 60 s, RUST_LOG=debug for figure 3). Made of: {}. DESIGN's \
-             external references (not this run): horust 6.3 MiB, supervisord 25 MiB, PM2 61 MiB.",
+             10 s per child, policy_interval 60 s, RUST_LOG=debug for figure 3). Made of: {}; of the \
+             file-backed part, the mappings of the wfhost binary itself (code, read-only data) hold {}. \
+             DESIGN's external references (not this run): horust 6.3 MiB, supervisord 25 MiB, PM2 61 MiB.",
             w.wall,
-            w.parts_text()
+            w.parts_text(),
+            binary_rss.map_or("-".into(), |b| mib(b as f64)),
         ),
     );
     report.note(
@@ -513,6 +516,19 @@ fn fleet_of_100(bins: &Binaries, report: &mut Report, carry: &mut Carry) -> anyh
             child_version.p50 / true_sum.p50,
         ),
     );
+    let zero_delay = delays.keys().all(|d| d == "0s");
+    if zero_delay && Summary::of(&restarting_to_spawning).is_some_and(|r| r.p50 > 0.0005) {
+        report.note(
+            "5",
+            format!(
+                "\"restarting\" → \"spawning\" takes {} although the delay is 0: the deployment task still \
+                 awaits its backoff sleep (sleep_until(now + 0)), which tokio's timer fires on its next 1 ms \
+                 tick. Suggested fix (not made here: supervisor/src/deployment.rs): skip the backoff wait \
+                 when the delay is zero.",
+                p50(&restarting_to_spawning)
+            ),
+        );
+    }
     report.row(
         "5",
         "crash to replacement Ready (first restart), p50",

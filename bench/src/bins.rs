@@ -79,15 +79,21 @@ fn newest_source(dir: &Path, newest: &mut Option<(SystemTime, PathBuf)>) {
 }
 
 fn warn_if_stale(bins: &Binaries) {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let mut newest = None;
-    for krate in ["ipc", "policy", "child", "supervisor"] {
-        newest_source(&root.join(krate).join("src"), &mut newest);
-    }
-    let Some((src_time, src)) = newest else {
-        return;
-    };
-    for bin in [&bins.wfhost, &bins.child] {
+    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let root = here.parent().unwrap_or(here);
+    // Each binary against the crates it is built from.
+    let sources: [(&PathBuf, &[&str]); 2] = [
+        (&bins.wfhost, &["ipc", "policy", "supervisor"]),
+        (&bins.child, &["ipc", "child"]),
+    ];
+    for (bin, crates) in sources {
+        let mut newest = None;
+        for krate in crates {
+            newest_source(&root.join(krate).join("src"), &mut newest);
+        }
+        let Some((src_time, src)) = newest else {
+            continue;
+        };
         if mtime(bin).is_some_and(|t| t < src_time) {
             eprintln!(
                 "wfhost-bench: warning: {} is older than {}; the figures may not match the sources (rebuild: {BUILD_COMMAND})",

@@ -78,6 +78,26 @@ pub fn rss_parts(pid: u32) -> Option<(u64, u64, u64, u64)> {
     ))
 }
 
+/// Resident bytes of the mappings of `file` in `pid` (its code and data
+/// pages), summed from `/proc/PID/smaps`.
+pub fn rss_of_file(pid: u32, file: &std::path::Path) -> Option<u64> {
+    let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps")).ok()?;
+    let want = std::fs::canonicalize(file).ok()?;
+    let want = want.to_str()?;
+    let mut inside = false;
+    let mut total = 0;
+    for line in smaps.lines() {
+        let mut f = line.split_whitespace();
+        let first = f.next().unwrap_or("");
+        if first.contains('-') && first.chars().next().is_some_and(|c| c.is_ascii_hexdigit()) {
+            inside = line.split_whitespace().nth(5) == Some(want);
+        } else if inside && first == "Rss:" {
+            total += f.next().and_then(|k| k.parse::<u64>().ok()).unwrap_or(0) * 1024;
+        }
+    }
+    Some(total)
+}
+
 /// CPU time (user + system) this process has used, in seconds.
 pub fn self_cpu_secs() -> f64 {
     // SAFETY: getrusage writes into the struct we own.

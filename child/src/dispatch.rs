@@ -1,20 +1,32 @@
 //! The reader task: everything the supervisor sends is handled here, on its
 //! own task, so a Ping is answered at once however long a step runs.
+//!
+//! `Drain` starts the drain in the work ledger (cancel-behaviour steps are
+//! cancelled, wait-behaviour steps go on) and stops mail: nothing more is
+//! handed to the application, queued mail is dropped and later mail is not
+//! taken (all left unacknowledged, for the next child), while redeliveries of
+//! acknowledged mail are still acknowledged again. `Drained` is sent once no
+//! cancel-behaviour step is in flight and no mail is held by the application
+//! (handed out and neither acknowledged nor dropped): at once if that is
+//! already so, else by whichever step end or mail settlement makes it so.
 
 use std::sync::Arc;
 
 use tokio::sync::mpsc;
 use wfhost_ipc::{Control, Event, FrameReader, SignedCancel};
 
-use crate::mail::Mail;
+use crate::mail::{Mail, MailStream};
 use crate::runtime::{CloseReason, Shared};
 
-/// Reads and handles control messages until the channel ends.
+/// Reads and handles control messages until the channel ends; `queue` is
+/// the mail stream `mail_tx` feeds, emptied when mail stops.
 pub(crate) async fn read_loop(
     mut reader: FrameReader<Control>,
     shared: Arc<Shared>,
     mail_tx: mpsc::UnboundedSender<Mail>,
+    queue: MailStream,
 ) {
+    // `None` once this child takes no more mail (Drain or Shutdown).
     let mut mail_tx = Some(mail_tx);
     loop {
         let message = match reader.next().await {
@@ -31,19 +43,17 @@ pub(crate) async fn read_loop(
         };
         match message {
             Control::Ping { nonce } => shared.outbox.post(Event::Pong { nonce }),
-            Control::Drain { budget_ms } => drain(&shared, budget_ms),
+            Control::Drain { budget_ms } => {
+                drain(&shared, budget_ms);
+                stop_mail(&mut mail_tx, &queue);
+            }
             Control::Cancel(cancel) => cancel_run(&shared, &cancel),
-            Control::Mail { id, payload } => match &mail_tx {
-                Some(tx) => shared.mail.deliver(id, payload, tx),
-                None => {
-                    eprintln!("wfhost-child: mail {id} arrived after Shutdown; left for redelivery")
-                }
-            },
+            Control::Mail { id, payload } => shared.mail.deliver(id, payload, mail_tx.as_ref()),
             Control::Shutdown => {
                 shared.close(CloseReason::Shutdown);
                 // Ends the mail stream; Pings and cancels are still answered
                 // until the supervisor closes the channel.
-                mail_tx = None;
+                stop_mail(&mut mail_tx, &queue);
             }
             Control::Welcome(_) => {
                 let reason = "protocol violation: unexpected Welcome after the handshake";
@@ -54,11 +64,21 @@ pub(crate) async fn read_loop(
         }
     }
     // Dropping the sender ends the mail stream.
-    drop(mail_tx);
+    stop_mail(&mut mail_tx, &queue);
+}
+
+/// Stops mail reaching the application: drops the sender (a `next` waiting
+/// on an empty queue returns `None`) and the mail still queued. Called after
+/// the work ledger stopped handing mail out, so no item slips through.
+fn stop_mail(mail_tx: &mut Option<mpsc::UnboundedSender<Mail>>, queue: &MailStream) {
+    *mail_tx = None;
+    queue.discard_queued();
 }
 
 /// Starts the drain: cancel-behaviour steps are cancelled, wait-behaviour
-/// steps go on, `Drained` follows when no cancel-behaviour step is left.
+/// steps go on, mail stops being handed out, and `Drained` is sent now if
+/// no cancel-behaviour step is in flight and no mail is held (else later,
+/// by the step end or mail settlement that makes it so).
 fn drain(shared: &Shared, budget_ms: u64) {
     {
         let mut work = shared.work();

@@ -4,11 +4,22 @@
 //! channel at fd 3 and the `WFHOST_*` environment. [`Runtime::connect`]
 //! takes the channel and completes the handshake (`Hello` → `Welcome`); a
 //! background task then answers the supervisor: `Ping` at once, `Drain`
-//! (cancel-behaviour steps stop, wait-behaviour steps go on, `Drained` once
-//! none of the former is left), signed `Cancel` (verified against
-//! `WFHOST_SUPERVISOR_KEY`, then every step of the run is cancelled),
-//! `Mail` (to [`MailStream`], each id once) and `Shutdown` (the runtime
-//! closes).
+//! (see below), signed `Cancel` (verified against `WFHOST_SUPERVISOR_KEY`,
+//! then every step of the run is cancelled), `Mail` (to [`MailStream`], each
+//! id once) and `Shutdown` (the runtime closes).
+//!
+//! On `Drain`, cancel-behaviour steps are cancelled, wait-behaviour steps go
+//! on, and the child stops taking mail: [`MailStream::next`] returns `None`,
+//! mail queued but not yet handed out is dropped, and mail arriving later is
+//! not taken (all of it stays unacknowledged, so the supervisor delivers it
+//! to the next child; redeliveries of acknowledged mail are still
+//! acknowledged again). `Drained` means nothing is left that the drain must
+//! wait for; it is sent once, as soon as no cancel-behaviour step is in
+//! flight and no [`Mail`] is held by the application (handed out by
+//! [`MailStream::next`] and neither acknowledged nor dropped). So a mail
+//! item's `MailAck` always precedes `Drained`, and a run that holds its mail
+//! (even through a wait-behaviour step) finishes before `Drained`. Settle
+//! held mail promptly after a drain starts: until then the drain waits.
 //!
 //! ```no_run
 //! use std::convert::Infallible;
@@ -44,10 +55,9 @@
 //!         (_, Err(e)) => Outcome::Failed(e.to_string()),
 //!     };
 //!     rt.run_terminal(&run, outcome.clone()).await?;
+//!     // Settling the mail (ack, or drop to leave it for the next child) is
+//!     // what lets a drain report `Drained`; `next()` then ends the loop.
 //!     mail.ack(outcome).await?;
-//!     if rt.is_draining() {
-//!         break;
-//!     }
 //! }
 //! rt.close().await?;
 //! # Ok(())

@@ -50,7 +50,7 @@ pub(crate) struct Shared {
     pub(crate) supervisor_key: VerifyingKey,
     pub(crate) welcome: Welcome,
     pub(crate) outbox: Outbox,
-    pub(crate) work: Mutex<Work>,
+    pub(crate) work: Arc<Mutex<Work>>,
     pub(crate) mail: MailShared,
     pub(crate) draining: watch::Sender<bool>,
     pub(crate) closed: watch::Sender<Option<CloseReason>>,
@@ -113,23 +113,30 @@ impl Runtime {
         } = connection::handshake(stream, &env).await?;
         let outbox = Outbox::spawn(writer, welcome.limits.max_frame_bytes);
         let (mail_tx, mail_rx) = mpsc::unbounded_channel();
-        let closed = watch::Sender::new(None);
+        let work = Arc::new(Mutex::new(Work::default()));
+        let mail_shared = MailShared {
+            ledger: Arc::new(Mutex::new(MailLedger::default())),
+            work: work.clone(),
+            outbox: outbox.clone(),
+        };
+        let mail = MailStream::new(mail_rx, mail_shared.clone());
         let shared = Arc::new(Shared {
             deployment: env.deployment,
             channel_id: env.channel_id,
             supervisor_key: env.supervisor_key,
             welcome,
-            mail: MailShared {
-                ledger: Arc::new(Mutex::new(MailLedger::default())),
-                outbox: outbox.clone(),
-            },
+            mail: mail_shared,
             outbox,
-            work: Mutex::new(Work::default()),
+            work,
             draining: watch::Sender::new(false),
-            closed,
+            closed: watch::Sender::new(None),
         });
-        let mail = MailStream::new(mail_rx, shared.closed.subscribe());
-        tokio::spawn(dispatch::read_loop(reader, shared.clone(), mail_tx));
+        tokio::spawn(dispatch::read_loop(
+            reader,
+            shared.clone(),
+            mail_tx,
+            mail.clone(),
+        ));
         Ok(Self { shared, mail })
     }
 
@@ -264,7 +271,8 @@ impl Runtime {
             .await
     }
 
-    /// Whether the supervisor has asked this child to drain.
+    /// Whether the supervisor has asked this child to drain (from then on
+    /// the mail stream hands out nothing more).
     pub fn is_draining(&self) -> bool {
         *self.shared.draining.borrow()
     }
@@ -298,7 +306,8 @@ impl Runtime {
         }
     }
 
-    /// The mail stream (every clone shares one queue).
+    /// The mail stream (every clone shares one queue). Mail it hands out is
+    /// held, delaying `Drained`, until acknowledged or dropped.
     pub fn mail(&self) -> MailStream {
         self.mail.clone()
     }

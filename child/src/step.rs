@@ -43,7 +43,7 @@ impl Step {
 
     /// Reports how the step ended (`StepFinished`), then `RunTerminal` if
     /// its run was cancelled and this was its last step, then `Drained` if a
-    /// drain now has no cancel-behaviour work left.
+    /// drain now has no cancel-behaviour step in flight and no mail held.
     pub async fn finish(self, outcome: Outcome) -> Result<(), RuntimeError> {
         self.end(outcome, None).await
     }

@@ -1,7 +1,17 @@
 //! The in-flight work of a child: which steps run, for which run, with which
-//! drain behaviour. Pure bookkeeping: every change returns the events it
-//! implies (in wire order) and fires tokens, so drain and cancel accounting
-//! is tested without a socket.
+//! drain behaviour, and how many mail items the application holds. Pure
+//! bookkeeping: every change returns the events it implies (in wire order)
+//! and fires tokens, so drain and cancel accounting is tested without a
+//! socket.
+//!
+//! `Drained` means nothing is left that the drain must wait for. It is sent
+//! once, as soon as all three hold: a drain has started, no cancel-behaviour
+//! step is in flight, and no mail item is held by the application (handed
+//! out by `MailStream::next` and neither acknowledged nor dropped). Every
+//! change that can make it due (a drain starting, a step finishing, held mail
+//! settled) is made under the one lock that guards this ledger, so the check
+//! never races and the event follows the events that made it due. Once a
+//! drain starts no more mail is handed out, so the held count only falls.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 
@@ -38,6 +48,7 @@ pub(crate) struct Work {
     runs: HashMap<String, RunState>,
     cancelled_runs: HashSet<String>,
     cancelled_order: VecDeque<String>,
+    mail_held: usize,
     draining: bool,
     drained_sent: bool,
     closed: Option<CancelCause>,
@@ -87,8 +98,7 @@ impl Work {
 
     /// Ends a step; with `run_outcome` also ends its run. Emits
     /// `StepFinished`, then `RunTerminal` when the run is over (a cancelled
-    /// run ends with its last step), then `Drained` when a drain has no
-    /// cancel-behaviour step left.
+    /// run ends with its last step), then `Drained` when it is now due.
     pub(crate) fn finish(
         &mut self,
         id: StepId,
@@ -117,8 +127,9 @@ impl Work {
         events
     }
 
-    /// Starts a drain: fires the tokens of cancel-behaviour steps and emits
-    /// `Drained` at once when none is in flight. A second drain is a no-op.
+    /// Starts a drain: fires the tokens of cancel-behaviour steps, stops mail
+    /// being handed out, and emits `Drained` at once when no cancel-behaviour
+    /// step is in flight and no mail is held. A second drain is a no-op.
     pub(crate) fn drain(&mut self) -> Vec<Event> {
         if self.draining {
             return Vec::new();
@@ -135,6 +146,30 @@ impl Work {
     /// Whether a drain has started.
     pub(crate) fn is_draining(&self) -> bool {
         self.draining
+    }
+
+    /// Whether mail may still be handed to the application: not once a
+    /// drain has started or the channel closed.
+    pub(crate) fn takes_mail(&self) -> bool {
+        !self.draining && self.closed.is_none()
+    }
+
+    /// Hands one mail item to the application if [`Self::takes_mail`];
+    /// `true` when it is now held (and must be settled with
+    /// [`Self::settle_mail`]).
+    pub(crate) fn take_mail(&mut self) -> bool {
+        let taking = self.takes_mail();
+        if taking {
+            self.mail_held += 1;
+        }
+        taking
+    }
+
+    /// A held mail item was acknowledged or dropped; emits `Drained` when
+    /// that was the last thing the drain waited for.
+    pub(crate) fn settle_mail(&mut self) -> Option<Event> {
+        self.mail_held = self.mail_held.saturating_sub(1);
+        self.drained_if_done()
     }
 
     /// Whether `run` is a run this child has in flight (a verified cancel
@@ -228,12 +263,15 @@ impl Work {
         }
     }
 
+    /// `Drained`, once, when a drain has started, no cancel-behaviour step
+    /// is in flight and no mail is held.
     fn drained_if_done(&mut self) -> Option<Event> {
         let cancel_left = self
             .steps
             .values()
             .any(|s| s.drain == DrainBehavior::Cancel);
-        if self.draining && !self.drained_sent && !cancel_left {
+        let due = self.draining && !cancel_left && self.mail_held == 0;
+        if due && !self.drained_sent {
             self.drained_sent = true;
             Some(Event::Drained)
         } else {
@@ -343,6 +381,66 @@ mod tests {
         w.drain();
         let ev = w.finish(c, Outcome::Cancelled, Some(Outcome::Cancelled));
         assert_eq!(names(&ev), ["StepFinished", "RunTerminal", "Drained"]);
+    }
+
+    #[test]
+    fn held_mail_delays_drained_until_it_is_settled() {
+        let mut w = Work::default();
+        assert!(w.take_mail());
+        let (a, _, _) = w.start("mail-1", "approve", DrainBehavior::Wait);
+        assert!(w.drain().is_empty(), "the application holds mail");
+        assert!(!w.take_mail(), "no mail is handed out during a drain");
+        assert_eq!(
+            names(&w.finish(a, Outcome::Succeeded, Some(Outcome::Cancelled))),
+            ["StepFinished", "RunTerminal"],
+            "the run is over but its mail is not settled yet"
+        );
+        assert_eq!(w.settle_mail(), Some(Event::Drained));
+        assert_eq!(w.settle_mail(), None, "Drained is sent once");
+    }
+
+    #[test]
+    fn drained_waits_for_both_cancel_steps_and_held_mail_in_either_order() {
+        // The step finishes first, then the mail is acknowledged.
+        let mut w = Work::default();
+        assert!(w.take_mail());
+        let (c, _, _) = w.start("mail-1", "fetch", DrainBehavior::Cancel);
+        assert!(w.drain().is_empty());
+        assert_eq!(
+            names(&w.finish(c, Outcome::Cancelled, None)),
+            ["StepFinished"]
+        );
+        assert_eq!(w.settle_mail(), Some(Event::Drained));
+
+        // The mail is dropped first, then the step finishes.
+        let mut w = Work::default();
+        assert!(w.take_mail());
+        let (c, _, _) = w.start("mail-1", "fetch", DrainBehavior::Cancel);
+        assert!(w.drain().is_empty());
+        assert_eq!(w.settle_mail(), None, "a cancel step is still in flight");
+        assert_eq!(
+            names(&w.finish(c, Outcome::Cancelled, None)),
+            ["StepFinished", "Drained"]
+        );
+    }
+
+    #[test]
+    fn mail_settled_before_a_drain_does_not_hold_it_up() {
+        let mut w = Work::default();
+        assert!(w.take_mail());
+        assert!(w.take_mail());
+        assert_eq!(w.settle_mail(), None, "no drain yet");
+        assert_eq!(w.settle_mail(), None, "no drain yet");
+        assert_eq!(names(&w.drain()), ["Drained"]);
+    }
+
+    #[test]
+    fn no_mail_is_handed_out_after_close() {
+        let mut w = Work::default();
+        assert!(w.takes_mail());
+        w.close(CancelCause::Shutdown);
+        assert!(!w.takes_mail());
+        assert!(!w.take_mail());
     }
 
     #[test]

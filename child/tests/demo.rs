@@ -147,15 +147,17 @@ async fn drain_during_approve_lets_it_finish_and_leaves_the_mail_unacknowledged(
     expect_finished(&mut s, "mail-1", "fetch", Outcome::Succeeded).await;
     expect_started(&mut s, "mail-1", "approve", DrainBehavior::Wait).await;
     s.send(Control::Drain { budget_ms: 60_000 }).await;
-    // Only a wait step is in flight: drained at once, approval goes on.
-    assert_eq!(s.next().await, Event::Drained);
+    // Only a wait step is in flight, but the demo holds mail 1: no Drained
+    // yet (the Pong comes next), so the run is not stopped half-way.
     s.ping(1).await;
     expect_finished(&mut s, "mail-1", "approve", Outcome::Succeeded).await;
     // New cancel-behaviour work does not begin during a drain.
     expect_started(&mut s, "mail-1", "apply", DrainBehavior::Cancel).await;
     expect_finished(&mut s, "mail-1", "apply", Outcome::Cancelled).await;
     expect_terminal(&mut s, "mail-1", Outcome::Cancelled).await;
-    // No MailAck for mail 1, and mail 2 (queued) and 3 (new) are not taken.
+    // No MailAck for mail 1: it is dropped, which ends the drain.
+    assert_eq!(s.next().await, Event::Drained);
+    // Mail 2 (queued) and 3 (new) are not taken.
     mail(&mut s, 3).await;
     s.ping(2).await;
     shut_down(&mut s).await;
@@ -182,8 +184,9 @@ async fn drain_during_fetch_cancels_it_and_the_child_exits_0_on_eof() {
     expect_started(&mut s, "mail-1", "fetch", DrainBehavior::Cancel).await;
     s.send(Control::Drain { budget_ms: 60_000 }).await;
     expect_finished(&mut s, "mail-1", "fetch", Outcome::Cancelled).await;
-    assert_eq!(s.next().await, Event::Drained);
     expect_terminal(&mut s, "mail-1", Outcome::Cancelled).await;
+    // Drained once the demo let go of mail 1 (unacknowledged), after the run.
+    assert_eq!(s.next().await, Event::Drained);
     s.ping(1).await;
     s.hang_up();
     assert_eq!(s.exit_code().await, Some(0));
@@ -208,9 +211,11 @@ async fn drain_cleanup_that_outlasts_the_budget_ends_with_the_escalated_cancel()
     s.send(cancel).await;
     expect_finished(&mut s, "mail-1", "fetch", Outcome::Cancelled).await;
     expect_terminal(&mut s, "mail-1", Outcome::Cancelled).await;
-    assert_eq!(s.next().await, Event::Drained);
-    // The cancel is a decision: the mail is done, as cancelled.
+    // The cancel is a decision: the mail is done, as cancelled, and its ack
+    // comes before Drained, so a supervisor that stops at Drained keeps it.
     expect_ack(&mut s, 1, Outcome::Cancelled).await;
+    assert_eq!(s.next().await, Event::Drained);
+    s.ping(2).await;
     shut_down(&mut s).await;
     let stdout = s.stdout().await;
     assert!(stdout.contains("fetch: drained, winding down"), "{stdout}");
@@ -227,10 +232,100 @@ async fn drain_cleanup_within_the_budget_leaves_the_mail_unacknowledged() {
     expect_started(&mut s, "mail-1", "fetch", DrainBehavior::Cancel).await;
     s.send(Control::Drain { budget_ms: 60_000 }).await;
     expect_finished(&mut s, "mail-1", "fetch", Outcome::Cancelled).await;
-    assert_eq!(s.next().await, Event::Drained);
     expect_terminal(&mut s, "mail-1", Outcome::Cancelled).await;
+    assert_eq!(s.next().await, Event::Drained);
     s.ping(1).await;
     shut_down(&mut s).await;
+}
+
+#[tokio::test]
+async fn a_signed_cancel_during_a_drain_escalation_is_acknowledged_before_drained() {
+    let mut s = demo(&["--step-ms", "30000", "--cleanup-ms", "30000"]).await;
+    mail(&mut s, 1).await;
+    mail(&mut s, 2).await;
+    expect_started(&mut s, "mail-1", "fetch", DrainBehavior::Cancel).await;
+    s.send(Control::Drain { budget_ms: 60_000 }).await;
+    s.ping(1).await;
+    // The budget ran out: the supervisor's escalation cancels every run.
+    let cancel = s.signed_cancel(CancelOrigin::SupervisorDrain, None);
+    s.send(cancel).await;
+    let mut seen = Vec::new();
+    loop {
+        let event = s.next().await;
+        let drained = event == Event::Drained;
+        seen.push(event);
+        if drained {
+            break;
+        }
+    }
+    assert_eq!(
+        seen,
+        [
+            Event::StepFinished {
+                run: "mail-1".into(),
+                step: "fetch".into(),
+                outcome: Outcome::Cancelled
+            },
+            Event::RunTerminal {
+                run: "mail-1".into(),
+                outcome: Outcome::Cancelled
+            },
+            Event::MailAck {
+                id: 1,
+                outcome: Outcome::Cancelled
+            },
+            Event::Drained,
+        ],
+        "MailAck before Drained: the drain ends with the mail settled"
+    );
+    // Mail 2 was queued at the drain: never taken, left for the next child.
+    s.ping(2).await;
+    shut_down(&mut s).await;
+    let stdout = s.stdout().await;
+    assert!(
+        stdout.contains("mail 1: acknowledged (cancelled)"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("mail 2:"), "{stdout}");
+}
+
+#[tokio::test]
+async fn an_operator_cancel_of_a_waited_for_run_during_a_drain_acks_before_drained() {
+    let mut s = demo(&["--approve-ms", "30000"]).await;
+    mail(&mut s, 1).await;
+    expect_started(&mut s, "mail-1", "fetch", DrainBehavior::Cancel).await;
+    expect_finished(&mut s, "mail-1", "fetch", Outcome::Succeeded).await;
+    expect_started(&mut s, "mail-1", "approve", DrainBehavior::Wait).await;
+    s.send(Control::Drain { budget_ms: 60_000 }).await;
+    // Waiting for a person, holding mail 1: the drain is not over.
+    s.ping(1).await;
+    let cancel = s.signed_cancel(CancelOrigin::Operator, Some("mail-1"));
+    s.send(cancel).await;
+    expect_finished(&mut s, "mail-1", "approve", Outcome::Cancelled).await;
+    expect_terminal(&mut s, "mail-1", Outcome::Cancelled).await;
+    expect_ack(&mut s, 1, Outcome::Cancelled).await;
+    assert_eq!(s.next().await, Event::Drained);
+    s.ping(2).await;
+    shut_down(&mut s).await;
+}
+
+#[tokio::test]
+async fn drain_of_an_idle_demo_is_drained_at_once_and_later_mail_is_not_taken() {
+    let mut s = demo(&[]).await;
+    mail(&mut s, 1).await;
+    expect_processed(&mut s, 1).await;
+    s.send(Control::Drain { budget_ms: 60_000 }).await;
+    assert_eq!(s.next().await, Event::Drained);
+    mail(&mut s, 2).await;
+    // Settled mail redelivered during the drain is still acknowledged again.
+    mail(&mut s, 1).await;
+    expect_ack(&mut s, 1, Outcome::Succeeded).await;
+    s.ping(1).await;
+    shut_down(&mut s).await;
+    let stdout = s.stdout().await;
+    assert!(!stdout.contains("mail 2:"), "{stdout}");
+    let stderr = s.stderr().await;
+    assert!(stderr.contains("mail 2 arrived after Drain"), "{stderr}");
 }
 
 #[tokio::test]

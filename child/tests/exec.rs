@@ -474,6 +474,62 @@ async fn mail_is_acknowledged_as_failed_in_exec_mode() {
 }
 
 #[tokio::test]
+async fn exec_never_holds_mail_so_a_drain_is_drained_at_once_and_later_mail_is_not_taken() {
+    let dir = Scratch::new("mail-drain");
+    let script = format!(
+        "echo $$ > {d}/pid; while [ ! -e {d}/go ]; do sleep 0.02; done; exit 0",
+        d = dir.path().display()
+    );
+    let mut s = start(&[
+        "exec", "--drain", "wait", "--run", "job-1", "--", "sh", "-c", &script,
+    ])
+    .await;
+    s.expect_started("job-1", DrainBehavior::Wait).await;
+    let no_mail =
+        Outcome::Failed("wfhost-child exec hosts a plain command and takes no mail".into());
+    s.send(Control::Mail {
+        id: 1,
+        payload: b"a".to_vec(),
+    })
+    .await;
+    assert_eq!(
+        s.next().await,
+        Event::MailAck {
+            id: 1,
+            outcome: no_mail.clone()
+        }
+    );
+    s.send(Control::Drain { budget_ms: 60_000 }).await;
+    assert_eq!(s.next().await, Event::Drained);
+    // During the drain new mail is not taken (left for the next child) and
+    // settled mail is acknowledged again.
+    s.send(Control::Mail {
+        id: 2,
+        payload: b"b".to_vec(),
+    })
+    .await;
+    s.send(Control::Mail {
+        id: 1,
+        payload: b"a".to_vec(),
+    })
+    .await;
+    assert_eq!(
+        s.next().await,
+        Event::MailAck {
+            id: 1,
+            outcome: no_mail
+        }
+    );
+    s.ping(3).await;
+    std::fs::write(dir.file("go"), b"").unwrap();
+    s.expect_end("job-1", Outcome::Succeeded).await;
+    s.expect_eof().await;
+    assert_eq!(s.exit_code().await, Some(0));
+    let stderr = s.stderr().await;
+    assert!(stderr.contains("mail 2 arrived after Drain"), "{stderr}");
+}
+
+#[tokio::test]
 async fn the_exit_status_of_a_failing_command_is_reported_and_passed_on() {
     let mut s = start(&["exec", "--run", "r", "--", "sh", "-c", "exit 3"]).await;
     s.expect_started("r", DrainBehavior::Cancel).await;

@@ -1,6 +1,7 @@
 //! The runtime library against an in-process fake supervisor on a
-//! socketpair: handshake, pings during long steps, drain, the cancel
-//! cascade, refused cancels, mail, shutdown and EOF.
+//! socketpair: handshake, pings during long steps, drain (and `Drained`
+//! waiting for held mail), the cancel cascade, refused cancels, mail,
+//! shutdown and EOF.
 
 use std::convert::Infallible;
 use std::time::Duration;
@@ -9,8 +10,8 @@ use ed25519_dalek::SigningKey;
 use tokio::net::UnixStream;
 use tokio::sync::oneshot;
 use wfhost_child::{
-    CancelCause, ChildEnv, CloseReason, ConnectError, DrainBehavior, Outcome, Runtime,
-    RuntimeError, StepError,
+    CancelCause, ChildEnv, CloseReason, ConnectError, DrainBehavior, Mail, MailStream, Outcome,
+    Runtime, RuntimeError, StepError,
 };
 use wfhost_ipc::{
     CancelOrigin, CancelRequested, Control, DEFAULT_MAX_FRAME_BYTES, Event, FrameReader,
@@ -96,6 +97,14 @@ impl FakeSupervisor {
     async fn ping(&mut self, nonce: u64) {
         self.send(Control::Ping { nonce }).await;
         assert_eq!(self.next().await, Event::Pong { nonce });
+    }
+
+    async fn mail(&mut self, id: u64) {
+        self.send(Control::Mail {
+            id,
+            payload: id.to_be_bytes().to_vec(),
+        })
+        .await;
     }
 
     fn cancel(&self, deployment: &str, run: Option<&str>, key: &SigningKey) -> Control {
@@ -486,4 +495,129 @@ async fn an_event_over_the_supervisors_frame_limit_is_refused_not_sent() {
             bytes: vec![0; 16]
         }
     );
+}
+
+async fn next_mail(inbox: &mut MailStream) -> Option<Mail> {
+    tokio::time::timeout(WAIT, inbox.next())
+        .await
+        .expect("the mail stream hung")
+}
+
+#[tokio::test]
+async fn held_mail_delays_drained_until_it_is_acknowledged() {
+    let (rt, mut sup) = connect().await;
+    let mut inbox = rt.mail();
+    sup.mail(1).await;
+    let held = next_mail(&mut inbox).await.unwrap();
+    sup.send(Control::Drain { budget_ms: 1000 }).await;
+    tokio::time::timeout(WAIT, rt.draining()).await.unwrap();
+    // No step in flight, but the application holds mail 1: not drained.
+    sup.ping(1).await;
+    held.ack(Outcome::Cancelled).await.unwrap();
+    assert_eq!(
+        sup.next().await,
+        Event::MailAck {
+            id: 1,
+            outcome: Outcome::Cancelled
+        },
+        "the ack comes before Drained"
+    );
+    assert_eq!(sup.next().await, Event::Drained);
+    assert!(
+        next_mail(&mut inbox).await.is_none(),
+        "drain ends the stream"
+    );
+    sup.ping(2).await; // Drained is sent once
+}
+
+#[tokio::test]
+async fn held_mail_delays_drained_until_it_is_dropped() {
+    let (rt, mut sup) = connect().await;
+    let mut inbox = rt.mail();
+    sup.mail(1).await;
+    let held = next_mail(&mut inbox).await.unwrap();
+    sup.send(Control::Drain { budget_ms: 1000 }).await;
+    sup.ping(1).await;
+    drop(held);
+    assert_eq!(sup.next().await, Event::Drained);
+    sup.ping(2).await; // no MailAck: the mail goes back to the inbox
+}
+
+#[tokio::test]
+async fn drained_waits_for_both_a_cancel_step_and_held_mail() {
+    let (rt, mut sup) = connect().await;
+    let mut inbox = rt.mail();
+    sup.mail(1).await;
+    let held = next_mail(&mut inbox).await.unwrap();
+    let step = rt
+        .start_step("mail-1", "fetch", DrainBehavior::Cancel)
+        .await
+        .unwrap();
+    sup.expect_started("mail-1", "fetch", DrainBehavior::Cancel)
+        .await;
+    sup.send(Control::Drain { budget_ms: 1000 }).await;
+    let cause = tokio::time::timeout(WAIT, step.token().cancelled())
+        .await
+        .unwrap();
+    assert_eq!(cause, CancelCause::Drain);
+    // The mail is settled first: the cancel step still holds the drain.
+    held.ack(Outcome::Failed("gave up".into())).await.unwrap();
+    assert_eq!(
+        sup.next().await,
+        Event::MailAck {
+            id: 1,
+            outcome: Outcome::Failed("gave up".into())
+        }
+    );
+    sup.ping(1).await;
+    step.finish(Outcome::Cancelled).await.unwrap();
+    sup.expect_finished("mail-1", "fetch", Outcome::Cancelled)
+        .await;
+    assert_eq!(sup.next().await, Event::Drained);
+}
+
+#[tokio::test]
+async fn queued_mail_is_not_handed_out_after_drain_and_acked_mail_is_reacked() {
+    let (rt, mut sup) = connect().await;
+    let mut inbox = rt.mail();
+    sup.mail(1).await;
+    let first = next_mail(&mut inbox).await.unwrap();
+    first.ack(Outcome::Succeeded).await.unwrap();
+    assert_eq!(
+        sup.next().await,
+        Event::MailAck {
+            id: 1,
+            outcome: Outcome::Succeeded
+        }
+    );
+    // 2 and 3 are queued, never taken: nothing held, so drained at once.
+    sup.mail(2).await;
+    sup.mail(3).await;
+    sup.ping(1).await; // both reached the queue
+    sup.send(Control::Drain { budget_ms: 1000 }).await;
+    assert_eq!(sup.next().await, Event::Drained);
+    assert!(next_mail(&mut inbox).await.is_none());
+    // Mail during the drain is not taken; settled mail is acked again.
+    sup.mail(4).await;
+    sup.mail(1).await;
+    assert_eq!(
+        sup.next().await,
+        Event::MailAck {
+            id: 1,
+            outcome: Outcome::Succeeded
+        }
+    );
+    assert!(next_mail(&mut inbox).await.is_none());
+    sup.ping(2).await;
+}
+
+#[tokio::test]
+async fn a_waiting_next_returns_none_when_a_drain_starts() {
+    let (rt, mut sup) = connect().await;
+    let mut inbox = rt.mail();
+    let waiting = tokio::spawn(async move { inbox.next().await.map(|m| m.id()) });
+    sup.ping(1).await;
+    sup.send(Control::Drain { budget_ms: 1000 }).await;
+    assert_eq!(sup.next().await, Event::Drained);
+    assert_eq!(join(waiting).await, None);
 }

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use nix::unistd::{Gid, Uid};
 use tokio::net::{UnixListener, UnixStream};
-use tokio::sync::{broadcast, oneshot};
+use tokio::sync::oneshot;
 use tracing::{debug, warn};
 
 use crate::config::SupervisorSettings;
@@ -411,8 +411,8 @@ async fn answer_inner(request: Request, ctx: &ClientContext) -> Result<Response,
                 .await
                 .map_err(|e| Response::failed(exit::FAILED, e.to_string()))?
                 .map_err(|e| Response::failed(exit::FAILED, e.to_string()))?;
-            ctx.shared
-                .event("mail_accepted", Some(&deployment), json!({"id": mail_id}));
+            // The store wrote the `mail_accepted` event with the mail.
+            ctx.shared.events_written();
             let _ = handle.requests.send(deployment::Request::MailArrived).await;
             Response::ok(json!({ "deployment": deployment, "id": mail_id }))
         }
@@ -420,40 +420,30 @@ async fn answer_inner(request: Request, ctx: &ClientContext) -> Result<Response,
     })
 }
 
-/// Events from the cursor, then (with `follow`) live ones, with no gap and
-/// no duplicate: subscribe first, read the backlog, then skip whatever the
-/// backlog already gave. A follower that falls behind the live feed reads
-/// the missed events back from the store.
+/// Events from the cursor, then (with `follow`) new ones as they are
+/// committed, with no gap and no duplicate: the follower subscribes to the
+/// commit ticks first, then reads the durable log from its cursor, and
+/// reads from the cursor again after every tick.
 async fn stream_events(mut stream: UnixStream, shared: &Shared, after: u64, follow: bool) {
-    let mut live = shared.events.subscribe();
-    if control::write_message(
-        &mut stream,
-        &Response::ok(serde_json::json!({"streaming": true})),
-    )
-    .await
-    .is_err()
-    {
+    let mut ticks = shared.events.subscribe();
+    let started = Response::ok(serde_json::json!({"streaming": true}));
+    if control::write_message(&mut stream, &started).await.is_err() {
         return;
     }
     let mut last = after;
     if backlog(&mut stream, shared, &mut last).await.is_err() || !follow {
         return;
     }
+    let mut probe = [0u8; 1];
     loop {
-        match live.recv().await {
-            Ok(event) if event.seq <= last => {}
-            Ok(event) => {
-                last = event.seq;
-                if control::write_message(&mut stream, &event).await.is_err() {
+        tokio::select! {
+            tick = ticks.changed() => {
+                if tick.is_err() || backlog(&mut stream, shared, &mut last).await.is_err() {
                     return;
                 }
             }
-            Err(broadcast::error::RecvError::Lagged(_)) => {
-                if backlog(&mut stream, shared, &mut last).await.is_err() {
-                    return;
-                }
-            }
-            Err(broadcast::error::RecvError::Closed) => return,
+            // The follower hung up (or sent something it should not): done.
+            _ = tokio::io::AsyncReadExt::read(&mut stream, &mut probe) => return,
         }
     }
 }

@@ -547,8 +547,8 @@ impl LiveChild {
             .await
         {
             Ok(Ok(true)) => {
-                self.shared
-                    .event("mail_done", Some(id), serde_json::json!({"id": mail_id}));
+                // The store wrote the `mail_done` event with the ack.
+                self.shared.events_written();
                 true
             }
             Ok(Ok(false)) => {

@@ -10,13 +10,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use ed25519_dalek::SigningKey;
-use tokio::sync::broadcast;
+use tokio::sync::watch;
 use tracing::{error, info};
 
 use crate::journal::NewJournalEntry;
 use crate::procfs;
 use crate::spawn::Spawner;
-use crate::store::{ChildRecord, EventRecord, NewEvent, Store, StoreError};
+use crate::store::{ChildRecord, NewEvent, Store, StoreError};
 use crate::store_handle::StoreHandle;
 
 /// State shared by the supervisor's tasks.
@@ -31,8 +31,10 @@ pub struct Shared {
     pub key: Arc<SigningKey>,
     /// The one thread that forks children.
     pub spawner: Spawner,
-    /// Live feed of events as they are committed, for `wfhost events --follow`.
-    pub events: broadcast::Sender<EventRecord>,
+    /// Ticks whenever events were committed: followers (`wfhost events
+    /// --follow`) then read the durable log from their cursor, so what they
+    /// print is exactly what the log holds, with no gap and no duplicate.
+    pub events: watch::Sender<()>,
     /// How many events the store keeps.
     pub event_retention: u64,
     /// Journal records and events not yet written.
@@ -107,14 +109,9 @@ impl Backlog {
         }
     }
 
-    /// Writes queued events in one transaction and publishes them; a
+    /// Writes queued events in one transaction and tells followers; a
     /// refused batch goes back to the head of the queue.
-    fn flush_events(
-        &self,
-        s: &mut dyn Store,
-        feed: &broadcast::Sender<EventRecord>,
-        retention: u64,
-    ) {
+    fn flush_events(&self, s: &mut dyn Store, feed: &watch::Sender<()>, retention: u64) {
         let batch = std::mem::take(&mut *self.events.lock().unwrap_or_else(|p| p.into_inner()));
         if batch.is_empty() {
             return;
@@ -122,17 +119,11 @@ impl Backlog {
         match s.append_events(&batch) {
             Ok(seqs) => {
                 self.recovered();
-                let prune = seqs.iter().any(|seq| seq % PRUNE_EVERY == 0);
-                for (seq, e) in seqs.into_iter().zip(batch) {
-                    let _ = feed.send(EventRecord {
-                        seq,
-                        at_ms: e.at_ms,
-                        deployment: e.deployment,
-                        kind: e.kind,
-                        body: e.body,
-                    });
-                }
-                if prune && let Err(e) = s.prune_events(retention) {
+                feed.send_replace(());
+                // Pruning is cheap but not free: once per PRUNE_EVERY events.
+                if seqs.iter().any(|seq| seq % PRUNE_EVERY == 0)
+                    && let Err(e) = s.prune_events(retention)
+                {
                     error!(error = %e, "cannot prune the event log");
                 }
             }
@@ -221,6 +212,12 @@ impl Shared {
             self.flush_events();
         }
         // Otherwise a flush is already queued and takes this one too.
+    }
+
+    /// Tells followers that events were committed by a write that carried
+    /// its own (mail acceptance and completion).
+    pub fn events_written(&self) {
+        self.events.send_replace(());
     }
 
     fn flush_events(&self) {

@@ -58,7 +58,8 @@ pub trait Store: Send {
 
     /// Durably accepts one mail item into `deployment`'s inbox and returns
     /// its id, or refuses with [`StoreError::InboxFull`] (writing nothing)
-    /// when `max_inbox` items already wait in its inbox and processing.
+    /// when `max_inbox` items already wait in its inbox and processing. The
+    /// `mail_accepted` event is written in the same transaction.
     fn enqueue_mail(
         &mut self,
         deployment: &str,
@@ -71,9 +72,10 @@ pub trait Store: Send {
     /// returns them in that order, for sending to the child.
     fn take_mail(&mut self, deployment: &str, limit: usize) -> Result<Vec<MailItem>, StoreError>;
 
-    /// Marks a processing item done with the child's outcome; `false` (and
-    /// no change) when it is not in processing for `deployment`, i.e. a
-    /// duplicate or unknown ack.
+    /// Marks a processing item done with the child's outcome, writing the
+    /// `mail_done` event in the same transaction; `false` (and no change)
+    /// when it is not in processing for `deployment`, i.e. a duplicate or
+    /// unknown ack.
     fn ack_mail(
         &mut self,
         deployment: &str,

@@ -73,9 +73,30 @@ fn journal(sup: &Supervisor) -> Vec<Value> {
     ))
 }
 
-/// `wfhost events --json` (the whole durable backlog).
+/// `wfhost events --json` (the whole durable backlog), once it has
+/// settled: events are written in batches just after what they describe,
+/// so the log is read until two reads 100 ms apart agree.
 fn events(sup: &Supervisor) -> Vec<Value> {
-    json_lines(&ok("events", &sup.client(&["events", "--json"])))
+    let read = || json_lines(&ok("events", &sup.client(&["events", "--json"])));
+    let mut last = read();
+    loop {
+        std::thread::sleep(Duration::from_millis(100));
+        let now = read();
+        if now.len() == last.len() {
+            return now;
+        }
+        last = now;
+    }
+}
+
+/// The event log once it holds an event of `kind`: events are written in
+/// batches just after what they describe, so a test that has seen the
+/// state change waits for its event.
+fn events_with(sup: &Supervisor, kind: &str) -> Vec<Value> {
+    wait_for(&format!("a {kind} event"), LONG, || {
+        let ev = events(sup);
+        ev.iter().any(|e| e["kind"] == kind).then_some(ev)
+    })
 }
 
 fn of_kind<'a>(records: &'a [Value], kind: &str) -> Vec<&'a Value> {
@@ -357,7 +378,7 @@ fn wait_step_outlives_the_budget_without_escalation_and_stays_drained_until_resu
     assert!(d["drain"]["used_ms"].as_u64() < Some(1000), "{d}");
     assert!(d["pid"].is_null(), "{d}");
 
-    let ev = events(&sup);
+    let ev = events_with(&sup, "drain_ended");
     let started = first_after(&ev, "drain_started", 0);
     let paused = first_after(&ev, "drain_paused", seq(started));
     assert_eq!(paused["body"]["used_ms"], 0, "{paused}");
@@ -930,7 +951,6 @@ fn records_made_while_the_store_is_locked_are_not_lost() {
 /// acknowledges its mail `Cancelled` (child/src/cli/demo.rs): once the drain
 /// that escalated is over, the mail is done, not back in the inbox.
 #[test]
-#[ignore = "bug (racy, fails about half the time): the MailAck the demo sends after RunTerminal/Drained is lost when live_child.rs stops the child on Drained"]
 fn a_mail_whose_run_a_drain_escalation_cancelled_is_done() {
     let sup = Supervisor::start(&deployment(
         "orders",

@@ -190,10 +190,14 @@ fn sent_mail_is_durable_on_return_and_delivered_in_fifo_order() {
         (r.len() >= 20).then_some(r)
     });
     assert_eq!(received, ids, "delivery order");
-    let done: Vec<u64> = events(&sup, "mail_done")
-        .iter()
-        .map(|e| e["body"]["id"].as_u64().expect("id"))
-        .collect();
+    // The event log is written just behind the store's mail table.
+    let done: Vec<u64> = wait_for("a mail_done event per item", LONG, || {
+        let done = events(&sup, "mail_done");
+        (done.len() >= ids.len()).then_some(done)
+    })
+    .iter()
+    .map(|e| e["body"]["id"].as_u64().expect("id"))
+    .collect();
     assert_eq!(done, ids, "acknowledgement order");
     let log = sup.plain_log();
     for line in [

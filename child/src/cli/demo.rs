@@ -26,9 +26,12 @@
 //! After every `--recycle-every N` acknowledged items (0: never) the child
 //! sends one `RecycleRequest` ("processed N items"), unless it is draining.
 //!
-//! On `Drain` it takes no more mail (mail that still arrives is left
-//! unacknowledged, for redelivery), lets a running `approve` finish, and
-//! then waits for `Shutdown` or the end of the channel to exit 0. A drained
+//! On `Drain` it takes no more mail (the runtime hands out none; mail that
+//! is queued or still arrives is left unacknowledged, for redelivery), lets
+//! a running `approve` finish, settles the item in hand (the runtime sends
+//! `Drained` only after that: after its `MailAck`, or after the run ends
+//! when the mail goes back), and then waits for `Shutdown` or the end of the
+//! channel to exit 0. A drained
 //! `fetch` or `apply` stops at once, or, with `--cleanup-ms MS`, winds down
 //! for up to MS first (a signed cancel cuts that short): set MS above the
 //! deployment's `drain_timeout` to watch the budget run out and escalate.

@@ -4,12 +4,12 @@
 //! | event | what happens to the command |
 //! |---|---|
 //! | `Drain`, `--drain cancel` | SIGTERM to its process group; `Drained` after it exits |
-//! | `Drain`, `--drain wait` | nothing; `Drained` at once |
+//! | `Drain`, `--drain wait` | nothing; `Drained` at once (exec never holds mail) |
 //! | verified `Cancel` of its run or every run | SIGKILL to its process group |
 //! | `Shutdown` | SIGTERM to its process group |
 //! | SIGTERM / SIGINT to wfhost-child | forwarded to its process group |
 //! | control channel EOF | SIGTERM, SIGKILL 5 s later |
-//! | `Mail` | acknowledged `Failed`: a plain command takes no mail |
+//! | `Mail` | acknowledged `Failed` at once: a plain command takes no mail (during a drain it is not taken at all: the next child gets it) |
 //!
 //! When the command exits: `StepFinished` and `RunTerminal` (`Cancelled` if
 //! drain or a cancel stopped it, else from its status), then exit with its

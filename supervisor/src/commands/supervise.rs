@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use tokio::signal::unix::{Signal, SignalKind, signal};
-use tokio::sync::broadcast;
+use tokio::sync::watch;
 use tracing::{error, info, warn};
 
 use crate::config::{self, Config};
@@ -133,7 +133,7 @@ async fn supervise(config: Config, config_path: &Path) -> anyhow::Result<()> {
         .context("cannot start the store thread")?;
     let reader = StoreHandle::start("wfhost-store-read", Box::new(reader))
         .context("cannot start the store reader thread")?;
-    let (events, _) = broadcast::channel(4096);
+    let (events, _) = watch::channel(());
     let shared = Arc::new(Shared {
         store,
         reader,

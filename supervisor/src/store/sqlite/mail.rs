@@ -3,6 +3,10 @@
 //! The inbox is ordered by id and a take always removes its head, so every
 //! processing id is below every inbox id: replay puts items back at the
 //! head in their original order with no reordering step.
+//!
+//! Acceptance and completion each write their event (`mail_accepted`,
+//! `mail_done`) in the same transaction as the mail row, so the event log
+//! can never miss or invent one, whatever kills the supervisor.
 
 use rusqlite::{OptionalExtension, TransactionBehavior, params};
 
@@ -39,6 +43,13 @@ pub(super) fn enqueue(
                  VALUES (?1, 'inbox', ?2, ?3) RETURNING id",
             )?
             .query_row(params![deployment, payload, at_ms], |r| r.get(0))?;
+        note(
+            &tx,
+            at_ms,
+            deployment,
+            "mail_accepted",
+            &serde_json::json!({ "id": id }),
+        )?;
         tx.commit()?;
         Ok(Some(id))
     })()
@@ -102,19 +113,44 @@ pub(super) fn ack(
     at_ms: u64,
 ) -> Result<bool, StoreError> {
     // No stored id is above i64::MAX, so such an ack is unknown.
-    let Ok(id) = i64::try_from(id) else {
+    if i64::try_from(id).is_err() {
         return Ok(false);
-    };
+    }
     let fail = store.fail("acknowledging mail");
-    store
-        .conn
-        .prepare_cached(
-            "UPDATE mail SET state = 'done', outcome = ?3, done_at_ms = ?4, payload = x''
-             WHERE id = ?1 AND deployment = ?2 AND state = 'processing'",
-        )
-        .and_then(|mut stmt| stmt.execute(params![id, deployment, outcome, at_ms]))
-        .map(|changed| changed == 1)
-        .map_err(fail)
+    (|| -> rusqlite::Result<bool> {
+        let tx = store
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let changed = tx
+            .prepare_cached(
+                "UPDATE mail SET state = 'done', outcome = ?3, done_at_ms = ?4, payload = x''
+                 WHERE id = ?1 AND deployment = ?2 AND state = 'processing'",
+            )?
+            .execute(params![id, deployment, outcome, at_ms])?;
+        if changed != 1 {
+            return Ok(false);
+        }
+        let body = serde_json::json!({ "id": id, "outcome": outcome });
+        note(&tx, at_ms, deployment, "mail_done", &body)?;
+        tx.commit()?;
+        Ok(true)
+    })()
+    .map_err(fail)
+}
+
+/// Adds an event row inside the caller's transaction.
+fn note(
+    tx: &rusqlite::Transaction<'_>,
+    at_ms: u64,
+    deployment: &str,
+    kind: &str,
+    body: &serde_json::Value,
+) -> rusqlite::Result<()> {
+    tx.prepare_cached(
+        "INSERT INTO events (at_ms, deployment, kind, body) VALUES (?1, ?2, ?3, ?4)",
+    )?
+    .execute(params![at_ms, deployment, kind, body.to_string()])?;
+    Ok(())
 }
 
 /// Moves processing items back to the inbox: one deployment's, or every
@@ -222,6 +258,24 @@ mod tests {
                 .unwrap()
         };
         counts(n("inbox"), n("processing"), n("done"))
+    }
+
+    #[test]
+    fn acceptance_and_completion_write_their_events_with_the_mail() {
+        let (_dir, _path, mut store) = fresh();
+        let id = send(&mut store, "d", "x");
+        store.take_mail("d", 1).unwrap();
+        assert!(store.ack_mail("d", id, "succeeded", 7).unwrap());
+        assert!(
+            !store.ack_mail("d", id, "succeeded", 8).unwrap(),
+            "a duplicate ack writes no event"
+        );
+        let events = store.events_after(0, 10).unwrap();
+        let kinds: Vec<&str> = events.iter().map(|e| e.kind.as_str()).collect();
+        assert_eq!(kinds, ["mail_accepted", "mail_done"]);
+        assert_eq!(events[1].body["id"], id);
+        assert_eq!(events[1].body["outcome"], "succeeded");
+        assert_eq!(events[1].deployment.as_deref(), Some("d"));
     }
 
     #[test]

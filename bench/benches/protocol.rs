@@ -8,8 +8,9 @@
 //!    over a socketpair with a helper process (this executable re-run with
 //!    a helper argument).
 //! 2. **Small-frame throughput child → supervisor**: a helper process sends
-//!    N `Event::Pong` frames with `FrameWriter` (as the child runtime
-//!    does); this process reads them with `FrameReader`. References:
+//!    N `Event::Pong` frames with `FrameWriter`, queued and flushed in
+//!    64 KiB batches (as the child runtime's outbox does); this process
+//!    reads them with `FrameReader`. References:
 //!    encode and decode alone in one process, and raw one-`write`-per-frame
 //!    of the same bytes (the syscall ceiling of a one-write-per-frame sender).
 
@@ -128,8 +129,13 @@ fn helper(args: &[String]) -> anyhow::Result<()> {
                 let stream = tokio::net::UnixStream::from_std(stream)?;
                 let (_reader, mut writer): (FrameReader<Control>, FrameWriter<Event>) =
                     wfhost_ipc::split(stream, DEFAULT_MAX_FRAME_BYTES);
+                // As the child runtime's outbox does: queue a burst, write
+                // it in one go.
                 for nonce in 0..n {
-                    writer.send(Event::Pong { nonce }).await?;
+                    writer.queue(Event::Pong { nonce })?;
+                    if writer.queued_bytes() >= 64 * 1024 {
+                        writer.flush().await?;
+                    }
                 }
                 writer.close().await?;
                 anyhow::Ok(())
@@ -539,7 +545,7 @@ fn throughput(report: &mut Report) -> anyhow::Result<()> {
         "2",
         format!(
             "{FRAMES} Event::Pong frames of ~{frame_len} B, median of {RUNS} runs (all: {}). \
-             Sender (FrameWriter::send per frame, tokio current-thread, as the child runtime): \
+             Sender (FrameWriter::queue, one flush per 64 KiB, tokio current-thread, as the child runtime's outbox): \
              CPU {:.2} s over {:.2} s wall ({:.0}% of a core, {} per frame). \
              Receiver (FrameReader::next in this process): CPU {:.2} s ({:.0}% of a core).",
             runs.iter()
@@ -580,15 +586,9 @@ fn throughput(report: &mut Report) -> anyhow::Result<()> {
         report.note(
             "2",
             format!(
-                "MISS by {short:.2}× ({} short of 1 M/s). What dominates: the syscall per frame — \
-                 FrameWriter::send encodes one frame and write_all()s it ({per_frame}); the codec is not the \
-                 limit (encode+decode alone {}), and raw one-write-per-frame without any codec or runtime \
-                 reaches only {} here. The child runtime's outbox (child/src/outbox.rs) sends through the \
-                 same FrameWriter::send, one event at a time, after an mpsc hop and a second encode \
-                 (check_size), so the real child path is no faster than this. Fix (not made here: ipc/child \
-                 code): let FrameWriter coalesce — encode frames into its buffer and flush once per batch \
-                 (e.g. a `feed` + `flush` pair; the outbox loop can feed everything already queued with \
-                 try_recv and flush once), so one syscall carries many frames.",
+                "MISS by {short:.2}× ({} short of 1 M/s). Sender write syscalls: {per_frame}; \
+                 encode+decode alone {}; raw one-write-per-frame without a codec {}. Compare the \
+                 sender's and receiver's CPU above to see which side is the limit.",
                 rate(1_000_000.0 - mid.rate),
                 rate(reference),
                 rate(raw)

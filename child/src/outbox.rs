@@ -5,7 +5,7 @@
 use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio::sync::{mpsc, oneshot};
-use wfhost_ipc::{Event, Frame, FrameWriter, encode_frame};
+use wfhost_ipc::{Event, FrameWriter};
 
 use crate::error::RuntimeError;
 
@@ -121,69 +121,114 @@ impl Pending {
     }
 }
 
+/// Most bytes queued before a flush: a burst is written in writes of about
+/// this size rather than one write per frame.
+const BATCH_BYTES: usize = 64 * 1024;
+
+/// Drains the queue: every message already waiting is encoded, then the
+/// lot is written at once, then each waiter is told. One write per burst
+/// instead of one per frame is what lets small events flow at a million a
+/// second.
 async fn write_loop(
     mut writer: FrameWriter<Event>,
     mut rx: mpsc::UnboundedReceiver<Outgoing>,
     max_frame_bytes: u32,
     failure: Arc<Mutex<Option<String>>>,
 ) {
-    let mut scratch = Vec::new();
+    writer.set_max_frame_bytes(max_frame_bytes);
     let mut failed: Option<String> = None;
     let mut closed = false;
-    while let Some(msg) = rx.recv().await {
-        let (event, reply) = match msg {
-            Outgoing::Event(event, reply) => (Some(event), reply),
-            Outgoing::Flush(reply) => (None, Some(reply)),
-            Outgoing::Close(reply) => {
-                if failed.is_none() && !closed {
-                    closed = true;
-                    if let Err(e) = writer.close().await {
-                        let reason = format!("closing the control channel failed: {e}");
-                        *failure.lock().unwrap_or_else(PoisonError::into_inner) =
-                            Some(reason.clone());
-                        failed = Some(reason);
+    // Waiters whose events are queued but not yet written.
+    let mut waiting: Vec<Reply> = Vec::new();
+    while let Some(first) = rx.recv().await {
+        let mut next = Some(first);
+        while let Some(msg) = next.take() {
+            match msg {
+                Outgoing::Event(event, reply) => {
+                    let result = match &failed {
+                        Some(reason) => Err(RuntimeError::Closed(reason.clone())),
+                        None if closed => Err(RuntimeError::Closed(
+                            "this child closed the control channel".to_owned(),
+                        )),
+                        None => {
+                            let name = event.name();
+                            writer.queue(event).map_err(|e| RuntimeError::TooLarge {
+                                event: name,
+                                reason: e.to_string(),
+                            })
+                        }
+                    };
+                    match (result, reply) {
+                        (Ok(()), Some(reply)) => waiting.push(reply),
+                        (Ok(()), None) => {}
+                        (Err(e), Some(reply)) => {
+                            let _ = reply.send(Err(e));
+                        }
+                        (Err(_), None) => {}
                     }
                 }
-                (None, Some(reply))
-            }
-        };
-        let result = match (event, &failed) {
-            (_, Some(reason)) => Err(RuntimeError::Closed(reason.clone())),
-            (None, None) => Ok(()),
-            (Some(_), None) if closed => Err(RuntimeError::Closed(
-                "this child closed the control channel".to_owned(),
-            )),
-            (Some(event), None) => match check_size(&event, max_frame_bytes, &mut scratch) {
-                Err(e) => Err(e),
-                Ok(()) => match writer.send(event).await {
-                    Ok(()) => Ok(()),
-                    Err(e) => {
-                        let reason = format!("writing to the supervisor failed: {e}");
-                        *failure.lock().unwrap_or_else(PoisonError::into_inner) =
-                            Some(reason.clone());
-                        failed = Some(reason.clone());
-                        Err(RuntimeError::Closed(reason))
+                Outgoing::Flush(reply) => {
+                    flush(&mut writer, &mut waiting, &mut failed, &failure).await;
+                    let _ = reply.send(
+                        failed
+                            .clone()
+                            .map_or(Ok(()), |r| Err(RuntimeError::Closed(r))),
+                    );
+                }
+                Outgoing::Close(reply) => {
+                    flush(&mut writer, &mut waiting, &mut failed, &failure).await;
+                    if failed.is_none() && !closed {
+                        closed = true;
+                        if let Err(e) = writer.close().await {
+                            fail(
+                                &mut failed,
+                                &failure,
+                                format!("closing the control channel failed: {e}"),
+                            );
+                        }
                     }
-                },
-            },
-        };
-        if let Some(reply) = reply {
-            let _ = reply.send(result);
+                    let _ = reply.send(
+                        failed
+                            .clone()
+                            .map_or(Ok(()), |r| Err(RuntimeError::Closed(r))),
+                    );
+                }
+            }
+            if writer.queued_bytes() < BATCH_BYTES {
+                next = rx.try_recv().ok();
+            }
         }
+        flush(&mut writer, &mut waiting, &mut failed, &failure).await;
     }
 }
 
-/// Refuses an event whose frame would exceed the supervisor's limit (which
-/// the supervisor would treat as a violation and kill this child).
-fn check_size(event: &Event, max: u32, scratch: &mut Vec<u8>) -> Result<(), RuntimeError> {
-    scratch.clear();
-    // The largest sequence number encodes longest, so this bound is safe.
-    let probe = Frame {
-        seq: u64::MAX,
-        body: event,
-    };
-    encode_frame(&probe, max, scratch).map_err(|e| RuntimeError::TooLarge {
-        event: event.name(),
-        reason: e.to_string(),
-    })
+/// Writes what is queued and tells the waiters how it went.
+async fn flush(
+    writer: &mut FrameWriter<Event>,
+    waiting: &mut Vec<Reply>,
+    failed: &mut Option<String>,
+    failure: &Mutex<Option<String>>,
+) {
+    if failed.is_none()
+        && let Err(e) = writer.flush().await
+    {
+        fail(
+            failed,
+            failure,
+            format!("writing to the supervisor failed: {e}"),
+        );
+    }
+    for reply in waiting.drain(..) {
+        let _ = reply.send(
+            failed
+                .clone()
+                .map_or(Ok(()), |r| Err(RuntimeError::Closed(r))),
+        );
+    }
+}
+
+/// Records the first failure for every later send to report.
+fn fail(failed: &mut Option<String>, failure: &Mutex<Option<String>>, reason: String) {
+    *failure.lock().unwrap_or_else(PoisonError::into_inner) = Some(reason.clone());
+    *failed = Some(reason);
 }

@@ -73,7 +73,15 @@ impl<B: Serialize> FrameWriter<B> {
     /// A refused (oversized) message sends nothing and uses up no sequence
     /// number, so the channel stays usable.
     pub async fn send(&mut self, body: B) -> Result<(), TransportError> {
-        self.buf.clear();
+        self.queue(body)?;
+        self.flush().await
+    }
+
+    /// Encodes one message behind those already queued, without writing:
+    /// a sender with a burst of messages queues them all and flushes once,
+    /// one write for many frames. A refused (oversized) message leaves the
+    /// queue and the sequence numbers as they were.
+    pub fn queue(&mut self, body: B) -> Result<(), ProtocolViolation> {
         let mut seq = self.seq;
         let frame = Frame {
             seq: seq.issue(),
@@ -81,12 +89,33 @@ impl<B: Serialize> FrameWriter<B> {
         };
         encode_frame(&frame, self.max_frame_bytes, &mut self.buf)?;
         self.seq = seq;
-        self.stream.write_all(&self.buf).await?;
         Ok(())
+    }
+
+    /// Bytes queued and not yet flushed.
+    pub fn queued_bytes(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// Writes everything queued. Not cancel-safe, like [`Self::send`].
+    pub async fn flush(&mut self) -> Result<(), TransportError> {
+        if !self.buf.is_empty() {
+            let result = self.stream.write_all(&self.buf).await;
+            self.buf.clear();
+            result?;
+        }
+        Ok(())
+    }
+
+    /// Lowers (or raises, up to [`crate::MAX_FRAME_LIMIT`]) the largest frame
+    /// this writer sends, e.g. to the limit the peer announced.
+    pub fn set_max_frame_bytes(&mut self, max_frame_bytes: u32) {
+        self.max_frame_bytes = FrameDecoder::new(max_frame_bytes).max_frame_bytes();
     }
 
     /// Closes the sending direction, so the peer reads end of stream.
     pub async fn close(&mut self) -> Result<(), TransportError> {
+        self.flush().await?;
         self.stream.shutdown().await?;
         Ok(())
     }

@@ -399,20 +399,37 @@ impl Task {
     async fn backoff(&mut self, delay: Duration) -> Option<Unpark> {
         let deadline = tokio::time::Instant::now() + delay;
         loop {
-            tokio::select! {
-                _ = tokio::time::sleep_until(deadline) => return None,
-                request = self.requests.recv() => match request {
-                    None | Some(Request::Stop) => {
-                        self.set_state(State::Exited);
-                        return Some(Unpark::Exit);
-                    }
-                    Some(Request::Drain { reply }) => {
-                        let _ = reply.send(Ok(format!("{} has no live child; it is drained now", self.cfg.id)));
-                        return Some(self.park(State::Drained).await);
-                    }
-                    Some(Request::Kill | Request::MailArrived) => {}
-                    Some(other) => refuse_while(&self.cfg.id, "waiting to restart after a crash", other),
-                },
+            // A zero delay (the first restart after a healthy run) must not
+            // wait for the timer's next tick: only requests already queued
+            // are looked at.
+            let request = if delay.is_zero() {
+                match self.requests.try_recv() {
+                    Ok(request) => Some(request),
+                    Err(mpsc::error::TryRecvError::Empty) => return None,
+                    Err(mpsc::error::TryRecvError::Disconnected) => None,
+                }
+            } else {
+                tokio::select! {
+                    _ = tokio::time::sleep_until(deadline) => return None,
+                    request = self.requests.recv() => request,
+                }
+            };
+            match request {
+                None | Some(Request::Stop) => {
+                    self.set_state(State::Exited);
+                    return Some(Unpark::Exit);
+                }
+                Some(Request::Drain { reply }) => {
+                    let _ = reply.send(Ok(format!(
+                        "{} has no live child; it is drained now",
+                        self.cfg.id
+                    )));
+                    return Some(self.park(State::Drained).await);
+                }
+                Some(Request::Kill | Request::MailArrived) => {}
+                Some(other) => {
+                    refuse_while(&self.cfg.id, "waiting to restart after a crash", other)
+                }
             }
         }
     }

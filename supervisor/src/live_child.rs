@@ -302,7 +302,7 @@ impl LiveChild {
         let mut cancels = CancelQueue::default();
         let mut dispatch = Dispatch::default();
         let mut commit: Option<Commit> = None;
-        let rss = RssReader::open(self.pid).ok();
+        let mut rss = RssReader::open(self.pid).ok();
         let bounds = recycle::bounds(&self.cfg);
         self.publish_drain(&tracker, session.as_ref(), now);
         let jitter = recycle::jitter(&self.channel_id);
@@ -413,7 +413,7 @@ impl LiveChild {
                     }
                     if now >= next_policy {
                         next_policy = now + policy_interval;
-                        if let Some(trigger) = self.policy_check(rss.as_ref(), &bounds, jitter, now)
+                        if let Some(trigger) = self.policy_check(rss.as_mut(), &bounds, jitter, now)
                             && session.is_none()
                         {
                             self.drain_for(Purpose::Recycle(trigger), &mut session, &mut tracker, now).await;
@@ -432,7 +432,7 @@ impl LiveChild {
                         }
                         Some(Request::Kill) => {
                             warn!(deployment = %self.cfg.id, pid = self.pid, "operator forced SIGKILL");
-                            signal_group(self.pid, Signal::SIGKILL);
+                            kill_tree(self.pid);
                         }
                         Some(Request::Drain { reply }) => {
                             let budget = self.cfg.drain_timeout;
@@ -839,7 +839,7 @@ impl LiveChild {
     /// One policy tick: reads RSS and checks the recycle bounds in order.
     fn policy_check(
         &mut self,
-        rss: Option<&RssReader>,
+        rss: Option<&mut RssReader>,
         bounds: &RecycleBounds,
         jitter: Jitter,
         now: Instant,
@@ -912,7 +912,7 @@ impl LiveChild {
             }
             _ => {}
         }
-        signal_group(self.pid, Signal::SIGKILL);
+        kill_tree(self.pid);
         if let Err(e) = self.child.wait().await {
             error!(deployment = %self.cfg.id, pid = self.pid, error = %e, "cannot reap child");
         }
@@ -952,7 +952,7 @@ impl LiveChild {
                     if escalation.poll(Instant::now()) {
                         warn!(deployment = %self.cfg.id, pid = self.pid, kill_timeout = %humantime(self.cfg.kill_timeout),
                             "child did not exit after SIGTERM; sending SIGKILL");
-                        signal_group(self.pid, Signal::SIGKILL);
+                        kill_tree(self.pid);
                     }
                 }
                 request = requests.recv(), if requests_open => match request {
@@ -960,7 +960,7 @@ impl LiveChild {
                         escalation.force();
                         if escalation.poll(Instant::now()) {
                             warn!(deployment = %self.cfg.id, pid = self.pid, "operator forced SIGKILL of a stopping child");
-                            signal_group(self.pid, Signal::SIGKILL);
+                            kill_tree(self.pid);
                         }
                     }
                     None => {
@@ -1125,6 +1125,21 @@ fn transport(e: TransportError) -> EndReason {
 pub fn signal_group(pid: u32, signal: Signal) {
     if let Ok(pid) = i32::try_from(pid) {
         let _ = killpg(Pid::from_raw(pid), signal);
+    }
+}
+
+/// SIGKILLs a live child's whole tree: its process group, and every
+/// descendant and the group each leads. A command hosted by
+/// `wfhost-child exec` runs in a group of its own, and its children would
+/// otherwise outlive it.
+pub fn kill_tree(pid: u32) {
+    let descendants = crate::procfs::descendants(pid);
+    signal_group(pid, Signal::SIGKILL);
+    for d in descendants {
+        if let Ok(raw) = i32::try_from(d) {
+            let _ = nix::sys::signal::kill(Pid::from_raw(raw), Signal::SIGKILL);
+            let _ = killpg(Pid::from_raw(raw), Signal::SIGKILL);
+        }
     }
 }
 

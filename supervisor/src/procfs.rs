@@ -36,51 +36,95 @@ pub fn is_same_process(pid: u32, start_time: u64) -> bool {
     !zombie && parse_start_time(&stat) == Some(start_time)
 }
 
-/// Resident memory of one process tree, read cheaply: the leader's
-/// `/proc/PID/statm` stays open and is re-read with `pread` each tick (a
-/// kept fd reads fresh values, and fails once the pid is reaped, so a
-/// reused pid is never misread); descendants are found through
-/// `/proc/PID/task/TID/children`, so a command hosted by `wfhost-child exec`
-/// counts too.
+/// Resident memory of one process tree, read cheaply every policy tick:
+/// every process's `/proc/PID/statm` and its main thread's
+/// `/proc/PID/task/PID/children` stay open and are re-read with `pread`
+/// (a kept fd reads fresh values and fails once the pid is reaped, so a
+/// reused pid is never misread), and the tree is only reshaped when a
+/// children list changes. A command hosted by `wfhost-child exec` counts
+/// too. Children forked by other threads of a multi-threaded process are
+/// not seen; under systemd, cgroup `memory.current` is the complete answer.
 #[derive(Debug)]
 pub struct RssReader {
-    pid: u32,
-    statm: std::fs::File,
+    root: Node,
     page_size: u64,
 }
 
-impl RssReader {
-    /// Opens the leader's `statm`.
-    pub fn open(pid: u32) -> io::Result<Self> {
+/// One process of the tree with its kept-open files.
+#[derive(Debug)]
+struct Node {
+    pid: u32,
+    statm: std::fs::File,
+    children: Option<std::fs::File>,
+    listed: Vec<u8>,
+    kids: Vec<Node>,
+}
+
+impl Node {
+    fn open(pid: u32) -> io::Result<Self> {
         let statm = std::fs::File::open(format!("/proc/{pid}/statm"))?;
-        // SAFETY: sysconf has no preconditions.
-        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        let children = std::fs::File::open(format!("/proc/{pid}/task/{pid}/children")).ok();
         Ok(Self {
             pid,
             statm,
+            children,
+            listed: Vec::new(),
+            kids: Vec::new(),
+        })
+    }
+
+    /// Resident pages of this process and its descendants; `budget` bounds
+    /// how many processes are read, so a fork bomb cannot stall the tick.
+    fn resident(&mut self, budget: &mut usize) -> io::Result<u64> {
+        let mut pages = read_resident(&self.statm)?;
+        if let Some(file) = &self.children {
+            use std::os::unix::fs::FileExt;
+            let mut buf = [0u8; 4096];
+            let n = file.read_at(&mut buf, 0).unwrap_or(0);
+            if buf[..n] != self.listed[..] {
+                self.listed = buf[..n].to_vec();
+                let pids: Vec<u32> = std::str::from_utf8(&self.listed)
+                    .unwrap_or("")
+                    .split_whitespace()
+                    .filter_map(|p| p.parse().ok())
+                    .collect();
+                let mut old = std::mem::take(&mut self.kids);
+                for pid in pids {
+                    match old.iter().position(|k| k.pid == pid) {
+                        Some(i) => self.kids.push(old.swap_remove(i)),
+                        None => self.kids.extend(Node::open(pid).ok()),
+                    }
+                }
+            }
+        }
+        for kid in &mut self.kids {
+            if *budget == 0 {
+                break;
+            }
+            *budget -= 1;
+            // A child that just exited reads as an error: it drops out of
+            // the tree at the next change of the children list.
+            pages += kid.resident(budget).unwrap_or(0);
+        }
+        Ok(pages)
+    }
+}
+
+impl RssReader {
+    /// Opens the leader's files.
+    pub fn open(pid: u32) -> io::Result<Self> {
+        // SAFETY: sysconf has no preconditions.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        Ok(Self {
+            root: Node::open(pid)?,
             page_size: u64::try_from(page).unwrap_or(4096),
         })
     }
 
     /// Resident bytes of the leader and all its descendants.
-    pub fn tree_rss(&self) -> io::Result<u64> {
-        let mut total = read_resident(&self.statm)? * self.page_size;
-        let mut stack = children(self.pid);
-        let mut seen = 0;
-        while let Some(pid) = stack.pop() {
-            // A bounded walk: a fork bomb must not stall the policy tick.
-            seen += 1;
-            if seen > 4096 {
-                break;
-            }
-            if let Ok(f) = std::fs::File::open(format!("/proc/{pid}/statm"))
-                && let Ok(pages) = read_resident(&f)
-            {
-                total += pages * self.page_size;
-            }
-            stack.extend(children(pid));
-        }
-        Ok(total)
+    pub fn tree_rss(&mut self) -> io::Result<u64> {
+        let mut budget = MAX_TREE;
+        Ok(self.root.resident(&mut budget)? * self.page_size)
     }
 }
 
@@ -96,6 +140,24 @@ fn read_resident(file: &std::fs::File) -> io::Result<u64> {
         .and_then(|f| f.parse().ok())
         .ok_or_else(|| io::Error::from(io::ErrorKind::InvalidData))
 }
+
+/// Every descendant of `pid` (bounded, so a fork bomb cannot stall the
+/// caller), parents before their children: for killing a whole tree.
+pub fn descendants(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    let mut next = 0;
+    out.extend(children(pid));
+    while next < out.len() && out.len() < MAX_TREE {
+        let more = children(out[next]);
+        out.extend(more);
+        next += 1;
+    }
+    out.truncate(MAX_TREE);
+    out
+}
+
+/// Most processes of one child's tree that are walked.
+const MAX_TREE: usize = 4096;
 
 /// Direct children of every thread of `pid`.
 fn children(pid: u32) -> Vec<u32> {
@@ -134,20 +196,40 @@ mod tests {
     }
 
     #[test]
-    fn rss_of_a_tree_includes_children() {
-        let mut child = std::process::Command::new("sleep")
-            .arg("5")
+    fn rss_of_a_tree_follows_children_as_they_come_and_go() {
+        // A process of our own whose main thread forks: `sh` here.
+        let mut sh = std::process::Command::new("sh")
+            .args(["-c", "sleep 30 & sleep 30 & wait"])
             .spawn()
-            .expect("spawn sleep");
-        let me = RssReader::open(std::process::id()).expect("own statm");
-        let alone = read_resident(&me.statm).expect("read") * me.page_size;
-        let tree = me.tree_rss().expect("tree");
-        let _ = child.kill();
-        let _ = child.wait();
+            .expect("spawn sh");
+        let mut reader = RssReader::open(sh.id()).expect("statm");
+        let alone = read_resident(&reader.root.statm).expect("read") * reader.page_size;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let tree = loop {
+            let tree = reader.tree_rss().expect("tree");
+            if reader.root.kids.len() == 2 || std::time::Instant::now() > deadline {
+                break tree;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        };
+        let kids: Vec<u32> = reader.root.kids.iter().map(|k| k.pid).collect();
+        for &kid in &kids {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(kid as i32),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        let _ = sh.kill();
+        let _ = sh.wait();
+        assert_eq!(kids.len(), 2, "both sleeps are in the tree");
         assert!(alone > 0);
         assert!(
             tree > alone,
-            "the sleeping child adds its pages: {tree} vs {alone}"
+            "the sleeping children add their pages: {tree} vs {alone}"
+        );
+        assert!(
+            reader.tree_rss().is_err(),
+            "a reaped leader reads as an error, never another process"
         );
     }
 }

@@ -153,6 +153,9 @@ pub async fn run(args: ExecArgs) -> u8 {
             },
         }
     };
+    // The command is gone; whatever it started in its group goes with it,
+    // so nothing it spawned outlives the step.
+    signal_command(Signal::SIGKILL);
 
     let status = match status {
         Ok(status) => status,

@@ -211,6 +211,11 @@ impl SqliteStore {
         self.conn
             .pragma_update(None, "foreign_keys", true)
             .map_err(self.fail("enabling foreign keys"))?;
+        // The working set is small (recent mail, the journal's tail); a
+        // 512 KiB page cache per connection keeps an idle supervisor lean.
+        self.conn
+            .pragma_update(None, "cache_size", -512)
+            .map_err(self.fail("setting the page cache size"))?;
         Ok(())
     }
 

@@ -4,9 +4,7 @@
 
 mod common;
 
-use common::{Supervised, start};
-use tokio::process::Command;
-use wfhost_ipc::handshake::ENV_CONTROL_FD;
+use common::{Supervised, assert_refuses_outside_wfhost, start};
 use wfhost_ipc::{CancelOrigin, Control, DrainBehavior, Event, Outcome};
 
 /// The demo's steps, in order, with their drain behaviours.
@@ -30,59 +28,27 @@ async fn demo(extra: &[&str]) -> Supervised {
     s
 }
 
+/// Sends mail `id` with the payload `order ID`.
 async fn mail(s: &mut Supervised, id: u64) {
-    s.send(Control::Mail {
-        id,
-        payload: format!("order {id}").into_bytes(),
-    })
-    .await;
-}
-
-async fn expect_started(s: &mut Supervised, run: &str, step: &str, drain: DrainBehavior) {
-    assert_eq!(
-        s.next().await,
-        Event::StepStarted {
-            run: run.into(),
-            step: step.into(),
-            drain
-        }
-    );
-}
-
-async fn expect_finished(s: &mut Supervised, run: &str, step: &str, outcome: Outcome) {
-    assert_eq!(
-        s.next().await,
-        Event::StepFinished {
-            run: run.into(),
-            step: step.into(),
-            outcome
-        }
-    );
-}
-
-async fn expect_terminal(s: &mut Supervised, run: &str, outcome: Outcome) {
-    assert_eq!(
-        s.next().await,
-        Event::RunTerminal {
-            run: run.into(),
-            outcome
-        }
-    );
-}
-
-async fn expect_ack(s: &mut Supervised, id: u64, outcome: Outcome) {
-    assert_eq!(s.next().await, Event::MailAck { id, outcome });
+    s.send_mail(id, format!("order {id}")).await;
 }
 
 /// The whole event sequence of one mail item that succeeds.
 async fn expect_processed(s: &mut Supervised, id: u64) {
     let run = format!("mail-{id}");
     for (step, drain) in STEPS {
-        expect_started(s, &run, step, drain).await;
-        expect_finished(s, &run, step, Outcome::Succeeded).await;
+        s.expect_started(&run, step, drain).await;
+        s.expect_finished(&run, step, Outcome::Succeeded).await;
     }
-    expect_terminal(s, &run, Outcome::Succeeded).await;
-    expect_ack(s, id, Outcome::Succeeded).await;
+    s.expect_terminal(&run, Outcome::Succeeded).await;
+    s.expect_ack(id, Outcome::Succeeded).await;
+}
+
+/// Expects `run` to get through fetch and start approve (a wait step).
+async fn expect_approving(s: &mut Supervised, run: &str) {
+    s.expect_started(run, "fetch", DrainBehavior::Cancel).await;
+    s.expect_finished(run, "fetch", Outcome::Succeeded).await;
+    s.expect_started(run, "approve", DrainBehavior::Wait).await;
 }
 
 /// Shuts the child down and checks it closes the channel and exits 0.
@@ -143,18 +109,18 @@ async fn drain_during_approve_lets_it_finish_and_leaves_the_mail_unacknowledged(
     let mut s = demo(&["--approve-ms", "1500"]).await;
     mail(&mut s, 1).await;
     mail(&mut s, 2).await;
-    expect_started(&mut s, "mail-1", "fetch", DrainBehavior::Cancel).await;
-    expect_finished(&mut s, "mail-1", "fetch", Outcome::Succeeded).await;
-    expect_started(&mut s, "mail-1", "approve", DrainBehavior::Wait).await;
+    expect_approving(&mut s, "mail-1").await;
     s.send(Control::Drain { budget_ms: 60_000 }).await;
     // Only a wait step is in flight, but the demo holds mail 1: no Drained
     // yet (the Pong comes next), so the run is not stopped half-way.
     s.ping(1).await;
-    expect_finished(&mut s, "mail-1", "approve", Outcome::Succeeded).await;
+    s.expect_finished("mail-1", "approve", Outcome::Succeeded)
+        .await;
     // New cancel-behaviour work does not begin during a drain.
-    expect_started(&mut s, "mail-1", "apply", DrainBehavior::Cancel).await;
-    expect_finished(&mut s, "mail-1", "apply", Outcome::Cancelled).await;
-    expect_terminal(&mut s, "mail-1", Outcome::Cancelled).await;
+    s.expect_started("mail-1", "apply", DrainBehavior::Cancel)
+        .await;
+    s.expect_run_end("mail-1", "apply", Outcome::Cancelled)
+        .await;
     // No MailAck for mail 1: it is dropped, which ends the drain.
     assert_eq!(s.next().await, Event::Drained);
     // Mail 2 (queued) and 3 (new) are not taken.
@@ -181,10 +147,11 @@ async fn drain_during_approve_lets_it_finish_and_leaves_the_mail_unacknowledged(
 async fn drain_during_fetch_cancels_it_and_the_child_exits_0_on_eof() {
     let mut s = demo(&["--step-ms", "30000"]).await;
     mail(&mut s, 1).await;
-    expect_started(&mut s, "mail-1", "fetch", DrainBehavior::Cancel).await;
+    s.expect_started("mail-1", "fetch", DrainBehavior::Cancel)
+        .await;
     s.send(Control::Drain { budget_ms: 60_000 }).await;
-    expect_finished(&mut s, "mail-1", "fetch", Outcome::Cancelled).await;
-    expect_terminal(&mut s, "mail-1", Outcome::Cancelled).await;
+    s.expect_run_end("mail-1", "fetch", Outcome::Cancelled)
+        .await;
     // Drained once the demo let go of mail 1 (unacknowledged), after the run.
     assert_eq!(s.next().await, Event::Drained);
     s.ping(1).await;
@@ -203,17 +170,18 @@ async fn drain_during_fetch_cancels_it_and_the_child_exits_0_on_eof() {
 async fn drain_cleanup_that_outlasts_the_budget_ends_with_the_escalated_cancel() {
     let mut s = demo(&["--step-ms", "30000", "--cleanup-ms", "30000"]).await;
     mail(&mut s, 1).await;
-    expect_started(&mut s, "mail-1", "fetch", DrainBehavior::Cancel).await;
+    s.expect_started("mail-1", "fetch", DrainBehavior::Cancel)
+        .await;
     s.send(Control::Drain { budget_ms: 60_000 }).await;
     // Still winding down: no StepFinished, no Drained.
     s.ping(1).await;
     let cancel = s.signed_cancel(CancelOrigin::SupervisorDrain, Some("mail-1"));
     s.send(cancel).await;
-    expect_finished(&mut s, "mail-1", "fetch", Outcome::Cancelled).await;
-    expect_terminal(&mut s, "mail-1", Outcome::Cancelled).await;
+    s.expect_run_end("mail-1", "fetch", Outcome::Cancelled)
+        .await;
     // The cancel is a decision: the mail is done, as cancelled, and its ack
     // comes before Drained, so a supervisor that stops at Drained keeps it.
-    expect_ack(&mut s, 1, Outcome::Cancelled).await;
+    s.expect_ack(1, Outcome::Cancelled).await;
     assert_eq!(s.next().await, Event::Drained);
     s.ping(2).await;
     shut_down(&mut s).await;
@@ -229,10 +197,11 @@ async fn drain_cleanup_that_outlasts_the_budget_ends_with_the_escalated_cancel()
 async fn drain_cleanup_within_the_budget_leaves_the_mail_unacknowledged() {
     let mut s = demo(&["--step-ms", "30000", "--cleanup-ms", "20"]).await;
     mail(&mut s, 1).await;
-    expect_started(&mut s, "mail-1", "fetch", DrainBehavior::Cancel).await;
+    s.expect_started("mail-1", "fetch", DrainBehavior::Cancel)
+        .await;
     s.send(Control::Drain { budget_ms: 60_000 }).await;
-    expect_finished(&mut s, "mail-1", "fetch", Outcome::Cancelled).await;
-    expect_terminal(&mut s, "mail-1", Outcome::Cancelled).await;
+    s.expect_run_end("mail-1", "fetch", Outcome::Cancelled)
+        .await;
     assert_eq!(s.next().await, Event::Drained);
     s.ping(1).await;
     shut_down(&mut s).await;
@@ -243,7 +212,8 @@ async fn a_signed_cancel_during_a_drain_escalation_is_acknowledged_before_draine
     let mut s = demo(&["--step-ms", "30000", "--cleanup-ms", "30000"]).await;
     mail(&mut s, 1).await;
     mail(&mut s, 2).await;
-    expect_started(&mut s, "mail-1", "fetch", DrainBehavior::Cancel).await;
+    s.expect_started("mail-1", "fetch", DrainBehavior::Cancel)
+        .await;
     s.send(Control::Drain { budget_ms: 60_000 }).await;
     s.ping(1).await;
     // The budget ran out: the supervisor's escalation cancels every run.
@@ -293,17 +263,15 @@ async fn a_signed_cancel_during_a_drain_escalation_is_acknowledged_before_draine
 async fn an_operator_cancel_of_a_waited_for_run_during_a_drain_acks_before_drained() {
     let mut s = demo(&["--approve-ms", "30000"]).await;
     mail(&mut s, 1).await;
-    expect_started(&mut s, "mail-1", "fetch", DrainBehavior::Cancel).await;
-    expect_finished(&mut s, "mail-1", "fetch", Outcome::Succeeded).await;
-    expect_started(&mut s, "mail-1", "approve", DrainBehavior::Wait).await;
+    expect_approving(&mut s, "mail-1").await;
     s.send(Control::Drain { budget_ms: 60_000 }).await;
     // Waiting for a person, holding mail 1: the drain is not over.
     s.ping(1).await;
     let cancel = s.signed_cancel(CancelOrigin::Operator, Some("mail-1"));
     s.send(cancel).await;
-    expect_finished(&mut s, "mail-1", "approve", Outcome::Cancelled).await;
-    expect_terminal(&mut s, "mail-1", Outcome::Cancelled).await;
-    expect_ack(&mut s, 1, Outcome::Cancelled).await;
+    s.expect_run_end("mail-1", "approve", Outcome::Cancelled)
+        .await;
+    s.expect_ack(1, Outcome::Cancelled).await;
     assert_eq!(s.next().await, Event::Drained);
     s.ping(2).await;
     shut_down(&mut s).await;
@@ -319,7 +287,7 @@ async fn drain_of_an_idle_demo_is_drained_at_once_and_later_mail_is_not_taken() 
     mail(&mut s, 2).await;
     // Settled mail redelivered during the drain is still acknowledged again.
     mail(&mut s, 1).await;
-    expect_ack(&mut s, 1, Outcome::Succeeded).await;
+    s.expect_ack(1, Outcome::Succeeded).await;
     s.ping(1).await;
     shut_down(&mut s).await;
     let stdout = s.stdout().await;
@@ -333,23 +301,19 @@ async fn a_signed_cancel_is_acknowledged_cancelled_and_shutdown_mid_step_is_not(
     let mut s = demo(&["--approve-ms", "30000"]).await;
     mail(&mut s, 1).await;
     mail(&mut s, 2).await;
-    expect_started(&mut s, "mail-1", "fetch", DrainBehavior::Cancel).await;
-    expect_finished(&mut s, "mail-1", "fetch", Outcome::Succeeded).await;
-    expect_started(&mut s, "mail-1", "approve", DrainBehavior::Wait).await;
+    expect_approving(&mut s, "mail-1").await;
     // An operator cancel stops even a wait step, at once.
     let cancel = s.signed_cancel(CancelOrigin::Operator, Some("mail-1"));
     s.send(cancel).await;
-    expect_finished(&mut s, "mail-1", "approve", Outcome::Cancelled).await;
-    expect_terminal(&mut s, "mail-1", Outcome::Cancelled).await;
-    expect_ack(&mut s, 1, Outcome::Cancelled).await;
+    s.expect_run_end("mail-1", "approve", Outcome::Cancelled)
+        .await;
+    s.expect_ack(1, Outcome::Cancelled).await;
 
     // The next item goes on; Shutdown cuts its approval short, unacked.
-    expect_started(&mut s, "mail-2", "fetch", DrainBehavior::Cancel).await;
-    expect_finished(&mut s, "mail-2", "fetch", Outcome::Succeeded).await;
-    expect_started(&mut s, "mail-2", "approve", DrainBehavior::Wait).await;
+    expect_approving(&mut s, "mail-2").await;
     s.send(Control::Shutdown).await;
-    expect_finished(&mut s, "mail-2", "approve", Outcome::Cancelled).await;
-    expect_terminal(&mut s, "mail-2", Outcome::Cancelled).await;
+    s.expect_run_end("mail-2", "approve", Outcome::Cancelled)
+        .await;
     s.expect_eof().await;
     assert_eq!(s.exit_code().await, Some(0));
     let stdout = s.stdout().await;
@@ -371,7 +335,7 @@ async fn a_redelivered_mail_already_acknowledged_is_not_processed_again() {
     expect_processed(&mut s, 1).await;
     mail(&mut s, 1).await;
     // Answered from the runtime's memory: no step runs.
-    expect_ack(&mut s, 1, Outcome::Succeeded).await;
+    s.expect_ack(1, Outcome::Succeeded).await;
     mail(&mut s, 2).await;
     expect_processed(&mut s, 2).await;
     shut_down(&mut s).await;
@@ -388,14 +352,5 @@ async fn a_redelivered_mail_already_acknowledged_is_not_processed_again() {
 
 #[tokio::test]
 async fn outside_wfhost_it_says_so_and_exits_2() {
-    let out = Command::new(env!("CARGO_BIN_EXE_wfhost-child"))
-        .arg("demo")
-        .env_remove(ENV_CONTROL_FD)
-        .output()
-        .await
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("WFHOST_CONTROL_FD"), "{stderr}");
-    assert!(stderr.contains("wfhost supervise"), "{stderr}");
+    assert_refuses_outside_wfhost(&["demo"]).await;
 }

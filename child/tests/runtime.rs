@@ -3,9 +3,11 @@
 //! waiting for held mail), the cancel cascade, refused cancels, mail,
 //! shutdown and EOF.
 
-use std::convert::Infallible;
-use std::time::Duration;
+mod common;
 
+use std::convert::Infallible;
+
+use common::{Channel, DEPLOYMENT, WAIT, cancel};
 use ed25519_dalek::SigningKey;
 use tokio::net::UnixStream;
 use tokio::sync::oneshot;
@@ -13,36 +15,16 @@ use wfhost_child::{
     CancelCause, ChildEnv, CloseReason, ConnectError, DrainBehavior, Mail, MailStream, Outcome,
     Runtime, RuntimeError, StepError,
 };
-use wfhost_ipc::{
-    CancelOrigin, CancelRequested, Control, DEFAULT_MAX_FRAME_BYTES, Event, FrameReader,
-    FrameWriter, Grants, Limits, SignedCancel, Welcome, key,
-};
+use wfhost_ipc::{CancelOrigin, Control, DEFAULT_MAX_FRAME_BYTES, Event, key};
 
-const WAIT: Duration = Duration::from_secs(10);
-const DEPLOYMENT: &str = "billing";
-
-struct FakeSupervisor {
-    reader: FrameReader<Event>,
-    writer: FrameWriter<Control>,
-    key: SigningKey,
-}
-
+/// A Welcome for `deployment` with a 64 KiB mail limit.
 fn welcome(deployment: &str, max_frame_bytes: u32) -> Control {
-    Control::Welcome(Welcome {
-        deployment: deployment.into(),
-        grants_snapshot: Grants::default(),
-        limits: Limits {
-            max_frame_bytes,
-            max_mail_bytes: 1 << 16,
-            drain_timeout_ms: 60_000,
-        },
-    })
+    common::welcome(deployment, max_frame_bytes, 1 << 16)
 }
 
-/// Connects a runtime to a fake supervisor that answers Hello with `answer`.
-async fn connect_answering(
-    answer: Option<Control>,
-) -> (Result<Runtime, ConnectError>, FakeSupervisor) {
+/// Connects a runtime to a fake supervisor that answers Hello with `answer`
+/// (or closes its sending side when `None`).
+async fn connect_answering(answer: Option<Control>) -> (Result<Runtime, ConnectError>, Channel) {
     let (ours, theirs) = UnixStream::pair().unwrap();
     let key = key::generate().unwrap();
     let env = ChildEnv {
@@ -54,21 +36,11 @@ async fn connect_answering(
     };
     let channel = env.channel_id.clone();
     let connecting = tokio::spawn(Runtime::connect_with(env, theirs));
-    let (reader, writer) = wfhost_ipc::split::<Event, Control>(ours, DEFAULT_MAX_FRAME_BYTES);
-    let mut sup = FakeSupervisor {
-        reader,
-        writer,
-        key,
-    };
-    match sup.next().await {
-        Event::Hello(hello) => hello.check(&channel).unwrap(),
-        other => panic!("expected Hello, got {other:?}"),
-    }
+    let mut sup = Channel::new(ours, key);
+    sup.expect_hello(&channel).await;
     match answer {
         Some(control) => sup.send(control).await,
-        None => {
-            sup.writer.close().await.unwrap();
-        }
+        None => sup.close_writer().await,
     }
     let rt = tokio::time::timeout(WAIT, connecting)
         .await
@@ -77,70 +49,19 @@ async fn connect_answering(
     (rt, sup)
 }
 
-async fn connect() -> (Runtime, FakeSupervisor) {
+async fn connect() -> (Runtime, Channel) {
     let (rt, sup) = connect_answering(Some(welcome(DEPLOYMENT, DEFAULT_MAX_FRAME_BYTES))).await;
     (rt.unwrap(), sup)
 }
 
-impl FakeSupervisor {
-    async fn next(&mut self) -> Event {
-        match tokio::time::timeout(WAIT, self.reader.next()).await {
-            Ok(Ok(Some(event))) => event,
-            other => panic!("expected an event, got {other:?}"),
-        }
-    }
+/// A cancel with the operator as its origin.
+fn operator_cancel(deployment: &str, run: Option<&str>, key: &SigningKey) -> Control {
+    cancel(CancelOrigin::Operator, deployment, run, key)
+}
 
-    async fn send(&mut self, control: Control) {
-        self.writer.send(control).await.unwrap();
-    }
-
-    async fn ping(&mut self, nonce: u64) {
-        self.send(Control::Ping { nonce }).await;
-        assert_eq!(self.next().await, Event::Pong { nonce });
-    }
-
-    async fn mail(&mut self, id: u64) {
-        self.send(Control::Mail {
-            id,
-            payload: id.to_be_bytes().to_vec(),
-        })
-        .await;
-    }
-
-    fn cancel(&self, deployment: &str, run: Option<&str>, key: &SigningKey) -> Control {
-        Control::Cancel(SignedCancel::sign(
-            CancelRequested {
-                origin: CancelOrigin::Operator,
-                deployment: deployment.into(),
-                run: run.map(str::to_owned),
-                reason: "test".into(),
-                at_ms: 7,
-            },
-            key,
-        ))
-    }
-
-    async fn expect_started(&mut self, run: &str, step: &str, drain: DrainBehavior) {
-        assert_eq!(
-            self.next().await,
-            Event::StepStarted {
-                run: run.into(),
-                step: step.into(),
-                drain
-            }
-        );
-    }
-
-    async fn expect_finished(&mut self, run: &str, step: &str, outcome: Outcome) {
-        assert_eq!(
-            self.next().await,
-            Event::StepFinished {
-                run: run.into(),
-                step: step.into(),
-                outcome
-            }
-        );
-    }
+/// Sends mail `id` with its id as the payload.
+async fn mail(sup: &mut Channel, id: u64) {
+    sup.send_mail(id, id.to_be_bytes()).await;
 }
 
 /// Spawns a step whose body waits for `release` (or runs until cancelled).
@@ -303,7 +224,7 @@ async fn a_verified_cancel_cascades_over_every_step_of_its_run_only() {
     sup.expect_started("r2", "fetch", DrainBehavior::Cancel)
         .await;
 
-    let cancel = sup.cancel(DEPLOYMENT, Some("r1"), &sup.key);
+    let cancel = operator_cancel(DEPLOYMENT, Some("r1"), sup.key());
     sup.send(cancel).await;
     assert!(matches!(
         join(approve).await,
@@ -351,10 +272,10 @@ async fn refused_cancels_change_nothing() {
         .await;
     let stranger = key::generate().unwrap();
     let refused = [
-        sup.cancel(DEPLOYMENT, Some("r1"), &stranger),
-        sup.cancel("payroll", Some("r1"), &sup.key),
-        sup.cancel(DEPLOYMENT, Some("r9"), &sup.key),
-        sup.cancel("payroll", None, &sup.key),
+        operator_cancel(DEPLOYMENT, Some("r1"), &stranger),
+        operator_cancel("payroll", Some("r1"), sup.key()),
+        operator_cancel(DEPLOYMENT, Some("r9"), sup.key()),
+        operator_cancel("payroll", None, sup.key()),
     ];
     for (nonce, cancel) in refused.into_iter().enumerate() {
         sup.send(cancel).await;
@@ -370,21 +291,9 @@ async fn refused_cancels_change_nothing() {
 async fn mail_is_delivered_once_acked_and_reacked_on_redelivery() {
     let (rt, mut sup) = connect().await;
     let mut inbox = rt.mail();
-    sup.send(Control::Mail {
-        id: 1,
-        payload: b"a".to_vec(),
-    })
-    .await;
-    sup.send(Control::Mail {
-        id: 1,
-        payload: b"a".to_vec(),
-    })
-    .await;
-    sup.send(Control::Mail {
-        id: 2,
-        payload: b"b".to_vec(),
-    })
-    .await;
+    sup.send_mail(1, b"a").await;
+    sup.send_mail(1, b"a").await;
+    sup.send_mail(2, b"b").await;
     let first = tokio::time::timeout(WAIT, inbox.next())
         .await
         .unwrap()
@@ -396,34 +305,12 @@ async fn mail_is_delivered_once_acked_and_reacked_on_redelivery() {
         .unwrap();
     assert_eq!(second.id(), 2, "the in-flight duplicate of 1 is skipped");
     first.ack(Outcome::Succeeded).await.unwrap();
-    assert_eq!(
-        sup.next().await,
-        Event::MailAck {
-            id: 1,
-            outcome: Outcome::Succeeded
-        }
-    );
+    sup.expect_ack(1, Outcome::Succeeded).await;
     // Redelivery of acknowledged mail is answered without the application.
-    sup.send(Control::Mail {
-        id: 1,
-        payload: b"a".to_vec(),
-    })
-    .await;
-    assert_eq!(
-        sup.next().await,
-        Event::MailAck {
-            id: 1,
-            outcome: Outcome::Succeeded
-        }
-    );
+    sup.send_mail(1, b"a").await;
+    sup.expect_ack(1, Outcome::Succeeded).await;
     second.ack(Outcome::Failed("no".into())).await.unwrap();
-    assert_eq!(
-        sup.next().await,
-        Event::MailAck {
-            id: 2,
-            outcome: Outcome::Failed("no".into())
-        }
-    );
+    sup.expect_ack(2, Outcome::Failed("no".into())).await;
 }
 
 #[tokio::test]
@@ -507,7 +394,7 @@ async fn next_mail(inbox: &mut MailStream) -> Option<Mail> {
 async fn held_mail_delays_drained_until_it_is_acknowledged() {
     let (rt, mut sup) = connect().await;
     let mut inbox = rt.mail();
-    sup.mail(1).await;
+    mail(&mut sup, 1).await;
     let held = next_mail(&mut inbox).await.unwrap();
     sup.send(Control::Drain { budget_ms: 1000 }).await;
     tokio::time::timeout(WAIT, rt.draining()).await.unwrap();
@@ -534,7 +421,7 @@ async fn held_mail_delays_drained_until_it_is_acknowledged() {
 async fn held_mail_delays_drained_until_it_is_dropped() {
     let (rt, mut sup) = connect().await;
     let mut inbox = rt.mail();
-    sup.mail(1).await;
+    mail(&mut sup, 1).await;
     let held = next_mail(&mut inbox).await.unwrap();
     sup.send(Control::Drain { budget_ms: 1000 }).await;
     sup.ping(1).await;
@@ -547,7 +434,7 @@ async fn held_mail_delays_drained_until_it_is_dropped() {
 async fn drained_waits_for_both_a_cancel_step_and_held_mail() {
     let (rt, mut sup) = connect().await;
     let mut inbox = rt.mail();
-    sup.mail(1).await;
+    mail(&mut sup, 1).await;
     let held = next_mail(&mut inbox).await.unwrap();
     let step = rt
         .start_step("mail-1", "fetch", DrainBehavior::Cancel)
@@ -562,13 +449,7 @@ async fn drained_waits_for_both_a_cancel_step_and_held_mail() {
     assert_eq!(cause, CancelCause::Drain);
     // The mail is settled first: the cancel step still holds the drain.
     held.ack(Outcome::Failed("gave up".into())).await.unwrap();
-    assert_eq!(
-        sup.next().await,
-        Event::MailAck {
-            id: 1,
-            outcome: Outcome::Failed("gave up".into())
-        }
-    );
+    sup.expect_ack(1, Outcome::Failed("gave up".into())).await;
     sup.ping(1).await;
     step.finish(Outcome::Cancelled).await.unwrap();
     sup.expect_finished("mail-1", "fetch", Outcome::Cancelled)
@@ -580,33 +461,21 @@ async fn drained_waits_for_both_a_cancel_step_and_held_mail() {
 async fn queued_mail_is_not_handed_out_after_drain_and_acked_mail_is_reacked() {
     let (rt, mut sup) = connect().await;
     let mut inbox = rt.mail();
-    sup.mail(1).await;
+    mail(&mut sup, 1).await;
     let first = next_mail(&mut inbox).await.unwrap();
     first.ack(Outcome::Succeeded).await.unwrap();
-    assert_eq!(
-        sup.next().await,
-        Event::MailAck {
-            id: 1,
-            outcome: Outcome::Succeeded
-        }
-    );
+    sup.expect_ack(1, Outcome::Succeeded).await;
     // 2 and 3 are queued, never taken: nothing held, so drained at once.
-    sup.mail(2).await;
-    sup.mail(3).await;
+    mail(&mut sup, 2).await;
+    mail(&mut sup, 3).await;
     sup.ping(1).await; // both reached the queue
     sup.send(Control::Drain { budget_ms: 1000 }).await;
     assert_eq!(sup.next().await, Event::Drained);
     assert!(next_mail(&mut inbox).await.is_none());
     // Mail during the drain is not taken; settled mail is acked again.
-    sup.mail(4).await;
-    sup.mail(1).await;
-    assert_eq!(
-        sup.next().await,
-        Event::MailAck {
-            id: 1,
-            outcome: Outcome::Succeeded
-        }
-    );
+    mail(&mut sup, 4).await;
+    mail(&mut sup, 1).await;
+    sup.expect_ack(1, Outcome::Succeeded).await;
     assert!(next_mail(&mut inbox).await.is_none());
     sup.ping(2).await;
 }

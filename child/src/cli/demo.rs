@@ -36,11 +36,13 @@
 //! for up to MS first (a signed cancel cuts that short): set MS above the
 //! deployment's `drain_timeout` to watch the budget run out and escalate.
 //! A redelivery of mail already acknowledged is answered by the runtime and
-//! never reaches this loop. SIGTERM keeps its default action.
+//! never reaches this loop. SIGTERM ends the demo cleanly (exit 0), like
+//! `Shutdown`: the supervisor sends both when it stops a child.
 
 use std::fmt;
 use std::time::Duration;
 
+use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::time::sleep;
 use wfhost_child::{CancelCause, CloseReason, DrainBehavior, Mail, Outcome, Runtime, RuntimeError};
 
@@ -160,9 +162,20 @@ pub async fn run(args: DemoArgs) -> u8 {
     let cleanup = Duration::from_millis(args.cleanup_ms);
     let mut inbox = rt.mail();
     let mut processed: u64 = 0;
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(term) => Some(term),
+        Err(e) => {
+            complain!("cannot watch SIGTERM ({e}); it will end the demo abruptly");
+            None
+        }
+    };
     loop {
         let mail = tokio::select! {
             biased;
+            () = sigterm(&mut term) => {
+                say!("demo: SIGTERM; exiting");
+                return 0;
+            }
             () = rt.draining() => break,
             next = inbox.next() => match next {
                 Some(mail) => mail,
@@ -186,7 +199,13 @@ pub async fn run(args: DemoArgs) -> u8 {
     if rt.is_draining() && rt.close_reason().is_none() {
         say!("demo: draining: taking no more mail; waiting for the supervisor to stop this child");
     }
-    let reason = rt.closed().await;
+    let reason = tokio::select! {
+        reason = rt.closed() => reason,
+        () = sigterm(&mut term) => {
+            say!("demo: SIGTERM; exiting");
+            return 0;
+        }
+    };
     let _ = rt.close().await;
     match reason {
         CloseReason::Shutdown => {
@@ -313,6 +332,16 @@ fn outcome_name(outcome: &Outcome) -> String {
         Outcome::Succeeded => "succeeded".to_owned(),
         Outcome::Cancelled => "cancelled".to_owned(),
         Outcome::Failed(why) => format!("failed: {why}"),
+    }
+}
+
+/// Resolves on SIGTERM; never, when it could not be watched.
+async fn sigterm(term: &mut Option<Signal>) {
+    match term {
+        Some(term) => {
+            term.recv().await;
+        }
+        None => std::future::pending().await,
     }
 }
 

@@ -51,6 +51,26 @@ async fn expect_approving(s: &mut Supervised, run: &str) {
     s.expect_started(run, "approve", DrainBehavior::Wait).await;
 }
 
+/// Sends mail 1 and, once its fetch (a cancel step) has started, a Drain.
+async fn drain_in_fetch(s: &mut Supervised) {
+    mail(s, 1).await;
+    s.expect_started("mail-1", "fetch", DrainBehavior::Cancel)
+        .await;
+    s.send(Control::Drain { budget_ms: 60_000 }).await;
+}
+
+/// Cancels mail 1, held in `step` during a drain, and expects the step and
+/// run to end cancelled, then the ack, then `Drained`. The cancel is a
+/// decision: the mail is done, as cancelled, and its ack comes before
+/// Drained, so a supervisor that stops at Drained keeps it.
+async fn cancel_ends_the_drain(s: &mut Supervised, origin: CancelOrigin, step: &str) {
+    let cancel = s.signed_cancel(origin, Some("mail-1"));
+    s.send(cancel).await;
+    s.expect_run_end("mail-1", step, Outcome::Cancelled).await;
+    s.expect_ack(1, Outcome::Cancelled).await;
+    assert_eq!(s.next().await, Event::Drained);
+}
+
 /// Shuts the child down and checks it closes the channel and exits 0.
 async fn shut_down(s: &mut Supervised) {
     s.send(Control::Shutdown).await;
@@ -146,10 +166,7 @@ async fn drain_during_approve_lets_it_finish_and_leaves_the_mail_unacknowledged(
 #[tokio::test]
 async fn drain_during_fetch_cancels_it_and_the_child_exits_0_on_eof() {
     let mut s = demo(&["--step-ms", "30000"]).await;
-    mail(&mut s, 1).await;
-    s.expect_started("mail-1", "fetch", DrainBehavior::Cancel)
-        .await;
-    s.send(Control::Drain { budget_ms: 60_000 }).await;
+    drain_in_fetch(&mut s).await;
     s.expect_run_end("mail-1", "fetch", Outcome::Cancelled)
         .await;
     // Drained once the demo let go of mail 1 (unacknowledged), after the run.
@@ -169,20 +186,10 @@ async fn drain_during_fetch_cancels_it_and_the_child_exits_0_on_eof() {
 #[tokio::test]
 async fn drain_cleanup_that_outlasts_the_budget_ends_with_the_escalated_cancel() {
     let mut s = demo(&["--step-ms", "30000", "--cleanup-ms", "30000"]).await;
-    mail(&mut s, 1).await;
-    s.expect_started("mail-1", "fetch", DrainBehavior::Cancel)
-        .await;
-    s.send(Control::Drain { budget_ms: 60_000 }).await;
+    drain_in_fetch(&mut s).await;
     // Still winding down: no StepFinished, no Drained.
     s.ping(1).await;
-    let cancel = s.signed_cancel(CancelOrigin::SupervisorDrain, Some("mail-1"));
-    s.send(cancel).await;
-    s.expect_run_end("mail-1", "fetch", Outcome::Cancelled)
-        .await;
-    // The cancel is a decision: the mail is done, as cancelled, and its ack
-    // comes before Drained, so a supervisor that stops at Drained keeps it.
-    s.expect_ack(1, Outcome::Cancelled).await;
-    assert_eq!(s.next().await, Event::Drained);
+    cancel_ends_the_drain(&mut s, CancelOrigin::SupervisorDrain, "fetch").await;
     s.ping(2).await;
     shut_down(&mut s).await;
     let stdout = s.stdout().await;
@@ -196,10 +203,7 @@ async fn drain_cleanup_that_outlasts_the_budget_ends_with_the_escalated_cancel()
 #[tokio::test]
 async fn drain_cleanup_within_the_budget_leaves_the_mail_unacknowledged() {
     let mut s = demo(&["--step-ms", "30000", "--cleanup-ms", "20"]).await;
-    mail(&mut s, 1).await;
-    s.expect_started("mail-1", "fetch", DrainBehavior::Cancel)
-        .await;
-    s.send(Control::Drain { budget_ms: 60_000 }).await;
+    drain_in_fetch(&mut s).await;
     s.expect_run_end("mail-1", "fetch", Outcome::Cancelled)
         .await;
     assert_eq!(s.next().await, Event::Drained);
@@ -267,12 +271,7 @@ async fn an_operator_cancel_of_a_waited_for_run_during_a_drain_acks_before_drain
     s.send(Control::Drain { budget_ms: 60_000 }).await;
     // Waiting for a person, holding mail 1: the drain is not over.
     s.ping(1).await;
-    let cancel = s.signed_cancel(CancelOrigin::Operator, Some("mail-1"));
-    s.send(cancel).await;
-    s.expect_run_end("mail-1", "approve", Outcome::Cancelled)
-        .await;
-    s.expect_ack(1, Outcome::Cancelled).await;
-    assert_eq!(s.next().await, Event::Drained);
+    cancel_ends_the_drain(&mut s, CancelOrigin::Operator, "approve").await;
     s.ping(2).await;
     shut_down(&mut s).await;
 }

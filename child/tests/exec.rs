@@ -94,16 +94,36 @@ fn until_go(dir: &Scratch) -> String {
     )
 }
 
+/// Starts `wfhost-child exec FLAGS -- sh -c SCRIPT` with the `script` of
+/// a fresh scratch dir `name`, and expects its command step to start with
+/// `drain`; returns the dir, the child and the run (`--run`'s or the
+/// default).
+async fn start_exec(
+    name: &str,
+    flags: &[&str],
+    script: impl Fn(&Scratch) -> String,
+    drain: DrainBehavior,
+) -> (Scratch, Supervised, String) {
+    let dir = Scratch::new(name);
+    let script = script(&dir);
+    let mut args = vec!["exec"];
+    args.extend_from_slice(flags);
+    args.extend(["--", "sh", "-c", &script]);
+    let mut s = start(&args).await;
+    let run = match flags.iter().position(|&f| f == "--run") {
+        Some(i) => flags[i + 1].to_owned(),
+        None => default_run(&s),
+    };
+    expect_started(&mut s, &run, drain).await;
+    (dir, s, run)
+}
+
 /// How exec mode answers every mail item.
 const NO_MAIL: &str = "wfhost-child exec hosts a plain command and takes no mail";
 
 #[tokio::test]
 async fn handshake_ready_pings_while_running_and_shutdown_passes_the_status_on() {
-    let dir = Scratch::new("shutdown");
-    let script = stoppable(&dir);
-    let mut s = start(&["exec", "--", "sh", "-c", &script]).await;
-    let run = default_run(&s);
-    expect_started(&mut s, &run, DrainBehavior::Cancel).await;
+    let (dir, mut s, run) = start_exec("shutdown", &[], stoppable, DrainBehavior::Cancel).await;
     let pid = dir.command_pid().await;
     for nonce in 1..=5 {
         s.ping(nonce).await;
@@ -119,11 +139,13 @@ async fn handshake_ready_pings_while_running_and_shutdown_passes_the_status_on()
 
 #[tokio::test]
 async fn drain_with_cancel_behaviour_terminates_the_command() {
-    let dir = Scratch::new("drain-cancel");
-    let script = stoppable(&dir);
-    let mut s = start(&["exec", "--drain", "cancel", "--", "sh", "-c", &script]).await;
-    let run = default_run(&s);
-    expect_started(&mut s, &run, DrainBehavior::Cancel).await;
+    let (dir, mut s, run) = start_exec(
+        "drain-cancel",
+        &["--drain", "cancel"],
+        stoppable,
+        DrainBehavior::Cancel,
+    )
+    .await;
     dir.command_pid().await;
     s.send(Control::Drain { budget_ms: 60_000 }).await;
     s.expect_run_end(&run, "command", Outcome::Cancelled).await;
@@ -135,13 +157,13 @@ async fn drain_with_cancel_behaviour_terminates_the_command() {
 
 #[tokio::test]
 async fn drain_with_wait_behaviour_is_drained_at_once_and_the_command_finishes() {
-    let dir = Scratch::new("drain-wait");
-    let script = until_go(&dir);
-    let mut s = start(&[
-        "exec", "--drain", "wait", "--run", "job-1", "--", "sh", "-c", &script,
-    ])
+    let (dir, mut s, _) = start_exec(
+        "drain-wait",
+        &["--drain", "wait", "--run", "job-1"],
+        until_go,
+        DrainBehavior::Wait,
+    )
     .await;
-    expect_started(&mut s, "job-1", DrainBehavior::Wait).await;
     let pid = dir.command_pid().await;
     s.send(Control::Drain { budget_ms: 60_000 }).await;
     assert_eq!(s.next().await, Event::Drained);
@@ -156,11 +178,13 @@ async fn drain_with_wait_behaviour_is_drained_at_once_and_the_command_finishes()
 
 #[tokio::test]
 async fn a_signed_cancel_of_the_run_kills_the_command() {
-    let dir = Scratch::new("cancel");
-    let script = stoppable(&dir);
-    let mut s = start(&["exec", "--drain", "wait", "--", "sh", "-c", &script]).await;
-    let run = default_run(&s);
-    expect_started(&mut s, &run, DrainBehavior::Wait).await;
+    let (dir, mut s, run) = start_exec(
+        "cancel",
+        &["--drain", "wait"],
+        stoppable,
+        DrainBehavior::Wait,
+    )
+    .await;
     dir.command_pid().await;
     let cancel = s.signed_cancel(CancelOrigin::SupervisorDrain, Some(&run));
     s.send(cancel).await;
@@ -172,11 +196,7 @@ async fn a_signed_cancel_of_the_run_kills_the_command() {
 
 #[tokio::test]
 async fn a_signed_cancel_of_every_run_kills_the_command() {
-    let dir = Scratch::new("cancel-all");
-    let script = stoppable(&dir);
-    let mut s = start(&["exec", "--", "sh", "-c", &script]).await;
-    let run = default_run(&s);
-    expect_started(&mut s, &run, DrainBehavior::Cancel).await;
+    let (dir, mut s, run) = start_exec("cancel-all", &[], stoppable, DrainBehavior::Cancel).await;
     dir.command_pid().await;
     let cancel = s.signed_cancel(CancelOrigin::SupervisorDrain, None);
     s.send(cancel).await;
@@ -186,11 +206,7 @@ async fn a_signed_cancel_of_every_run_kills_the_command() {
 
 #[tokio::test]
 async fn forged_or_misaddressed_cancels_are_refused_and_the_command_runs_on() {
-    let dir = Scratch::new("refuse");
-    let script = stoppable(&dir);
-    let mut s = start(&["exec", "--", "sh", "-c", &script]).await;
-    let run = default_run(&s);
-    expect_started(&mut s, &run, DrainBehavior::Cancel).await;
+    let (dir, mut s, run) = start_exec("refuse", &[], stoppable, DrainBehavior::Cancel).await;
     let pid = dir.command_pid().await;
 
     let other_key = key::generate().unwrap();
@@ -231,11 +247,7 @@ async fn forged_or_misaddressed_cancels_are_refused_and_the_command_runs_on() {
 
 #[tokio::test]
 async fn eof_terminates_the_command_and_the_child_exits() {
-    let dir = Scratch::new("eof");
-    let script = stoppable(&dir);
-    let mut s = start(&["exec", "--", "sh", "-c", &script]).await;
-    let run = default_run(&s);
-    expect_started(&mut s, &run, DrainBehavior::Cancel).await;
+    let (dir, mut s, _) = start_exec("eof", &[], stoppable, DrainBehavior::Cancel).await;
     dir.command_pid().await;
     s.hang_up();
     assert_eq!(s.exit_code().await, Some(7));
@@ -244,14 +256,13 @@ async fn eof_terminates_the_command_and_the_child_exits() {
 
 #[tokio::test]
 async fn eof_kills_a_command_that_ignores_sigterm_after_the_grace_period() {
-    let dir = Scratch::new("eof-kill");
-    let script = format!(
-        "trap '' TERM; echo $$ > {d}/pid; while :; do sleep 0.05; done",
-        d = dir.path().display()
-    );
-    let mut s = start(&["exec", "--", "sh", "-c", &script]).await;
-    let run = default_run(&s);
-    expect_started(&mut s, &run, DrainBehavior::Cancel).await;
+    let deaf = |dir: &Scratch| {
+        format!(
+            "trap '' TERM; echo $$ > {d}/pid; while :; do sleep 0.05; done",
+            d = dir.path().display()
+        )
+    };
+    let (dir, mut s, _) = start_exec("eof-kill", &[], deaf, DrainBehavior::Cancel).await;
     let pid = dir.command_pid().await;
     let closed_at = Instant::now();
     s.hang_up();
@@ -266,11 +277,7 @@ async fn eof_kills_a_command_that_ignores_sigterm_after_the_grace_period() {
 
 #[tokio::test]
 async fn sigterm_to_wfhost_child_is_forwarded_to_the_command() {
-    let dir = Scratch::new("sigterm");
-    let script = stoppable(&dir);
-    let mut s = start(&["exec", "--", "sh", "-c", &script]).await;
-    let run = default_run(&s);
-    expect_started(&mut s, &run, DrainBehavior::Cancel).await;
+    let (dir, mut s, run) = start_exec("sigterm", &[], stoppable, DrainBehavior::Cancel).await;
     dir.command_pid().await;
     // SAFETY: plain kill(2) of the child we spawned.
     assert_eq!(unsafe { libc::kill(s.pid() as i32, libc::SIGTERM) }, 0);
@@ -282,11 +289,7 @@ async fn sigterm_to_wfhost_child_is_forwarded_to_the_command() {
 
 #[tokio::test]
 async fn mail_is_acknowledged_as_failed_in_exec_mode() {
-    let dir = Scratch::new("mail");
-    let script = stoppable(&dir);
-    let mut s = start(&["exec", "--", "sh", "-c", &script]).await;
-    let run = default_run(&s);
-    expect_started(&mut s, &run, DrainBehavior::Cancel).await;
+    let (dir, mut s, _) = start_exec("mail", &[], stoppable, DrainBehavior::Cancel).await;
     s.send_mail(42, b"hello").await;
     s.expect_ack(42, Outcome::Failed(NO_MAIL.into())).await;
     // The trap is set once the pid is written.
@@ -297,13 +300,13 @@ async fn mail_is_acknowledged_as_failed_in_exec_mode() {
 
 #[tokio::test]
 async fn exec_never_holds_mail_so_a_drain_is_drained_at_once_and_later_mail_is_not_taken() {
-    let dir = Scratch::new("mail-drain");
-    let script = until_go(&dir);
-    let mut s = start(&[
-        "exec", "--drain", "wait", "--run", "job-1", "--", "sh", "-c", &script,
-    ])
+    let (dir, mut s, _) = start_exec(
+        "mail-drain",
+        &["--drain", "wait", "--run", "job-1"],
+        until_go,
+        DrainBehavior::Wait,
+    )
     .await;
-    expect_started(&mut s, "job-1", DrainBehavior::Wait).await;
     let no_mail = Outcome::Failed(NO_MAIL.into());
     s.send_mail(1, b"a").await;
     s.expect_ack(1, no_mail.clone()).await;

@@ -64,9 +64,11 @@ async fn mail(sup: &mut Channel, id: u64) {
     sup.send_mail(id, id.to_be_bytes()).await;
 }
 
-/// Spawns a step whose body waits for `release` (or runs until cancelled).
-fn spawn_step(
+/// Spawns a step whose body waits for `release` (or runs until cancelled)
+/// and expects its `StepStarted`.
+async fn spawn_step(
     rt: &Runtime,
+    sup: &mut Channel,
     run: &'static str,
     name: &'static str,
     drain: DrainBehavior,
@@ -82,6 +84,7 @@ fn spawn_step(
         })
         .await
     });
+    sup.expect_started(run, name, drain).await;
     (tx, task)
 }
 
@@ -131,8 +134,7 @@ async fn handshake_refuses_anything_but_a_fitting_welcome() {
 #[tokio::test]
 async fn pings_are_answered_while_a_long_step_runs() {
     let (rt, mut sup) = connect().await;
-    let (release, task) = spawn_step(&rt, "r1", "slow", DrainBehavior::Wait);
-    sup.expect_started("r1", "slow", DrainBehavior::Wait).await;
+    let (release, task) = spawn_step(&rt, &mut sup, "r1", "slow", DrainBehavior::Wait).await;
     for nonce in 0..20 {
         sup.ping(nonce).await;
     }
@@ -159,12 +161,9 @@ async fn failing_steps_report_failed() {
 #[tokio::test]
 async fn drain_cancels_cancel_steps_lets_wait_steps_finish_and_reports_drained_once() {
     let (rt, mut sup) = connect().await;
-    let (_keep, fetch) = spawn_step(&rt, "r1", "fetch", DrainBehavior::Cancel);
-    sup.expect_started("r1", "fetch", DrainBehavior::Cancel)
-        .await;
-    let (approve_go, approve) = spawn_step(&rt, "r2", "approve", DrainBehavior::Wait);
-    sup.expect_started("r2", "approve", DrainBehavior::Wait)
-        .await;
+    let (_keep, fetch) = spawn_step(&rt, &mut sup, "r1", "fetch", DrainBehavior::Cancel).await;
+    let (approve_go, approve) =
+        spawn_step(&rt, &mut sup, "r2", "approve", DrainBehavior::Wait).await;
     assert!(!rt.is_draining());
 
     sup.send(Control::Drain { budget_ms: 1000 }).await;
@@ -202,9 +201,7 @@ async fn drain_cancels_cancel_steps_lets_wait_steps_finish_and_reports_drained_o
 #[tokio::test]
 async fn drain_with_only_wait_steps_is_drained_at_once() {
     let (rt, mut sup) = connect().await;
-    let (go, task) = spawn_step(&rt, "r1", "approve", DrainBehavior::Wait);
-    sup.expect_started("r1", "approve", DrainBehavior::Wait)
-        .await;
+    let (go, task) = spawn_step(&rt, &mut sup, "r1", "approve", DrainBehavior::Wait).await;
     sup.send(Control::Drain { budget_ms: 1000 }).await;
     assert_eq!(sup.next().await, Event::Drained);
     go.send(2).unwrap();
@@ -214,15 +211,9 @@ async fn drain_with_only_wait_steps_is_drained_at_once() {
 #[tokio::test]
 async fn a_verified_cancel_cascades_over_every_step_of_its_run_only() {
     let (rt, mut sup) = connect().await;
-    let (_a, approve) = spawn_step(&rt, "r1", "approve", DrainBehavior::Wait);
-    sup.expect_started("r1", "approve", DrainBehavior::Wait)
-        .await;
-    let (_b, fetch) = spawn_step(&rt, "r1", "fetch", DrainBehavior::Cancel);
-    sup.expect_started("r1", "fetch", DrainBehavior::Cancel)
-        .await;
-    let (other_go, other) = spawn_step(&rt, "r2", "fetch", DrainBehavior::Cancel);
-    sup.expect_started("r2", "fetch", DrainBehavior::Cancel)
-        .await;
+    let (_a, approve) = spawn_step(&rt, &mut sup, "r1", "approve", DrainBehavior::Wait).await;
+    let (_b, fetch) = spawn_step(&rt, &mut sup, "r1", "fetch", DrainBehavior::Cancel).await;
+    let (other_go, other) = spawn_step(&rt, &mut sup, "r2", "fetch", DrainBehavior::Cancel).await;
 
     let cancel = operator_cancel(DEPLOYMENT, Some("r1"), sup.key());
     sup.send(cancel).await;
@@ -267,9 +258,7 @@ async fn a_verified_cancel_cascades_over_every_step_of_its_run_only() {
 #[tokio::test]
 async fn refused_cancels_change_nothing() {
     let (rt, mut sup) = connect().await;
-    let (go, task) = spawn_step(&rt, "r1", "fetch", DrainBehavior::Cancel);
-    sup.expect_started("r1", "fetch", DrainBehavior::Cancel)
-        .await;
+    let (go, task) = spawn_step(&rt, &mut sup, "r1", "fetch", DrainBehavior::Cancel).await;
     let stranger = key::generate().unwrap();
     let refused = [
         operator_cancel(DEPLOYMENT, Some("r1"), &stranger),
@@ -316,9 +305,7 @@ async fn mail_is_delivered_once_acked_and_reacked_on_redelivery() {
 #[tokio::test]
 async fn shutdown_closes_the_runtime_cancels_steps_and_ends_the_mail_stream() {
     let (rt, mut sup) = connect().await;
-    let (_go, task) = spawn_step(&rt, "r1", "approve", DrainBehavior::Wait);
-    sup.expect_started("r1", "approve", DrainBehavior::Wait)
-        .await;
+    let (_go, task) = spawn_step(&rt, &mut sup, "r1", "approve", DrainBehavior::Wait).await;
     let mut inbox = rt.mail();
     let waiting = tokio::spawn(async move { inbox.next().await.map(|m| m.id()) });
     sup.send(Control::Shutdown).await;

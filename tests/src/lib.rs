@@ -1,9 +1,16 @@
 //! Helpers for black-box tests: find the built binaries, make short temp
-//! dirs, and run commands with deadlines. Tests drive only the binaries.
+//! dirs, write configs, run commands with deadlines, and read what an
+//! operator reads (command output, the journal, the event log, the store).
+//! Tests drive only the binaries.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// How long a test waits for anything a supervisor or its children do.
+pub const LONG: Duration = Duration::from_secs(30);
 
 /// The directory holding the workspace's built binaries: the test
 /// executable lives in `target/<profile>/deps`, the binaries one level up.
@@ -81,20 +88,206 @@ pub fn wfhost(args: &[&str]) -> Output {
         .expect("run wfhost")
 }
 
+/// Runs `wfhost keygen --out PATH`; returns its output, the public key
+/// and the key id it printed (empty where it printed none).
+pub fn keygen(path: &Path) -> (Output, String, String) {
+    let out = wfhost(&["keygen", "--out", path.to_str().expect("utf-8 path")]);
+    let text = stdout(&out);
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .unwrap_or_default()
+            .to_string()
+    };
+    let (public, id) = (field("public key: "), field("key id: "));
+    (out, public, id)
+}
+
+/// Runs `wfhost ARGS --config CONFIG` to completion.
+pub fn client(config: &Path, args: &[&str]) -> Output {
+    let mut full = args.to_vec();
+    full.extend(["--config", config.to_str().expect("utf-8 path")]);
+    wfhost(&full)
+}
+
+/// Bytes a command wrote, as text.
+pub fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// A command's stdout, as text.
+pub fn stdout(out: &Output) -> String {
+    text(&out.stdout)
+}
+
+/// A command's stderr, as text.
+pub fn stderr(out: &Output) -> String {
+    text(&out.stderr)
+}
+
+/// A command's exit code, stdout and stderr, for assertion messages.
+pub fn describe(out: &Output) -> String {
+    format!(
+        "exit {:?}\nstdout: {}\nstderr: {}",
+        out.status.code(),
+        stdout(out),
+        stderr(out)
+    )
+}
+
+/// Asserts that the command `what` succeeded; returns its stdout.
+pub fn ok(what: &str, out: &Output) -> String {
+    assert!(
+        out.status.success(),
+        "{what} failed ({:?}): {}{}",
+        out.status.code(),
+        stdout(out),
+        stderr(out)
+    );
+    stdout(out)
+}
+
+/// Every non-blank line of `text` parsed as JSON (`--json` output).
+pub fn json_lines(text: &str) -> Vec<Value> {
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad JSON line {l:?}: {e}")))
+        .collect()
+}
+
+/// Wall-clock Unix milliseconds, the clock of journal and event times.
+pub fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_millis() as u64
+}
+
+/// Whether `v` is a channel id: a string of 32 hex digits.
+pub fn is_channel_id(v: &Value) -> bool {
+    v.as_str()
+        .is_some_and(|s| s.len() == 32 && s.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
+/// The bytes a hex string spells.
+pub fn unhex(s: &str) -> Vec<u8> {
+    assert!(s.len().is_multiple_of(2), "odd hex {s}");
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex"))
+        .collect()
+}
+
+/// `(inbox, processing, done)` from a deployment's status (`u64::MAX`
+/// for a count that is missing).
+pub fn mail_counts(d: &Value) -> (u64, u64, u64) {
+    let m = &d["mail"];
+    let n = |k: &str| m[k].as_u64().unwrap_or(u64::MAX);
+    (n("inbox"), n("processing"), n("done"))
+}
+
+/// The rows of `sql` (JSON arrays), read by python3's sqlite3 from the
+/// store `db` on a connection of its own (WAL readers are never blocked by
+/// a writer).
+pub fn query(db: &Path, sql: &str) -> Vec<Value> {
+    let script = format!(
+        "import json, sqlite3, sys\n\
+         c = sqlite3.connect(sys.argv[1], timeout=30)\n\
+         print(json.dumps(c.execute({sql:?}).fetchall()))\n"
+    );
+    let out = python(db, &script);
+    serde_json::from_str(&ok("python3 query", &out)).expect("rows")
+}
+
+/// Runs a python3 script (python3 ships sqlite3) with the store `db` as
+/// `sys.argv[1]`.
+pub fn python(db: &Path, script: &str) -> Output {
+    Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .arg(db)
+        .output()
+        .expect("run python3 (it ships sqlite3)")
+}
+
+/// Reads with `read` until two reads 100 ms apart are as long: the event
+/// log is written in batches just after what it describes. Panics if it is
+/// still growing after [`LONG`].
+fn settled(read: impl Fn() -> Vec<Value>) -> Vec<Value> {
+    let mut last = read().len();
+    poll(LONG, Duration::ZERO, || {
+        std::thread::sleep(Duration::from_millis(100));
+        let now = read();
+        if now.len() == last {
+            Ok(now)
+        } else {
+            last = now.len();
+            Err(())
+        }
+    })
+    .unwrap_or_else(|()| panic!("the event log was still growing after {LONG:?}"))
+}
+
+/// A `[[deployment]]` table: `id`, `command` (a TOML array, see
+/// [`command`]) and `extra` lines.
+pub fn deployment(id: &str, command: &str, extra: &str) -> String {
+    format!("[[deployment]]\nid = \"{id}\"\ncommand = {command}\n{extra}\n")
+}
+
+/// A TOML array of `parts`, each quoted as is (none may hold `"` or `\`);
+/// `{bin}` stands for the binaries' directory.
+pub fn command(parts: &[&str]) -> String {
+    let quoted: Vec<String> = parts.iter().map(|p| format!("\"{p}\"")).collect();
+    format!("[{}]", quoted.join(", "))
+}
+
+/// `wfhost-child exec -- sh -c CMD` (no `"` or `\` in CMD).
+pub fn exec(cmd: &str) -> String {
+    exec_with(&[], cmd)
+}
+
+/// `wfhost-child exec FLAGS -- sh -c CMD`, e.g. with `["--drain", "wait"]`.
+pub fn exec_with(flags: &[&str], cmd: &str) -> String {
+    let mut parts = vec!["{bin}/wfhost-child", "exec"];
+    parts.extend_from_slice(flags);
+    parts.extend(["--", "sh", "-c", cmd]);
+    command(&parts)
+}
+
+/// `wfhost-child demo ARGS`.
+pub fn demo(args: &[&str]) -> String {
+    let mut parts = vec!["{bin}/wfhost-child", "demo"];
+    parts.extend_from_slice(args);
+    command(&parts)
+}
+
+/// `wfh-testchild MODE`.
+pub fn testchild(mode: &str) -> String {
+    command(&["{bin}/wfh-testchild", mode])
+}
+
+/// Calls `f` every `every` until it returns `Ok`; once `timeout` has
+/// passed, returns its last `Err` instead.
+pub fn poll<T, E>(
+    timeout: Duration,
+    every: Duration,
+    mut f: impl FnMut() -> Result<T, E>,
+) -> Result<T, E> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match f() {
+            Ok(v) => return Ok(v),
+            Err(e) if Instant::now() >= deadline => return Err(e),
+            Err(_) => std::thread::sleep(every),
+        }
+    }
+}
+
 /// Polls `f` every 20 ms until it returns `Some`, or panics naming `what`
 /// after `timeout`.
 pub fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for {what}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    poll(timeout, Duration::from_millis(20), || f().ok_or(()))
+        .unwrap_or_else(|()| panic!("timed out after {timeout:?} waiting for {what}"))
 }
 
 /// The parent pid of `pid`, from `/proc/PID/stat`; `None` once it is gone.
@@ -148,10 +341,17 @@ impl Supervisor {
     /// (deployment tables; `{bin}` is replaced by the binaries' directory)
     /// and starts a supervisor on it.
     pub fn start(body: &str) -> Self {
+        Self::start_with("", body, &[])
+    }
+
+    /// Writes a config with `settings` in its `[supervisor]` table (see
+    /// [`write_config_with_settings`]) in a fresh temp dir and starts a
+    /// supervisor on it with extra environment variables `env`.
+    fn start_with(settings: &str, body: &str, env: &[(&str, &str)]) -> Self {
         let dir = TempDir::new();
         let config = dir.join("wfhost.toml");
-        write_config(&config, &dir.join("state"), body);
-        Self::start_in(dir, config)
+        write_config_with_settings(&config, &dir.join("state"), settings, body);
+        Self::launch(dir, config, env)
     }
 
     /// Starts a supervisor on an existing dir and config.
@@ -213,21 +413,66 @@ impl Supervisor {
 
     /// Runs a client command against this supervisor (`--config` added).
     pub fn client(&self, args: &[&str]) -> Output {
-        let mut full: Vec<&str> = args.to_vec();
-        let config = self.config.to_str().expect("utf-8 path");
-        full.extend(["--config", config]);
-        wfhost(&full)
+        client(&self.config, args)
+    }
+
+    /// `wfhost journal show --json`: every journal record, oldest first.
+    pub fn journal(&self) -> Vec<Value> {
+        json_lines(&ok(
+            "journal show",
+            &self.client(&["journal", "show", "--json"]),
+        ))
+    }
+
+    /// `wfhost events --json` (the whole durable backlog), once it has
+    /// settled: events are written in batches just after what they
+    /// describe, so the log is read until two reads 100 ms apart agree.
+    pub fn events(&self) -> Vec<Value> {
+        settled(|| self.events_so_far())
+    }
+
+    /// `wfhost events --json` as it stands now, for a log that never
+    /// settles (a deployment recycled all the time): it may lag behind what
+    /// was just done.
+    pub fn events_so_far(&self) -> Vec<Value> {
+        json_lines(&ok("events", &self.client(&["events", "--json"])))
+    }
+
+    /// Like [`Supervisor::events`], only the events after seq `after`.
+    pub fn events_after(&self, after: u64) -> Vec<Value> {
+        let after = after.to_string();
+        settled(|| {
+            json_lines(&ok(
+                "events",
+                &self.client(&["events", "--json", "--after", &after]),
+            ))
+        })
+    }
+
+    /// The store's database file.
+    pub fn db(&self) -> PathBuf {
+        self.dir.join("state/wfhost.db")
+    }
+
+    /// The ids of the `mail N: received` lines the demo children printed
+    /// (only child `pid`'s, when given), in log order.
+    pub fn received_mail(&self, pid: Option<u32>) -> Vec<u64> {
+        let tag = pid.map(|pid| format!("pid={pid} "));
+        self.plain_log()
+            .lines()
+            .filter(|l| tag.as_ref().is_none_or(|tag| l.contains(tag)))
+            .filter_map(|l| {
+                let rest = &l[l.find("mail ")? + 5..];
+                let (n, _) = rest.split_once(": received ")?;
+                n.parse().ok()
+            })
+            .collect()
     }
 
     /// `wfhost status --json`, parsed.
     pub fn status(&self) -> serde_json::Value {
-        let out = self.client(&["status", "--json"]);
-        assert!(
-            out.status.success(),
-            "status failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("status JSON");
+        let out = ok("status", &self.client(&["status", "--json"]));
+        let v: Value = serde_json::from_str(&out).expect("status JSON");
         for d in v["deployments"].as_array().into_iter().flatten() {
             if let Some(pid) = d["pid"].as_u64() {
                 let mut seen = self.seen.borrow_mut();
@@ -254,22 +499,18 @@ impl Supervisor {
         id: &str,
         what: &str,
         timeout: Duration,
-        pred: impl Fn(&serde_json::Value) -> bool,
-    ) -> serde_json::Value {
-        let deadline = Instant::now() + timeout;
-        loop {
+        pred: impl Fn(&Value) -> bool,
+    ) -> Value {
+        poll(timeout, Duration::from_millis(50), || {
             let d = self.deployment(id);
-            if pred(&d) {
-                return d;
-            }
-            if Instant::now() > deadline {
-                panic!(
-                    "timed out after {timeout:?} waiting for {id}: {what}; last status {d}\nlog:\n{}",
-                    self.log()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+            if pred(&d) { Ok(d) } else { Err(d) }
+        })
+        .unwrap_or_else(|d| {
+            panic!(
+                "timed out after {timeout:?} waiting for {id}: {what}; last status {d}\nlog:\n{}",
+                self.log()
+            )
+        })
     }
 
     /// Waits until `id` is ready and returns its pid.
@@ -287,19 +528,15 @@ impl Supervisor {
 
     /// Waits for the supervisor to exit and returns its status.
     pub fn wait_exit(&mut self, timeout: Duration) -> std::process::ExitStatus {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(status) = self.child.try_wait().expect("try_wait") {
-                return status;
-            }
-            if Instant::now() > deadline {
-                panic!(
-                    "supervisor did not exit within {timeout:?}\nlog:\n{}",
-                    self.log()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        poll(timeout, Duration::from_millis(20), || {
+            self.child.try_wait().expect("try_wait").ok_or(())
+        })
+        .unwrap_or_else(|()| {
+            panic!(
+                "supervisor did not exit within {timeout:?}\nlog:\n{}",
+                self.log()
+            )
+        })
     }
 
     /// Hands back the temp dir and config for a successor supervisor.
@@ -337,22 +574,14 @@ impl Drop for Supervisor {
 /// Writes a config file: a `[supervisor]` table with `state_dir`, then
 /// `body` with `{bin}` replaced by the binaries' directory.
 pub fn write_config(path: &Path, state_dir: &Path, body: &str) {
-    let text = format!(
-        "[supervisor]\nstate_dir = \"{}\"\n\n{}",
-        state_dir.display(),
-        body.replace("{bin}", &bin_dir().display().to_string())
-    );
-    std::fs::write(path, text).expect("write config");
+    write_config_with_settings(path, state_dir, "", body);
 }
 
 impl Supervisor {
     /// Like [`Supervisor::start`], with extra environment variables for the
     /// supervisor process (e.g. `NOTIFY_SOCKET`, `WATCHDOG_USEC`).
     pub fn start_with_env(body: &str, env: &[(&str, &str)]) -> Self {
-        let dir = TempDir::new();
-        let config = dir.join("wfhost.toml");
-        write_config(&config, &dir.join("state"), body);
-        Self::launch(dir, config, env)
+        Self::start_with("", body, env)
     }
 
     /// Waits until the control socket accepts connections: the file
@@ -406,12 +635,14 @@ pub fn strip_ansi(text: &str) -> String {
 /// Writes a config like [`write_config`], with `settings` (lines such as
 /// `metrics_listen = "127.0.0.1:9464"`) added to the `[supervisor]` table.
 pub fn write_config_with_settings(path: &Path, state_dir: &Path, settings: &str, body: &str) {
-    let text = format!(
-        "[supervisor]\nstate_dir = \"{}\"\n{}\n\n{}",
-        state_dir.display(),
-        settings.trim_end(),
-        body.replace("{bin}", &bin_dir().display().to_string())
-    );
+    let mut text = format!("[supervisor]\nstate_dir = \"{}\"\n", state_dir.display());
+    let settings = settings.trim_end();
+    if !settings.is_empty() {
+        text.push_str(settings);
+        text.push('\n');
+    }
+    text.push('\n');
+    text.push_str(&body.replace("{bin}", &bin_dir().display().to_string()));
     std::fs::write(path, text).expect("write config");
 }
 
@@ -419,9 +650,6 @@ impl Supervisor {
     /// Like [`Supervisor::start`], with `settings` added to the
     /// `[supervisor]` table (see [`write_config_with_settings`]).
     pub fn start_with_settings(settings: &str, body: &str) -> Self {
-        let dir = TempDir::new();
-        let config = dir.join("wfhost.toml");
-        write_config_with_settings(&config, &dir.join("state"), settings, body);
-        Self::start_in(dir, config)
+        Self::start_with(settings, body, &[])
     }
 }

@@ -4,15 +4,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::Output;
 
-use wfhost_tests::{TempDir, wfhost};
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
+use wfhost_tests::{TempDir, keygen, stderr, stdout, wfhost};
 
 /// Writes `text` as a config in `dir` and runs `wfhost check-config` on it.
 fn check(dir: &TempDir, text: &str) -> (Output, String) {
@@ -20,6 +12,14 @@ fn check(dir: &TempDir, text: &str) -> (Output, String) {
     std::fs::write(&path, text).unwrap();
     let path = path.to_str().unwrap().to_string();
     (wfhost(&["check-config", &path]), path)
+}
+
+/// Like [`check`], for a config `wfhost check-config` must refuse (exit
+/// 2); returns its stderr and the config's path.
+fn check_refused(dir: &TempDir, text: &str) -> (String, String) {
+    let (out, path) = check(dir, text);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    (stderr(&out), path)
 }
 
 #[test]
@@ -77,12 +77,10 @@ fn a_bad_value_is_reported_as_file_line_column_with_help() {
 #[test]
 fn an_unknown_key_is_refused_with_its_position() {
     let dir = TempDir::new();
-    let (out, path) = check(
+    let (err, path) = check_refused(
         &dir,
         "[supervisor]\nstate_dir = \"s\"\npolicy_intervall = \"5s\"\n",
     );
-    assert_eq!(out.status.code(), Some(2));
-    let err = stderr(&out);
     assert!(
         err.starts_with(&format!("{path}:3:1: unknown field `policy_intervall`")),
         "{err}"
@@ -96,12 +94,10 @@ fn an_unknown_key_is_refused_with_its_position() {
 #[test]
 fn an_ambiguous_size_asks_for_mib() {
     let dir = TempDir::new();
-    let (out, path) = check(
+    let (err, path) = check_refused(
         &dir,
         "[[deployment]]\nid = \"a\"\ncommand = [\"/bin/sh\"]\nrecycle = { max_rss = \"512M\" }\n",
     );
-    assert_eq!(out.status.code(), Some(2));
-    let err = stderr(&out);
     assert!(
         err.starts_with(&format!("{path}:4:23: size \"512M\" is ambiguous")),
         "{err}"
@@ -112,39 +108,33 @@ fn an_ambiguous_size_asks_for_mib() {
 #[test]
 fn a_semantic_error_points_at_the_offending_value() {
     let dir = TempDir::new();
-    let (out, path) = check(
+    let (err, path) = check_refused(
         &dir,
         "[defaults]\nliveness_interval = \"10s\"\n\n[[deployment]]\nid = \"a\"\ncommand = [\"/bin/sh\"]\nliveness_timeout = \"5s\"\n",
     );
-    assert_eq!(out.status.code(), Some(2));
-    let err = stderr(&out);
     assert!(
         err.starts_with(&format!(
             "{path}:7:20: liveness_timeout (5s) must be longer than liveness_interval (10s)"
         )),
         "{err}"
     );
-    let (out, path) = check(
+    let (err, path) = check_refused(
         &dir,
         "[[deployment]]\nid = \"a\"\ncommand = [\"/bin/sh\"]\n[[deployment]]\nid = \"a\"\ncommand = [\"/bin/sh\"]\n",
     );
-    assert_eq!(out.status.code(), Some(2));
     assert!(
-        stderr(&out).starts_with(&format!("{path}:5:6: deployment id \"a\" is used twice")),
-        "{}",
-        stderr(&out)
+        err.starts_with(&format!("{path}:5:6: deployment id \"a\" is used twice")),
+        "{err}"
     );
 }
 
 #[test]
 fn a_missing_program_is_a_config_error() {
     let dir = TempDir::new();
-    let (out, path) = check(
+    let (err, path) = check_refused(
         &dir,
         "[[deployment]]\nid = \"a\"\ncommand = [\"./not-there\"]\n",
     );
-    assert_eq!(out.status.code(), Some(2));
-    let err = stderr(&out);
     assert!(err.starts_with(&format!("{path}:3:12: program ")), "{err}");
     assert!(
         err.contains(&format!("{}/not-there", dir.path().display())),
@@ -170,20 +160,6 @@ fn check_config_without_a_path_is_a_usage_error() {
     let out = wfhost(&["check-config"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("<PATH>"), "{}", stderr(&out));
-}
-
-/// Runs `wfhost keygen --out PATH`; returns (output, public key, key id).
-fn keygen(path: &Path) -> (Output, String, String) {
-    let out = wfhost(&["keygen", "--out", path.to_str().unwrap()]);
-    let text = stdout(&out);
-    let field = |name: &str| {
-        text.lines()
-            .find_map(|l| l.strip_prefix(name))
-            .unwrap_or_default()
-            .to_string()
-    };
-    let (public, id) = (field("public key: "), field("key id: "));
-    (out, public, id)
 }
 
 #[test]

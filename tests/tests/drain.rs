@@ -4,29 +4,24 @@
 //! log lines and /proc.
 
 use std::io::{BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Output, Stdio};
+use std::path::Path;
+use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
 use serde_json::Value;
 use wfhost_ipc::{CancelOrigin, CancelRequested, KeyId, SignedCancel};
-use wfhost_tests::{Supervisor, alive, children_of, wait_for};
-
-const LONG: Duration = Duration::from_secs(30);
+use wfhost_tests::{
+    LONG, Supervisor, alive, children_of, demo, deployment, exec_with, ok, python, query, stderr,
+    stdout, unhex, unix_ms, wait_for,
+};
 
 // --- config -----------------------------------------------------------
 
-fn deployment(id: &str, command: &str, extra: &str) -> String {
-    format!("[[deployment]]\nid = \"{id}\"\ncommand = {command}\n{extra}\n")
-}
-
 /// `wfhost-child exec --drain DRAIN -- sh -c SCRIPT` (no `"` or `\` in SCRIPT).
 fn exec(drain: &str, script: &str) -> String {
-    format!(
-        "[\"{{bin}}/wfhost-child\", \"exec\", \"--drain\", \"{drain}\", \"--\", \"sh\", \"-c\", \"{script}\"]"
-    )
+    exec_with(&["--drain", drain], script)
 }
 
 /// A command that ignores SIGTERM, and so ignores drain: `trap ''` sets
@@ -35,66 +30,12 @@ const DEAF: &str = "trap '' TERM; sleep 1000";
 
 // --- what an operator reads ------------------------------------------
 
-/// Wall-clock Unix milliseconds, the clock of journal and event times.
-fn unix_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-fn ok(what: &str, out: &Output) -> String {
-    assert!(
-        out.status.success(),
-        "{what} failed ({:?}): {}{}",
-        out.status.code(),
-        text(&out.stdout),
-        text(&out.stderr)
-    );
-    text(&out.stdout)
-}
-
-fn json_lines(s: &str) -> Vec<Value> {
-    s.lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad JSON line {l:?}: {e}")))
-        .collect()
-}
-
-/// `wfhost journal show --json`.
-fn journal(sup: &Supervisor) -> Vec<Value> {
-    json_lines(&ok(
-        "journal show",
-        &sup.client(&["journal", "show", "--json"]),
-    ))
-}
-
-/// `wfhost events --json` (the whole durable backlog), once it has
-/// settled: events are written in batches just after what they describe,
-/// so the log is read until two reads 100 ms apart agree.
-fn events(sup: &Supervisor) -> Vec<Value> {
-    let read = || json_lines(&ok("events", &sup.client(&["events", "--json"])));
-    let mut last = read();
-    loop {
-        std::thread::sleep(Duration::from_millis(100));
-        let now = read();
-        if now.len() == last.len() {
-            return now;
-        }
-        last = now;
-    }
-}
-
 /// The event log once it holds an event of `kind`: events are written in
 /// batches just after what they describe, so a test that has seen the
 /// state change waits for its event.
 fn events_with(sup: &Supervisor, kind: &str) -> Vec<Value> {
     wait_for(&format!("a {kind} event"), LONG, || {
-        let ev = events(sup);
+        let ev = sup.events();
         ev.iter().any(|e| e["kind"] == kind).then_some(ev)
     })
 }
@@ -133,25 +74,6 @@ fn steps(d: &Value) -> Vec<(String, String, String)> {
 
 fn has_step(d: &Value, run: &str, step: &str) -> bool {
     steps(d).iter().any(|(r, s, _)| r == run && s == step)
-}
-
-/// The log without ANSI colour codes.
-fn plain_log(sup: &Supervisor) -> String {
-    let log = sup.log();
-    let mut out = String::with_capacity(log.len());
-    let mut chars = log.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            for c in chars.by_ref() {
-                if c.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
 }
 
 // --- processes ----------------------------------------------------------
@@ -205,14 +127,6 @@ fn env_of(pid: u32, name: &str) -> Option<String> {
     })
 }
 
-fn unhex(s: &str) -> Vec<u8> {
-    assert!(s.len().is_multiple_of(2), "odd hex {s}");
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex"))
-        .collect()
-}
-
 /// Rebuilds the signed cancel a journal `cancel` record describes.
 fn signed_cancel(record: &Value, deployment: &str) -> SignedCancel {
     let b = &record["body"];
@@ -238,32 +152,6 @@ fn signed_cancel(record: &Value, deployment: &str) -> SignedCancel {
 }
 
 // --- the store, from outside -----------------------------------------
-
-fn db(sup: &Supervisor) -> PathBuf {
-    sup.dir().join("state/wfhost.db")
-}
-
-/// Runs a python3 sqlite3 script with the database path as argv[1].
-fn python(db: &Path, script: &str) -> Output {
-    Command::new("python3")
-        .arg("-c")
-        .arg(script)
-        .arg(db)
-        .output()
-        .expect("run python3 (it ships sqlite3)")
-}
-
-/// Rows of `sql` as JSON, read on a connection of its own (WAL readers are
-/// never blocked by a writer).
-fn query(db: &Path, sql: &str) -> Vec<Value> {
-    let script = format!(
-        "import json, sqlite3, sys\n\
-         c = sqlite3.connect(sys.argv[1], timeout=30)\n\
-         print(json.dumps(c.execute({sql:?}).fetchall()))\n"
-    );
-    let out = python(db, &script);
-    serde_json::from_str(&ok("python3 query", &out)).expect("rows")
-}
 
 /// A python3 process holding `BEGIN EXCLUSIVE` on the store, once
 /// `ready_sql` returns true: no one else can write until it is released
@@ -395,7 +283,7 @@ fn wait_step_outlives_the_budget_without_escalation_and_stays_drained_until_resu
     );
     assert!(of_kind(&ev, "drain_escalated").is_empty(), "{ev:#?}");
     assert!(of_kind(&ev, "cancel_committed").is_empty(), "{ev:#?}");
-    let records = journal(&sup);
+    let records = sup.journal();
     assert!(of_kind(&records, "cancel").is_empty(), "{records:#?}");
     assert_eq!(of_kind(&records, "drain").len(), 1, "{records:#?}");
 
@@ -408,7 +296,7 @@ fn wait_step_outlives_the_budget_without_escalation_and_stays_drained_until_resu
         "{d}"
     );
     assert!(d["pid"].is_null(), "{d}");
-    assert_eq!(of_kind(&journal(&sup), "spawn").len(), 1, "no respawn");
+    assert_eq!(of_kind(&sup.journal(), "spawn").len(), 1, "no respawn");
 
     // Resume: a fresh ready child, budget idle again.
     let out = ok("resume", &sup.client(&["resume", "waiter"]));
@@ -418,7 +306,7 @@ fn wait_step_outlives_the_budget_without_escalation_and_stays_drained_until_resu
     let d = sup.deployment("waiter");
     assert_eq!(d["drain"]["active"], false, "{d}");
     assert_eq!(d["drain"]["escalated"], false, "{d}");
-    assert_eq!(of_kind(&journal(&sup), "resume").len(), 1);
+    assert_eq!(of_kind(&sup.journal(), "resume").len(), 1);
 }
 
 /// A cancel-behaviour step that ignores drain is cancelled by a journaled,
@@ -460,7 +348,7 @@ fn a_step_ignoring_drain_is_cancelled_by_a_signed_journaled_cancel_when_the_budg
     });
 
     // The journal: drain, then the signed cancel, then the exit.
-    let records = journal(&sup);
+    let records = sup.journal();
     let drain = first_after(&records, "drain", 0);
     let cancels = of_kind(&records, "cancel");
     assert_eq!(cancels.len(), 1, "{records:#?}");
@@ -510,7 +398,7 @@ fn a_step_ignoring_drain_is_cancelled_by_a_signed_journaled_cancel_when_the_budg
     );
 
     // The child verified and acted on it.
-    let log = plain_log(&sup);
+    let log = sup.plain_log();
     assert!(
         log.contains("drain: stopping the command (SIGTERM)"),
         "{log}"
@@ -529,7 +417,7 @@ fn a_step_ignoring_drain_is_cancelled_by_a_signed_journaled_cancel_when_the_budg
     );
 
     // The event stream tells it in order.
-    let ev = events(&sup);
+    let ev = sup.events();
     let started = first_after(&ev, "drain_started", 0);
     let escalated = first_after(&ev, "drain_escalated", seq(started));
     let committed = first_after(&ev, "cancel_committed", seq(escalated));
@@ -560,7 +448,14 @@ fn a_step_ignoring_drain_is_cancelled_by_a_signed_journaled_cancel_when_the_budg
 fn the_budget_counts_only_cancel_behaviour_steps_of_the_demo_workflow() {
     let sup = Supervisor::start(&deployment(
         "orders",
-        "[\"{bin}/wfhost-child\", \"demo\", \"--step-ms\", \"1200\", \"--approve-ms\", \"3500\", \"--cleanup-ms\", \"60000\"]",
+        &demo(&[
+            "--step-ms",
+            "1200",
+            "--approve-ms",
+            "3500",
+            "--cleanup-ms",
+            "60000",
+        ]),
         "drain_timeout = \"1500ms\"",
     ));
     sup.ready_pid("orders", LONG);
@@ -587,7 +482,7 @@ fn the_budget_counts_only_cancel_behaviour_steps_of_the_demo_workflow() {
         (Some(1), Some(0)),
         "the interrupted run's mail waits in the inbox: {d}"
     );
-    let ev = events(&sup);
+    let ev = sup.events();
     let started = first_after(&ev, "drain_started", 0);
     let paused = first_after(&ev, "drain_paused", seq(started));
     assert_eq!(paused["body"]["used_ms"], 0, "{paused}");
@@ -602,7 +497,7 @@ fn the_budget_counts_only_cancel_behaviour_steps_of_the_demo_workflow() {
     let ended = first_after(&ev, "drain_ended", seq(started));
     let used_waiting = ended["body"]["used_ms"].as_u64().expect("used_ms");
     assert!(used_waiting < 1500, "{ended}");
-    assert!(of_kind(&journal(&sup), "cancel").is_empty());
+    assert!(of_kind(&sup.journal(), "cancel").is_empty());
 
     // Phase 2: resumed, the mail comes again; drained during fetch, which
     // winds down for a minute: the budget runs and escalates.
@@ -621,7 +516,7 @@ fn the_budget_counts_only_cancel_behaviour_steps_of_the_demo_workflow() {
     // (Whether that mail is then done or back in the inbox is the subject
     // of `a_mail_whose_run_a_drain_escalation_cancelled_is_done`.)
     assert_eq!(d["mail"]["processing"], 0, "{d}");
-    let ev = events(&sup);
+    let ev = sup.events();
     let started = first_after(&ev, "drain_started", last);
     let escalated = first_after(&ev, "drain_escalated", seq(started));
     assert_eq!(escalated["body"]["runs"], serde_json::json!(["mail-1"]));
@@ -642,7 +537,7 @@ fn the_budget_counts_only_cancel_behaviour_steps_of_the_demo_workflow() {
         used_waiting < 1500,
         "waiting spent {used_waiting} ms, cancelling the whole budget"
     );
-    let records = journal(&sup);
+    let records = sup.journal();
     let cancels = of_kind(&records, "cancel");
     assert_eq!(cancels.len(), 1, "{records:#?}");
     assert_eq!(cancels[0]["body"]["origin"], "supervisor-drain");
@@ -664,22 +559,22 @@ fn operator_cancel_is_journaled_signed_and_kills_the_command() {
     assert_eq!(run, format!("exec-{pid}"));
 
     let out = sup.client(&["cancel", "job", "--run", "nosuch"]);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
-    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let err = stderr(&out);
     assert!(
         err.contains("nosuch") && err.contains(&run),
         "names the runs in flight: {err}"
     );
 
     let out = sup.client(&["cancel", "nosuch"]);
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
-    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let err = stderr(&out);
     assert!(
         err.contains("nosuch") && err.contains("known deployments: job"),
         "names the known deployments: {err}"
     );
     assert!(
-        of_kind(&journal(&sup), "cancel").is_empty(),
+        of_kind(&sup.journal(), "cancel").is_empty(),
         "refusals journal nothing"
     );
     assert!(tree.iter().all(|&p| alive(p)), "refusals touch nothing");
@@ -694,7 +589,7 @@ fn operator_cancel_is_journaled_signed_and_kills_the_command() {
     wait_for("the command to be killed", LONG, || {
         tree.iter().all(|&p| !alive(p)).then_some(())
     });
-    let records = journal(&sup);
+    let records = sup.journal();
     let cancel = records
         .iter()
         .find(|r| seq(r) == journal_seq)
@@ -707,14 +602,15 @@ fn operator_cancel_is_journaled_signed_and_kills_the_command() {
     signed_cancel(cancel, "job")
         .verify(&key)
         .expect("the journaled operator cancel verifies");
-    let ev = events(&sup);
+    let ev = sup.events();
     let committed = first_after(&ev, "cancel_committed", 0);
     assert_eq!(committed["body"]["journal_seq"], journal_seq);
     assert_eq!(committed["body"]["origin"], "operator");
     assert!(
-        plain_log(&sup).contains(&format!("cancel of run {run} accepted (origin operator")),
+        sup.plain_log()
+            .contains(&format!("cancel of run {run} accepted (origin operator")),
         "{}",
-        plain_log(&sup)
+        sup.plain_log()
     );
     ok("journal verify", &sup.client(&["journal", "verify"]));
 }
@@ -741,7 +637,7 @@ fn tampering_with_the_journal_is_detected_and_named() {
     let config = sup.config().to_str().expect("utf-8").to_owned();
     let verify = || {
         let out = wfhost_tests::wfhost(&["journal", "verify", "--config", &config]);
-        (out.status.code(), text(&out.stdout), text(&out.stderr))
+        (out.status.code(), stdout(&out), stderr(&out))
     };
     let (code, said, err) = verify();
     assert_eq!(code, Some(0), "{said}{err}");
@@ -752,7 +648,7 @@ fn tampering_with_the_journal_is_detected_and_named() {
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("a record count in {said:?}"));
     assert!(n >= 6, "several records: {said}");
-    let kinds: Vec<Value> = query(&db(&sup), "SELECT kind FROM journal ORDER BY seq");
+    let kinds: Vec<Value> = query(&sup.db(), "SELECT kind FROM journal ORDER BY seq");
     let cancel_seq = kinds
         .iter()
         .position(|k| k[0] == "cancel")
@@ -760,7 +656,7 @@ fn tampering_with_the_journal_is_detected_and_named() {
         + 1;
     assert!(cancel_seq > 1 && cancel_seq < n, "{kinds:?}");
 
-    let db = db(&sup);
+    let db = sup.db();
     let backup = db.with_extension("db.orig");
     for side in ["-wal", "-shm"] {
         let mut p = db.clone().into_os_string();
@@ -847,7 +743,7 @@ fn a_locked_journal_delays_the_cancel_until_it_is_committed() {
     sup.wait_deployment("deaf", "the cancel step in flight", LONG, |d| {
         has_step(d, &run, "command")
     });
-    let db = db(&sup);
+    let db = sup.db();
     // Take the write lock as soon as the drain is on record, well before
     // the budget runs out.
     let mut locker = Locker::start(
@@ -876,7 +772,7 @@ fn a_locked_journal_delays_the_cancel_until_it_is_committed() {
         "the command lives: the cancel is not sent before it is committed"
     );
     assert!(query(&db, "SELECT seq FROM journal WHERE kind = 'cancel'").is_empty());
-    let log = plain_log(&sup);
+    let log = sup.plain_log();
     assert!(
         log.contains("the journal refused a signed cancel; it is not sent until committed"),
         "{log}"
@@ -893,7 +789,7 @@ fn a_locked_journal_delays_the_cancel_until_it_is_committed() {
     let d = sup.wait_deployment("deaf", "drained", LONG, |d| d["state"] == "drained");
     assert_eq!(d["cancels_pending"], 0, "{d}");
     assert!(d["journal_error"].is_null(), "cleared once committed: {d}");
-    let records = journal(&sup);
+    let records = sup.journal();
     let cancels = of_kind(&records, "cancel");
     assert_eq!(
         cancels.len(),
@@ -902,16 +798,16 @@ fn a_locked_journal_delays_the_cancel_until_it_is_committed() {
     );
     assert_eq!(cancels[0]["body"]["origin"], "supervisor-drain");
     assert_eq!(cancels[0]["body"]["run"], run.as_str());
-    let ev = events(&sup);
+    let ev = sup.events();
     let escalated = first_after(&ev, "drain_escalated", 0);
     let committed = first_after(&ev, "cancel_committed", seq(escalated));
     assert_eq!(committed["body"]["journal_seq"], seq(cancels[0]));
     assert!(
-        plain_log(&sup).contains(&format!(
+        sup.plain_log().contains(&format!(
             "cancel of run {run} accepted (origin supervisor-drain"
         )),
         "{}",
-        plain_log(&sup)
+        sup.plain_log()
     );
     ok("journal verify", &sup.client(&["journal", "verify"]));
 }
@@ -926,7 +822,7 @@ fn records_made_while_the_store_is_locked_are_not_lost() {
     sup.wait_deployment("waiter", "its step", LONG, |d| {
         has_step(d, &format!("exec-{pid}"), "command")
     });
-    let db = db(&sup);
+    let db = sup.db();
     let mut locker = Locker::start(
         &db,
         "SELECT EXISTS (SELECT 1 FROM events WHERE kind = 'step_started')",
@@ -940,10 +836,10 @@ fn records_made_while_the_store_is_locked_are_not_lost() {
     let d = sup.deployment("waiter");
     assert_eq!(d["state"], "draining", "{d}");
     wait_for("the drain record", LONG, || {
-        (!of_kind(&journal(&sup), "drain").is_empty()).then_some(())
+        (!of_kind(&sup.journal(), "drain").is_empty()).then_some(())
     });
     wait_for("the drain_started event", LONG, || {
-        (!of_kind(&events(&sup), "drain_started").is_empty()).then_some(())
+        (!of_kind(&sup.events(), "drain_started").is_empty()).then_some(())
     });
 }
 
@@ -954,7 +850,7 @@ fn records_made_while_the_store_is_locked_are_not_lost() {
 fn a_mail_whose_run_a_drain_escalation_cancelled_is_done() {
     let sup = Supervisor::start(&deployment(
         "orders",
-        "[\"{bin}/wfhost-child\", \"demo\", \"--step-ms\", \"60000\", \"--cleanup-ms\", \"60000\"]",
+        &demo(&["--step-ms", "60000", "--cleanup-ms", "60000"]),
         "drain_timeout = \"500ms\"",
     ));
     sup.ready_pid("orders", LONG);
@@ -965,7 +861,7 @@ fn a_mail_whose_run_a_drain_escalation_cancelled_is_done() {
     ok("drain", &sup.client(&["drain", "orders"]));
     let d = sup.wait_deployment("orders", "drained", LONG, |d| d["state"] == "drained");
     assert_eq!(d["drain"]["escalated"], true, "{d}");
-    let ev = events(&sup);
+    let ev = sup.events();
     let terminal = first_after(&ev, "run_terminal", 0);
     assert_eq!(terminal["body"]["outcome"], "cancelled", "{terminal}");
     assert_eq!(

@@ -7,15 +7,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::Output;
 
-use wfhost_tests::{TempDir, wfhost};
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
+use wfhost_tests::{TempDir, keygen, stderr, stdout, wfhost};
 
 fn s(p: &Path) -> &str {
     p.to_str().unwrap()
@@ -25,16 +17,17 @@ fn s(p: &Path) -> &str {
 /// empty database) and a signing key; returns the key's public hex and id.
 fn empty_store(dir: &TempDir) -> (String, String) {
     std::fs::write(dir.join("wfhost.db"), b"").unwrap();
-    let out = wfhost(&["keygen", "--out", s(&dir.join("supervisor.key"))]);
+    let (out, public, id) = keygen(&dir.join("supervisor.key"));
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let text = stdout(&out);
-    let field = |name: &str| {
-        text.lines()
-            .find_map(|l| l.strip_prefix(name))
-            .unwrap()
-            .to_string()
-    };
-    (field("public key: "), field("key id: "))
+    assert!(!public.is_empty() && !id.is_empty(), "{}", stdout(&out));
+    (public, id)
+}
+
+/// Runs `wfhost journal CMD --state-dir DIR EXTRA...`.
+fn journal(cmd: &str, dir: &TempDir, extra: &[&str]) -> Output {
+    let mut args = vec!["journal", cmd, "--state-dir", s(dir.path())];
+    args.extend_from_slice(extra);
+    wfhost(&args)
 }
 
 #[test]
@@ -53,7 +46,7 @@ fn verify_needs_to_know_which_journal() {
 #[test]
 fn verify_never_creates_a_journal() {
     let dir = TempDir::new();
-    let out = wfhost(&["journal", "verify", "--state-dir", s(dir.path())]);
+    let out = journal("verify", &dir, &[]);
     assert_eq!(out.status.code(), Some(1));
     let err = stderr(&out);
     assert!(
@@ -65,7 +58,7 @@ fn verify_never_creates_a_journal() {
     );
     assert!(err.contains("help:"), "{err}");
     assert!(!dir.join("wfhost.db").exists());
-    let out = wfhost(&["journal", "show", "--state-dir", s(dir.path())]);
+    let out = journal("show", &dir, &[]);
     assert_eq!(out.status.code(), Some(1));
     assert!(!dir.join("wfhost.db").exists());
 }
@@ -74,7 +67,7 @@ fn verify_never_creates_a_journal() {
 fn an_empty_journal_verifies_with_the_state_dirs_key() {
     let dir = TempDir::new();
     let (_, key_id) = empty_store(&dir);
-    let out = wfhost(&["journal", "verify", "--state-dir", s(dir.path())]);
+    let out = journal("verify", &dir, &[]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let text = stdout(&out);
     assert!(text.starts_with("journal ok: 0 records\n"), "{text}");
@@ -85,54 +78,24 @@ fn an_empty_journal_verifies_with_the_state_dirs_key() {
 fn verify_takes_a_key_file_or_a_public_key() {
     let dir = TempDir::new();
     let (public, key_id) = empty_store(&dir);
-    let out = wfhost(&[
-        "journal",
-        "verify",
-        "--state-dir",
-        s(dir.path()),
-        "--public-key",
-        &public,
-    ]);
+    let out = journal("verify", &dir, &["--public-key", &public]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(stdout(&out).contains(&key_id));
 
     let elsewhere = TempDir::new();
     std::fs::rename(dir.join("supervisor.key"), elsewhere.join("k")).unwrap();
-    let out = wfhost(&["journal", "verify", "--state-dir", s(dir.path())]);
+    let out = journal("verify", &dir, &[]);
     assert_eq!(out.status.code(), Some(1));
     let err = stderr(&out);
     assert!(err.contains("does not exist"), "{err}");
     assert!(err.contains("--public-key"), "{err}");
-    let out = wfhost(&[
-        "journal",
-        "verify",
-        "--state-dir",
-        s(dir.path()),
-        "--key",
-        s(&elsewhere.join("k")),
-    ]);
+    let out = journal("verify", &dir, &["--key", s(&elsewhere.join("k"))]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
 
-    let out = wfhost(&[
-        "journal",
-        "verify",
-        "--state-dir",
-        s(dir.path()),
-        "--key",
-        "k",
-        "--public-key",
-        &public,
-    ]);
+    let out = journal("verify", &dir, &["--key", "k", "--public-key", &public]);
     assert_eq!(out.status.code(), Some(2), "the two key options conflict");
 
-    let out = wfhost(&[
-        "journal",
-        "verify",
-        "--state-dir",
-        s(dir.path()),
-        "--public-key",
-        "zz",
-    ]);
+    let out = journal("verify", &dir, &["--public-key", "zz"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("--public-key"), "{}", stderr(&out));
 }
@@ -143,7 +106,7 @@ fn verify_finds_the_store_and_key_through_the_config() {
     let state = dir.join("state");
     std::fs::create_dir(&state).unwrap();
     std::fs::write(state.join("wfhost.db"), b"").unwrap();
-    let out = wfhost(&["keygen", "--out", s(&dir.join("signing.key"))]);
+    let (out, _, _) = keygen(&dir.join("signing.key"));
     assert_eq!(out.status.code(), Some(0));
     let config = dir.join("wfhost.toml");
     std::fs::write(
@@ -188,7 +151,7 @@ fn a_key_others_can_read_is_refused() {
     empty_store(&dir);
     let key = dir.join("supervisor.key");
     std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
-    let out = wfhost(&["journal", "verify", "--state-dir", s(dir.path())]);
+    let out = journal("verify", &dir, &[]);
     assert_eq!(out.status.code(), Some(1));
     assert!(
         stderr(&out).contains(&format!("chmod 600 {}", key.display())),
@@ -201,7 +164,7 @@ fn a_key_others_can_read_is_refused() {
 fn a_file_that_is_not_a_database_is_named() {
     let dir = TempDir::new();
     std::fs::write(dir.join("wfhost.db"), vec![b'x'; 4096]).unwrap();
-    let out = wfhost(&["journal", "verify", "--state-dir", s(dir.path())]);
+    let out = journal("verify", &dir, &[]);
     assert_eq!(out.status.code(), Some(1));
     let err = stderr(&out);
     assert!(
@@ -215,7 +178,7 @@ fn a_file_that_is_not_a_database_is_named() {
 fn show_lists_an_empty_journal() {
     let dir = TempDir::new();
     empty_store(&dir);
-    let out = wfhost(&["journal", "show", "--state-dir", s(dir.path())]);
+    let out = journal("show", &dir, &[]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!(
         stdout(&out).lines().collect::<Vec<_>>().len(),
@@ -225,15 +188,7 @@ fn show_lists_an_empty_journal() {
     assert!(stdout(&out).starts_with("SEQ  TIME"), "{}", stdout(&out));
     assert!(stderr(&out).contains("no records"), "{}", stderr(&out));
 
-    let out = wfhost(&[
-        "journal",
-        "show",
-        "--state-dir",
-        s(dir.path()),
-        "--json",
-        "--deployment",
-        "x",
-    ]);
+    let out = journal("show", &dir, &["--json", "--deployment", "x"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!(stdout(&out), "");
 }

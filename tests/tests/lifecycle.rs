@@ -6,34 +6,10 @@
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
-use wfhost_tests::{Supervisor, alive, children_of, parent_of, signal, wait_for, wfhost};
-
-const LONG: Duration = Duration::from_secs(30);
-
-fn deployment(id: &str, command: &str, extra: &str) -> String {
-    format!("[[deployment]]\nid = \"{id}\"\ncommand = {command}\n{extra}\n")
-}
-
-fn testchild(mode: &str) -> String {
-    format!("[\"{{bin}}/wfh-testchild\", \"{mode}\"]")
-}
-
-fn exec(cmd: &str) -> String {
-    format!("[\"{{bin}}/wfhost-child\", \"exec\", \"--\", \"sh\", \"-c\", \"{cmd}\"]")
-}
-
-fn journal(sup: &Supervisor) -> Vec<serde_json::Value> {
-    let out = sup.client(&["journal", "show", "--json"]);
-    assert!(
-        out.status.success(),
-        "journal show: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("journal JSON line"))
-        .collect()
-}
+use wfhost_tests::{
+    LONG, Supervisor, alive, children_of, deployment, exec, parent_of, signal, testchild, wait_for,
+    wfhost,
+};
 
 #[test]
 fn ready_child_is_ours_and_inherits_only_the_control_fd() {
@@ -90,7 +66,8 @@ fn killed_child_is_replaced_at_once_then_with_growing_backoff_until_failed() {
     );
 
     // The restart delays grew across the streak.
-    let delays: Vec<u64> = journal(&sup)
+    let delays: Vec<u64> = sup
+        .journal()
         .iter()
         .filter(|r| r["kind"] == "restart" && r["deployment"] == "crashy")
         .map(|r| r["body"]["delay_ms"].as_u64().expect("delay_ms"))

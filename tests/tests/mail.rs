@@ -5,36 +5,12 @@
 
 use std::io::Write;
 use std::process::{Command, Output, Stdio};
-use std::time::Duration;
 
 use serde_json::Value;
-use wfhost_tests::{Supervisor, bin, wait_for};
-
-const LONG: Duration = Duration::from_secs(30);
-
-fn deployment(id: &str, command: &str, extra: &str) -> String {
-    format!("[[deployment]]\nid = \"{id}\"\ncommand = {command}\n{extra}\n")
-}
-
-/// `wfhost-child demo ARGS`.
-fn demo(args: &[&str]) -> String {
-    let mut parts = vec!["\"{bin}/wfhost-child\"".to_owned(), "\"demo\"".to_owned()];
-    parts.extend(args.iter().map(|a| format!("\"{a}\"")));
-    format!("[{}]", parts.join(", "))
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-fn describe(out: &Output) -> String {
-    format!(
-        "exit {:?}\nstdout: {}\nstderr: {}",
-        out.status.code(),
-        text(&out.stdout),
-        text(&out.stderr)
-    )
-}
+use wfhost_tests::{
+    LONG, Supervisor, bin, demo, deployment, describe, mail_counts, query, stderr, stdout, unhex,
+    wait_for,
+};
 
 /// Runs `wfhost send ID PAYLOAD` and returns the accepted id, asserting
 /// success and the printed line.
@@ -45,7 +21,7 @@ fn send_ok(sup: &Supervisor, id: &str, payload: &str) -> u64 {
 
 fn accepted_id(out: &Output, id: &str) -> u64 {
     assert_eq!(out.status.code(), Some(0), "{}", describe(out));
-    let stdout = text(&out.stdout);
+    let stdout = stdout(out);
     let line = stdout.trim();
     line.strip_prefix("accepted mail ")
         .and_then(|rest| rest.strip_suffix(&format!(" for {id}")))
@@ -53,60 +29,24 @@ fn accepted_id(out: &Output, id: &str) -> u64 {
         .unwrap_or_else(|| panic!("unexpected output: {}", describe(out)))
 }
 
-/// `(inbox, processing, done)` from status.
-fn counts(d: &Value) -> (u64, u64, u64) {
-    let m = &d["mail"];
-    let n = |k: &str| m[k].as_u64().unwrap_or_else(|| panic!("mail.{k} in {d}"));
-    (n("inbox"), n("processing"), n("done"))
-}
-
 /// Every row of the `mail` table: `(id, deployment, state, payload, deliveries)`.
 fn db_rows(sup: &Supervisor) -> Vec<(u64, String, String, Vec<u8>, u64)> {
-    let db = sup.dir().join("state/wfhost.db");
-    let script = "import json, sqlite3, sys\n\
-                  c = sqlite3.connect(sys.argv[1])\n\
-                  rows = c.execute('SELECT id, deployment, state, hex(payload), deliveries FROM mail ORDER BY id').fetchall()\n\
-                  print(json.dumps(rows))";
-    let out = Command::new("python3")
-        .args(["-c", script])
-        .arg(&db)
-        .output()
-        .expect("run python3");
-    assert!(out.status.success(), "python3 sqlite3: {}", describe(&out));
+    let rows = query(
+        &sup.db(),
+        "SELECT id, deployment, state, hex(payload), deliveries FROM mail ORDER BY id",
+    );
     let rows: Vec<(u64, String, String, String, u64)> =
-        serde_json::from_slice(&out.stdout).expect("rows JSON");
+        serde_json::from_value(Value::Array(rows)).expect("mail rows");
     rows.into_iter()
         .map(|(id, d, s, hex, n)| (id, d, s, unhex(&hex), n))
         .collect()
 }
 
-fn unhex(hex: &str) -> Vec<u8> {
-    (0..hex.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).expect("hex"))
-        .collect()
-}
-
 /// Event log entries of `kind`.
 fn events(sup: &Supervisor, kind: &str) -> Vec<Value> {
-    let out = sup.client(&["events", "--json"]);
-    assert!(out.status.success(), "{}", describe(&out));
-    text(&out.stdout)
-        .lines()
-        .map(|l| serde_json::from_str::<Value>(l).expect("event JSON"))
+    sup.events()
+        .into_iter()
         .filter(|e| e["kind"] == kind)
-        .collect()
-}
-
-/// The ids of "mail N: received" lines the demo child printed, in log order.
-fn received_in_log(sup: &Supervisor) -> Vec<u64> {
-    sup.plain_log()
-        .lines()
-        .filter_map(|l| {
-            let rest = &l[l.find("mail ")? + 5..];
-            let (n, _) = rest.split_once(": received ")?;
-            n.parse().ok()
-        })
         .collect()
 }
 
@@ -173,20 +113,22 @@ fn sent_mail_is_durable_on_return_and_delivered_in_fifo_order() {
         ids.push(send_ok(&sup, "orders", &format!("item-{i}")));
     }
     let d = sup.deployment("orders");
-    assert_eq!(counts(&d), (20, 0, 0), "{d}");
+    assert_eq!(mail_counts(&d), (20, 0, 0), "{d}");
     assert_eq!(d["mail"]["buffered"], 20, "held while no child runs: {d}");
     assert_eq!(events(&sup, "mail_accepted").len(), 20);
-    assert!(received_in_log(&sup).is_empty(), "nothing delivered yet");
+    assert!(sup.received_mail(None).is_empty(), "nothing delivered yet");
 
     let out = sup.client(&["resume", "orders"]);
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
-    let d = sup.wait_deployment("orders", "all mail done", LONG, |d| counts(d) == (0, 0, 20));
+    let d = sup.wait_deployment("orders", "all mail done", LONG, |d| {
+        mail_counts(d) == (0, 0, 20)
+    });
     assert_eq!(d["state"], "ready", "{d}");
 
     // FIFO: the child received them in acceptance order, each once, and
     // they were acknowledged in that order.
     let received = wait_for("the child's log lines", LONG, || {
-        let r = received_in_log(&sup);
+        let r = sup.received_mail(None);
         (r.len() >= 20).then_some(r)
     });
     assert_eq!(received, ids, "delivery order");
@@ -230,7 +172,7 @@ fn mail_a_child_is_working_on_counts_as_processing() {
         .map(|i| send_ok(&sup, "slow", &format!("s{i}")))
         .collect();
     let d = sup.wait_deployment("slow", "three items in processing", LONG, |d| {
-        counts(d) == (0, 3, 0)
+        mail_counts(d) == (0, 3, 0)
     });
     assert_eq!(d["mail"]["buffered"], 0, "{d}");
     let d = sup.wait_deployment("slow", "the first item's approve step", LONG, |d| {
@@ -261,7 +203,7 @@ fn refused_mail_is_a_clear_error_and_writes_nothing() {
     drain(&sup, "picky");
     let unchanged = |what: &str, inbox: u64, rows: usize, accepted: usize| {
         let d = sup.deployment("picky");
-        assert_eq!(counts(&d), (inbox, 0, 0), "after {what}: {d}");
+        assert_eq!(mail_counts(&d), (inbox, 0, 0), "after {what}: {d}");
         assert_eq!(db_rows(&sup).len(), rows, "after {what}");
         assert_eq!(
             events(&sup, "mail_accepted").len(),
@@ -273,7 +215,7 @@ fn refused_mail_is_a_clear_error_and_writes_nothing() {
     // An unknown deployment.
     let out = sup.client(&["send", "nope", "hello"]);
     assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
-    let err = text(&out.stderr);
+    let err = stderr(&out);
     assert!(
         err.contains("unknown deployment \"nope\"") && err.contains("picky"),
         "{err}"
@@ -285,7 +227,7 @@ fn refused_mail_is_a_clear_error_and_writes_nothing() {
     std::fs::write(&big, vec![b'x'; 1025]).expect("write payload");
     let out = sup.client(&["send", "picky", &format!("@{}", big.display())]);
     assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
-    let err = text(&out.stderr);
+    let err = stderr(&out);
     assert!(
         err.contains("1025 bytes")
             && err.contains("max_mail_bytes")
@@ -301,7 +243,7 @@ fn refused_mail_is_a_clear_error_and_writes_nothing() {
     let out = sup.client(&["send", "picky", "@/nonexistent/payload"]);
     assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
     assert!(
-        text(&out.stderr).contains("/nonexistent/payload"),
+        stderr(&out).contains("/nonexistent/payload"),
         "{}",
         describe(&out)
     );
@@ -312,7 +254,7 @@ fn refused_mail_is_a_clear_error_and_writes_nothing() {
     accepted.push(send_ok(&sup, "picky", "three"));
     let out = sup.client(&["send", "picky", "four"]);
     assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
-    let err = text(&out.stderr);
+    let err = stderr(&out);
     assert!(
         err.contains("busy") && err.contains("max_inbox") && err.contains('3'),
         "{err}"
@@ -323,7 +265,7 @@ fn refused_mail_is_a_clear_error_and_writes_nothing() {
     let out = sup.client(&["resume", "picky"]);
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
     sup.wait_deployment("picky", "the accepted mail done", LONG, |d| {
-        counts(d) == (0, 0, 3)
+        mail_counts(d) == (0, 0, 3)
     });
     let done: Vec<u64> = db_rows(&sup)
         .iter()
@@ -347,14 +289,14 @@ fn a_full_inbox_counts_mail_in_processing_and_says_busy() {
         .map(|i| send_ok(&sup, "stuck", &format!("m{i}")))
         .collect();
     sup.wait_deployment("stuck", "all four sent to the child", LONG, |d| {
-        counts(d) == (0, 4, 0)
+        mail_counts(d) == (0, 4, 0)
     });
     let out = sup.client(&["send", "stuck", "one too many"]);
     assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
-    let err = text(&out.stderr);
+    let err = stderr(&out);
     assert!(err.contains("busy") && err.contains("max_inbox"), "{err}");
     let d = sup.deployment("stuck");
-    assert_eq!(counts(&d), (0, 4, 0), "{d}");
+    assert_eq!(mail_counts(&d), (0, 4, 0), "{d}");
     let ids: Vec<u64> = db_rows(&sup).iter().map(|r| r.0).collect();
     assert_eq!(ids, accepted, "nothing written, nothing lost");
 }
@@ -371,5 +313,5 @@ fn send_without_a_supervisor_says_it_is_unreachable() {
         socket.to_str().expect("utf-8"),
     ]);
     assert_eq!(out.status.code(), Some(3), "{}", describe(&out));
-    assert!(!text(&out.stderr).is_empty());
+    assert!(!stderr(&out).is_empty());
 }

@@ -6,9 +6,10 @@ use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
-use wfhost_tests::{Supervisor, TempDir, bin, wait_for, write_config_with_settings};
-
-const LONG: Duration = Duration::from_secs(30);
+use wfhost_tests::{
+    LONG, Supervisor, TempDir, bin, deployment, poll, testchild, wait_for,
+    write_config_with_settings,
+};
 
 const FAMILIES: [(&str, &str); 13] = [
     ("wfhost_child_rss_bytes", "gauge"),
@@ -33,10 +34,9 @@ fn free_port() -> SocketAddr {
     listener.local_addr().expect("local addr")
 }
 
+/// A deployment `id` of well-behaved test children.
 fn well_behaved(id: &str) -> String {
-    format!(
-        "[[deployment]]\nid = \"{id}\"\ncommand = [\"{{bin}}/wfh-testchild\", \"well-behaved\"]\n"
-    )
+    deployment(id, &testchild("well-behaved"), "")
 }
 
 /// A supervisor serving metrics on a fresh port, checking the policy often
@@ -114,18 +114,15 @@ fn sample(text: &str, series: &str) -> Option<f64> {
 
 /// Scrapes until `series` has a value satisfying `pred`.
 fn wait_sample(addr: SocketAddr, series: &str, pred: impl Fn(f64) -> bool) -> String {
-    let deadline = Instant::now() + LONG;
-    loop {
+    poll(LONG, Duration::from_millis(50), || {
         let text = scrape(addr);
         if sample(&text, series).is_some_and(&pred) {
-            return text;
+            Ok(text)
+        } else {
+            Err(text)
         }
-        assert!(
-            Instant::now() < deadline,
-            "timed out waiting for {series}; last scrape:\n{text}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    })
+    .unwrap_or_else(|text| panic!("timed out waiting for {series}; last scrape:\n{text}"))
 }
 
 #[test]

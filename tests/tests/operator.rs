@@ -9,23 +9,17 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
 use nix::sys::signal::Signal;
 use serde_json::Value;
 use wfhost_tests::{
-    Supervisor, TempDir, alive, bin, children_of, parent_of, wait_for, wfhost, write_config,
+    LONG, Supervisor, TempDir, alive, bin, children_of, deployment, exec, is_channel_id, ok,
+    parent_of, stderr, stdout, testchild, unix_ms, wait_for, wfhost, write_config,
 };
-
-const LONG: Duration = Duration::from_secs(30);
 
 /// Keeps policy ticks (and so `rss_bytes`) frequent; goes before any table.
 const FAST_POLICY: &str = "policy_interval = \"200ms\"\n\n";
-
-/// Starts a supervisor (it waits until its control socket listens).
-fn start(body: &str) -> Supervisor {
-    Supervisor::start(body)
-}
 
 /// Waits until `id` is listed in status (a reload adds it
 /// asynchronously), then until it is ready; returns its pid.
@@ -36,64 +30,9 @@ fn listed_and_ready(sup: &Supervisor, id: &str) -> u32 {
     sup.ready_pid(id, LONG)
 }
 
-fn deployment(id: &str, command: &str, extra: &str) -> String {
-    format!("[[deployment]]\nid = \"{id}\"\ncommand = {command}\n{extra}\n")
-}
-
-fn exec(cmd: &str) -> String {
-    format!("[\"{{bin}}/wfhost-child\", \"exec\", \"--\", \"sh\", \"-c\", \"{cmd}\"]")
-}
-
+/// The demo with quick steps.
 fn demo() -> String {
-    "[\"{bin}/wfhost-child\", \"demo\", \"--step-ms\", \"20\", \"--approve-ms\", \"20\"]".into()
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-fn ok(o: &Output, what: &str) {
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "{what}: stdout {}\nstderr {}",
-        stdout(o),
-        stderr(o)
-    );
-}
-
-fn unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("clock after 1970")
-        .as_millis() as u64
-}
-
-fn is_hex32(v: &Value) -> bool {
-    v.as_str()
-        .is_some_and(|s| s.len() == 32 && s.bytes().all(|b| b.is_ascii_hexdigit()))
-}
-
-fn events(sup: &Supervisor, after: u64) -> Vec<Value> {
-    let out = sup.client(&["events", "--json", "--after", &after.to_string()]);
-    ok(&out, "events --json");
-    stdout(&out)
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("event JSON line"))
-        .collect()
-}
-
-fn journal(sup: &Supervisor) -> Vec<Value> {
-    let out = sup.client(&["journal", "show", "--json"]);
-    ok(&out, "journal show --json");
-    stdout(&out)
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("journal JSON line"))
-        .collect()
+    wfhost_tests::demo(&["--step-ms", "20", "--approve-ms", "20"])
 }
 
 fn ids(status: &Value) -> Vec<String> {
@@ -152,13 +91,13 @@ fn status_json_has_every_design_field_and_follows_an_operator_recycle() {
             ),
         )
         + &deployment("hosted", &exec("sleep 1000"), "");
-    let sup = start(&body);
+    let sup = Supervisor::start(&body);
     let old_pid = sup.ready_pid("billing", LONG);
     let hosted_pid = sup.ready_pid("hosted", LONG);
 
     for i in 0..3 {
         let out = sup.client(&["send", "billing", &format!("item-{i}")]);
-        ok(&out, "send");
+        ok("send", &out);
         assert!(
             stdout(&out).starts_with("accepted mail "),
             "{}",
@@ -176,7 +115,7 @@ fn status_json_has_every_design_field_and_follows_an_operator_recycle() {
     assert_eq!(before["state"], "ready");
     assert_eq!(before["pid"].as_u64(), Some(u64::from(old_pid)));
     assert_eq!(parent_of(old_pid), Some(sup.pid()), "the pid is our child");
-    assert!(is_hex32(&before["channel_id"]), "{before}");
+    assert!(is_channel_id(&before["channel_id"]), "{before}");
     let uptime = before["uptime_ms"].as_u64().expect("uptime_ms");
     let grants_age = before["grants_age_ms"].as_u64().expect("grants_age_ms");
     assert!(
@@ -225,7 +164,7 @@ fn status_json_has_every_design_field_and_follows_an_operator_recycle() {
     let asked_ms = unix_ms();
     let out = sup.client(&["recycle", "billing", "--reason", "rotate credentials"]);
     let done_ms = unix_ms();
-    ok(&out, "recycle");
+    ok("recycle", &out);
     let after = sup.deployment("billing");
     let elapsed_ms = asked.elapsed().as_millis() as u64;
     let new_pid = after["pid"].as_u64().expect("a new pid");
@@ -235,7 +174,7 @@ fn status_json_has_every_design_field_and_follows_an_operator_recycle() {
     );
     assert_ne!(new_pid, u64::from(old_pid), "{after}");
     assert_eq!(after["state"], "ready", "{after}");
-    assert!(is_hex32(&after["channel_id"]), "{after}");
+    assert!(is_channel_id(&after["channel_id"]), "{after}");
     assert_ne!(after["channel_id"], old_channel, "a fresh channel id");
     // The new child and its grants are younger than the request.
     assert!(
@@ -271,7 +210,8 @@ fn status_json_has_every_design_field_and_follows_an_operator_recycle() {
     assert_eq!(hosted["recycles"]["operator"], 0);
 
     // The journal names both channel ids.
-    let recycle: Vec<Value> = journal(&sup)
+    let recycle: Vec<Value> = sup
+        .journal()
         .into_iter()
         .filter(|r| r["kind"] == "recycle")
         .collect();
@@ -289,19 +229,19 @@ fn status_table_lists_every_deployment_with_its_state_and_pid() {
             &exec("exit 3"),
             "restart = { backoff_initial = \"50ms\", max_restarts = 1, period = \"60s\" }",
         );
-    let sup = start(&body);
+    let sup = Supervisor::start(&body);
     let alpha = sup.ready_pid("alpha", LONG);
     sup.ready_pid("beta-with-a-long-name", LONG);
     sup.wait_deployment("broken", "failed", LONG, |d| d["state"] == "failed");
     let out = sup.client(&["drain", "beta-with-a-long-name"]);
-    ok(&out, "drain");
+    ok("drain", &out);
     assert!(stdout(&out).contains("stays drained"), "{}", stdout(&out));
     sup.wait_deployment("beta-with-a-long-name", "drained", LONG, |d| {
         d["state"] == "drained"
     });
 
     let out = sup.client(&["status"]);
-    ok(&out, "status");
+    ok("status", &out);
     let table = stdout(&out);
     let mut lines = table.lines();
     let header: Vec<&str> = lines.next().expect("a header").split_whitespace().collect();
@@ -333,7 +273,7 @@ fn status_table_lists_every_deployment_with_its_state_and_pid() {
 
 #[test]
 fn control_socket_is_0600_and_refuses_another_uid_by_its_credentials() {
-    let sup = start(&deployment("svc", &exec("sleep 1000"), ""));
+    let sup = Supervisor::start(&deployment("svc", &exec("sleep 1000"), ""));
     let pid = sup.ready_pid("svc", LONG);
     let socket = sup.dir().join("state/wfhost.sock");
     let meta = std::fs::metadata(&socket).expect("socket metadata");
@@ -397,10 +337,10 @@ fn control_socket_is_0600_and_refuses_another_uid_by_its_credentials() {
     assert_eq!(d["recycles"]["operator"], 0, "{d}");
 
     // Root gets in, by config or by socket path.
-    ok(&sup.client(&["status"]), "status as root");
+    ok("status as root", &sup.client(&["status"]));
     ok(
-        &wfhost(&["status", "--json", "--socket", socket_arg]),
         "status --socket as root",
+        &wfhost(&["status", "--json", "--socket", socket_arg]),
     );
 }
 
@@ -412,7 +352,7 @@ fn admin_group_members_may_use_the_control_socket() {
         .expect("a group with gid 65534");
     let body = format!("admin_group = \"{}\"\n\n", group.name)
         + &deployment("svc", &exec("sleep 1000"), "");
-    let sup = start(&body);
+    let sup = Supervisor::start(&body);
     sup.ready_pid("svc", LONG);
     let socket = sup.dir().join("state/wfhost.sock");
     let meta = std::fs::metadata(&socket).expect("socket metadata");
@@ -426,7 +366,7 @@ fn admin_group_members_may_use_the_control_socket() {
         &wfhost_copy,
         &["status", "--json", "--socket", socket.to_str().unwrap()],
     );
-    ok(&out, "status as a member of admin_group");
+    ok("status as a member of admin_group", &out);
     let v: Value = serde_json::from_slice(&out.stdout).expect("status JSON");
     assert_eq!(ids(&v), ["svc"]);
 }
@@ -469,7 +409,7 @@ fn assert_unreachable(target: &[&str], socket: &Path) {
 #[test]
 fn every_client_command_against_a_stopped_supervisor_exits_3_naming_the_socket() {
     // Stopped cleanly: the socket file is gone.
-    let mut sup = start(&deployment("svc", &exec("sleep 1000"), ""));
+    let mut sup = Supervisor::start(&deployment("svc", &exec("sleep 1000"), ""));
     sup.ready_pid("svc", LONG);
     let socket = sup.dir().join("state/wfhost.sock");
     sup.signal(Signal::SIGTERM);
@@ -480,7 +420,7 @@ fn every_client_command_against_a_stopped_supervisor_exits_3_naming_the_socket()
     assert_unreachable(&["--socket", socket.to_str().unwrap()], &socket);
 
     // Killed: a stale socket file nobody listens on.
-    let sup = start(&deployment("svc", &exec("sleep 1000"), ""));
+    let sup = Supervisor::start(&deployment("svc", &exec("sleep 1000"), ""));
     sup.ready_pid("svc", LONG);
     let (dir, config) = sup.into_parts();
     let socket = dir.join("state/wfhost.sock");
@@ -573,18 +513,18 @@ fn events_follow_is_gap_free_and_duplicate_free_across_a_burst_of_recycles() {
     // Each drain takes a moment (the command winds down for 200 ms), so
     // the burst lasts long enough for a follower to join in the middle.
     let slow = exec("trap 'sleep 0.2; exit 0' TERM; sleep 1000 & wait");
-    let sup = start(&deployment("svc", &slow, ""));
+    let sup = Supervisor::start(&deployment("svc", &slow, ""));
     sup.ready_pid("svc", LONG);
     // Quiet: the child has reported its step, nothing else is coming.
     sup.wait_deployment("svc", "its step", LONG, |d| {
         d["steps"].as_array().is_some_and(|s| !s.is_empty())
     });
     let cursor = wait_for("the first events", LONG, || {
-        events(&sup, 0).last().and_then(|e| e["seq"].as_u64())
+        sup.events_after(0).last().and_then(|e| e["seq"].as_u64())
     });
     // `--after N` prints only what came after N.
     assert!(
-        events(&sup, cursor).is_empty(),
+        sup.events_after(cursor).is_empty(),
         "nothing after the newest event"
     );
 
@@ -610,7 +550,7 @@ fn events_follow_is_gap_free_and_duplicate_free_across_a_burst_of_recycles() {
     });
     let during = Follower::start(&sup, cursor);
     for out in burst.join().expect("burst thread") {
-        ok(&out, "recycle");
+        ok("recycle", &out);
     }
     let d = sup.wait_deployment("svc", "the last child's step", LONG, |d| {
         d["recycles"]["operator"] == RECYCLES as u64
@@ -618,7 +558,7 @@ fn events_follow_is_gap_free_and_duplicate_free_across_a_burst_of_recycles() {
     });
     assert_eq!(d["state"], "ready");
 
-    let stored = events(&sup, cursor);
+    let stored = sup.events_after(cursor);
     let newest = stored
         .last()
         .and_then(|e| e["seq"].as_u64())
@@ -633,7 +573,7 @@ fn events_follow_is_gap_free_and_duplicate_free_across_a_burst_of_recycles() {
             (f.last_seq() >= newest).then_some(())
         });
     }
-    let everything = events(&sup, 0);
+    let everything = sup.events_after(0);
     for (name, f, from) in [
         ("before", before, cursor),
         ("during", during, cursor),
@@ -672,7 +612,7 @@ fn sighup_starts_added_stops_removed_and_recycles_changed_deployments() {
     let body = deployment("keep", &exec("sleep 1000"), "")
         + &deployment("change", &exec("sleep 1000"), "")
         + &deployment("gone", &exec("sleep 1000"), "");
-    let sup = start(&body);
+    let sup = Supervisor::start(&body);
     let keep = sup.ready_pid("keep", LONG);
     let change = sup.ready_pid("change", LONG);
     let gone = sup.ready_pid("gone", LONG);
@@ -705,7 +645,8 @@ fn sighup_starts_added_stops_removed_and_recycles_changed_deployments() {
     assert_eq!(k["pid"].as_u64(), Some(u64::from(keep)), "untouched: {k}");
     assert_eq!(k["recycles"]["operator"], 0, "{k}");
 
-    let reload: Vec<Value> = journal(&sup)
+    let reload: Vec<Value> = sup
+        .journal()
         .into_iter()
         .filter(|r| r["kind"] == "config-reload")
         .collect();
@@ -718,19 +659,26 @@ fn sighup_starts_added_stops_removed_and_recycles_changed_deployments() {
     assert!(sup.log().contains("SIGHUP: config reloaded"));
 }
 
-#[test]
-fn sighup_with_a_broken_file_keeps_the_running_config_and_says_why() {
-    let sup = start(&deployment("svc", &exec("sleep 1000"), ""));
+/// A supervisor of a ready `svc` whose config file then gets a bad
+/// duration (`kill_timeout = "soon"`, column 16 of the fourth line after
+/// the good text) and a SIGHUP; returns it, the pid of `svc` and the good
+/// config text.
+fn reloaded_with_a_broken_file() -> (Supervisor, u32, String) {
+    let sup = Supervisor::start(&deployment("svc", &exec("sleep 1000"), ""));
     let pid = sup.ready_pid("svc", LONG);
     let good = std::fs::read_to_string(sup.config()).unwrap();
-
-    // A bad duration at a known line and column.
     std::fs::write(
         sup.config(),
         format!("{good}\n[[deployment]]\nid = \"half\"\nkill_timeout = \"soon\"\n"),
     )
     .unwrap();
     sup.signal(Signal::SIGHUP);
+    (sup, pid, good)
+}
+
+#[test]
+fn sighup_with_a_broken_file_keeps_the_running_config_and_says_why() {
+    let (sup, pid, good) = reloaded_with_a_broken_file();
     let line = wait_for("the refusal in the log", LONG, || {
         sup.plain_log()
             .lines()
@@ -754,7 +702,8 @@ fn sighup_with_a_broken_file_keeps_the_running_config_and_says_why() {
     let d = sup.deployment("svc");
     assert_eq!(d["pid"].as_u64(), Some(u64::from(pid)), "{d}");
     assert_eq!(d["recycles"]["operator"], 0, "{d}");
-    let refused: Vec<Value> = journal(&sup)
+    let refused: Vec<Value> = sup
+        .journal()
         .into_iter()
         .filter(|r| r["kind"] == "config-reload")
         .collect();
@@ -784,8 +733,8 @@ fn bin_dir_string() -> String {
 fn sigterm_stops_gracefully_with_exit_0_and_no_process_left() {
     let body = deployment("a", &exec("sleep 1000"), "")
         + &deployment("b", &demo(), "")
-        + &deployment("c", "[\"{bin}/wfh-testchild\", \"well-behaved\"]", "");
-    let mut sup = start(&body);
+        + &deployment("c", &testchild("well-behaved"), "");
+    let mut sup = Supervisor::start(&body);
     let mut pids = Vec::new();
     for id in ["a", "b", "c"] {
         pids.push(sup.ready_pid(id, LONG));
@@ -809,7 +758,8 @@ fn sigterm_stops_gracefully_with_exit_0_and_no_process_left() {
     );
     assert!(log.contains("all children stopped; exiting"), "{log}");
     // Each child's exit reached the journal before the supervisor exited.
-    let exits = journal(&sup)
+    let exits = sup
+        .journal()
         .into_iter()
         .filter(|r| r["kind"] == "exit")
         .count();
@@ -819,7 +769,7 @@ fn sigterm_stops_gracefully_with_exit_0_and_no_process_left() {
 #[test]
 fn sigusr1_recycles_every_deployment() {
     let body = deployment("a", &exec("sleep 1000"), "") + &deployment("b", &demo(), "");
-    let sup = start(&body);
+    let sup = Supervisor::start(&body);
     let a = sup.ready_pid("a", LONG);
     let b = sup.ready_pid("b", LONG);
     sup.signal(Signal::SIGUSR1);
@@ -840,7 +790,7 @@ fn sigusr1_recycles_every_deployment() {
 #[test]
 fn sigusr2_writes_a_status_dump_to_the_log() {
     let body = deployment("a", &exec("sleep 1000"), "") + &deployment("b", &demo(), "");
-    let sup = start(&body);
+    let sup = Supervisor::start(&body);
     let a = sup.ready_pid("a", LONG);
     let b = sup.ready_pid("b", LONG);
     assert!(!sup.log().contains("SIGUSR2"));
@@ -883,7 +833,7 @@ fn stubborn() -> String {
 #[test]
 fn sigquit_kills_every_child_and_exits_without_draining() {
     let body = stubborn() + &deployment("plain", &exec("sleep 1000"), "");
-    let mut sup = start(&body);
+    let mut sup = Supervisor::start(&body);
     let mut pids = vec![
         sup.ready_pid("stubborn", LONG),
         sup.ready_pid("plain", LONG),
@@ -909,7 +859,7 @@ fn sigquit_kills_every_child_and_exits_without_draining() {
 
 #[test]
 fn sigquit_during_a_graceful_stop_cuts_the_drain_short() {
-    let mut sup = start(&stubborn());
+    let mut sup = Supervisor::start(&stubborn());
     let pid = sup.ready_pid("stubborn", LONG);
     let cmd = wait_for("the hosted command", LONG, || {
         children_of(pid).first().copied()
@@ -932,7 +882,7 @@ fn sigquit_during_a_graceful_stop_cuts_the_drain_short() {
 
 #[test]
 fn a_uid_kept_out_by_the_socket_mode_gets_exit_1_not_unreachable() {
-    let sup = start(&deployment("svc", &exec("sleep 1000"), ""));
+    let sup = Supervisor::start(&deployment("svc", &exec("sleep 1000"), ""));
     sup.ready_pid("svc", LONG);
     chmod(sup.dir().path(), 0o755);
     chmod(&sup.dir().join("state"), 0o755);
@@ -957,7 +907,7 @@ fn a_uid_kept_out_by_the_socket_mode_gets_exit_1_not_unreachable() {
 
 #[test]
 fn a_uid_refused_by_peer_credentials_always_gets_exit_1_permission_denied() {
-    let sup = start(&deployment("svc", &exec("sleep 1000"), ""));
+    let sup = Supervisor::start(&deployment("svc", &exec("sleep 1000"), ""));
     sup.ready_pid("svc", LONG);
     chmod(sup.dir().path(), 0o755);
     chmod(&sup.dir().join("state"), 0o755);
@@ -983,28 +933,20 @@ fn a_uid_refused_by_peer_credentials_always_gets_exit_1_permission_denied() {
 
 #[test]
 fn clients_still_reach_the_supervisor_after_a_refused_reload() {
-    let sup = start(&deployment("svc", &exec("sleep 1000"), ""));
-    let pid = sup.ready_pid("svc", LONG);
-    let good = std::fs::read_to_string(sup.config()).unwrap();
-    std::fs::write(
-        sup.config(),
-        format!("{good}\n[[deployment]]\nid = \"half\"\nkill_timeout = \"soon\"\n"),
-    )
-    .unwrap();
-    sup.signal(Signal::SIGHUP);
+    let (sup, pid, _) = reloaded_with_a_broken_file();
     wait_for("the refusal in the log", LONG, || {
         sup.log().contains("new config is refused").then_some(())
     });
     // The supervisor runs on; the operator asks it what it is doing.
     let out = sup.client(&["status", "--json"]);
-    ok(&out, "status --config with the refused file on disk");
+    ok("status --config with the refused file on disk", &out);
     let v: Value = serde_json::from_slice(&out.stdout).expect("status JSON");
     assert_eq!(v["deployments"][0]["pid"].as_u64(), Some(u64::from(pid)));
 }
 
 #[test]
 fn events_into_a_closed_pipe_ends_quietly() {
-    let sup = start(&deployment("svc", &exec("sleep 1000"), ""));
+    let sup = Supervisor::start(&deployment("svc", &exec("sleep 1000"), ""));
     sup.ready_pid("svc", LONG);
     // A pipe whose reader is already gone: every write fails with EPIPE.
     let (read, write) = nix::unistd::pipe().expect("pipe");
@@ -1022,10 +964,10 @@ fn events_into_a_closed_pipe_ends_quietly() {
 
 #[test]
 fn status_table_shows_what_design_lists() {
-    let sup = start(&(FAST_POLICY.to_owned() + &deployment("svc", &demo(), "")));
+    let sup = Supervisor::start(&(FAST_POLICY.to_owned() + &deployment("svc", &demo(), "")));
     sup.ready_pid("svc", LONG);
     let out = sup.client(&["status"]);
-    ok(&out, "status");
+    ok("status", &out);
     let header = stdout(&out)
         .lines()
         .next()
@@ -1038,7 +980,7 @@ fn status_table_shows_what_design_lists() {
 
 #[test]
 fn the_log_written_to_a_file_has_no_terminal_colour_codes() {
-    let sup = start(&deployment("svc", &exec("sleep 1000"), ""));
+    let sup = Supervisor::start(&deployment("svc", &exec("sleep 1000"), ""));
     sup.ready_pid("svc", LONG);
     let log = sup.log();
     assert!(!log.contains('\u{1b}'), "escape codes in the log:\n{log:?}");

@@ -9,9 +9,10 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 use serde_json::Value;
-use wfhost_tests::{Supervisor, TempDir, alive, bin, wait_for};
-
-const LONG: Duration = Duration::from_secs(30);
+use wfhost_tests::{
+    LONG, Supervisor, TempDir, alive, bin, demo, deployment, describe, exec, is_channel_id, stderr,
+    stdout, testchild, wait_for,
+};
 
 /// Policy ticks fast enough for a test to watch bounds being passed.
 const FAST_POLICY: &str = "policy_interval = \"100ms\"";
@@ -19,48 +20,9 @@ const FAST_POLICY: &str = "policy_interval = \"100ms\"";
 /// Restarts that never give up, for tests that break spawns on purpose.
 const PATIENT_RESTART: &str = "restart = { backoff_initial = \"50ms\", backoff_max = \"200ms\", max_restarts = 1000, period = \"60s\" }";
 
-fn deployment(id: &str, command: &str, extra: &str) -> String {
-    format!("[[deployment]]\nid = \"{id}\"\ncommand = {command}\n{extra}\n")
-}
-
-/// `wfhost-child exec -- sh -c CMD` (CMD must not hold double quotes).
-fn exec(cmd: &str) -> String {
-    format!("[\"{{bin}}/wfhost-child\", \"exec\", \"--\", \"sh\", \"-c\", \"{cmd}\"]")
-}
-
-/// `wfhost-child demo ARGS`.
-fn demo(args: &[&str]) -> String {
-    let mut parts = vec!["\"{bin}/wfhost-child\"".to_owned(), "\"demo\"".to_owned()];
-    parts.extend(args.iter().map(|a| format!("\"{a}\"")));
-    format!("[{}]", parts.join(", "))
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-fn describe(out: &Output) -> String {
-    format!(
-        "exit {:?}\nstdout: {}\nstderr: {}",
-        out.status.code(),
-        text(&out.stdout),
-        text(&out.stderr)
-    )
-}
-
-/// Every journal record, oldest first.
-fn journal(sup: &Supervisor) -> Vec<Value> {
-    let out = sup.client(&["journal", "show", "--json"]);
-    assert!(out.status.success(), "journal show: {}", describe(&out));
-    text(&out.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("journal JSON line"))
-        .collect()
-}
-
 /// The journal's `recycle` records of deployment `id`.
 fn recycle_records(sup: &Supervisor, id: &str) -> Vec<Value> {
-    journal(sup)
+    sup.journal()
         .into_iter()
         .filter(|r| r["kind"] == "recycle" && r["deployment"] == id)
         .collect()
@@ -74,9 +36,14 @@ fn wait_recycle_records(sup: &Supervisor, id: &str, n: usize) -> Vec<Value> {
     })
 }
 
-fn is_channel_id(v: &Value) -> bool {
-    v.as_str()
-        .is_some_and(|s| s.len() == 32 && s.bytes().all(|b| b.is_ascii_hexdigit()))
+/// Waits until `id` is ready; returns its pid and channel id.
+fn ready_child(sup: &Supervisor, id: &str) -> (u32, String) {
+    let pid = sup.ready_pid(id, LONG);
+    let channel = sup.deployment(id)["channel_id"]
+        .as_str()
+        .expect("channel id")
+        .to_owned();
+    (pid, channel)
 }
 
 /// Checks one journaled recycle: its origin, a reason `reason_ok` accepts,
@@ -103,7 +70,8 @@ fn check_record(
         b["new_channel_id"], old_channel,
         "a fresh channel id: {rec}"
     );
-    let spawn = journal(sup)
+    let spawn = sup
+        .journal()
         .into_iter()
         .find(|r| r["kind"] == "spawn" && r["body"]["pid"].as_u64() == Some(u64::from(new_pid)))
         .unwrap_or_else(|| panic!("no spawn record for the new pid {new_pid}"));
@@ -143,7 +111,7 @@ fn spawn_recycle(sup: &Supervisor, id: &str, reason: &str) -> Child {
 
 /// The new pid `wfhost recycle` printed: `recycled ID: pid OLD -> NEW`.
 fn printed_new_pid(out: &Output) -> u32 {
-    let stdout = text(&out.stdout);
+    let stdout = stdout(out);
     stdout
         .trim()
         .rsplit("-> ")
@@ -162,11 +130,7 @@ fn max_uptime_recycles_by_policy_and_is_journaled_and_counted() {
             "recycle = { max_uptime = \"1s\" }",
         ),
     );
-    let pid0 = sup.ready_pid("aging", LONG);
-    let chan0 = sup.deployment("aging")["channel_id"]
-        .as_str()
-        .expect("channel id")
-        .to_owned();
+    let (pid0, chan0) = ready_child(&sup, "aging");
 
     let d = sup.wait_deployment("aging", "a policy recycle", LONG, |d| recycles(d).0 >= 1);
     let (_, operator, self_) = recycles(&d);
@@ -210,11 +174,7 @@ fn max_rss_recycles_a_child_whose_process_tree_grows_past_the_bound() {
         FAST_POLICY,
         &deployment("hungry", command, "recycle = { max_rss = \"100MiB\" }"),
     );
-    let pid0 = sup.ready_pid("hungry", LONG);
-    let chan0 = sup.deployment("hungry")["channel_id"]
-        .as_str()
-        .expect("channel id")
-        .to_owned();
+    let (pid0, chan0) = ready_child(&sup, "hungry");
 
     let d = sup.wait_deployment("hungry", "a policy recycle", LONG, |d| recycles(d).0 >= 1);
     assert_eq!(d["last_recycle"]["origin"], "policy", "{d}");
@@ -319,17 +279,13 @@ fn operator_recycle_reports_the_new_pid_and_is_journaled_and_counted() {
         &demo(&["--step-ms", "1", "--approve-ms", "1"]),
         "",
     ));
-    let pid0 = sup.ready_pid("ops", LONG);
-    let chan0 = sup.deployment("ops")["channel_id"]
-        .as_str()
-        .expect("channel")
-        .to_owned();
+    let (pid0, chan0) = ready_child(&sup, "ops");
 
     let out = sup.client(&["recycle", "ops", "--reason", "because"]);
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
     let new_pid = printed_new_pid(&out);
     assert_eq!(
-        text(&out.stdout).trim(),
+        stdout(&out).trim(),
         format!("recycled ops: pid {pid0} -> {new_pid}")
     );
     // The command returns once the new child is ready, the old one reaped.
@@ -365,7 +321,7 @@ fn operator_recycle_reports_the_new_pid_and_is_journaled_and_counted() {
     // An unknown deployment is a clear failure that changes nothing.
     let out = sup.client(&["recycle", "nope"]);
     assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
-    let err = text(&out.stderr);
+    let err = stderr(&out);
     assert!(
         err.contains("unknown deployment") && err.contains("nope") && err.contains("ops"),
         "{err}"
@@ -387,11 +343,7 @@ fn a_child_asking_to_be_recycled_is_recycled_with_origin_self() {
         ]),
         "",
     ));
-    let pid0 = sup.ready_pid("selfish", LONG);
-    let chan0 = sup.deployment("selfish")["channel_id"]
-        .as_str()
-        .expect("channel")
-        .to_owned();
+    let (pid0, chan0) = ready_child(&sup, "selfish");
     for i in 0..3 {
         let out = sup.client(&["send", "selfish", &format!("job-{i}")]);
         assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
@@ -467,20 +419,6 @@ fn concurrent_recycles_are_absorbed_into_one() {
     assert_eq!(recs[0]["body"]["reason"], "first");
 }
 
-/// The ids of "mail N: received" lines child `pid` printed, in log order.
-fn received_by(sup: &Supervisor, pid: u32) -> Vec<u64> {
-    let tag = format!("pid={pid} ");
-    sup.plain_log()
-        .lines()
-        .filter(|l| l.contains(&tag))
-        .filter_map(|l| {
-            let rest = &l[l.find("mail ")? + 5..];
-            let (n, _) = rest.split_once(": received ")?;
-            n.parse().ok()
-        })
-        .collect()
-}
-
 #[test]
 fn mail_sent_during_a_recycle_waits_and_reaches_the_new_child_in_order() {
     // approve (a wait step) takes 1 s: the recycle's drain waits for it,
@@ -494,7 +432,7 @@ fn mail_sent_during_a_recycle_waits_and_reaches_the_new_child_in_order() {
     let send = |p: &str| {
         let out = sup.client(&["send", "queue", p]);
         assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
-        text(&out.stdout)
+        stdout(&out)
             .split_whitespace()
             .nth(2)
             .and_then(|n| n.parse::<u64>().ok())
@@ -522,26 +460,38 @@ fn mail_sent_during_a_recycle_waits_and_reaches_the_new_child_in_order() {
     sup.wait_deployment("queue", "all three done", LONG, |d| {
         d["mail"]["done"] == 3 && d["mail"]["inbox"] == 0 && d["mail"]["processing"] == 0
     });
-    let old = received_by(&sup, pid0);
+    let old = sup.received_mail(Some(pid0));
     assert_eq!(old, [first], "the draining child got nothing new");
     // The interrupted first item went back to the head of the inbox.
-    assert_eq!(received_by(&sup, new_pid), [first, later[0], later[1]]);
+    assert_eq!(
+        sup.received_mail(Some(new_pid)),
+        [first, later[0], later[1]]
+    );
+}
+
+/// A supervisor of `stubborn`, a child that ignores Drain and SIGTERM, once
+/// `wfhost recycle stubborn --reason first` has it stopping: the recycle
+/// spends drain_deadline draining, then `kill_timeout` stopping, before
+/// SIGKILL. Returns the supervisor, the old child's pid and the recycle.
+fn recycling_a_stubborn_child(kill_timeout: &str) -> (Supervisor, u32, Child) {
+    let sup = Supervisor::start(&deployment(
+        "stubborn",
+        &testchild("ignore-term"),
+        &format!(
+            "drain_timeout = \"200ms\"\ndrain_deadline = \"200ms\"\nkill_timeout = \"{kill_timeout}\""
+        ),
+    ));
+    let pid0 = sup.ready_pid("stubborn", LONG);
+    let recycle = spawn_recycle(&sup, "stubborn", "first");
+    sup.wait_deployment("stubborn", "the old child stopping", LONG, |d| {
+        d["state"] == "stopping"
+    });
+    (sup, pid0, recycle)
 }
 
 #[test]
 fn a_recycle_asked_for_while_the_old_child_is_stopping_is_absorbed() {
-    // It ignores Drain and SIGTERM: the recycle spends drain_deadline
-    // draining, then kill_timeout stopping, before SIGKILL.
-    let sup = Supervisor::start(&deployment(
-        "stubborn",
-        "[\"{bin}/wfh-testchild\", \"ignore-term\"]",
-        "drain_timeout = \"200ms\"\ndrain_deadline = \"200ms\"\nkill_timeout = \"3s\"",
-    ));
-    let pid0 = sup.ready_pid("stubborn", LONG);
-    let first = spawn_recycle(&sup, "stubborn", "first");
-    sup.wait_deployment("stubborn", "the old child stopping", LONG, |d| {
-        d["state"] == "stopping"
-    });
+    let (sup, pid0, first) = recycling_a_stubborn_child("3s");
     let second = spawn_recycle(&sup, "stubborn", "second");
     let outs: Vec<Output> = [first, second]
         .into_iter()
@@ -562,16 +512,7 @@ fn a_recycle_asked_for_while_the_old_child_is_stopping_is_absorbed() {
 
 #[test]
 fn sigterm_during_a_recycle_still_stops_the_supervisor() {
-    let mut sup = Supervisor::start(&deployment(
-        "stubborn",
-        "[\"{bin}/wfh-testchild\", \"ignore-term\"]",
-        "drain_timeout = \"200ms\"\ndrain_deadline = \"200ms\"\nkill_timeout = \"2s\"",
-    ));
-    let pid0 = sup.ready_pid("stubborn", LONG);
-    let recycle = spawn_recycle(&sup, "stubborn", "first");
-    sup.wait_deployment("stubborn", "the old child stopping", LONG, |d| {
-        d["state"] == "stopping"
-    });
+    let (mut sup, pid0, recycle) = recycling_a_stubborn_child("2s");
     sup.signal(Signal::SIGTERM);
     let status = sup.wait_exit(LONG);
     assert!(status.success(), "graceful stop exits 0: {status:?}");
@@ -641,12 +582,9 @@ fn summary(ms: &mut [f64]) -> String {
 /// For each drain in the event log, the milliseconds from `drain_started`
 /// to the next `ready`.
 fn drain_to_ready_ms(sup: &Supervisor) -> Vec<f64> {
-    let out = sup.client(&["events", "--json"]);
-    assert!(out.status.success(), "{}", describe(&out));
     let mut ms = Vec::new();
     let mut started = None;
-    for line in text(&out.stdout).lines() {
-        let e: Value = serde_json::from_str(line).expect("event JSON");
+    for e in sup.events() {
         match e["kind"].as_str() {
             Some("drain_started") => started = e["at_ms"].as_u64(),
             Some("ready") => {

@@ -17,23 +17,29 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 use serde_json::Value;
-use wfhost_tests::{Supervisor, alive, signal, wait_for, wfhost};
+use wfhost_tests::{
+    LONG, Supervisor, alive, client, demo, deployment, describe, mail_counts, poll, query, signal,
+    stderr, stdout, wait_for,
+};
 
-const LONG: Duration = Duration::from_secs(30);
 const SEED: u64 = 0x5eed_2024_0005;
 
 /// A demo deployment with the given step times, a short uptime bound, and
 /// restarts that never give up (SIGKILLs are expected here).
 fn soak_body(step_ms: u32, approve_ms: u32) -> String {
-    format!(
-        "[[deployment]]\n\
-     id = \"soak\"\n\
-     command = [\"{{bin}}/wfhost-child\", \"demo\", \"--step-ms\", \"{step_ms}\", \"--approve-ms\", \"{approve_ms}\"]\n\
-     recycle = {{ max_uptime = \"150ms\" }}\n\
-     restart = {{ backoff_initial = \"10ms\", backoff_max = \"100ms\", max_restarts = 10000, period = \"60s\" }}\n\
-     drain_timeout = \"2s\"\n\
-     drain_deadline = \"3s\"\n\
-     kill_timeout = \"2s\"\n"
+    deployment(
+        "soak",
+        &demo(&[
+            "--step-ms",
+            &step_ms.to_string(),
+            "--approve-ms",
+            &approve_ms.to_string(),
+        ]),
+        "recycle = { max_uptime = \"150ms\" }\n\
+         restart = { backoff_initial = \"10ms\", backoff_max = \"100ms\", max_restarts = 10000, period = \"60s\" }\n\
+         drain_timeout = \"2s\"\n\
+         drain_deadline = \"3s\"\n\
+         kill_timeout = \"2s\"",
     )
 }
 
@@ -51,32 +57,12 @@ impl Rng {
     }
 }
 
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-fn describe(out: &Output) -> String {
-    format!(
-        "exit {:?}\nstdout: {}\nstderr: {}",
-        out.status.code(),
-        text(&out.stdout),
-        text(&out.stderr)
-    )
-}
-
-/// `wfhost ARGS --config CONFIG`.
-fn client(config: &Path, args: &[&str]) -> Output {
-    let mut full = args.to_vec();
-    full.extend(["--config", config.to_str().expect("utf-8 path")]);
-    wfhost(&full)
-}
-
 /// The id `wfhost send` printed, if it succeeded.
 fn sent_id(out: &Output) -> Option<u64> {
     if !out.status.success() {
         return None;
     }
-    text(&out.stdout)
+    stdout(out)
         .trim()
         .strip_prefix("accepted mail ")?
         .split_whitespace()
@@ -85,55 +71,35 @@ fn sent_id(out: &Output) -> Option<u64> {
         .ok()
 }
 
-/// `(inbox, processing, done)` from a deployment's status.
-fn counts(d: &Value) -> (u64, u64, u64) {
-    let m = &d["mail"];
-    let n = |k: &str| m[k].as_u64().unwrap_or(u64::MAX);
-    (n("inbox"), n("processing"), n("done"))
-}
-
 /// Every row of the `mail` table: `(id, state, deliveries)`.
 fn db_rows(state_dir: &Path) -> Vec<(u64, String, u64)> {
-    let script = "import json, sqlite3, sys\n\
-                  c = sqlite3.connect(sys.argv[1])\n\
-                  print(json.dumps(c.execute('SELECT id, state, deliveries FROM mail ORDER BY id').fetchall()))";
-    let out = Command::new("python3")
-        .args(["-c", script])
-        .arg(state_dir.join("wfhost.db"))
-        .output()
-        .expect("run python3");
-    assert!(out.status.success(), "python3 sqlite3: {}", describe(&out));
-    serde_json::from_slice(&out.stdout).expect("rows JSON")
-}
-
-/// How many `mail_done` events each id has in the durable event log.
-fn mail_done_events(config: &Path) -> BTreeMap<u64, u32> {
-    let out = client(config, &["events", "--json"]);
-    assert!(out.status.success(), "events: {}", describe(&out));
-    let mut per_id = BTreeMap::new();
-    for line in text(&out.stdout).lines() {
-        let e: Value = serde_json::from_str(line).expect("event JSON");
-        if e["kind"] == "mail_done" && e["deployment"] == "soak" {
-            *per_id
-                .entry(e["body"]["id"].as_u64().expect("mail id"))
-                .or_default() += 1;
-        }
-    }
-    per_id
+    let rows = query(
+        &state_dir.join("wfhost.db"),
+        "SELECT id, state, deliveries FROM mail ORDER BY id",
+    );
+    serde_json::from_value(Value::Array(rows)).expect("rows JSON")
 }
 
 /// `mail_done` events per id once there are at least `n` ids, or whatever
 /// there is after `patience` (the event log is written just behind the
 /// mail table).
-fn mail_done_events_settled(config: &Path, n: usize, patience: Duration) -> BTreeMap<u64, u32> {
-    let deadline = Instant::now() + patience;
-    loop {
-        let events = mail_done_events(config);
-        if events.len() >= n || Instant::now() > deadline {
-            return events;
+fn mail_done_events_settled(sup: &Supervisor, n: usize, patience: Duration) -> BTreeMap<u64, u32> {
+    poll(patience, Duration::from_millis(50), || {
+        let mut per_id = BTreeMap::new();
+        for e in sup.events_so_far() {
+            if e["kind"] == "mail_done" && e["deployment"] == "soak" {
+                *per_id
+                    .entry(e["body"]["id"].as_u64().expect("mail id"))
+                    .or_default() += 1;
+            }
         }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+        if per_id.len() >= n {
+            Ok(per_id)
+        } else {
+            Err(per_id)
+        }
+    })
+    .unwrap_or_else(|per_id| per_id)
 }
 
 /// How often the demo child printed "mail N: received" (redeliveries show
@@ -253,7 +219,7 @@ fn a_thousand_mail_items_survive_recycles_and_child_kills() {
                 } else {
                     // A recycle asked for while the child restarts or stops
                     // may be refused; that is not a loss.
-                    let why = text(&out.stderr);
+                    let why = stderr(&out);
                     let key = why.split(';').next().unwrap_or("").trim().to_owned();
                     *refusals.entry(key).or_default() += 1;
                 }
@@ -277,7 +243,7 @@ fn a_thousand_mail_items_survive_recycles_and_child_kills() {
     assert_eq!(accepted.len(), ITEMS, "every send printed a distinct id");
 
     let d = sup.wait_deployment("soak", "every item done", Duration::from_secs(60), |d| {
-        counts(d) == (0, 0, ITEMS as u64)
+        mail_counts(d) == (0, 0, ITEMS as u64)
     });
     // Once idle, the uptime bound recycles it (policy) in any case.
     let d = if d["recycles"]["policy"].as_u64().unwrap_or(0) == 0 {
@@ -295,7 +261,7 @@ fn a_thousand_mail_items_survive_recycles_and_child_kills() {
     let not_done: Vec<_> = rows.iter().filter(|r| r.1 != "done").collect();
     assert!(not_done.is_empty(), "not done: {not_done:?}");
     let deliveries: u64 = rows.iter().map(|r| r.2).sum();
-    let events = mail_done_events_settled(&config, ITEMS, LONG);
+    let events = mail_done_events_settled(&sup, ITEMS, LONG);
     let wrong: Vec<_> = accepted
         .iter()
         .filter(|id| events.get(id) != Some(&1))
@@ -367,11 +333,11 @@ fn run_with_supervisor_kills(items: usize, kill_at: &[u64]) -> KilledRun {
     let mut in_flight_at_kill = Vec::new();
     for &threshold in kill_at {
         let d = sup.wait_deployment("soak", "mail flowing", LONG, |d| {
-            let (_, processing, done) = counts(d);
+            let (_, processing, done) = mail_counts(d);
             done >= threshold && (processing > 0 || sent_all.load(Ordering::SeqCst))
         });
         let child = d["pid"].as_u64();
-        in_flight_at_kill.push(counts(&d).1);
+        in_flight_at_kill.push(mail_counts(&d).1);
         let (dir, config_path) = sup.into_parts();
         // The dead supervisor's child dies with it (parent-death signal).
         if let Some(pid) = child {
@@ -391,11 +357,11 @@ fn run_with_supervisor_kills(items: usize, kill_at: &[u64]) -> KilledRun {
         rows.iter().all(|r| r.1 == "done").then_some(rows)
     });
     let d = sup.wait_deployment("soak", "empty inbox and processing", LONG, |d| {
-        let (inbox, processing, _) = counts(d);
+        let (inbox, processing, _) = mail_counts(d);
         inbox == 0 && processing == 0
     });
-    assert_eq!(counts(&d).2, rows.len() as u64, "{d}");
-    let events = mail_done_events_settled(&config, rows.len(), Duration::from_secs(5));
+    assert_eq!(mail_counts(&d).2, rows.len() as u64, "{d}");
+    let events = mail_done_events_settled(&sup, rows.len(), Duration::from_secs(5));
     KilledRun {
         accepted,
         failed_sends: failures.len(),
@@ -504,7 +470,7 @@ fn every_done_item_keeps_its_mail_done_event_across_a_supervisor_kill() {
         std::thread::spawn(move || sender(config, payloads, true))
     };
     let out = watcher.wait_with_output().expect("python3 watcher");
-    let verdict = text(&out.stdout);
+    let verdict = stdout(&out);
     let sup = if verdict.starts_with("killed") {
         let (dir, config_path) = sup.into_parts();
         wait_for("the orphaned child to die", LONG, || {
@@ -522,10 +488,10 @@ fn every_done_item_keeps_its_mail_done_event_across_a_supervisor_kill() {
         (rows.len() >= accepted.len() && rows.iter().all(|r| r.1 == "done")).then_some(rows)
     });
     sup.wait_deployment("soak", "empty inbox and processing", LONG, |d| {
-        let (inbox, processing, _) = counts(d);
+        let (inbox, processing, _) = mail_counts(d);
         inbox == 0 && processing == 0
     });
-    let events = mail_done_events_settled(&config, rows.len(), Duration::from_secs(5));
+    let events = mail_done_events_settled(&sup, rows.len(), Duration::from_secs(5));
     let wrong: Vec<_> = rows
         .iter()
         .map(|r| r.0)

@@ -8,27 +8,12 @@ use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixDatagram};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use nix::sys::signal::Signal;
-use wfhost_tests::{Supervisor, TempDir, alive, children_of, wait_for};
-
-const LONG: Duration = Duration::from_secs(30);
-
-fn deployment(id: &str, command: &str, extra: &str) -> String {
-    format!("[[deployment]]\nid = \"{id}\"\ncommand = {command}\n{extra}\n")
-}
-
-fn exec(args: &str, cmd: &str) -> String {
-    format!("[\"{{bin}}/wfhost-child\", \"exec\", {args}\"--\", \"sh\", \"-c\", \"{cmd}\"]")
-}
-
-fn unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("clock after 1970")
-        .as_millis() as u64
-}
+use wfhost_tests::{
+    LONG, Supervisor, TempDir, alive, children_of, deployment, exec, exec_with, unix_ms, wait_for,
+};
 
 /// One datagram and when it arrived (Unix ms).
 #[derive(Debug, Clone)]
@@ -126,20 +111,11 @@ fn monotonic_usec() -> u64 {
     ts.tv_sec as u64 * 1_000_000 + ts.tv_nsec as u64 / 1_000
 }
 
-fn events(sup: &Supervisor) -> Vec<serde_json::Value> {
-    let out = sup.client(&["events", "--json"]);
-    assert!(out.status.success(), "events");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("event JSON"))
-        .collect()
-}
-
 #[test]
 fn notify_ready_status_watchdog_reload_stopping_and_extend_timeout() {
     let dir = TempDir::new();
     let (notes, socket) = bound(&dir);
-    let body = deployment("quick", &exec("", "sleep 1000"), "")
+    let body = deployment("quick", &exec("sleep 1000"), "")
         // Its Ready comes half a second late: READY=1 must wait for it.
         + &deployment(
             "late",
@@ -149,7 +125,7 @@ fn notify_ready_status_watchdog_reload_stopping_and_extend_timeout() {
         // On stop its drain runs the whole 2 s budget, then escalates.
         + &deployment(
             "stubborn",
-            &exec("\"--drain\", \"cancel\", ", "trap '' TERM; sleep 1000"),
+            &exec_with(&["--drain", "cancel"], "trap '' TERM; sleep 1000"),
             "drain_timeout = \"2s\"\nkill_timeout = \"1s\"",
         );
     let mut sup = Supervisor::start_with_env(
@@ -168,7 +144,7 @@ fn notify_ready_status_watchdog_reload_stopping_and_extend_timeout() {
     for m in &notes.all()[..ready_at] {
         assert_eq!(m.text, "WATCHDOG=1", "only pings come before READY=1");
     }
-    let evs = events(&sup);
+    let evs = sup.events();
     for id in ["quick", "late", "stubborn"] {
         let first = evs
             .iter()
@@ -298,8 +274,7 @@ fn sup_ready(notes: &Notifications) -> (usize, Message) {
 /// caused by a drain (sent from a later control-loop tick), and returns
 /// every notification up to it.
 fn notifications_until_a_status_change(notes: &Notifications, env: &[(&str, &str)]) -> Vec<String> {
-    let body = deployment("a", &exec("", "sleep 1000"), "")
-        + &deployment("b", &exec("", "sleep 1000"), "");
+    let body = deployment("a", &exec("sleep 1000"), "") + &deployment("b", &exec("sleep 1000"), "");
     let sup = Supervisor::start_with_env(&body, env);
     let (ready_at, _) = sup_ready(notes);
     let out = sup.client(&["drain", "a"]);

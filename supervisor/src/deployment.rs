@@ -75,11 +75,7 @@ pub type ConfigSlot = Arc<Mutex<Arc<DeploymentConfig>>>;
 
 impl DeploymentHandle {
     /// Starts the task for `cfg`; the join handle ends after a stop.
-    pub fn start(
-        cfg: Arc<DeploymentConfig>,
-        shared: Arc<Shared>,
-        policy_interval: Duration,
-    ) -> (Self, JoinHandle<()>) {
+    pub fn start(cfg: Arc<DeploymentConfig>, shared: Arc<Shared>) -> (Self, JoinHandle<()>) {
         let (tx, rx) = mpsc::channel(64);
         let budget_ms = cfg.drain_timeout.as_millis() as u64;
         let status = Arc::new(Mutex::new(Status::new(&cfg.id, budget_ms)));
@@ -89,8 +85,8 @@ impl DeploymentHandle {
             slot: slot.clone(),
             shared,
             requests: rx,
+            me: tx.downgrade(),
             status: status.clone(),
-            policy_interval,
         };
         let join = tokio::spawn(task.run());
         (
@@ -143,8 +139,9 @@ struct Task {
     slot: ConfigSlot,
     shared: Arc<Shared>,
     requests: mpsc::Receiver<Request>,
+    /// Its own request channel, for the policy tick to ask for recycles.
+    me: mpsc::WeakSender<Request>,
     status: Arc<Mutex<Status>>,
-    policy_interval: Duration,
 }
 
 impl Task {
@@ -347,7 +344,7 @@ impl Task {
             self.recycled(r, pid, &channel);
         }
         let ending = child
-            .run(&mut self.requests, self.policy_interval, pending)
+            .run(&mut self.requests, self.me.clone(), pending)
             .await;
         (ending, Some(pid), Some(channel))
     }

@@ -23,7 +23,6 @@ use wfhost_ipc::{
 use wfhost_policy::drain::BudgetState;
 use wfhost_policy::kill::KillEscalation;
 use wfhost_policy::liveness::Liveness;
-use wfhost_policy::recycle::{Jitter, RecycleBounds};
 use wfhost_policy::steps::{DrainTracker, Escalation};
 
 use crate::cancel::{self, CancelQueue};
@@ -32,6 +31,7 @@ use crate::deployment::Request;
 use crate::drain::{self, Purpose};
 use crate::grants;
 use crate::mail::{self, Dispatch};
+use crate::policy_tick::Watched;
 use crate::procfs::RssReader;
 use crate::recycle::{self, Origin, Trigger};
 use crate::shared::{Shared, unix_ms};
@@ -291,7 +291,7 @@ impl LiveChild {
     pub async fn run(
         &mut self,
         requests: &mut mpsc::Receiver<Request>,
-        policy_interval: Duration,
+        me: mpsc::WeakSender<Request>,
         pending: Option<Purpose>,
     ) -> Ending {
         let now = Instant::now();
@@ -302,12 +302,19 @@ impl LiveChild {
         let mut cancels = CancelQueue::default();
         let mut dispatch = Dispatch::default();
         let mut commit: Option<Commit> = None;
-        let mut rss = RssReader::open(self.pid).ok();
-        let bounds = recycle::bounds(&self.cfg);
         self.publish_drain(&tracker, session.as_ref(), now);
-        let jitter = recycle::jitter(&self.channel_id);
-        // The first tick comes at once, so status shows RSS from the start.
-        let mut next_policy = now;
+        self.shared.watchlist.add(Watched {
+            deployment: self.cfg.id.clone(),
+            pid: self.pid,
+            started_at: self.started_at,
+            grants_read_at: self.grants_read_at,
+            bounds: recycle::bounds(&self.cfg),
+            jitter: recycle::jitter(&self.channel_id),
+            rss: std::sync::Mutex::new(RssReader::open(self.pid).ok()),
+            status: self.status.clone(),
+            requests: me,
+            asked: Default::default(),
+        });
         if let Some(s) = &session {
             self.send_drain(&mut tracker, s, now).await;
         }
@@ -342,13 +349,12 @@ impl LiveChild {
                 } else {
                     None
                 },
-                Some(next_policy),
             ];
             let wake = wakes
                 .into_iter()
                 .flatten()
                 .min()
-                .unwrap_or(now + policy_interval);
+                .unwrap_or(now + Duration::from_secs(3600));
             tokio::select! {
                 event = self.reader.next() => match event {
                     Ok(Some(event)) => {
@@ -410,14 +416,6 @@ impl LiveChild {
                         let mut purpose = self.end_drain(&mut tracker, session.take(), now, "drain_deadline passed");
                         let end = self.stop(requests, purpose.as_mut()).await;
                         return self.conclude(purpose, end, &mut cancels);
-                    }
-                    if now >= next_policy {
-                        next_policy = now + policy_interval;
-                        if let Some(trigger) = self.policy_check(rss.as_mut(), &bounds, jitter, now)
-                            && session.is_none()
-                        {
-                            self.drain_for(Purpose::Recycle(trigger), &mut session, &mut tracker, now).await;
-                        }
                     }
                 }
                 result = wait_commit(&mut commit) => {
@@ -836,23 +834,6 @@ impl LiveChild {
         dispatch.took(got, n);
     }
 
-    /// One policy tick: reads RSS and checks the recycle bounds in order.
-    fn policy_check(
-        &mut self,
-        rss: Option<&mut RssReader>,
-        bounds: &RecycleBounds,
-        jitter: Jitter,
-        now: Instant,
-    ) -> Option<Trigger> {
-        let rss_bytes = rss.and_then(|r| r.tree_rss().ok());
-        self.update(|st| st.rss_bytes = rss_bytes);
-        let sample = recycle::sample(self.started_at, rss_bytes, self.grants_read_at, now);
-        let reason = bounds.check(&sample, jitter)?;
-        let text = recycle::policy_reason(reason, &sample, bounds);
-        info!(deployment = %self.cfg.id, pid = self.pid, reason = %text, "recycle bound passed");
-        Some(Trigger::new(Origin::Policy, text, None))
-    }
-
     /// Maps how the wiring ended and why it was being drained to what the
     /// deployment does next. Cancels not yet committed die with the child.
     fn conclude(
@@ -1060,6 +1041,7 @@ pub fn humantime(d: Duration) -> String {
 
 impl Drop for LiveChild {
     fn drop(&mut self) {
+        self.shared.watchlist.remove(self.pid);
         self.shared.forget_child(&self.cfg.id, self.pid);
     }
 }

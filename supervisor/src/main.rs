@@ -15,6 +15,7 @@ mod logging;
 mod mail;
 mod metrics;
 mod notify;
+mod policy_tick;
 mod procfs;
 mod recycle;
 mod shared;

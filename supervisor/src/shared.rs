@@ -14,6 +14,7 @@ use tokio::sync::watch;
 use tracing::{error, info};
 
 use crate::journal::NewJournalEntry;
+use crate::policy_tick::Watchlist;
 use crate::procfs;
 use crate::spawn::Spawner;
 use crate::store::{ChildRecord, NewEvent, Store, StoreError};
@@ -39,6 +40,8 @@ pub struct Shared {
     pub event_retention: u64,
     /// Journal records and events not yet written.
     pub backlog: Arc<Backlog>,
+    /// Every live child, for the policy tick.
+    pub watchlist: Arc<Watchlist>,
     /// Signalled when a deployment first gets a ready child or fails, so
     /// systemd hears `READY=1` without waiting for the next tick.
     pub started: tokio::sync::Notify,

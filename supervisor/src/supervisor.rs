@@ -24,7 +24,6 @@ pub type Registry = Arc<RwLock<BTreeMap<String, DeploymentHandle>>>;
 /// The deployments under supervision.
 pub struct Supervisor {
     shared: Arc<Shared>,
-    policy_interval: Duration,
     registry: Registry,
     tasks: Vec<(String, JoinHandle<()>)>,
 }
@@ -42,10 +41,9 @@ pub struct ReloadSummary {
 
 impl Supervisor {
     /// A supervisor with no deployments yet.
-    pub fn new(config: &Config, shared: &Arc<Shared>) -> Self {
+    pub fn new(shared: &Arc<Shared>) -> Self {
         Self {
             shared: shared.clone(),
-            policy_interval: config.supervisor.policy_interval,
             registry: Arc::new(RwLock::new(BTreeMap::new())),
             tasks: Vec::new(),
         }
@@ -59,11 +57,7 @@ impl Supervisor {
     }
 
     fn add(&mut self, cfg: &crate::config::DeploymentConfig) {
-        let (handle, task) = DeploymentHandle::start(
-            Arc::new(cfg.clone()),
-            self.shared.clone(),
-            self.policy_interval,
-        );
+        let (handle, task) = DeploymentHandle::start(Arc::new(cfg.clone()), self.shared.clone());
         self.registry
             .write()
             .unwrap_or_else(|p| p.into_inner())

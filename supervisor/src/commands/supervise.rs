@@ -142,11 +142,12 @@ async fn supervise(config: Config, config_path: &Path) -> anyhow::Result<()> {
         events,
         event_retention: settings.event_retention,
         backlog: Default::default(),
+        watchlist: Default::default(),
         started: tokio::sync::Notify::new(),
     });
     // The control socket first: a second supervisor on this state dir must
     // stop here, before it touches the first one's children.
-    let mut sup = Supervisor::new(&config, &shared);
+    let mut sup = Supervisor::new(&shared);
     let control = control_server::Server::bind(settings, sup.registry(), shared.clone())?;
     let metrics = match settings.metrics_listen {
         Some(addr) => Some(crate::metrics::bind(addr).await?),
@@ -167,6 +168,10 @@ async fn supervise(config: Config, config_path: &Path) -> anyhow::Result<()> {
     sup.start_all(&config);
     info!(socket = %control.path().display(), deployments = config.deployments.len(), "supervising");
     let control_task = tokio::spawn(control.serve());
+    let policy_task = tokio::spawn(crate::policy_tick::run(
+        shared.watchlist.clone(),
+        settings.policy_interval,
+    ));
     if let (Some(listener), Some(addr)) = (metrics, settings.metrics_listen) {
         info!(listen = %addr, "serving Prometheus metrics at /metrics");
         tokio::spawn(crate::metrics::serve(
@@ -260,6 +265,7 @@ async fn supervise(config: Config, config_path: &Path) -> anyhow::Result<()> {
         }
     }
     control_task.abort();
+    policy_task.abort();
     // Let queued journal records and events reach the disk before exiting
     // (one last try for any the store refused).
     shared.retry_backlog();

@@ -40,15 +40,21 @@ pub fn is_same_process(pid: u32, start_time: u64) -> bool {
 /// every process's `/proc/PID/statm` and its main thread's
 /// `/proc/PID/task/PID/children` stay open and are re-read with `pread`
 /// (a kept fd reads fresh values and fails once the pid is reaped, so a
-/// reused pid is never misread), and the tree is only reshaped when a
-/// children list changes. A command hosted by `wfhost-child exec` counts
+/// reused pid is never misread); the children lists are re-read every
+/// [`RESCAN_EVERY`] reads, and the tree is only reshaped when one changed. A command hosted by `wfhost-child exec` counts
 /// too. Children forked by other threads of a multi-threaded process are
 /// not seen; under systemd, cgroup `memory.current` is the complete answer.
 #[derive(Debug)]
 pub struct RssReader {
     root: Node,
     page_size: u64,
+    reads: u64,
 }
+
+/// The tree's shape is re-read every this many reads: it rarely changes,
+/// and skipping the children lists halves the syscalls of a tick. A new
+/// descendant is counted within this many ticks.
+const RESCAN_EVERY: u64 = 4;
 
 /// One process of the tree with its kept-open files.
 #[derive(Debug)]
@@ -75,9 +81,10 @@ impl Node {
 
     /// Resident pages of this process and its descendants; `budget` bounds
     /// how many processes are read, so a fork bomb cannot stall the tick.
-    fn resident(&mut self, budget: &mut usize) -> io::Result<u64> {
+    /// With `rescan`, the children lists are re-read and the tree reshaped.
+    fn resident(&mut self, budget: &mut usize, rescan: bool) -> io::Result<u64> {
         let mut pages = read_resident(&self.statm)?;
-        if let Some(file) = &self.children {
+        if rescan && let Some(file) = &self.children {
             use std::os::unix::fs::FileExt;
             let mut buf = [0u8; 4096];
             let n = file.read_at(&mut buf, 0).unwrap_or(0);
@@ -104,7 +111,7 @@ impl Node {
             *budget -= 1;
             // A child that just exited reads as an error: it drops out of
             // the tree at the next change of the children list.
-            pages += kid.resident(budget).unwrap_or(0);
+            pages += kid.resident(budget, rescan).unwrap_or(0);
         }
         Ok(pages)
     }
@@ -118,13 +125,16 @@ impl RssReader {
         Ok(Self {
             root: Node::open(pid)?,
             page_size: u64::try_from(page).unwrap_or(4096),
+            reads: 0,
         })
     }
 
     /// Resident bytes of the leader and all its descendants.
     pub fn tree_rss(&mut self) -> io::Result<u64> {
         let mut budget = MAX_TREE;
-        Ok(self.root.resident(&mut budget)? * self.page_size)
+        let rescan = self.reads.is_multiple_of(RESCAN_EVERY);
+        self.reads += 1;
+        Ok(self.root.resident(&mut budget, rescan)? * self.page_size)
     }
 }
 

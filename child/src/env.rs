@@ -164,13 +164,7 @@ mod tests {
 
     #[test]
     fn names_each_missing_variable() {
-        for var in [
-            ENV_CONTROL_FD,
-            ENV_CHANNEL_ID,
-            ENV_PROTOCOL,
-            ENV_DEPLOYMENT,
-            ENV_SUPERVISOR_KEY,
-        ] {
+        for var in wfhost_ipc::handshake::ENV_ALL {
             let mut vars = full();
             vars.remove(var);
             let err = parse(&vars).unwrap_err();

@@ -71,6 +71,26 @@ impl Shared {
         }
     }
 
+    /// Queues events in order, like [`Self::post_all`], and waits until
+    /// each is written. `events` takes the work lock and returns what the
+    /// ledger decided; the lock is released before waiting.
+    pub(crate) async fn send_all(
+        &self,
+        events: impl FnOnce(&mut Work) -> Vec<Event>,
+    ) -> Result<(), RuntimeError> {
+        let pending: Vec<_> = {
+            let mut work = self.work();
+            events(&mut work)
+                .into_iter()
+                .map(|e| self.outbox.post_tracked(e))
+                .collect()
+        };
+        for p in pending {
+            p.wait().await?;
+        }
+        Ok(())
+    }
+
     /// Marks the runtime closed (the first reason wins) and fires every
     /// step token with the reason's cause.
     pub(crate) fn close(&self, reason: CloseReason) {
@@ -237,17 +257,9 @@ impl Runtime {
     /// Reports that `run` reached a terminal state (`RunTerminal`). A run
     /// already reported cancelled by the cascade is not reported twice.
     pub async fn run_terminal(&self, run: &str, outcome: Outcome) -> Result<(), RuntimeError> {
-        let pending: Vec<_> = {
-            let mut work = self.shared.work();
-            work.run_terminal(run, outcome)
-                .into_iter()
-                .map(|e| self.shared.outbox.post_tracked(e))
-                .collect()
-        };
-        for p in pending {
-            p.wait().await?;
-        }
-        Ok(())
+        self.shared
+            .send_all(|work| work.run_terminal(run, outcome))
+            .await
     }
 
     /// Asks the supervisor to replace this child (`RecycleRequest`).

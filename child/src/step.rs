@@ -65,17 +65,10 @@ impl Step {
         run_outcome: Option<Outcome>,
     ) -> Result<(), RuntimeError> {
         self.finished = true;
-        let pending: Vec<_> = {
-            let mut work = self.shared.work();
-            work.finish(self.id, outcome, run_outcome)
-                .into_iter()
-                .map(|e| self.shared.outbox.post_tracked(e))
-                .collect()
-        };
-        for p in pending {
-            p.wait().await?;
-        }
-        Ok(())
+        let id = self.id;
+        self.shared
+            .send_all(|work| work.finish(id, outcome, run_outcome))
+            .await
     }
 }
 

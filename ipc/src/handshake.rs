@@ -22,6 +22,16 @@ pub const ENV_DEPLOYMENT: &str = "WFHOST_DEPLOYMENT";
 /// Environment variable: hex ed25519 public key that signs cancels.
 pub const ENV_SUPERVISOR_KEY: &str = "WFHOST_SUPERVISOR_KEY";
 
+/// Every `WFHOST_*` variable of the contract: what a child must not pass
+/// on to the programs it starts.
+pub const ENV_ALL: [&str; 5] = [
+    ENV_CONTROL_FD,
+    ENV_CHANNEL_ID,
+    ENV_PROTOCOL,
+    ENV_DEPLOYMENT,
+    ENV_SUPERVISOR_KEY,
+];
+
 /// The child's first frame.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Hello {

@@ -12,8 +12,8 @@ use tracing::{error, info, warn};
 use wfhost_policy::restart::{RestartDecision, RestartPolicy, RestartTracker};
 
 use crate::cancel;
-use crate::config::DeploymentConfig;
-use crate::live_child::{EndReason, Ending, LiveChild, humantime, refuse_while};
+use crate::config::{DeploymentConfig, format_duration};
+use crate::live_child::{EndReason, Ending, LiveChild, refuse_while};
 use crate::recycle::{self, Origin, Trigger};
 use crate::shared::{Shared, unix_ms};
 use crate::status::{LastRecycle, State, Status};
@@ -251,7 +251,7 @@ impl Task {
                         RestartDecision::Restart { delay, attempt } => {
                             self.update(|s| s.restarts += 1);
                             self.set_state(State::Backoff);
-                            info!(deployment = %id, delay = %humantime(delay), attempt, "restarting");
+                            info!(deployment = %id, delay = %format_duration(delay), attempt, "restarting");
                             let body = serde_json::json!({
                                 "attempt": attempt, "delay_ms": delay.as_millis() as u64, "after": description,
                             });
@@ -267,7 +267,7 @@ impl Task {
                             restarts: n,
                             period,
                         } => {
-                            error!(deployment = %id, restarts = n, period = %humantime(period), last = %description,
+                            error!(deployment = %id, restarts = n, period = %format_duration(period), last = %description,
                                 "too many restarts within the period; deployment failed and will not be restarted \
                                  until `wfhost resume`");
                             let body = serde_json::json!({

@@ -26,7 +26,7 @@ use wfhost_policy::liveness::Liveness;
 use wfhost_policy::steps::{DrainTracker, Escalation};
 
 use crate::cancel::{self, CancelQueue};
-use crate::config::DeploymentConfig;
+use crate::config::{DeploymentConfig, format_duration};
 use crate::deployment::Request;
 use crate::drain::{self, Purpose};
 use crate::grants;
@@ -437,7 +437,7 @@ impl LiveChild {
                             self.drain_for(Purpose::Operator, &mut session, &mut tracker, now).await;
                             let _ = reply.send(Ok(format!(
                                 "draining {} (pid {}) under a {} budget; it stays drained until `wfhost resume`",
-                                self.cfg.id, self.pid, humantime(budget)
+                                self.cfg.id, self.pid, format_duration(budget)
                             )));
                         }
                         Some(Request::Resume { reply }) => {
@@ -606,7 +606,7 @@ impl LiveChild {
             body["origin"] = t.origin.as_str().into();
             body["reason"] = t.reason.clone().into();
         }
-        info!(deployment = %self.cfg.id, pid = self.pid, purpose = s.purpose.as_str(), budget = %humantime(budget), "draining");
+        info!(deployment = %self.cfg.id, pid = self.pid, purpose = s.purpose.as_str(), budget = %format_duration(budget), "draining");
         self.shared
             .journal("drain", Some(&self.cfg.id), body.clone());
         self.shared.event("drain_started", Some(&self.cfg.id), body);
@@ -690,7 +690,10 @@ impl LiveChild {
     /// The budget ran out: a signed cancel for every run that still had
     /// cancel-behaviour work, each committed before it is sent.
     fn escalate(&mut self, escalation: Escalation, cancels: &mut CancelQueue) {
-        let reason = format!("drain budget of {} spent", humantime(escalation.budget));
+        let reason = format!(
+            "drain budget of {} spent",
+            format_duration(escalation.budget)
+        );
         warn!(deployment = %self.cfg.id, pid = self.pid, runs = ?escalation.runs, "{reason}; cancelling");
         self.shared.event(
             "drain_escalated",
@@ -931,7 +934,7 @@ impl LiveChild {
                 }
                 _ = sleep_until(deadline), if !escalation.has_fired() => {
                     if escalation.poll(Instant::now()) {
-                        warn!(deployment = %self.cfg.id, pid = self.pid, kill_timeout = %humantime(self.cfg.kill_timeout),
+                        warn!(deployment = %self.cfg.id, pid = self.pid, kill_timeout = %format_duration(self.cfg.kill_timeout),
                             "child did not exit after SIGTERM; sending SIGKILL");
                         kill_tree(self.pid);
                     }
@@ -1024,18 +1027,6 @@ pub fn refuse_while(id: &str, state: &str, request: Request) {
             let _ = reply.send(Err(why));
         }
         Request::Stop | Request::Kill | Request::MailArrived => {}
-    }
-}
-
-/// "60s", "1.5s", "250ms".
-pub fn humantime(d: Duration) -> String {
-    let ms = d.as_millis();
-    if ms.is_multiple_of(1000) {
-        format!("{}s", ms / 1000)
-    } else if ms >= 1000 {
-        format!("{:.1}s", d.as_secs_f64())
-    } else {
-        format!("{ms}ms")
     }
 }
 

@@ -150,6 +150,11 @@ impl Shared {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push_back(entry(kind, deployment, body));
+        self.flush_journal();
+    }
+
+    /// Queues a write of every journal record waiting, in order.
+    fn flush_journal(&self) {
         let (backlog, key) = (self.backlog.clone(), self.key.clone());
         self.store
             .submit(move |s| match backlog.flush_journal(s, &key) {
@@ -243,12 +248,7 @@ impl Shared {
             .unwrap_or_else(|p| p.into_inner())
             .is_empty();
         if journal_waits {
-            let (backlog, key) = (self.backlog.clone(), self.key.clone());
-            self.store
-                .submit(move |s| match backlog.flush_journal(s, &key) {
-                    Ok(()) => backlog.recovered(),
-                    Err(e) => backlog.failed("a journal record", &e),
-                });
+            self.flush_journal();
         }
         if !self
             .backlog

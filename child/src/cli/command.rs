@@ -11,9 +11,7 @@ use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use tokio::process::{Child, Command};
 use wfhost_ipc::Outcome;
-use wfhost_ipc::handshake::{
-    ENV_CHANNEL_ID, ENV_CONTROL_FD, ENV_DEPLOYMENT, ENV_PROTOCOL, ENV_SUPERVISOR_KEY,
-};
+use wfhost_ipc::handshake::ENV_ALL;
 
 /// Spawns `argv` as the leader of a new process group. The `WFHOST_*`
 /// variables are removed: the control channel belongs to wfhost-child,
@@ -32,13 +30,7 @@ pub fn spawn(argv: &[OsString]) -> io::Result<Child> {
         .stderr(Stdio::inherit())
         .process_group(0)
         .kill_on_drop(false);
-    for var in [
-        ENV_CONTROL_FD,
-        ENV_CHANNEL_ID,
-        ENV_PROTOCOL,
-        ENV_DEPLOYMENT,
-        ENV_SUPERVISOR_KEY,
-    ] {
+    for var in ENV_ALL {
         cmd.env_remove(var);
     }
     // Captured before the fork: the pid the command must see as its parent.

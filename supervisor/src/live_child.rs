@@ -45,6 +45,10 @@ const MAX_STEPS_IN_FLIGHT: usize = 10_000;
 /// How long a stop waits to hand `Shutdown` to a child before signalling.
 const SHUTDOWN_SEND_TIMEOUT: Duration = Duration::from_millis(100);
 
+/// How long to read what an exited child wrote last: it is already in the
+/// socket, but a grandchild that inherited the channel could hold it open.
+const LEFTOVER_WAIT: Duration = Duration::from_millis(250);
+
 /// Longest reason or kind text taken from a child.
 const MAX_REASON_CHARS: usize = 512;
 
@@ -390,6 +394,10 @@ impl LiveChild {
                 },
                 status = self.child.wait() => {
                     let end = self.exited(status);
+                    for event in self.leftover_events().await {
+                        // Only its record matters now: the child is gone.
+                        let _ = self.on_event(event, &mut liveness, &mut tracker, &mut dispatch, Instant::now()).await;
+                    }
                     let purpose = self.end_drain(&mut tracker, session.take(), Instant::now(), "child exited");
                     return self.conclude(purpose, end, &mut cancels);
                 }
@@ -876,6 +884,18 @@ impl LiveChild {
         }
     }
 
+    /// What the exited child wrote before it went (its last acks and step
+    /// reports), read to the end of the channel; the exit and the bytes
+    /// before it reach us in either order.
+    async fn leftover_events(&mut self) -> Vec<Event> {
+        let deadline = tokio::time::Instant::now() + LEFTOVER_WAIT;
+        let mut events = Vec::new();
+        while let Ok(Ok(Some(event))) = tokio::time::timeout_at(deadline, self.reader.next()).await {
+            events.push(event);
+        }
+        events
+    }
+
     fn exited(&mut self, status: std::io::Result<ExitStatus>) -> EndReason {
         // Stray grandchildren in its group die with it.
         signal_group(self.pid, Signal::SIGKILL);
@@ -927,6 +947,13 @@ impl LiveChild {
             tokio::select! {
                 status = self.child.wait() => {
                     signal_group(self.pid, Signal::SIGKILL);
+                    if reader_open {
+                        for event in self.leftover_events().await {
+                            if let Event::MailAck { id, outcome } = event {
+                                self.record_ack(id, &outcome).await;
+                            }
+                        }
+                    }
                     return match status {
                         Ok(s) => EndReason::Stopped(s),
                         Err(e) => EndReason::Violation(format!("cannot wait for child: {e}")),

@@ -8,8 +8,8 @@ use std::process::{Command, Output, Stdio};
 
 use serde_json::Value;
 use wfhost_tests::{
-    LONG, Supervisor, bin, demo, deployment, describe, mail_counts, query, stderr, stdout, unhex,
-    wait_for,
+    LONG, Supervisor, bin, demo, deployment, describe, mail_counts, query, stderr, stdout, testchild,
+    unhex, wait_for,
 };
 
 /// Runs `wfhost send ID PAYLOAD` and returns the accepted id, asserting
@@ -314,4 +314,46 @@ fn send_without_a_supervisor_says_it_is_unreachable() {
     ]);
     assert_eq!(out.status.code(), Some(3), "{}", describe(&out));
     assert!(!stderr(&out).is_empty());
+}
+
+/// A child's last frames (a whole run and the mail's ack, written just
+/// before it exits) count even when the supervisor learns of the exit
+/// first: every item is done after one delivery, never handed to the next
+/// child again, and each run's end is in the event log.
+#[test]
+fn an_ack_written_just_before_the_child_exits_is_not_lost() {
+    let sup = Supervisor::start(&deployment(
+        "brief",
+        &testchild("last-words"),
+        "restart = { backoff_initial = \"10ms\", backoff_max = \"50ms\", max_restarts = 1000, period = \"60s\" }",
+    ));
+    const ITEMS: usize = 12;
+    let mut ids = Vec::new();
+    for i in 0..ITEMS {
+        let pid = sup.ready_pid("brief", LONG);
+        let id = send_ok(&sup, "brief", &format!("item {i}"));
+        ids.push(id);
+        sup.wait_deployment("brief", "a new child after the exit", LONG, |d| {
+            d["state"] == "ready" && d["pid"].as_u64().is_some_and(|p| p != u64::from(pid))
+        });
+    }
+    let rows = db_rows(&sup);
+    assert_eq!(rows.len(), ITEMS, "{rows:?}");
+    for (id, _, state, _, deliveries) in &rows {
+        assert_eq!(state, "done", "mail {id}: {rows:?}");
+        assert_eq!(*deliveries, 1, "mail {id} was handed out again: {rows:?}");
+    }
+    let finished = events(&sup, "step_finished");
+    let terminal = events(&sup, "run_terminal");
+    for id in ids {
+        let run = format!("mail-{id}");
+        assert!(
+            finished.iter().any(|e| e["body"]["run"] == run.as_str()),
+            "no step_finished of {run}: {finished:#?}"
+        );
+        assert!(
+            terminal.iter().any(|e| e["body"]["run"] == run.as_str()),
+            "no run_terminal of {run}: {terminal:#?}"
+        );
+    }
 }

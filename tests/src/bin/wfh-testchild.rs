@@ -14,6 +14,7 @@
 //! | `ignore-term` | ignores SIGTERM, handshake and `Ready`, answers `Ping`, runs forever |
 //! | `outlive` | like `ignore-term`, and clears its parent-death signal so it outlives a killed supervisor |
 //! | `well-behaved` | handshake and `Ready`, answers `Ping`, acks mail, `Drained` on drain, exits 0 on `Shutdown`, EOF or SIGTERM |
+//! | `last-words` | handshake and `Ready`; on its first mail reports run `mail-ID` (step `work` started and finished, run terminal), acks it, and exits 0 at once |
 
 use std::os::fd::{FromRawFd, RawFd};
 use std::process::ExitCode;
@@ -22,12 +23,12 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::UnixStream;
 use wfhost_ipc::handshake::{CONTROL_FD, ENV_CHANNEL_ID, ENV_CONTROL_FD};
 use wfhost_ipc::{
-    Control, DEFAULT_MAX_FRAME_BYTES, Event, FrameReader, FrameWriter, Hello, Outcome,
+    Control, DEFAULT_MAX_FRAME_BYTES, DrainBehavior, Event, FrameReader, FrameWriter, Hello, Outcome,
     PROTOCOL_VERSION,
 };
 
 const USAGE: &str =
-    "usage: wfh-testchild garbage|wrong-channel|no-ready|ignore-term|outlive|well-behaved";
+    "usage: wfh-testchild garbage|wrong-channel|no-ready|ignore-term|outlive|well-behaved|last-words";
 
 /// A frame with a valid length (4) whose body cannot decode: sequence 1,
 /// then variant 200 of an enum with ten.
@@ -78,6 +79,7 @@ fn main() -> ExitCode {
             "ignore-term" => ignore_term().await,
             "outlive" => outlive().await,
             "well-behaved" => well_behaved().await,
+            "last-words" => last_words().await,
             _ => Err(format!("unknown mode {mode:?}\n{USAGE}")),
         }
     });
@@ -243,6 +245,55 @@ async fn well_behaved() -> Result<(), Failure> {
             Ok(Some(Control::Drain { .. })) => send(&mut writer, Event::Drained).await?,
             Ok(Some(Control::Shutdown)) | Ok(None) => return Ok(()),
             Ok(Some(Control::Cancel(_) | Control::Welcome(_))) => {}
+            Err(e) => return Err(format!("control channel: {e}")),
+        }
+    }
+}
+
+/// Its last frames are written, then it exits without waiting: they sit in
+/// the socket while the supervisor learns of the exit.
+async fn last_words() -> Result<(), Failure> {
+    let (mut reader, mut writer) = handshake(true).await?;
+    loop {
+        match reader.next().await {
+            Ok(Some(Control::Ping { nonce })) => send(&mut writer, Event::Pong { nonce }).await?,
+            Ok(Some(Control::Mail { id, .. })) => {
+                let run = format!("mail-{id}");
+                let step = "work".to_owned();
+                let succeeded = Outcome::Succeeded;
+                let last = [
+                    Event::StepStarted {
+                        run: run.clone(),
+                        step: step.clone(),
+                        drain: DrainBehavior::Cancel,
+                    },
+                    Event::StepFinished {
+                        run: run.clone(),
+                        step,
+                        outcome: succeeded.clone(),
+                    },
+                    Event::RunTerminal {
+                        run,
+                        outcome: succeeded.clone(),
+                    },
+                    Event::MailAck {
+                        id,
+                        outcome: succeeded,
+                    },
+                ];
+                for event in last {
+                    writer
+                        .queue(event)
+                        .map_err(|e| format!("queue failed: {e}"))?;
+                }
+                writer
+                    .flush()
+                    .await
+                    .map_err(|e| format!("flush failed: {e}"))?;
+                std::process::exit(0);
+            }
+            Ok(Some(_)) => {}
+            Ok(None) => return Ok(()),
             Err(e) => return Err(format!("control channel: {e}")),
         }
     }

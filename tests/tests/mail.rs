@@ -8,8 +8,8 @@ use std::process::{Command, Output, Stdio};
 
 use serde_json::Value;
 use wfhost_tests::{
-    LONG, Supervisor, bin, demo, deployment, describe, mail_counts, query, stderr, stdout, testchild,
-    unhex, wait_for,
+    LONG, Supervisor, bin, demo, deployment, describe, mail_counts, query, stderr, stdout,
+    testchild, unhex, wait_for,
 };
 
 /// Runs `wfhost send ID PAYLOAD` and returns the accepted id, asserting

@@ -23,12 +23,11 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::UnixStream;
 use wfhost_ipc::handshake::{CONTROL_FD, ENV_CHANNEL_ID, ENV_CONTROL_FD};
 use wfhost_ipc::{
-    Control, DEFAULT_MAX_FRAME_BYTES, DrainBehavior, Event, FrameReader, FrameWriter, Hello, Outcome,
-    PROTOCOL_VERSION,
+    Control, DEFAULT_MAX_FRAME_BYTES, DrainBehavior, Event, FrameReader, FrameWriter, Hello,
+    Outcome, PROTOCOL_VERSION,
 };
 
-const USAGE: &str =
-    "usage: wfh-testchild garbage|wrong-channel|no-ready|ignore-term|outlive|well-behaved|last-words";
+const USAGE: &str = "usage: wfh-testchild garbage|wrong-channel|no-ready|ignore-term|outlive|well-behaved|last-words";
 
 /// A frame with a valid length (4) whose body cannot decode: sequence 1,
 /// then variant 200 of an enum with ten.

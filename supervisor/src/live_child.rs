@@ -890,7 +890,8 @@ impl LiveChild {
     async fn leftover_events(&mut self) -> Vec<Event> {
         let deadline = tokio::time::Instant::now() + LEFTOVER_WAIT;
         let mut events = Vec::new();
-        while let Ok(Ok(Some(event))) = tokio::time::timeout_at(deadline, self.reader.next()).await {
+        while let Ok(Ok(Some(event))) = tokio::time::timeout_at(deadline, self.reader.next()).await
+        {
             events.push(event);
         }
         events

@@ -294,10 +294,12 @@ impl Task {
         &mut self,
         recycling: &mut Option<Recycling>,
     ) -> (Ending, Option<u32>, Option<String>) {
+        let checked = recycling.as_mut().and_then(|r| r.trigger.grants.take());
         let mut child = match LiveChild::spawn(
             self.cfg.clone(),
             self.shared.clone(),
             self.status.clone(),
+            checked,
         )
         .await
         {

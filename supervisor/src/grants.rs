@@ -11,12 +11,15 @@ use wfhost_ipc::Grants;
 
 use crate::shared::unix_ms;
 
+/// Grants as read, and when: the bound `max_grants_age` counts from then.
+pub type Fresh = (Grants, Instant);
+
 /// Largest grants file accepted.
 pub const MAX_GRANTS_BYTES: u64 = 1 << 20;
 
 /// Reads and checks a grants file: it must be JSON and at most
 /// [`MAX_GRANTS_BYTES`]. The error names the file and what to fix.
-pub fn read(path: &Path) -> Result<(Grants, Instant), String> {
+pub fn read(path: &Path) -> Result<Fresh, String> {
     let file = std::fs::File::open(path).map_err(|e| {
         format!(
             "cannot read grants_file {}: {e}; fix the path or its permissions",

@@ -142,16 +142,26 @@ pub struct LiveChild {
 
 impl LiveChild {
     /// Spawns a child for `cfg` with a fresh channel id and freshly read
-    /// grants, and records it in the store so a later supervisor can clean
+    /// grants (or, if the file cannot be read, the `checked` ones a recycle
+    /// read as it began), and records it in the store so a later supervisor can clean
     /// it up after a crash.
     pub async fn spawn(
         cfg: Arc<DeploymentConfig>,
         shared: Arc<Shared>,
         status: Arc<Mutex<Status>>,
+        checked: Option<grants::Fresh>,
     ) -> Result<Self, EndReason> {
         let (grants, grants_read_at) = match &cfg.grants_file {
             Some(path) => {
-                let (g, at) = grants::read(path).map_err(EndReason::SpawnFailed)?;
+                let (g, at) = match (grants::read(path), checked) {
+                    (Ok(fresh), _) => fresh,
+                    (Err(e), Some(checked)) => {
+                        warn!(deployment = %cfg.id, error = %e,
+                            "grants_file broke during the recycle; the new child gets the grants read when it began");
+                        checked
+                    }
+                    (Err(e), None) => return Err(EndReason::SpawnFailed(e)),
+                };
                 (g, Some(at))
             }
             None => (Grants::default(), None),
@@ -597,11 +607,50 @@ impl LiveChild {
                 }
             }
             None => {
+                let Some(purpose) = self.check_new_grants(purpose) else {
+                    return;
+                };
                 let s = drain::Session::new(purpose, now, self.cfg.drain_deadline);
                 self.send_drain(tracker, &s, now).await;
                 *session = Some(s);
             }
         }
+    }
+
+    /// A recycle replaces this child with one that needs its grants: with a
+    /// grants file that cannot be read now, the recycle is refused and this
+    /// child keeps serving, rather than being replaced by none. The grants
+    /// read here go with the recycle, for the new child should the file
+    /// break while this one drains.
+    fn check_new_grants(&self, purpose: Purpose) -> Option<Purpose> {
+        let (mut trigger, path) = match (purpose, &self.cfg.grants_file) {
+            (Purpose::Recycle(trigger), Some(path)) => (trigger, path),
+            (other, _) => return Some(other),
+        };
+        let e = match grants::read(path) {
+            Ok(fresh) => {
+                trigger.grants = Some(fresh);
+                return Some(Purpose::Recycle(trigger));
+            }
+            Err(e) => e,
+        };
+        let (id, pid) = (&self.cfg.id, self.pid);
+        let (origin, reason) = (trigger.origin, &trigger.reason);
+        error!(deployment = %id, pid, origin = origin.as_str(), reason = %reason, error = %e,
+            "recycle refused: the new child could not be given its grants; the old one keeps serving");
+        self.shared.event(
+            "recycle_refused",
+            Some(id),
+            serde_json::json!({"pid": pid, "origin": origin.as_str(), "reason": reason, "error": e}),
+        );
+        if origin == Origin::Policy {
+            // The bound is still passed: ask again at the next tick.
+            self.shared.watchlist.rearm(pid);
+        }
+        trigger.answer(Err(format!(
+            "not recycled: {e}; {id} keeps running on pid {pid}"
+        )));
+        None
     }
 
     /// Tells the child to drain and starts the budget.

@@ -107,6 +107,19 @@ impl Watchlist {
             .remove(&pid);
     }
 
+    /// Lets the policy ask again for a child whose recycle was refused:
+    /// the next tick that finds a bound passed asks anew.
+    pub fn rearm(&self, pid: u32) {
+        if let Some(watched) = self
+            .children
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&pid)
+        {
+            watched.asked.store(false, Ordering::Relaxed);
+        }
+    }
+
     /// One tick over every child.
     pub fn tick(&self, now: Instant) {
         let children: Vec<Arc<Watched>> = self

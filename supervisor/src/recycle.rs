@@ -10,6 +10,7 @@ use tokio::sync::oneshot;
 use wfhost_policy::recycle::{Jitter, RecycleBounds, Sample};
 
 use crate::config::DeploymentConfig;
+use crate::grants;
 
 /// Who triggered a recycle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -48,6 +49,9 @@ pub struct Trigger {
     pub reason: String,
     /// Operators waiting for the new pid.
     pub replies: Vec<Reply>,
+    /// The grants read when the recycle began: the new child's, should the
+    /// file break while the old child drains.
+    pub grants: Option<grants::Fresh>,
 }
 
 impl Trigger {
@@ -57,6 +61,7 @@ impl Trigger {
             origin,
             reason,
             replies: reply.into_iter().collect(),
+            grants: None,
         }
     }
 

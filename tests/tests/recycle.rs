@@ -256,9 +256,51 @@ fn max_grants_age_recycles_and_the_new_child_gets_freshly_read_grants() {
         "{d}"
     );
 
-    // Every respawn reads the file again: a broken file breaks the next
-    // spawn (naming the file), a fixed one lets it start again.
+    // A broken grants file cannot be handed to a new child: every recycle
+    // is refused, naming the file, and the child keeps serving: the
+    // policy's (asked again each tick) and an operator's alike. (A recycle
+    // already under way when the file broke finishes with the grants read
+    // as it began.)
     std::fs::write(&grants, br#"{"token":"#).expect("break grants");
+    let refused = wait_for("two refused recycles", LONG, || {
+        // Refusals come every tick: the log never settles.
+        let refused: Vec<Value> = sup
+            .events_so_far()
+            .into_iter()
+            .filter(|e| e["kind"] == "recycle_refused")
+            .collect();
+        (refused.len() >= 2).then_some(refused)
+    });
+    let pid1 = refused[0]["body"]["pid"].as_u64().expect("pid");
+    for r in &refused {
+        assert_eq!(r["body"]["origin"], "policy", "{r}");
+        assert_eq!(r["body"]["pid"].as_u64(), Some(pid1), "{r}");
+        let error = r["body"]["error"].as_str().unwrap_or("");
+        assert!(
+            error.contains("not valid JSON") && error.contains("grants.json"),
+            "{r}"
+        );
+    }
+    let journaled = recycle_records(&sup, "creds").len();
+    let out = sup.client(&["recycle", "creds"]);
+    assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+    let said = stderr(&out);
+    assert!(
+        said.contains("grants.json") && said.contains(&format!("keeps running on pid {pid1}")),
+        "{said}"
+    );
+    let d = sup.deployment("creds");
+    assert_eq!(d["state"], "ready", "{d}");
+    assert_eq!(d["pid"].as_u64(), Some(pid1), "{d}");
+    assert_eq!(
+        recycle_records(&sup, "creds").len(),
+        journaled,
+        "a refused recycle is not journaled as one"
+    );
+
+    // A crashed child cannot be helped: its replacement waits for the file
+    // (the spawn is refused, naming it), and starts once it is fixed.
+    wfhost_tests::signal(pid1 as u32, Signal::SIGKILL);
     let d = sup.wait_deployment("creds", "a spawn refused for bad grants", LONG, |d| {
         d["last_exit"]
             .as_str()
@@ -269,7 +311,52 @@ fn max_grants_age_recycles_and_the_new_child_gets_freshly_read_grants() {
     let d = sup.wait_deployment("creds", "ready again with the fixed grants", LONG, |d| {
         d["state"] == "ready" && d["grants_age_ms"].is_u64()
     });
-    assert!(d["pid"].is_u64(), "{d}");
+    assert!(d["pid"].as_u64().is_some_and(|p| p != pid1), "{d}");
+}
+
+/// A recycle checks the grants file as it begins; should the file break
+/// while the old child drains, the new child gets the grants read then
+/// (their age counts from that read) instead of no child at all.
+#[test]
+fn grants_broken_during_a_recycle_are_replaced_by_those_read_as_it_began() {
+    let dir = TempDir::new();
+    let grants = dir.join("grants.json");
+    std::fs::write(&grants, br#"{"token":"v1"}"#).expect("write grants");
+    // A wait-behaviour step keeps the drain open until drain_deadline.
+    let sup = Supervisor::start(&deployment(
+        "creds",
+        "[\"{bin}/wfhost-child\", \"exec\", \"--drain\", \"wait\", \"--\", \"sleep\", \"1000\"]",
+        &format!(
+            "grants_file = \"{}\"\ndrain_timeout = \"1s\"\ndrain_deadline = \"1500ms\"\nkill_timeout = \"2s\"",
+            grants.display()
+        ),
+    ));
+    let pid0 = sup.ready_pid("creds", LONG);
+    let began = Instant::now();
+    let recycle = spawn_recycle(&sup, "creds", "rotate");
+    sup.wait_deployment("creds", "the recycle's drain", LONG, |d| {
+        d["state"] == "draining" && d["drain"]["purpose"] == "recycle"
+    });
+    std::fs::write(&grants, br#"{"token":"#).expect("break grants");
+    let out = recycle.wait_with_output().expect("wait for wfhost recycle");
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let new_pid = printed_new_pid(&out);
+    assert_ne!(new_pid, pid0);
+    let d = sup.deployment("creds");
+    assert_eq!(d["state"], "ready", "{d}");
+    assert_eq!(d["pid"].as_u64(), Some(u64::from(new_pid)), "{d}");
+    // Read before the drain (1.5 s), not at the spawn after it.
+    let age = d["grants_age_ms"].as_u64().expect("grants_age_ms");
+    let since = began.elapsed().as_millis() as u64;
+    assert!(
+        age >= 1400 && age <= since,
+        "grants {age} ms old, recycle began {since} ms ago: {d}"
+    );
+    let log = sup.plain_log();
+    assert!(
+        log.contains("grants_file broke during the recycle"),
+        "{log}"
+    );
 }
 
 #[test]

@@ -281,27 +281,45 @@ impl LiveChild {
                         None | Some(Request::Stop) => break Outcome::Stop,
                         Some(Request::Kill) => break Outcome::Reason(EndReason::Killed),
                         Some(Request::Drain { reply }) => {
-                            pending = Some(Purpose::Operator);
+                            if let Some(Purpose::Recycle(trigger)) = pending.replace(Purpose::Operator) {
+                                trigger.answer(Err(format!("not recycled: {} is being drained", self.cfg.id)));
+                            }
                             let _ = reply.send(Ok(format!("{} will drain as soon as its new child is ready", self.cfg.id)));
                         }
-                        Some(Request::Recycle { reply: Some(reply), .. }) => {
-                            // A fresh child is already starting: that is the recycle.
-                            let _ = reply.send(Ok(self.pid));
-                        }
-                        Some(Request::Recycle { reply: None, .. } | Request::MailArrived) => {}
+                        // Carried out once the child is ready, like any
+                        // other: drained, replaced, journaled.
+                        Some(Request::Recycle { origin, reason, reply }) => match &mut pending {
+                            None => pending = Some(Purpose::Recycle(Trigger::new(origin, reason, reply))),
+                            Some(Purpose::Recycle(trigger)) => trigger.replies.extend(reply),
+                            Some(_) => {
+                                if let Some(reply) = reply {
+                                    let _ = reply.send(Err(format!("not recycled: {} will drain as soon as its new child is ready", self.cfg.id)));
+                                }
+                            }
+                        },
+                        Some(Request::MailArrived) => {}
                         Some(other) => refuse_while(&self.cfg.id, "starting", other),
                     },
                 }
             }
         };
-        Err(match outcome {
+        let end = match outcome {
             Outcome::Reason(reason) => self.kill_for(reason).await,
             Outcome::Stop => self.stop(requests, None).await,
-        })
+        };
+        if let Some(Purpose::Recycle(trigger)) = pending {
+            trigger.answer(Err(format!(
+                "not recycled: the new child (pid {}) of {} never became ready: {}",
+                self.pid,
+                self.cfg.id,
+                end.describe()
+            )));
+        }
+        Err(end)
     }
 
     /// Serves a ready child until it ends, is stopped, drained or recycled.
-    /// `pending` is a drain asked for while the child was starting.
+    /// `pending` is a drain or recycle asked for while it was starting.
     pub async fn run(
         &mut self,
         requests: &mut mpsc::Receiver<Request>,
@@ -309,7 +327,7 @@ impl LiveChild {
         pending: Option<Purpose>,
     ) -> Ending {
         let now = Instant::now();
-        let mut session = pending.map(|p| drain::Session::new(p, now, self.cfg.drain_deadline));
+        let mut session = None;
         let mut liveness =
             Liveness::new(self.cfg.liveness_interval, self.cfg.liveness_timeout, now);
         let mut tracker = DrainTracker::new();
@@ -329,8 +347,10 @@ impl LiveChild {
             requests: me,
             asked: Default::default(),
         });
-        if let Some(s) = &session {
-            self.send_drain(&mut tracker, s, now).await;
+        if let Some(purpose) = pending {
+            self.drain_for(purpose, &mut session, &mut tracker, now)
+                .await;
+            self.publish_drain(&tracker, session.as_ref(), now);
         }
         loop {
             let now = Instant::now();

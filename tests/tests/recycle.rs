@@ -359,6 +359,56 @@ fn grants_broken_during_a_recycle_are_replaced_by_those_read_as_it_began() {
     );
 }
 
+/// A recycle asked for while the child is still starting is carried out
+/// once it is ready (drained, replaced, journaled), like any other; if it
+/// never becomes ready, the operator is told so.
+#[test]
+fn a_recycle_asked_for_while_the_child_starts_waits_for_it_then_replaces_it() {
+    let sup = Supervisor::start(&format!(
+        "{}{}",
+        deployment("slow", &testchild("slow-ready"), "ready_timeout = \"10s\""),
+        deployment("never", &testchild("no-ready"), "ready_timeout = \"3s\""),
+    ));
+    let starting = |id: &str| {
+        sup.wait_deployment(id, "a child starting", LONG, |d| {
+            d["state"] == "starting" && d["pid"].is_u64()
+        })["pid"]
+            .as_u64()
+            .expect("pid")
+    };
+    let pid0 = starting("slow");
+    let never = starting("never");
+    let slow = spawn_recycle(&sup, "slow", "while starting");
+    let refused = spawn_recycle(&sup, "never", "while starting");
+
+    let out = slow.wait_with_output().expect("wait for wfhost recycle");
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let new_pid = printed_new_pid(&out);
+    assert_eq!(
+        stdout(&out).trim(),
+        format!("recycled slow: pid {pid0} -> {new_pid}")
+    );
+    assert_ne!(u64::from(new_pid), pid0);
+    let recs = recycle_records(&sup, "slow");
+    assert_eq!(recs.len(), 1, "{recs:?}");
+    assert_eq!(recs[0]["body"]["origin"], "operator");
+    assert_eq!(recs[0]["body"]["reason"], "while starting");
+    assert_eq!(recs[0]["body"]["old_pid"].as_u64(), Some(pid0));
+    assert_eq!(
+        recs[0]["body"]["new_pid"].as_u64(),
+        Some(u64::from(new_pid))
+    );
+
+    let out = refused.wait_with_output().expect("wait for wfhost recycle");
+    assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+    let said = stderr(&out);
+    assert!(
+        said.contains(&format!("(pid {never}) of never never became ready")),
+        "{said}"
+    );
+    assert!(recycle_records(&sup, "never").is_empty());
+}
+
 #[test]
 fn operator_recycle_reports_the_new_pid_and_is_journaled_and_counted() {
     let sup = Supervisor::start(&deployment(

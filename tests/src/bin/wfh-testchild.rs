@@ -14,10 +14,12 @@
 //! | `ignore-term` | ignores SIGTERM, handshake and `Ready`, answers `Ping`, runs forever |
 //! | `outlive` | like `ignore-term`, and clears its parent-death signal so it outlives a killed supervisor |
 //! | `well-behaved` | handshake and `Ready`, answers `Ping`, acks mail, `Drained` on drain, exits 0 on `Shutdown`, EOF or SIGTERM |
+//! | `slow-ready` | like `well-behaved`, but sends `Ready` only 1 s after `Welcome` |
 //! | `last-words` | handshake and `Ready`; on its first mail reports run `mail-ID` (step `work` started and finished, run terminal), acks it, and exits 0 at once |
 
 use std::os::fd::{FromRawFd, RawFd};
 use std::process::ExitCode;
+use std::time::Duration;
 
 use tokio::io::AsyncWriteExt;
 use tokio::net::UnixStream;
@@ -27,11 +29,14 @@ use wfhost_ipc::{
     Outcome, PROTOCOL_VERSION,
 };
 
-const USAGE: &str = "usage: wfh-testchild garbage|wrong-channel|no-ready|ignore-term|outlive|well-behaved|last-words";
+const USAGE: &str = "usage: wfh-testchild garbage|wrong-channel|no-ready|ignore-term|outlive|well-behaved|slow-ready|last-words";
 
 /// A frame with a valid length (4) whose body cannot decode: sequence 1,
 /// then variant 200 of an enum with ten.
 const GARBAGE: [u8; 8] = [0, 0, 0, 4, 0x01, 0xC8, 0xFF, 0xFF];
+
+/// How long `slow-ready` takes between `Welcome` and `Ready`.
+const SLOW_READY: Duration = Duration::from_secs(1);
 
 type Failure = String;
 
@@ -77,7 +82,8 @@ fn main() -> ExitCode {
             "no-ready" => no_ready().await,
             "ignore-term" => ignore_term().await,
             "outlive" => outlive().await,
-            "well-behaved" => well_behaved().await,
+            "well-behaved" => well_behaved(Duration::ZERO).await,
+            "slow-ready" => well_behaved(SLOW_READY).await,
             "last-words" => last_words().await,
             _ => Err(format!("unknown mode {mode:?}\n{USAGE}")),
         }
@@ -219,10 +225,12 @@ async fn outlive() -> Result<(), Failure> {
     ignore_term().await
 }
 
-async fn well_behaved() -> Result<(), Failure> {
+async fn well_behaved(ready_after: Duration) -> Result<(), Failure> {
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(|e| format!("cannot watch SIGTERM: {e}"))?;
-    let (mut reader, mut writer) = handshake(true).await?;
+    let (mut reader, mut writer) = handshake(false).await?;
+    tokio::time::sleep(ready_after).await;
+    send(&mut writer, Event::Ready).await?;
     println!(
         "wfh-testchild well-behaved ready pid={}",
         std::process::id()

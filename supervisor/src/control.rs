@@ -11,8 +11,8 @@
 //! ← {"ok":true,"data":{"deployments":[…]}}
 //! → {"v":1,"cmd":"kill","deployment":"billing"}
 //! ← {"ok":false,"code":1,"error":"unknown deployment \"billing\"; …"}
-//! → {"v":1,"cmd":"send","deployment":"billing","payload_hex":"6869"}
-//! ← {"ok":true,"data":{"id":17}}
+//! → {"v":1,"cmd":"send","deployment":"billing","payload_hex":"6869","key":"order-9"}
+//! ← {"ok":true,"data":{"deployment":"billing","id":17,"new":true}}
 //! ```
 //!
 //! `events` is the one streaming request: after its `{"ok":true}` response
@@ -25,6 +25,9 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// The protocol version this build speaks.
 pub const VERSION: u32 = 1;
+
+/// Longest idempotency key `send` accepts, in bytes.
+pub const MAX_KEY_BYTES: usize = 256;
 
 /// Largest message either side accepts.
 pub const MAX_MESSAGE: u32 = 4 << 20;
@@ -77,12 +80,17 @@ pub enum Request {
         /// The run; every run when absent.
         run: Option<String>,
     },
-    /// Accept mail; answered once it is durable, with its id.
+    /// Accept mail; answered once it is durable, with its id (and `new`:
+    /// false when `key` named mail accepted before).
     Send {
         /// The deployment.
         deployment: String,
         /// The payload, hex-encoded.
         payload_hex: String,
+        /// Idempotency key: a retry with the same key and payload gets the
+        /// first item's id and enqueues nothing.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        key: Option<String>,
     },
     /// The durable event stream from a cursor, optionally followed live.
     Events {

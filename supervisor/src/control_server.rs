@@ -388,8 +388,21 @@ async fn answer_inner(request: Request, ctx: &ClientContext) -> Result<Response,
         Request::Send {
             deployment,
             payload_hex,
+            key,
         } => {
             let handle = lookup(&ctx.registry, &deployment)?;
+            if let Some(key) = &key
+                && (key.is_empty() || key.len() > control::MAX_KEY_BYTES)
+            {
+                return Err(Response::failed(
+                    exit::USAGE,
+                    format!(
+                        "idempotency key must be 1 to {} bytes, not {}; nothing was accepted",
+                        control::MAX_KEY_BYTES,
+                        key.len()
+                    ),
+                ));
+            }
             let cfg = handle.config();
             let payload = hex::decode(&payload_hex)
                 .map_err(|e| Response::failed(exit::USAGE, format!("payload is not hex: {e}")))?;
@@ -404,17 +417,21 @@ async fn answer_inner(request: Request, ctx: &ClientContext) -> Result<Response,
                 ));
             }
             let (id, limit, at) = (deployment.clone(), cfg.max_inbox, unix_ms());
-            let mail_id = ctx
+            let accepted = ctx
                 .shared
                 .store
-                .call(move |s| s.enqueue_mail(&id, &payload, limit, at))
+                .call(move |s| s.enqueue_mail(&id, key.as_deref(), &payload, limit, at))
                 .await
                 .map_err(|e| Response::failed(exit::FAILED, e.to_string()))?
                 .map_err(|e| Response::failed(exit::FAILED, e.to_string()))?;
-            // The store wrote the `mail_accepted` event with the mail.
-            ctx.shared.events_written();
-            let _ = handle.requests.send(deployment::Request::MailArrived).await;
-            Response::ok(json!({ "deployment": deployment, "id": mail_id }))
+            if accepted.new {
+                // The store wrote the `mail_accepted` event with the mail.
+                ctx.shared.events_written();
+                let _ = handle.requests.send(deployment::Request::MailArrived).await;
+            }
+            Response::ok(
+                json!({ "deployment": deployment, "id": accepted.id, "new": accepted.new }),
+            )
         }
         Request::Events { .. } => Response::failed(exit::USAGE, "events is a streaming request"),
     })

@@ -14,7 +14,7 @@ use thiserror::Error;
 
 use crate::journal::{JournalRecord, NewJournalEntry};
 pub use events::{EventRecord, NewEvent};
-pub use mail::{MailCounts, MailItem};
+pub use mail::{Accepted, MailCounts, MailItem};
 pub use sqlite::SqliteStore;
 
 /// A child the supervisor started, kept so a later supervisor can kill it
@@ -59,14 +59,19 @@ pub trait Store: Send {
     /// Durably accepts one mail item into `deployment`'s inbox and returns
     /// its id, or refuses with [`StoreError::InboxFull`] (writing nothing)
     /// when `max_inbox` items already wait in its inbox and processing. The
-    /// `mail_accepted` event is written in the same transaction.
+    /// `mail_accepted` event is written in the same transaction. With an
+    /// idempotency `key` already used for this deployment, the earlier
+    /// item's id comes back and nothing is written (or
+    /// [`StoreError::KeyReused`] if its payload differs), so a sender can
+    /// retry after losing the answer without enqueuing twice.
     fn enqueue_mail(
         &mut self,
         deployment: &str,
+        key: Option<&str>,
         payload: &[u8],
         max_inbox: u64,
         at_ms: u64,
-    ) -> Result<u64, StoreError>;
+    ) -> Result<Accepted, StoreError>;
 
     /// Moves the first `limit` inbox items (FIFO, by id) to processing and
     /// returns them in that order, for sending to the child.
@@ -193,6 +198,19 @@ pub enum StoreError {
         deployment: String,
         /// Its `max_inbox`.
         limit: u64,
+    },
+    /// An idempotency key came back with another payload; nothing was
+    /// written.
+    #[error(
+        "idempotency key {key:?} of deployment {deployment} was used for mail {id} with a different payload; nothing was accepted\n  help: use a new key for new mail, or resend mail {id}'s payload unchanged"
+    )]
+    KeyReused {
+        /// The deployment.
+        deployment: String,
+        /// The key.
+        key: String,
+        /// The item accepted under it.
+        id: u64,
     },
     /// A stored row cannot be what wfhost wrote.
     #[error(

@@ -357,3 +357,75 @@ fn an_ack_written_just_before_the_child_exits_is_not_lost() {
         );
     }
 }
+
+/// `wfhost send --key`: a retry with the same key and payload (after a lost
+/// answer, or a supervisor that died and came back) gets the first item's
+/// id and enqueues nothing; the same key with another payload is refused,
+/// naming the item; a bad key is a usage error.
+#[test]
+fn an_idempotency_key_makes_a_retried_send_enqueue_once() {
+    let mut sup = Supervisor::start(&deployment(
+        "orders",
+        &demo(&["--step-ms", "1", "--approve-ms", "1"]),
+        "",
+    ));
+    sup.ready_pid("orders", LONG);
+    drain(&sup, "orders");
+    let keyed = |sup: &Supervisor, payload: &str| {
+        sup.client(&["send", "orders", payload, "--key", "order-7"])
+    };
+    let first = accepted_id(&keyed(&sup, "seven"), "orders");
+    let retried = |sup: &Supervisor| {
+        let out = keyed(sup, "seven");
+        assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+        assert_eq!(
+            stdout(&out).trim(),
+            format!(
+                "mail {first} for orders was already accepted under key \"order-7\"; nothing new enqueued"
+            )
+        );
+    };
+    retried(&sup);
+
+    let out = keyed(&sup, "eight");
+    assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+    let said = stderr(&out);
+    assert!(
+        said.contains("\"order-7\"")
+            && said.contains(&format!("mail {first} with a different payload"))
+            && said.contains("nothing was accepted"),
+        "{said}"
+    );
+    let long = "k".repeat(257);
+    let out = sup.client(&["send", "orders", "x", "--key", &long]);
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+    assert!(
+        stderr(&out).contains("1 to 256 bytes"),
+        "{}",
+        describe(&out)
+    );
+
+    let rows = db_rows(&sup);
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!((rows[0].0, rows[0].3.as_slice()), (first, &b"seven"[..]));
+
+    // The supervisor dies; the sender retries against its successor, and
+    // again once the item is done.
+    sup.signal(nix::sys::signal::Signal::SIGKILL);
+    sup.wait_exit(LONG);
+    let (dir, config) = sup.into_parts();
+    let sup = Supervisor::start_in(dir, config);
+    retried(&sup);
+    sup.wait_deployment("orders", "the item done", LONG, |d| {
+        mail_counts(d) == (0, 0, 1)
+    });
+    retried(&sup);
+    let rows = db_rows(&sup);
+    assert_eq!(
+        rows.len(),
+        1,
+        "one item, however often it was sent: {rows:?}"
+    );
+    assert_eq!(rows[0].0, first);
+    assert_eq!(events(&sup, "mail_accepted").len(), 1);
+}

@@ -164,6 +164,7 @@ impl Tour {
             self.call(Request::Send {
                 deployment: "orders".into(),
                 payload_hex: payload,
+                key: None,
             })?;
         }
         self.say("sent 7 mail items to orders; each is durable in the inbox before `send` returns");

@@ -1,5 +1,5 @@
 //! `wfhost send`: accept mail for a deployment; returns once it is durable
-//! in the inbox, printing its id.
+//! in the inbox, printing its id. `--key` makes a retry safe.
 
 use std::path::PathBuf;
 
@@ -16,6 +16,11 @@ pub struct Args {
     deployment: String,
     /// The payload; `@PATH` reads it from a file, `-` from standard input.
     payload: String,
+    /// Idempotency key (1 to 256 bytes): sending again with the same key
+    /// and payload, e.g. after a lost answer or a supervisor restart, returns
+    /// the first item's id and enqueues nothing.
+    #[arg(long)]
+    key: Option<String>,
 }
 
 /// Runs the command.
@@ -30,9 +35,19 @@ pub fn run(args: Args) -> u8 {
     let request = Request::Send {
         deployment: args.deployment.clone(),
         payload_hex: hex::encode(payload),
+        key: args.key.clone(),
     };
     client::run(&args.target, request, |data| {
-        println!("accepted mail {} for {}", data["id"], args.deployment);
+        if data["new"] == false {
+            println!(
+                "mail {} for {} was already accepted under key {:?}; nothing new enqueued",
+                data["id"],
+                args.deployment,
+                args.key.as_deref().unwrap_or_default()
+            );
+        } else {
+            println!("accepted mail {} for {}", data["id"], args.deployment);
+        }
     })
 }
 

@@ -25,3 +25,14 @@ pub struct MailCounts {
     /// Acknowledged (kept until a retention job prunes them).
     pub done: u64,
 }
+
+/// What [`Store::enqueue_mail`](super::Store::enqueue_mail) did with an
+/// offered item.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Accepted {
+    /// The item's id.
+    pub id: u64,
+    /// False when its idempotency key named an item accepted earlier: that
+    /// item's id is returned and nothing was written.
+    pub new: bool,
+}

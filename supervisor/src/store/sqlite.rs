@@ -13,7 +13,9 @@ use ed25519_dalek::SigningKey;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior, params};
 use wfhost_ipc::KeyId;
 
-use super::{ChildRecord, EventRecord, MailCounts, MailItem, NewEvent, Store, StoreError};
+use super::{
+    Accepted, ChildRecord, EventRecord, MailCounts, MailItem, NewEvent, Store, StoreError,
+};
 use crate::journal::{GENESIS_HASH, JournalRecord, NewJournalEntry};
 
 /// The database file inside `state_dir`.
@@ -104,6 +106,13 @@ const MIGRATIONS: &[&str] = &[
          kind TEXT NOT NULL,
          body TEXT NOT NULL
      ) STRICT;",
+    // 3: idempotency keys for `wfhost send --key`, unique per deployment,
+    // with the SHA-256 of the payload they were first used with (a done
+    // item's payload is cleared).
+    "ALTER TABLE mail ADD COLUMN idempotency_key TEXT;
+     ALTER TABLE mail ADD COLUMN payload_sha256 BLOB;
+     CREATE UNIQUE INDEX mail_by_key ON mail (deployment, idempotency_key)
+         WHERE idempotency_key IS NOT NULL;",
 ];
 
 /// The schema version this build writes.
@@ -492,11 +501,12 @@ impl Store for SqliteStore {
     fn enqueue_mail(
         &mut self,
         deployment: &str,
+        key: Option<&str>,
         payload: &[u8],
         max_inbox: u64,
         at_ms: u64,
-    ) -> Result<u64, StoreError> {
-        mail::enqueue(self, deployment, payload, max_inbox, at_ms)
+    ) -> Result<Accepted, StoreError> {
+        mail::enqueue(self, deployment, key, payload, max_inbox, at_ms)
     }
 
     fn take_mail(&mut self, deployment: &str, limit: usize) -> Result<Vec<MailItem>, StoreError> {

@@ -9,25 +9,51 @@
 //! can never miss or invent one, whatever kills the supervisor.
 
 use rusqlite::{OptionalExtension, TransactionBehavior, params};
+use sha2::{Digest, Sha256};
 
 use super::SqliteStore;
-use crate::store::{MailCounts, MailItem, StoreError};
+use crate::store::{Accepted, MailCounts, MailItem, StoreError};
 
 /// Accepts `payload` into `deployment`'s inbox unless `max_inbox` items
 /// already wait there or in processing; the check and the insert share one
-/// write transaction, so two senders cannot both take the last slot.
+/// write transaction, so two senders cannot both take the last slot. A
+/// `key` already used by this deployment answers with the earlier item
+/// (whatever its state) before the limit is looked at: a retry of accepted
+/// mail is never refused as busy.
 pub(super) fn enqueue(
     store: &mut SqliteStore,
     deployment: &str,
+    key: Option<&str>,
     payload: &[u8],
     max_inbox: u64,
     at_ms: u64,
-) -> Result<u64, StoreError> {
+) -> Result<Accepted, StoreError> {
+    enum Outcome {
+        Accepted(Accepted),
+        Full,
+        KeyReused(u64),
+    }
     let fail = store.read_fail("accepting mail");
-    let accepted = (|| -> rusqlite::Result<Option<u64>> {
+    let outcome = (|| -> rusqlite::Result<Outcome> {
         let tx = store
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let digest = key.map(|_| <[u8; 32]>::from(Sha256::digest(payload)));
+        if let Some(key) = key {
+            let earlier: Option<(u64, Option<Vec<u8>>)> = tx
+                .prepare_cached(
+                    "SELECT id, payload_sha256 FROM mail WHERE deployment = ?1 AND idempotency_key = ?2",
+                )?
+                .query_row(params![deployment, key], |r| Ok((r.get(0)?, r.get(1)?)))
+                .optional()?;
+            if let Some((id, earlier)) = earlier {
+                return Ok(if earlier.as_deref() == digest.as_ref().map(|d| &d[..]) {
+                    Outcome::Accepted(Accepted { id, new: false })
+                } else {
+                    Outcome::KeyReused(id)
+                });
+            }
+        }
         let pending: u64 = tx
             .prepare_cached("SELECT inbox + processing FROM mail_counts WHERE deployment = ?1")?
             .query_row(params![deployment], |r| r.get(0))
@@ -35,14 +61,14 @@ pub(super) fn enqueue(
             .unwrap_or(0);
         if pending >= max_inbox {
             // Dropping `tx` rolls back: nothing was written anyway.
-            return Ok(None);
+            return Ok(Outcome::Full);
         }
         let id: u64 = tx
             .prepare_cached(
-                "INSERT INTO mail (deployment, state, payload, enqueued_at_ms)
-                 VALUES (?1, 'inbox', ?2, ?3) RETURNING id",
+                "INSERT INTO mail (deployment, state, payload, enqueued_at_ms, idempotency_key, payload_sha256)
+                 VALUES (?1, 'inbox', ?2, ?3, ?4, ?5) RETURNING id",
             )?
-            .query_row(params![deployment, payload, at_ms], |r| r.get(0))?;
+            .query_row(params![deployment, payload, at_ms, key, digest], |r| r.get(0))?;
         note(
             &tx,
             at_ms,
@@ -51,13 +77,21 @@ pub(super) fn enqueue(
             &serde_json::json!({ "id": id }),
         )?;
         tx.commit()?;
-        Ok(Some(id))
+        Ok(Outcome::Accepted(Accepted { id, new: true }))
     })()
     .map_err(fail)?;
-    accepted.ok_or_else(|| StoreError::InboxFull {
-        deployment: deployment.to_owned(),
-        limit: max_inbox,
-    })
+    match outcome {
+        Outcome::Accepted(accepted) => Ok(accepted),
+        Outcome::Full => Err(StoreError::InboxFull {
+            deployment: deployment.to_owned(),
+            limit: max_inbox,
+        }),
+        Outcome::KeyReused(id) => Err(StoreError::KeyReused {
+            deployment: deployment.to_owned(),
+            key: key.unwrap_or_default().to_owned(),
+            id,
+        }),
+    }
 }
 
 /// Moves the first `limit` inbox items of `deployment` to processing and
@@ -229,8 +263,9 @@ mod tests {
 
     fn send(store: &mut SqliteStore, deployment: &str, payload: &str) -> u64 {
         store
-            .enqueue_mail(deployment, payload.as_bytes(), MAX, 1_700_000_000_000)
+            .enqueue_mail(deployment, None, payload.as_bytes(), MAX, 1_700_000_000_000)
             .unwrap()
+            .id
     }
 
     fn ids(items: &[MailItem]) -> Vec<u64> {
@@ -373,13 +408,61 @@ mod tests {
     }
 
     #[test]
+    fn an_idempotency_key_accepts_once_per_deployment() {
+        let (_dir, _state, mut store) = fresh();
+        let first = store.enqueue_mail("d", Some("k1"), b"a", 2, 1).unwrap();
+        assert!(first.new);
+        store.enqueue_mail("d", None, b"b", 2, 1).unwrap();
+        // The inbox is full now, and a retry still gets its answer.
+        let again = Accepted {
+            id: first.id,
+            new: false,
+        };
+        assert_eq!(
+            store.enqueue_mail("d", Some("k1"), b"a", 2, 1).unwrap(),
+            again
+        );
+        // Whatever state the item is in.
+        store.take_mail("d", 1).unwrap();
+        assert!(store.ack_mail("d", first.id, "ok", 2).unwrap());
+        assert_eq!(
+            store.enqueue_mail("d", Some("k1"), b"a", 2, 1).unwrap(),
+            again
+        );
+        // The same key with another payload is a mistake, named.
+        let err = store
+            .enqueue_mail("d", Some("k1"), b"other", 2, 1)
+            .unwrap_err();
+        let StoreError::KeyReused { id, .. } = &err else {
+            panic!("{err}");
+        };
+        assert_eq!(*id, first.id);
+        let msg = err.to_string();
+        assert!(
+            msg.contains("\"k1\"")
+                && msg.contains("different payload")
+                && msg.contains("nothing was accepted"),
+            "{msg}"
+        );
+        // Keys belong to one deployment.
+        let other = store.enqueue_mail("e", Some("k1"), b"a", 2, 1).unwrap();
+        assert!(other.new && other.id != first.id);
+        let count = |sql: &str| -> u64 { store.conn.query_row(sql, [], |r| r.get(0)).unwrap() };
+        assert_eq!(count("SELECT count(*) FROM mail"), 3);
+        assert_eq!(
+            count("SELECT count(*) FROM events WHERE kind = 'mail_accepted'"),
+            3
+        );
+    }
+
+    #[test]
     fn a_full_inbox_refuses_and_writes_nothing() {
         let (_dir, _state, mut store) = fresh();
-        let a = store.enqueue_mail("d", b"a", 2, 1).unwrap();
-        store.enqueue_mail("d", b"b", 2, 1).unwrap();
+        let a = store.enqueue_mail("d", None, b"a", 2, 1).unwrap().id;
+        store.enqueue_mail("d", None, b"b", 2, 1).unwrap();
         store.take_mail("d", 1).unwrap();
         // Processing counts against the limit too.
-        let err = store.enqueue_mail("d", b"c", 2, 1).unwrap_err();
+        let err = store.enqueue_mail("d", None, b"c", 2, 1).unwrap_err();
         let StoreError::InboxFull { deployment, limit } = &err else {
             panic!("{err}");
         };
@@ -400,13 +483,13 @@ mod tests {
         assert_eq!(rows, 2);
         assert_eq!(store.mail_counts("d").unwrap(), counts(1, 1, 0));
         // Other deployments have their own limit.
-        store.enqueue_mail("e", b"e", 2, 1).unwrap();
+        store.enqueue_mail("e", None, b"e", 2, 1).unwrap();
         // Done mail does not count: acking frees a slot.
         assert!(store.ack_mail("d", a, "ok", 2).unwrap());
-        store.enqueue_mail("d", b"c", 2, 1).unwrap();
+        store.enqueue_mail("d", None, b"c", 2, 1).unwrap();
         // A zero limit accepts nothing.
         assert!(matches!(
-            store.enqueue_mail("z", b"", 0, 1),
+            store.enqueue_mail("z", None, b"", 0, 1),
             Err(StoreError::InboxFull { limit: 0, .. })
         ));
         assert_eq!(store.mail_counts("z").unwrap(), MailCounts::default());
@@ -540,10 +623,15 @@ mod tests {
                     0..40 => {
                         let max_inbox = 1 + rng.below(12);
                         let pending = (m.inbox.len() + m.processing.len()) as u64;
-                        match store.enqueue_mail(d, &step.to_string().into_bytes(), max_inbox, step)
-                        {
-                            Ok(id) => {
-                                assert!(pending < max_inbox, "{ctx}");
+                        match store.enqueue_mail(
+                            d,
+                            None,
+                            &step.to_string().into_bytes(),
+                            max_inbox,
+                            step,
+                        ) {
+                            Ok(Accepted { id, new }) => {
+                                assert!(new && pending < max_inbox, "{ctx}");
                                 assert!(id > last_id, "{ctx}");
                                 last_id = id;
                                 m.inbox.push_back(id);

@@ -14,6 +14,7 @@
 //! | `admin_group` | none | must exist |
 //! | `metrics_listen` | none | `IP:PORT` |
 //! | `event_retention` | 100000 | 1 to 10^9 |
+//! | `mail_retention` | 7d | ≥ 1s; done mail (and its idempotency key) older than this is deleted |
 //! | `drain_timeout` | 60s | > 0 |
 //! | `drain_deadline` | 90s | ≥ `drain_timeout` |
 //! | `kill_timeout` | 10s | > 0 |
@@ -89,6 +90,8 @@ pub struct SupervisorSettings {
     pub metrics_listen: Option<SocketAddr>,
     /// How many events `wfhost events` keeps.
     pub event_retention: u64,
+    /// How long done mail (and so its idempotency key) is kept.
+    pub mail_retention: Duration,
 }
 
 /// One deployment: a workflow child to keep running, with `[defaults]` merged in.
@@ -170,6 +173,8 @@ pub mod defaults {
     pub const POLICY_INTERVAL: Duration = Duration::from_secs(60);
     /// `event_retention`.
     pub const EVENT_RETENTION: u64 = 100_000;
+    /// `mail_retention`: a week of retries stay idempotent.
+    pub const MAIL_RETENTION: Duration = Duration::from_secs(7 * 86_400);
     /// `drain_timeout`.
     pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(60);
     /// `drain_deadline`.
@@ -468,6 +473,7 @@ impl Build<'_> {
                 admin_group: None,
                 metrics_listen: None,
                 event_retention: defaults::EVENT_RETENTION,
+                mail_retention: defaults::MAIL_RETENTION,
             });
         };
         let state_dir = match raw.state_dir {
@@ -514,6 +520,20 @@ impl Build<'_> {
             }
             None => defaults::EVENT_RETENTION,
         };
+        let mail_retention = match raw.mail_retention {
+            Some(s) => {
+                let d = dur(s.get_ref());
+                if d < Duration::from_secs(1) {
+                    return Err(Problem::new(
+                        s.span(),
+                        format!("mail_retention {} is too short", format_duration(d)),
+                        "keep done mail at least \"1s\" (the default is \"7d\"; a retried `send --key` is idempotent for that long)",
+                    ));
+                }
+                d
+            }
+            None => defaults::MAIL_RETENTION,
+        };
         Ok(SupervisorSettings {
             state_dir,
             signing_key,
@@ -521,6 +541,7 @@ impl Build<'_> {
             admin_group,
             metrics_listen: raw.metrics_listen.map(|s| s.get_ref().0),
             event_retention,
+            mail_retention,
         })
     }
 

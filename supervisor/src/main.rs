@@ -13,6 +13,7 @@ mod journal;
 mod live_child;
 mod logging;
 mod mail;
+mod mail_retention;
 mod metrics;
 mod notify;
 mod policy_tick;

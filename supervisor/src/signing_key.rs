@@ -238,6 +238,7 @@ mod tests {
             admin_group: None,
             metrics_listen: None,
             event_retention: 100,
+            mail_retention: Duration::from_secs(60),
         }
     }
 

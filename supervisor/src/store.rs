@@ -97,6 +97,11 @@ pub trait Store: Send {
     /// supervisor died with mail in flight.
     fn replay_all_mail(&mut self) -> Result<u64, StoreError>;
 
+    /// Deletes done items acknowledged before `done_before_ms` (Unix ms),
+    /// and with them their idempotency keys (`mail_retention`); returns
+    /// how many went. Inbox and processing items are never pruned.
+    fn prune_done_mail(&mut self, done_before_ms: u64) -> Result<u64, StoreError>;
+
     /// How many of `deployment`'s items are in each state.
     fn mail_counts(&mut self, deployment: &str) -> Result<MailCounts, StoreError>;
 

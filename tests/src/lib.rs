@@ -211,8 +211,8 @@ pub fn python(db: &Path, script: &str) -> Output {
 }
 
 /// Reads with `read` until two reads 100 ms apart are as long: the event
-/// log is written in batches just after what it describes. Panics if it is
-/// still growing after [`LONG`].
+/// log and the journal are written just after what they describe. Panics
+/// if it is still growing after [`LONG`].
 fn settled(read: impl Fn() -> Vec<Value>) -> Vec<Value> {
     let mut last = read().len();
     poll(LONG, Duration::ZERO, || {
@@ -225,7 +225,7 @@ fn settled(read: impl Fn() -> Vec<Value>) -> Vec<Value> {
             Err(())
         }
     })
-    .unwrap_or_else(|()| panic!("the event log was still growing after {LONG:?}"))
+    .unwrap_or_else(|()| panic!("the log was still growing after {LONG:?}"))
 }
 
 /// A `[[deployment]]` table: `id`, `command` (a TOML array, see
@@ -416,12 +416,17 @@ impl Supervisor {
         client(&self.config, args)
     }
 
-    /// `wfhost journal show --json`: every journal record, oldest first.
+    /// `wfhost journal show --json`: every journal record, oldest first,
+    /// once it has settled: records describing what already happened
+    /// (spawn, exit, resume…) are committed just after it, so the journal
+    /// is read until two reads 100 ms apart agree.
     pub fn journal(&self) -> Vec<Value> {
-        json_lines(&ok(
-            "journal show",
-            &self.client(&["journal", "show", "--json"]),
-        ))
+        settled(|| {
+            json_lines(&ok(
+                "journal show",
+                &self.client(&["journal", "show", "--json"]),
+            ))
+        })
     }
 
     /// `wfhost events --json` (the whole durable backlog), once it has

@@ -429,3 +429,51 @@ fn an_idempotency_key_makes_a_retried_send_enqueue_once() {
     assert_eq!(rows[0].0, first);
     assert_eq!(events(&sup, "mail_accepted").len(), 1);
 }
+
+/// `mail_retention`: done items older than it are deleted (and their keys
+/// with them) while mail waiting in the inbox stays, however old.
+#[test]
+fn done_mail_past_its_retention_is_pruned_and_waiting_mail_is_not() {
+    let sup = Supervisor::start_with_settings(
+        "mail_retention = \"1s\"",
+        &format!(
+            "{}{}",
+            deployment(
+                "orders",
+                &demo(&["--step-ms", "1", "--approve-ms", "1"]),
+                ""
+            ),
+            deployment("held", &demo(&[]), ""),
+        ),
+    );
+    sup.ready_pid("orders", LONG);
+    sup.ready_pid("held", LONG);
+    drain(&sup, "held");
+    let waiting = send_ok(&sup, "held", "waits");
+    let done = accepted_id(
+        &sup.client(&["send", "orders", "one", "--key", "k1"]),
+        "orders",
+    );
+    wait_for("the done item to be pruned", LONG, || {
+        let rows = db_rows(&sup);
+        (!rows.iter().any(|r| r.0 == done)).then_some(())
+    });
+    let rows = db_rows(&sup);
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(
+        (rows[0].0, rows[0].2.as_str(), rows[0].3.as_slice()),
+        (waiting, "inbox", &b"waits"[..])
+    );
+    assert_eq!(mail_counts(&sup.deployment("orders")), (0, 0, 0));
+    assert!(
+        sup.log().contains("done mail past mail_retention deleted"),
+        "{}",
+        sup.log()
+    );
+    // Its key is free again: the same send is new mail now.
+    let again = accepted_id(
+        &sup.client(&["send", "orders", "one", "--key", "k1"]),
+        "orders",
+    );
+    assert!(again > done);
+}

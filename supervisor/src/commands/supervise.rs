@@ -172,6 +172,10 @@ async fn supervise(config: Config, config_path: &Path) -> anyhow::Result<()> {
         shared.watchlist.clone(),
         settings.policy_interval,
     ));
+    let retention_task = tokio::spawn(crate::mail_retention::run(
+        shared.clone(),
+        settings.mail_retention,
+    ));
     if let (Some(listener), Some(addr)) = (metrics, settings.metrics_listen) {
         info!(listen = %addr, "serving Prometheus metrics at /metrics");
         tokio::spawn(crate::metrics::serve(
@@ -266,6 +270,7 @@ async fn supervise(config: Config, config_path: &Path) -> anyhow::Result<()> {
     }
     control_task.abort();
     policy_task.abort();
+    retention_task.abort();
     // Let queued journal records and events reach the disk before exiting
     // (one last try for any the store refused).
     shared.retry_backlog();

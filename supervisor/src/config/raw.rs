@@ -173,6 +173,8 @@ pub struct RawSupervisor {
     pub metrics_listen: Option<Spanned<ListenAddr>>,
     /// Events kept.
     pub event_retention: Option<Spanned<u64>>,
+    /// How long done mail is kept.
+    pub mail_retention: Option<Spanned<DurationValue>>,
 }
 
 /// `recycle = { .. }`: each key merged on its own with `[defaults]`.

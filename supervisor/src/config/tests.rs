@@ -52,6 +52,7 @@ fn an_empty_file_has_defaults_and_no_deployments() {
     assert_eq!(c.supervisor.signing_key, None);
     assert_eq!(c.supervisor.policy_interval, Duration::from_secs(60));
     assert_eq!(c.supervisor.event_retention, 100_000);
+    assert_eq!(c.supervisor.mail_retention, Duration::from_secs(7 * 86_400));
     assert_eq!(c.supervisor.admin_group, None);
     assert_eq!(c.supervisor.metrics_listen, None);
     assert!(c.deployments.is_empty());
@@ -538,6 +539,8 @@ fn counts_are_bounded() {
     assert!(msg.contains("max_restarts 0"), "{msg}");
     let (_, _, msg, _) = bad("[supervisor]\nevent_retention = 0\n");
     assert!(msg.contains("event_retention 0"), "{msg}");
+    let (_, _, msg, _) = bad("[supervisor]\nmail_retention = \"500ms\"\n");
+    assert!(msg.contains("mail_retention 500ms is too short"), "{msg}");
     let (_, _, msg, _) = bad("[supervisor]\npolicy_interval = \"1ms\"\n");
     assert!(msg.contains("policy_interval 1ms"), "{msg}");
 }

@@ -531,6 +531,10 @@ impl Store for SqliteStore {
         mail::replay(self, None)
     }
 
+    fn prune_done_mail(&mut self, done_before_ms: u64) -> Result<u64, StoreError> {
+        mail::prune_done(self, done_before_ms)
+    }
+
     fn mail_counts(&mut self, deployment: &str) -> Result<MailCounts, StoreError> {
         mail::counts(self, deployment)
     }

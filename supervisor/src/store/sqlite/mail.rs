@@ -207,6 +207,32 @@ pub(super) fn replay(store: &mut SqliteStore, deployment: Option<&str>) -> Resul
     Ok(u64::try_from(changed).unwrap_or(u64::MAX))
 }
 
+/// Most rows one prune transaction deletes, so it never holds the write
+/// lock for long.
+const PRUNE_BATCH: i64 = 5_000;
+
+/// Deletes done items acknowledged before `done_before_ms`, with their
+/// idempotency keys, in short transactions; returns how many went.
+pub(super) fn prune_done(store: &mut SqliteStore, done_before_ms: u64) -> Result<u64, StoreError> {
+    let cut = i64::try_from(done_before_ms).unwrap_or(i64::MAX);
+    let mut total = 0u64;
+    loop {
+        let fail = store.fail("pruning done mail");
+        let deleted = store
+            .conn
+            .prepare_cached(
+                "DELETE FROM mail WHERE id IN (
+                     SELECT id FROM mail WHERE state = 'done' AND done_at_ms < ?1 LIMIT ?2)",
+            )
+            .and_then(|mut stmt| stmt.execute(params![cut, PRUNE_BATCH]))
+            .map_err(fail)?;
+        total += u64::try_from(deleted).unwrap_or(u64::MAX);
+        if (deleted as i64) < PRUNE_BATCH {
+            return Ok(total);
+        }
+    }
+}
+
 /// How many of `deployment`'s items are in each state.
 pub(super) fn counts(store: &mut SqliteStore, deployment: &str) -> Result<MailCounts, StoreError> {
     let fail = store.read_fail("counting mail");
@@ -453,6 +479,30 @@ mod tests {
             count("SELECT count(*) FROM events WHERE kind = 'mail_accepted'"),
             3
         );
+    }
+
+    #[test]
+    fn pruning_deletes_only_done_mail_older_than_the_cut_and_frees_its_key() {
+        let (_dir, _state, mut store) = fresh();
+        let old = store.enqueue_mail("d", Some("k"), b"a", 9, 1).unwrap().id;
+        let recent = send(&mut store, "d", "b");
+        let waiting = send(&mut store, "d", "c");
+        store.take_mail("d", 2).unwrap();
+        assert!(store.ack_mail("d", old, "ok", 100).unwrap());
+        assert!(store.ack_mail("d", recent, "ok", 200).unwrap());
+        assert_eq!(
+            store.prune_done_mail(100).unwrap(),
+            0,
+            "the cut is exclusive"
+        );
+        assert_eq!(store.prune_done_mail(150).unwrap(), 1);
+        assert_eq!(store.mail_done_ids("d").unwrap(), [recent]);
+        assert_eq!(store.mail_counts("d").unwrap(), counts(1, 0, 1));
+        // Inbox and processing are never pruned, however old.
+        assert_eq!(store.prune_done_mail(u64::MAX).unwrap(), 1);
+        assert_eq!(ids(&store.take_mail("d", 9).unwrap()), [waiting]);
+        // The pruned item's key may be used again.
+        assert!(store.enqueue_mail("d", Some("k"), b"z", 9, 1).unwrap().new);
     }
 
     #[test]

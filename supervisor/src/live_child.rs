@@ -143,8 +143,8 @@ pub struct LiveChild {
 impl LiveChild {
     /// Spawns a child for `cfg` with a fresh channel id and freshly read
     /// grants (or, if the file cannot be read, the `checked` ones a recycle
-    /// read as it began), and records it in the store so a later supervisor can clean
-    /// it up after a crash.
+    /// read as it began), and records it in the store so a later
+    /// supervisor can clean it up after a crash.
     pub async fn spawn(
         cfg: Arc<DeploymentConfig>,
         shared: Arc<Shared>,

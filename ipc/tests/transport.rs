@@ -277,3 +277,65 @@ proptest! {
         prop_assert_eq!(got, events);
     }
 }
+
+/// A burst far larger than the socket buffer, sent while the peer is not
+/// yet reading: the writer waits for room (it is registered for readability
+/// only, so this is its one path to writability) and every frame arrives,
+/// in order.
+#[tokio::test]
+async fn a_burst_larger_than_the_socket_buffer_waits_for_room_and_arrives_whole() {
+    let (sup, child) = UnixStream::pair().unwrap();
+    let (_sup_rx, mut sup_tx) = split::<Event, Control>(sup, DEFAULT_MAX_FRAME_BYTES);
+    let (mut child_rx, _child_tx) = split::<Control, Event>(child, DEFAULT_MAX_FRAME_BYTES);
+    const FRAMES: u64 = 64;
+    let sender = tokio::spawn(async move {
+        for id in 0..FRAMES {
+            let payload = vec![id as u8; 64 * 1024];
+            sup_tx.send(Control::Mail { id, payload }).await.unwrap();
+        }
+        sup_tx.close().await.unwrap();
+    });
+    // 4 MiB cannot fit in the socket: the sender is stuck until we read.
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    assert!(!sender.is_finished(), "the sender waits for room");
+    let mut ids = Vec::new();
+    while let Some(message) = child_rx.next().await.unwrap() {
+        let Control::Mail { id, payload } = message else {
+            panic!("expected mail, got {message:?}");
+        };
+        assert!(payload.len() == 64 * 1024 && payload.iter().all(|&b| b == id as u8));
+        ids.push(id);
+    }
+    sender.await.unwrap();
+    assert_eq!(ids, (0..FRAMES).collect::<Vec<_>>());
+}
+
+/// `next` may be dropped at any await (a `select!` losing to a timer): no
+/// byte read so far is lost, so the frames still arrive whole and in order.
+#[tokio::test]
+async fn reading_survives_being_cancelled_midway() {
+    let (mut reader, mut theirs) = raw_peer();
+    let mut bytes = Vec::new();
+    for nonce in 1..=20u64 {
+        bytes.extend(encode(nonce, Event::Pong { nonce }));
+    }
+    let writer = tokio::spawn(async move {
+        for chunk in bytes.chunks(3) {
+            theirs.write_all(chunk).await.unwrap();
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+        theirs
+    });
+    let mut got = Vec::new();
+    let mut cancelled = 0;
+    while got.len() < 20 {
+        match tokio::time::timeout(std::time::Duration::from_micros(300), reader.next()).await {
+            Ok(message) => got.push(message.unwrap().expect("an event")),
+            Err(_) => cancelled += 1,
+        }
+    }
+    let _theirs = writer.await.unwrap();
+    assert!(cancelled > 0, "some reads were cancelled midway");
+    let want: Vec<Event> = (1..=20).map(|nonce| Event::Pong { nonce }).collect();
+    assert_eq!(got, want);
+}

@@ -52,7 +52,7 @@ impl Watched {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .as_mut()
-            .and_then(|r| r.tree_rss().ok());
+            .and_then(|r| r.tree_rss(now).ok());
         self.status
             .lock()
             .unwrap_or_else(|p| p.into_inner())

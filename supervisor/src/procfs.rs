@@ -1,6 +1,7 @@
 //! Reads from `/proc` that identify and measure processes.
 
 use std::io;
+use std::time::{Duration, Instant};
 
 /// The start time of `pid` in clock ticks since boot (field 22 of
 /// `/proc/PID/stat`). Together with the pid it names one process for good:
@@ -41,20 +42,23 @@ pub fn is_same_process(pid: u32, start_time: u64) -> bool {
 /// `/proc/PID/task/PID/children` stay open and are re-read with `pread`
 /// (a kept fd reads fresh values and fails once the pid is reaped, so a
 /// reused pid is never misread); the children lists are re-read every
-/// [`RESCAN_EVERY`] reads, and the tree is only reshaped when one changed. A command hosted by `wfhost-child exec` counts
-/// too. Children forked by other threads of a multi-threaded process are
-/// not seen; under systemd, cgroup `memory.current` is the complete answer.
+/// [`RESCAN_PERIOD`] at most, and the tree is only reshaped when one
+/// changed.
+/// A command hosted by `wfhost-child exec` counts too. Children forked by
+/// other threads of a multi-threaded process are not seen; under systemd,
+/// cgroup `memory.current` is the complete answer.
 #[derive(Debug)]
 pub struct RssReader {
     root: Node,
     page_size: u64,
-    reads: u64,
+    last_rescan: Option<Instant>,
 }
 
-/// The tree's shape is re-read every this many reads: it rarely changes,
-/// and skipping the children lists halves the syscalls of a tick. A new
-/// descendant is counted within this many ticks.
-const RESCAN_EVERY: u64 = 4;
+/// The tree's shape is re-read when this long has passed since the last
+/// time: it rarely changes, and its children lists are a fifth of a tick's
+/// reads. So a new descendant is counted within a second, or at the next
+/// tick when ticks are further apart (every tick at the default 60 s).
+const RESCAN_PERIOD: Duration = Duration::from_secs(1);
 
 /// One process of the tree with its kept-open files.
 #[derive(Debug)]
@@ -125,16 +129,25 @@ impl RssReader {
         Ok(Self {
             root: Node::open(pid)?,
             page_size: u64::try_from(page).unwrap_or(4096),
-            reads: 0,
+            last_rescan: None,
         })
     }
 
-    /// Resident bytes of the leader and all its descendants.
-    pub fn tree_rss(&mut self) -> io::Result<u64> {
+    /// Resident bytes of the leader and all its descendants at `now`.
+    pub fn tree_rss(&mut self, now: Instant) -> io::Result<u64> {
         let mut budget = MAX_TREE;
-        let rescan = self.reads.is_multiple_of(RESCAN_EVERY);
-        self.reads += 1;
+        let rescan = self.rescan_due(now);
+        if rescan {
+            self.last_rescan = Some(now);
+        }
         Ok(self.root.resident(&mut budget, rescan)? * self.page_size)
+    }
+
+    /// The first read and any read [`RESCAN_PERIOD`] after the last rescan
+    /// re-read the tree's shape.
+    fn rescan_due(&self, now: Instant) -> bool {
+        self.last_rescan
+            .is_none_or(|last| now.saturating_duration_since(last) >= RESCAN_PERIOD)
     }
 }
 
@@ -214,13 +227,16 @@ mod tests {
             .expect("spawn sh");
         let mut reader = RssReader::open(sh.id()).expect("statm");
         let alone = read_resident(&reader.root.statm).expect("read") * reader.page_size;
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        // Each read a rescan period after the last: the tree is re-read.
+        let mut now = Instant::now();
         let tree = loop {
-            let tree = reader.tree_rss().expect("tree");
-            if reader.root.kids.len() == 2 || std::time::Instant::now() > deadline {
+            let tree = reader.tree_rss(now).expect("tree");
+            if reader.root.kids.len() == 2 || Instant::now() > deadline {
                 break tree;
             }
-            std::thread::sleep(std::time::Duration::from_millis(10));
+            std::thread::sleep(Duration::from_millis(10));
+            now += RESCAN_PERIOD;
         };
         let kids: Vec<u32> = reader.root.kids.iter().map(|k| k.pid).collect();
         for &kid in &kids {
@@ -238,8 +254,24 @@ mod tests {
             "the sleeping children add their pages: {tree} vs {alone}"
         );
         assert!(
-            reader.tree_rss().is_err(),
+            reader.tree_rss(now).is_err(),
             "a reaped leader reads as an error, never another process"
         );
+    }
+
+    #[test]
+    fn the_tree_shape_is_reread_once_a_rescan_period_has_passed() {
+        let mut reader = RssReader::open(std::process::id()).expect("statm");
+        let t0 = Instant::now();
+        assert!(reader.rescan_due(t0), "the first read learns the tree");
+        reader.tree_rss(t0).expect("tree");
+        assert!(!reader.rescan_due(t0 + RESCAN_PERIOD / 2));
+        reader.tree_rss(t0 + RESCAN_PERIOD / 2).expect("tree");
+        assert!(
+            reader.rescan_due(t0 + RESCAN_PERIOD),
+            "reads in between do not postpone it"
+        );
+        reader.tree_rss(t0 + RESCAN_PERIOD).expect("tree");
+        assert!(!reader.rescan_due(t0 + RESCAN_PERIOD + RESCAN_PERIOD / 2));
     }
 }

@@ -32,8 +32,8 @@ impl Target {
     fn socket(&self) -> Result<PathBuf, CallError> {
         match (&self.socket, &self.config) {
             (Some(s), _) => Ok(s.clone()),
-            (None, Some(c)) => config::state_dir_of(c)
-                .map(|dir| socket_path(&dir))
+            (None, Some(c)) => config::locations_of(c)
+                .map(|l| socket_path(&l.state_dir))
                 .map_err(|e| CallError {
                     code: exit::USAGE,
                     message: e.to_string(),

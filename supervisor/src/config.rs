@@ -242,31 +242,54 @@ pub enum ConfigError {
     },
 }
 
-/// The `state_dir` a config names, read leniently: client commands need
-/// only this to find the control socket, and must still reach a running
-/// supervisor when the file on disk has since been broken (a refused
-/// reload). Falls back to the full parse for the error when even the TOML
-/// syntax is broken.
-pub fn state_dir_of(path: &Path) -> Result<PathBuf, ConfigError> {
+/// Where a config keeps the supervisor's state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Locations {
+    /// `state_dir`, absolute.
+    pub state_dir: PathBuf,
+    /// `signing_key`, absolute, if the config names one.
+    pub signing_key: Option<PathBuf>,
+}
+
+/// The `state_dir` and `signing_key` a config names, read leniently:
+/// client and journal commands need only these, and must still work when
+/// the file on disk has since been broken (a refused reload) or names a
+/// program that is gone. Falls back to the full parse for the error when
+/// even the TOML syntax is broken.
+pub fn locations_of(path: &Path) -> Result<Locations, ConfigError> {
     let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
         path: path.to_path_buf(),
         source,
     })?;
-    let table: toml::Table = match toml::from_str(&text) {
-        Ok(t) => t,
-        Err(_) => return load(path).map(|c| c.supervisor.state_dir),
+    let full = || {
+        load(path).map(|c| Locations {
+            state_dir: c.supervisor.state_dir,
+            signing_key: c.supervisor.signing_key,
+        })
     };
+    let Ok(table) = toml::from_str::<toml::Table>(&text) else {
+        return full();
+    };
+    let supervisor = table.get("supervisor");
+    let value = |key: &str| supervisor.and_then(|s| s.get(key));
+    // Either setting of the wrong kind: the full parse names it.
+    if supervisor.is_some_and(|s| !s.is_table())
+        || ["state_dir", "signing_key"]
+            .into_iter()
+            .any(|key| value(key).is_some_and(|v| !v.is_str()))
+    {
+        return full();
+    }
     let dir = resolve::config_dir(path);
-    Ok(
-        match table
-            .get("supervisor")
-            .and_then(|s| s.get("state_dir"))
-            .and_then(|d| d.as_str())
-        {
-            Some(state_dir) => resolve::relative_to(&dir, state_dir),
-            None => PathBuf::from(DEFAULT_STATE_DIR),
-        },
-    )
+    let setting = |key: &str| {
+        value(key)
+            .and_then(|v| v.as_str())
+            .map(|p| resolve::relative_to(&dir, p))
+    };
+    Ok(Locations {
+        state_dir: setting("state_dir").unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR)),
+        signing_key: setting("signing_key"),
+    })
 }
 
 /// Reads, parses and validates the config file at `path`.

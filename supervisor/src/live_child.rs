@@ -633,7 +633,7 @@ impl LiveChild {
                 }
             }
             None => {
-                let Some(purpose) = self.check_new_grants(purpose) else {
+                let Some(purpose) = self.check_successor(purpose) else {
                     return;
                 };
                 let s = drain::Session::new(purpose, now, self.cfg.drain_deadline);
@@ -643,19 +643,20 @@ impl LiveChild {
         }
     }
 
-    /// A recycle replaces this child with one that needs its grants: with a
-    /// grants file that cannot be read now, the recycle is refused and this
-    /// child keeps serving, rather than being replaced by none. The grants
-    /// read here go with the recycle, for the new child should the file
-    /// break while this one drains.
-    fn check_new_grants(&self, purpose: Purpose) -> Option<Purpose> {
-        let (mut trigger, path) = match (purpose, &self.cfg.grants_file) {
-            (Purpose::Recycle(trigger), Some(path)) => (trigger, path),
-            (other, _) => return Some(other),
+    /// A recycle replaces this child with a new one: if that one could not
+    /// start now (its program gone or not executable, its grants file
+    /// unreadable), the recycle is refused and this child keeps serving,
+    /// rather than being replaced by none. The grants read here go with the
+    /// recycle, for the new child should the file break while this one
+    /// drains.
+    fn check_successor(&self, purpose: Purpose) -> Option<Purpose> {
+        let mut trigger = match purpose {
+            Purpose::Recycle(trigger) => trigger,
+            other => return Some(other),
         };
-        let e = match grants::read(path) {
-            Ok(fresh) => {
-                trigger.grants = Some(fresh);
+        let e = match self.successor_needs() {
+            Ok(grants) => {
+                trigger.grants = grants;
                 return Some(Purpose::Recycle(trigger));
             }
             Err(e) => e,
@@ -663,7 +664,7 @@ impl LiveChild {
         let (id, pid) = (&self.cfg.id, self.pid);
         let (origin, reason) = (trigger.origin, &trigger.reason);
         error!(deployment = %id, pid, origin = origin.as_str(), reason = %reason, error = %e,
-            "recycle refused: the new child could not be given its grants; the old one keeps serving");
+            "recycle refused: a new child could not start; the old one keeps serving");
         self.shared.event(
             "recycle_refused",
             Some(id),
@@ -677,6 +678,22 @@ impl LiveChild {
             "not recycled: {e}; {id} keeps running on pid {pid}"
         )));
         None
+    }
+
+    /// What a new child needs that can be checked before this one drains:
+    /// an executable program, and grants (read, if the deployment has a
+    /// grants file).
+    fn successor_needs(&self) -> Result<Option<grants::Fresh>, String> {
+        if let Some(program) = self.cfg.command.first() {
+            nix::unistd::access(program.as_str(), nix::unistd::AccessFlags::X_OK).map_err(|e| {
+                format!("command {program} cannot be run ({e}); restore it or fix the config")
+            })?;
+        }
+        self.cfg
+            .grants_file
+            .as_deref()
+            .map(grants::read)
+            .transpose()
     }
 
     /// Tells the child to drain and starts the budget.

@@ -20,18 +20,25 @@ const FAST_POLICY: &str = "policy_interval = \"100ms\"";
 /// Restarts that never give up, for tests that break spawns on purpose.
 const PATIENT_RESTART: &str = "restart = { backoff_initial = \"50ms\", backoff_max = \"200ms\", max_restarts = 1000, period = \"60s\" }";
 
-/// The journal's `recycle` records of deployment `id`.
-fn recycle_records(sup: &Supervisor, id: &str) -> Vec<Value> {
-    sup.journal()
+/// The `recycle` records of deployment `id` in `journal`.
+fn recycles_in(journal: Vec<Value>, id: &str) -> Vec<Value> {
+    journal
         .into_iter()
         .filter(|r| r["kind"] == "recycle" && r["deployment"] == id)
         .collect()
 }
 
-/// Waits until the journal holds at least `n` recycle records for `id`.
+/// The journal's `recycle` records of deployment `id`, once it has settled.
+fn recycle_records(sup: &Supervisor, id: &str) -> Vec<Value> {
+    recycles_in(sup.journal(), id)
+}
+
+/// Waits until the journal holds at least `n` recycle records for `id`
+/// (without waiting for it to settle: a policy bound may recycle the
+/// deployment over and over).
 fn wait_recycle_records(sup: &Supervisor, id: &str, n: usize) -> Vec<Value> {
     wait_for(&format!("{n} recycle record(s) of {id}"), LONG, || {
-        let recs = recycle_records(sup, id);
+        let recs = recycles_in(sup.journal_so_far(), id);
         (recs.len() >= n).then_some(recs)
     })
 }
@@ -70,8 +77,9 @@ fn check_record(
         b["new_channel_id"], old_channel,
         "a fresh channel id: {rec}"
     );
+    // Journaled before the recycle record, which is already in.
     let spawn = sup
-        .journal()
+        .journal_so_far()
         .into_iter()
         .find(|r| r["kind"] == "spawn" && r["body"]["pid"].as_u64() == Some(u64::from(new_pid)))
         .unwrap_or_else(|| panic!("no spawn record for the new pid {new_pid}"));
@@ -407,6 +415,50 @@ fn a_recycle_asked_for_while_the_child_starts_waits_for_it_then_replaces_it() {
         "{said}"
     );
     assert!(recycle_records(&sup, "never").is_empty());
+}
+
+/// A recycle whose new child could not start (its program deleted, as in
+/// a botched deploy) is refused and the old child keeps serving; once the
+/// program is back, the recycle goes through.
+#[test]
+fn a_recycle_is_refused_while_the_program_cannot_run() {
+    let dir = TempDir::new();
+    let program = dir.join("deployed-child");
+    std::fs::copy(bin("wfh-testchild"), &program).expect("copy the test child");
+    let sup = Supervisor::start(&deployment(
+        "app",
+        &format!("[\"{}\", \"well-behaved\"]", program.display()),
+        "",
+    ));
+    let pid0 = sup.ready_pid("app", LONG);
+    std::fs::remove_file(&program).expect("delete the program");
+
+    let out = sup.client(&["recycle", "app", "--reason", "deploy"]);
+    assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+    let said = stderr(&out);
+    assert!(
+        said.contains(&format!("command {} cannot be run", program.display()))
+            && said.contains(&format!("keeps running on pid {pid0}")),
+        "{said}"
+    );
+    let d = sup.deployment("app");
+    assert_eq!(d["state"], "ready", "{d}");
+    assert_eq!(d["pid"].as_u64(), Some(u64::from(pid0)), "{d}");
+    assert!(alive(pid0));
+    let refused: Vec<Value> = sup
+        .events()
+        .into_iter()
+        .filter(|e| e["kind"] == "recycle_refused")
+        .collect();
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert_eq!(refused[0]["body"]["origin"], "operator");
+    assert!(recycle_records(&sup, "app").is_empty());
+
+    std::fs::copy(bin("wfh-testchild"), &program).expect("restore the program");
+    let out = sup.client(&["recycle", "app", "--reason", "deploy"]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert_ne!(printed_new_pid(&out), pid0);
+    assert_eq!(recycle_records(&sup, "app").len(), 1);
 }
 
 #[test]

@@ -103,16 +103,16 @@ impl Failure {
 /// configured signing key.
 fn locate(location: &Location) -> Result<(PathBuf, Option<PathBuf>), Failure> {
     let cfg = match &location.config {
-        Some(path) => Some(config::load(path).map_err(|e| Failure {
+        Some(path) => Some(config::locations_of(path).map_err(|e| Failure {
             code: exit::USAGE,
             message: e.to_string(),
         })?),
         None => None,
     };
-    let configured_key = cfg.as_ref().and_then(|c| c.supervisor.signing_key.clone());
+    let configured_key = cfg.as_ref().and_then(|c| c.signing_key.clone());
     let state_dir = match (&location.state_dir, cfg) {
         (Some(dir), _) => dir.clone(),
-        (None, Some(cfg)) => cfg.supervisor.state_dir,
+        (None, Some(cfg)) => cfg.state_dir,
         // clap requires one of the two.
         (None, None) => {
             return Err(Failure {

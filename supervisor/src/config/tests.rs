@@ -683,3 +683,35 @@ fn the_shipped_example_is_valid_wherever_wfhost_child_is() {
         assert_eq!(d.command[0], child.to_str().unwrap());
     }
 }
+
+#[test]
+fn locations_are_read_even_when_the_rest_would_not_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("wfhost.toml");
+    // A deployment whose program is gone, and a key named relatively.
+    std::fs::write(
+        &path,
+        "[supervisor]\nstate_dir = \"state\"\nsigning_key = \"keys/k.pem\"\n\n\
+         [[deployment]]\nid = \"gone\"\ncommand = [\"/nonexistent/program\"]\n",
+    )
+    .unwrap();
+    assert!(load(&path).is_err(), "the full load refuses it");
+    assert_eq!(
+        locations_of(&path).unwrap(),
+        Locations {
+            state_dir: dir.path().join("state"),
+            signing_key: Some(dir.path().join("keys/k.pem")),
+        }
+    );
+    // Without them: the defaults.
+    std::fs::write(&path, "").unwrap();
+    let l = locations_of(&path).unwrap();
+    assert_eq!(l.state_dir, PathBuf::from(DEFAULT_STATE_DIR));
+    assert_eq!(l.signing_key, None);
+    // Of the wrong kind, or not TOML: the full parse names the place.
+    std::fs::write(&path, "[supervisor]\nsigning_key = 7\n").unwrap();
+    let e = locations_of(&path).unwrap_err().to_string();
+    assert!(e.contains("wfhost.toml:2:15"), "{e}");
+    std::fs::write(&path, "[supervisor\n").unwrap();
+    assert!(locations_of(&path).is_err());
+}

@@ -101,10 +101,13 @@ impl DeploymentHandle {
 
     /// A copy of the current status.
     pub fn snapshot(&self) -> Status {
-        self.status
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.with_status(Status::clone)
+    }
+
+    /// Looks at the status in place, for callers that need a field or two
+    /// of every deployment every second (a snapshot clones its strings).
+    pub fn with_status<T>(&self, f: impl FnOnce(&Status) -> T) -> T {
+        f(&self.status.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
     /// The configuration in force for the next child.

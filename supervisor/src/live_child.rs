@@ -381,7 +381,10 @@ impl LiveChild {
             }
 
             let wakes = [
-                Some(liveness.next_wake(now)),
+                Some(coalesced(
+                    liveness.next_wake(now),
+                    self.cfg.liveness_interval,
+                )),
                 tracker.deadline(),
                 session.as_ref().and_then(|s| s.deadline),
                 if commit.is_none() {
@@ -1111,6 +1114,22 @@ impl LiveChild {
     }
 }
 
+/// `at` rounded up to the next tenth of `interval` counted from one
+/// process-wide origin, so the pings of children that share an interval
+/// fall due together and go out in one wake-up (their pongs then come back
+/// together too): an idle supervisor wakes a few times a second instead of
+/// twice per child per interval. A ping or a hung verdict is at most a
+/// tenth of the interval late.
+fn coalesced(at: Instant, interval: Duration) -> Instant {
+    static ORIGIN: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    let origin = *ORIGIN.get_or_init(Instant::now);
+    let slot = (interval / 10).as_nanos().max(1);
+    let since = at.saturating_duration_since(origin).as_nanos();
+    let rounded = since.div_ceil(slot) * slot;
+    let late = u64::try_from(rounded - since).unwrap_or(u64::MAX);
+    at + Duration::from_nanos(late)
+}
+
 /// A cancel's journal commit running on its own task.
 type Commit = tokio::task::JoinHandle<Result<u64, String>>;
 
@@ -1301,5 +1320,27 @@ async fn log_lines(
         let text = String::from_utf8_lossy(&line);
         let text = text.trim_end_matches(['\n', '\r']);
         info!(deployment = %deployment, pid, stream = which, truncated = cut, "{text}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wakes_are_coalesced_into_tenths_of_the_interval() {
+        let interval = Duration::from_secs(10);
+        let now = Instant::now();
+        let mut slots = std::collections::BTreeSet::new();
+        for ms in (0..1000).step_by(7) {
+            let at = now + Duration::from_millis(ms);
+            let woken = coalesced(at, interval);
+            assert!(woken >= at, "never early");
+            assert!(woken - at <= interval / 10, "at most a tenth late");
+            slots.insert(woken);
+        }
+        // 143 wakes within one second fall into at most two slots.
+        assert!(slots.len() <= 2, "{slots:?}");
+        assert_eq!(coalesced(now, Duration::ZERO), now, "no interval, no delay");
     }
 }

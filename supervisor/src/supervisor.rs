@@ -138,10 +138,9 @@ impl Supervisor {
 
     /// Whether every deployment has had a first Ready or has failed.
     pub fn all_started(&self) -> bool {
-        self.handles().iter().all(|h| {
-            let s = h.snapshot();
-            s.ever_ready || s.state == State::Failed
-        })
+        self.handles()
+            .iter()
+            .all(|h| h.with_status(|s| s.ever_ready || s.state == State::Failed))
     }
 
     /// The one-line summary for systemd's `STATUS=` and the SIGUSR2 dump,
@@ -149,7 +148,9 @@ impl Supervisor {
     pub fn summary(&self) -> String {
         let mut counts: BTreeMap<&'static str, usize> = BTreeMap::new();
         for h in self.handles() {
-            *counts.entry(h.snapshot().state.as_str()).or_default() += 1;
+            *counts
+                .entry(h.with_status(|s| s.state.as_str()))
+                .or_default() += 1;
         }
         let ready = counts.remove("ready").unwrap_or(0);
         let draining = counts.remove("draining").unwrap_or(0);
@@ -171,10 +172,11 @@ impl Supervisor {
             .unwrap_or_else(|p| p.into_inner())
             .values()
             .filter_map(|h| {
-                let s = h.snapshot();
-                let left = s.drain.budget_ms.saturating_sub(s.drain_used_ms(now));
-                (s.drain.active && !s.drain.escalated && left > 0)
-                    .then(|| Duration::from_millis(left) + h.config().kill_timeout)
+                let left = h.with_status(|s| {
+                    let left = s.drain.budget_ms.saturating_sub(s.drain_used_ms(now));
+                    (s.drain.active && !s.drain.escalated && left > 0).then_some(left)
+                })?;
+                Some(Duration::from_millis(left) + h.config().kill_timeout)
             })
             .max()
     }

@@ -225,15 +225,19 @@ async fn supervise(config: Config, config_path: &Path) -> anyhow::Result<()> {
                 // The watchdog is fed from the control loop itself, so a
                 // wedged loop starves it.
                 notify(watchdog, "watchdog", Notifier::watchdog);
-                let line = sup.summary();
                 if !ready_sent && sup.all_started() {
                     ready_sent = true;
+                    let line = sup.summary();
                     info!(status = %line, "every deployment is up");
                     notify(notifier.as_ref(), "ready", |n| n.ready_with_status(&line));
                     last_status = line;
-                } else if ready_sent && line != last_status {
-                    notify(notifier.as_ref(), "status", |n| n.status(&line));
-                    last_status = line;
+                } else if ready_sent && notifier.is_some() {
+                    // Only systemd reads the summary between changes.
+                    let line = sup.summary();
+                    if line != last_status {
+                        notify(notifier.as_ref(), "status", |n| n.status(&line));
+                        last_status = line;
+                    }
                 }
             }
         }

@@ -224,12 +224,14 @@ impl Wired {
         }
         writer
             .send(Control::Welcome(Welcome {
+                protocol: wfhost_ipc::PROTOCOL_VERSION,
                 deployment: "bench".into(),
                 grants_snapshot: Grants::default(),
                 limits: Limits {
                     max_frame_bytes: DEFAULT_MAX_FRAME_BYTES,
                     max_mail_bytes: 256 << 10,
                     drain_timeout_ms: 60_000,
+                    liveness_timeout_ms: 30_000,
                 },
             }))
             .await?;

@@ -5,10 +5,13 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use tokio::net::UnixStream;
-use wfhost_ipc::{Control, Event, FrameReader, FrameWriter, Hello, MAX_FRAME_LIMIT, Welcome};
+use wfhost_ipc::{
+    Control, Event, FrameReader, FrameWriter, Hello, MAX_FRAME_LIMIT, PROTOCOL_VERSION, Welcome,
+};
 
 use crate::env::ChildEnv;
 use crate::error::ConnectError;
+use crate::runtime::Options;
 
 /// Set once the process has taken its control fd, which it may do only once.
 static TAKEN: AtomicBool = AtomicBool::new(false);
@@ -59,6 +62,7 @@ pub(crate) struct Connected {
 pub(crate) async fn handshake(
     stream: UnixStream,
     env: &ChildEnv,
+    options: &Options,
 ) -> Result<Connected, ConnectError> {
     // Read with the largest limit any configuration allows: the supervisor's
     // configured limit is only known from Welcome, and it is trusted.
@@ -69,6 +73,8 @@ pub(crate) async fn handshake(
             protocol: env.protocol,
             channel_id: env.channel_id.clone(),
             pid: std::process::id(),
+            takes_mail: options.takes_mail,
+            implementation: options.implementation.clone(),
         }))
         .await?;
     let welcome = match reader.next().await? {
@@ -85,6 +91,12 @@ pub(crate) async fn handshake(
             ));
         }
     };
+    if welcome.protocol != PROTOCOL_VERSION {
+        return Err(ConnectError::Handshake(format!(
+            "Welcome speaks protocol {} but this child speaks {PROTOCOL_VERSION}; use a wfhost-child matching the supervisor",
+            welcome.protocol
+        )));
+    }
     if welcome.deployment != env.deployment {
         return Err(ConnectError::Handshake(format!(
             "Welcome is for deployment {:?} but WFHOST_DEPLOYMENT is {:?}",

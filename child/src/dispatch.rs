@@ -48,7 +48,12 @@ pub(crate) async fn read_loop(
                 stop_mail(&mut mail_tx, &queue);
             }
             Control::Cancel(cancel) => cancel_run(&shared, &cancel),
-            Control::Mail { id, payload } => shared.mail.deliver(id, payload, mail_tx.as_ref()),
+            Control::Mail {
+                id,
+                attempt,
+                payload,
+            } => shared.mail.deliver(id, attempt, payload, mail_tx.as_ref()),
+            Control::Lease { .. } => {}
             Control::Shutdown => {
                 shared.close(CloseReason::Shutdown);
                 // Ends the mail stream; Pings and cancels are still answered

@@ -144,7 +144,7 @@ mod tests {
                 ENV_CHANNEL_ID,
                 "0123456789abcdef0123456789abcdef".to_owned(),
             ),
-            (ENV_PROTOCOL, "1".to_owned()),
+            (ENV_PROTOCOL, "2".to_owned()),
             (ENV_DEPLOYMENT, "billing".to_owned()),
             (ENV_SUPERVISOR_KEY, key::public_hex(&key.verifying_key())),
         ])
@@ -159,7 +159,7 @@ mod tests {
         let env = parse(&full()).unwrap();
         assert_eq!(env.control_fd, 3);
         assert_eq!(env.deployment, "billing");
-        assert_eq!(env.protocol, 1);
+        assert_eq!(env.protocol, 2);
     }
 
     #[test]
@@ -185,7 +185,8 @@ mod tests {
             (ENV_CHANNEL_ID, "short"),
             (ENV_CHANNEL_ID, "zz23456789abcdef0123456789abcdef"),
             (ENV_PROTOCOL, "two"),
-            (ENV_PROTOCOL, "2"),
+            (ENV_PROTOCOL, "1"),
+            (ENV_PROTOCOL, "3"),
             (ENV_DEPLOYMENT, " "),
             (ENV_SUPERVISOR_KEY, "abcd"),
         ] {

@@ -80,7 +80,7 @@ mod work;
 pub use env::{ChildEnv, EnvError};
 pub use error::{ConnectError, RuntimeError, StepError};
 pub use mail::{Mail, MailStream};
-pub use runtime::{CloseReason, Runtime};
+pub use runtime::{CloseReason, Options, Runtime};
 pub use step::Step;
 pub use token::{CancelCause, CancelToken};
 pub use wfhost_ipc::{DrainBehavior, Outcome};

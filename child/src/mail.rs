@@ -107,6 +107,7 @@ impl MailShared {
     pub(crate) fn deliver(
         &self,
         id: u64,
+        attempt: u32,
         payload: Vec<u8>,
         queue: Option<&mpsc::UnboundedSender<Mail>>,
     ) {
@@ -115,6 +116,7 @@ impl MailShared {
             (Delivery::Deliver, Some(queue)) => {
                 let mail = Mail {
                     id,
+                    attempt,
                     payload,
                     shared: self.clone(),
                     acked: false,
@@ -164,6 +166,7 @@ impl MailShared {
 #[derive(Debug)]
 pub struct Mail {
     id: u64,
+    attempt: u32,
     payload: Vec<u8>,
     shared: MailShared,
     acked: bool,
@@ -174,6 +177,13 @@ impl Mail {
     /// The store-assigned id (stable across redeliveries).
     pub fn id(&self) -> u64 {
         self.id
+    }
+
+    /// 1 on the first delivery; more when the child that held it before
+    /// died or was recycled without acknowledging it, so work it may have
+    /// done already can be finalized instead of re-run.
+    pub fn attempt(&self) -> u32 {
+        self.attempt
     }
 
     /// The payload as sent.
@@ -319,7 +329,7 @@ mod tests {
 
     impl Wired {
         fn deliver(&self, id: u64) {
-            self.shared.deliver(id, vec![1], Some(&self.tx));
+            self.shared.deliver(id, 1, vec![1], Some(&self.tx));
         }
 
         fn drain(&self) -> Vec<Event> {

@@ -42,6 +42,26 @@ impl CloseReason {
     }
 }
 
+/// What a child tells the supervisor about itself in `Hello`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Options {
+    /// Whether the application takes mail; when false the supervisor
+    /// refuses `wfhost send` to the deployment instead of accepting mail
+    /// nobody will process.
+    pub takes_mail: bool,
+    /// The implementation shown in `wfhost status`.
+    pub implementation: String,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            takes_mail: true,
+            implementation: concat!("wfhost-child-rust/", env!("CARGO_PKG_VERSION")).to_owned(),
+        }
+    }
+}
+
 /// State shared by the runtime handles, steps and the reader task.
 #[derive(Debug)]
 pub(crate) struct Shared {
@@ -118,19 +138,28 @@ impl Runtime {
     /// Connects to the supervisor through the inherited control fd named by
     /// the `WFHOST_*` environment and completes the handshake.
     pub async fn connect() -> Result<Self, ConnectError> {
+        Self::connect_as(Options::default()).await
+    }
+
+    /// [`Self::connect`], telling the supervisor `options` in `Hello`.
+    pub async fn connect_as(options: Options) -> Result<Self, ConnectError> {
         let env = ChildEnv::from_env()?;
         let stream = connection::take_control_fd(env.control_fd)?;
-        Self::connect_with(env, stream).await
+        Self::connect_with(env, stream, options).await
     }
 
     /// Completes the handshake over an already-open stream (for embedding
     /// and tests; `control_fd` in `env` is ignored).
-    pub async fn connect_with(env: ChildEnv, stream: UnixStream) -> Result<Self, ConnectError> {
+    pub async fn connect_with(
+        env: ChildEnv,
+        stream: UnixStream,
+        options: Options,
+    ) -> Result<Self, ConnectError> {
         let Connected {
             reader,
             writer,
             welcome,
-        } = connection::handshake(stream, &env).await?;
+        } = connection::handshake(stream, &env, &options).await?;
         let outbox = Outbox::spawn(writer, welcome.limits.max_frame_bytes);
         let (mail_tx, mail_rx) = mpsc::unbounded_channel();
         let work = Arc::new(Mutex::new(Work::default()));

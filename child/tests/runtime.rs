@@ -30,12 +30,16 @@ async fn connect_answering(answer: Option<Control>) -> (Result<Runtime, ConnectE
     let env = ChildEnv {
         control_fd: 3,
         channel_id: wfhost_ipc::new_channel_id().unwrap(),
-        protocol: 1,
+        protocol: wfhost_ipc::PROTOCOL_VERSION,
         deployment: DEPLOYMENT.into(),
         supervisor_key: key.verifying_key(),
     };
     let channel = env.channel_id.clone();
-    let connecting = tokio::spawn(Runtime::connect_with(env, theirs));
+    let connecting = tokio::spawn(Runtime::connect_with(
+        env,
+        theirs,
+        wfhost_child::Options::default(),
+    ));
     let mut sup = Channel::new(ours, key);
     sup.expect_hello(&channel).await;
     match answer {

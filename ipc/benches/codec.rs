@@ -55,5 +55,12 @@ fn event_step_started(bencher: Bencher) {
 #[divan::bench]
 fn control_mail_4k(bencher: Bencher) {
     let payload: Vec<u8> = (0..4096u32).map(|i| (i * 31) as u8).collect();
-    round_trip(bencher, Control::Mail { id: 77, payload });
+    round_trip(
+        bencher,
+        Control::Mail {
+            id: 77,
+            attempt: 1,
+            payload,
+        },
+    );
 }

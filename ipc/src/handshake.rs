@@ -6,7 +6,10 @@ use serde::{Deserialize, Serialize};
 use crate::violation::ProtocolViolation;
 
 /// The protocol version this crate speaks.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
+
+/// Longest `implementation` a Hello may carry, in bytes.
+pub const MAX_IMPLEMENTATION_BYTES: usize = 128;
 
 /// The fd at which a child finds its control channel.
 pub const CONTROL_FD: i32 = 3;
@@ -41,6 +44,13 @@ pub struct Hello {
     pub channel_id: String,
     /// The child's pid, as it sees itself.
     pub pid: u32,
+    /// Whether the child takes mail: the supervisor refuses `wfhost send`
+    /// to a deployment whose child does not.
+    pub takes_mail: bool,
+    /// Who implements the child side, e.g. `wfhost-child-rust/0.1.0` or
+    /// `@wfhost/child/0.1.0` (shown in status); at most
+    /// [`MAX_IMPLEMENTATION_BYTES`].
+    pub implementation: String,
 }
 
 impl Hello {
@@ -51,6 +61,15 @@ impl Hello {
             return Err(ProtocolViolation::UnsupportedProtocol {
                 got: self.protocol,
                 supported: PROTOCOL_VERSION,
+            });
+        }
+        if self.implementation.len() > MAX_IMPLEMENTATION_BYTES {
+            return Err(ProtocolViolation::Unexpected {
+                message: format!(
+                    "Hello with an implementation name of {} bytes (at most {MAX_IMPLEMENTATION_BYTES})",
+                    self.implementation.len()
+                ),
+                state: "starting".into(),
             });
         }
         if self.channel_id != expected_channel {

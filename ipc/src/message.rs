@@ -58,11 +58,17 @@ pub struct Limits {
     pub max_mail_bytes: u32,
     /// The drain-timeout budget in milliseconds.
     pub drain_timeout_ms: u64,
+    /// Silence after which the supervisor declares the child hung, in
+    /// milliseconds: the longest the child may leave a `Ping` unanswered.
+    pub liveness_timeout_ms: u64,
 }
 
 /// The supervisor's answer to `Hello`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Welcome {
+    /// The protocol version the supervisor speaks; a child refuses a
+    /// Welcome of another version.
+    pub protocol: u32,
     /// The deployment this child serves.
     pub deployment: String,
     /// The grants in force for this child's life.
@@ -87,6 +93,10 @@ pub enum Control {
     Mail {
         /// Store-assigned id; ids let the child skip redeliveries.
         id: u64,
+        /// 1 on the first delivery, 2 on the next (after the child that
+        /// held it died or was recycled), …: a child can tell a
+        /// redelivery from new work and finalize instead of re-running.
+        attempt: u32,
         /// The payload as sent.
         payload: Vec<u8>,
     },
@@ -97,6 +107,15 @@ pub enum Control {
     },
     /// Exit now, cleanly.
     Shutdown,
+    /// The supervisor holds this deployment for `valid_ms` more
+    /// milliseconds (a fleet lease). A child that hears no newer `Lease`
+    /// by then acts as drained on its own: it cancels its cancel-behaviour
+    /// steps and takes no more mail, since its supervisor may have lost
+    /// the deployment to another host. Never sent outside a fleet.
+    Lease {
+        /// Milliseconds from receipt until the lease runs out.
+        valid_ms: u64,
+    },
 }
 
 /// Child → supervisor.
@@ -169,6 +188,7 @@ impl Control {
             Self::Mail { .. } => "Mail",
             Self::Ping { .. } => "Ping",
             Self::Shutdown => "Shutdown",
+            Self::Lease { .. } => "Lease",
         }
     }
 }

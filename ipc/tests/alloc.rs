@@ -84,8 +84,8 @@ fn claimed_string_length_is_not_allocated() {
 /// A Mail whose payload claims a million bytes must not reserve them.
 #[test]
 fn claimed_payload_length_is_not_reserved() {
-    // seq 1, Control::Mail (3), id 7, payload: u32 varint 1,000,000.
-    let mut body = vec![1, 3, 7, 252];
+    // seq 1, Control::Mail (3), id 7, attempt 1, payload: u32 varint 1,000,000.
+    let mut body = vec![1, 3, 7, 1, 252];
     body.extend_from_slice(&1_000_000u32.to_le_bytes());
     body.extend_from_slice(&[0xAB; 16]);
     let decoder = FrameDecoder::new(DEFAULT_MAX_FRAME_BYTES);
@@ -109,6 +109,7 @@ fn real_payload_costs_about_its_size() {
         seq: 1,
         body: Control::Mail {
             id: 1,
+            attempt: 1,
             payload: vec![0x11; 256 * 1024],
         },
     };

@@ -282,6 +282,7 @@ fn sender_refuses_a_body_above_the_limit() {
         seq: 1,
         body: Control::Mail {
             id: 7,
+            attempt: 1,
             payload: vec![0x5A; 4096],
         },
     };
@@ -339,9 +340,11 @@ fn wire_layout_is_pinned() {
             2,
             Control::Mail {
                 id: 9,
+                attempt: 1,
                 payload: vec![0xAB, 0xCD]
             }
         ),
-        [0, 0, 0, 6, 2, 3, 9, 2, 0xAB, 0xCD]
+        // id 9, attempt 1, then the payload's length and bytes.
+        [0, 0, 0, 7, 2, 3, 9, 1, 2, 0xAB, 0xCD]
     );
 }

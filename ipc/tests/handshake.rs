@@ -13,12 +13,26 @@ fn hello(protocol: u32, channel_id: &str) -> Hello {
         protocol,
         channel_id: channel_id.into(),
         pid: 4242,
+        takes_mail: true,
+        implementation: "test/1".into(),
     }
 }
 
 #[test]
 fn matching_hello_passes() {
     assert_eq!(hello(PROTOCOL_VERSION, CHANNEL).check(CHANNEL), Ok(()));
+}
+
+#[test]
+fn an_overlong_implementation_name_is_refused() {
+    let mut h = hello(PROTOCOL_VERSION, CHANNEL);
+    h.implementation = "x".repeat(wfhost_ipc::handshake::MAX_IMPLEMENTATION_BYTES);
+    assert_eq!(h.check(CHANNEL), Ok(()));
+    h.implementation.push('x');
+    assert!(matches!(
+        h.check(CHANNEL),
+        Err(ProtocolViolation::Unexpected { .. })
+    ));
 }
 
 #[test]
@@ -54,8 +68,8 @@ fn unsupported_protocol_is_refused() {
 #[test]
 fn protocol_is_checked_before_channel() {
     assert!(matches!(
-        hello(2, "stale").check(CHANNEL),
-        Err(ProtocolViolation::UnsupportedProtocol { got: 2, .. })
+        hello(1, "stale").check(CHANNEL),
+        Err(ProtocolViolation::UnsupportedProtocol { got: 1, .. })
     ));
 }
 
@@ -77,7 +91,7 @@ fn channel_ids_are_fresh_32_hex_chars() {
 #[test]
 fn environment_names_match_the_design() {
     assert_eq!(CONTROL_FD, 3);
-    assert_eq!(PROTOCOL_VERSION, 1);
+    assert_eq!(PROTOCOL_VERSION, 2);
     assert_eq!(ENV_CONTROL_FD, "WFHOST_CONTROL_FD");
     assert_eq!(ENV_CHANNEL_ID, "WFHOST_CHANNEL_ID");
     assert_eq!(ENV_PROTOCOL, "WFHOST_PROTOCOL");

@@ -43,6 +43,7 @@ async fn both_directions_carry_messages_in_order() {
         Control::Ping { nonce: 1 },
         Control::Mail {
             id: 2,
+            attempt: 1,
             payload: vec![7; 64 * 1024], // larger than one socket read
         },
         Control::Shutdown,
@@ -229,6 +230,7 @@ async fn refused_send_leaves_the_channel_intact() {
     let err = a_tx
         .send(Control::Mail {
             id: 1,
+            attempt: 1,
             payload: vec![0; 300],
         })
         .await
@@ -291,7 +293,14 @@ async fn a_burst_larger_than_the_socket_buffer_waits_for_room_and_arrives_whole(
     let sender = tokio::spawn(async move {
         for id in 0..FRAMES {
             let payload = vec![id as u8; 64 * 1024];
-            sup_tx.send(Control::Mail { id, payload }).await.unwrap();
+            sup_tx
+                .send(Control::Mail {
+                    id,
+                    attempt: 1,
+                    payload,
+                })
+                .await
+                .unwrap();
         }
         sup_tx.close().await.unwrap();
     });
@@ -300,7 +309,7 @@ async fn a_burst_larger_than_the_socket_buffer_waits_for_room_and_arrives_whole(
     assert!(!sender.is_finished(), "the sender waits for room");
     let mut ids = Vec::new();
     while let Some(message) = child_rx.next().await.unwrap() {
-        let Control::Mail { id, payload } = message else {
+        let Control::Mail { id, payload, .. } = message else {
             panic!("expected mail, got {message:?}");
         };
         assert!(payload.len() == 64 * 1024 && payload.iter().all(|&b| b == id as u8));

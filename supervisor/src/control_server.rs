@@ -403,6 +403,9 @@ async fn answer_inner(request: Request, ctx: &ClientContext) -> Result<Response,
                     ),
                 ));
             }
+            if let Some(refusal) = handle.with_status(mail_refusal) {
+                return Err(Response::failed(exit::FAILED, refusal));
+            }
             let cfg = handle.config();
             let payload = hex::decode(&payload_hex)
                 .map_err(|e| Response::failed(exit::USAGE, format!("payload is not hex: {e}")))?;
@@ -435,6 +438,21 @@ async fn answer_inner(request: Request, ctx: &ClientContext) -> Result<Response,
         }
         Request::Events { .. } => Response::failed(exit::USAGE, "events is a streaming request"),
     })
+}
+
+/// Why a deployment cannot take mail, if it cannot: its child said in
+/// Hello that it takes none (a plain command under `wfhost-child exec`).
+fn mail_refusal(status: &crate::status::Status) -> Option<String> {
+    if status.takes_mail != Some(false) {
+        return None;
+    }
+    let id = &status.id;
+    let who = status.implementation.as_deref().unwrap_or("its child");
+    Some(format!(
+        "deployment {id} takes no mail: its child ({who}) said so in its handshake, as a plain command \
+         under `wfhost-child exec` does; nothing was accepted\n  help: make {id}'s command a workflow \
+         that takes mail (the Rust, TypeScript or Python SDK), or send to another deployment"
+    ))
 }
 
 /// Events from the cursor, then (with `follow`) new ones as they are

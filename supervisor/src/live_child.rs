@@ -270,6 +270,7 @@ impl LiveChild {
                 &self.cfg,
                 &self.channel_id,
                 &self.grants,
+                &self.status,
             );
             tokio::pin!(hello);
             loop {
@@ -929,6 +930,7 @@ impl LiveChild {
             if let Err(e) = self
                 .send(Control::Mail {
                     id: item.id,
+                    attempt: item.attempt,
                     payload: item.payload,
                 })
                 .await
@@ -1184,6 +1186,7 @@ async fn exchange_hello(
     cfg: &DeploymentConfig,
     channel_id: &str,
     grants: &Grants,
+    status: &Mutex<Status>,
 ) -> Result<(), EndReason> {
     let hello = match reader.next().await {
         Ok(Some(Event::Hello(h))) => h,
@@ -1194,13 +1197,20 @@ async fn exchange_hello(
     hello
         .check(channel_id)
         .map_err(|v| EndReason::Violation(v.to_string()))?;
+    {
+        let mut st = status.lock().unwrap_or_else(|p| p.into_inner());
+        st.takes_mail = Some(hello.takes_mail);
+        st.implementation = Some(hello.implementation);
+    }
     let welcome = Welcome {
+        protocol: PROTOCOL_VERSION,
         deployment: cfg.id.clone(),
         grants_snapshot: grants.clone(),
         limits: Limits {
             max_frame_bytes: cfg.max_frame_bytes,
             max_mail_bytes: cfg.max_mail_bytes,
             drain_timeout_ms: cfg.drain_timeout.as_millis() as u64,
+            liveness_timeout_ms: cfg.liveness_timeout.as_millis() as u64,
         },
     };
     writer

@@ -143,6 +143,11 @@ pub struct Status {
     pub steps: Vec<StepView>,
     /// Why the last child ended, for operators asking "why".
     pub last_exit: Option<String>,
+    /// Whether the last child to say Hello takes mail (`None` before any):
+    /// `wfhost send` is refused while it does not.
+    pub takes_mail: Option<bool>,
+    /// The child side's implementation, from its Hello.
+    pub implementation: Option<String>,
     /// A child of this deployment has been ready at least once (systemd's
     /// `READY=1` waits for every deployment to get there or fail).
     pub ever_ready: bool,
@@ -173,6 +178,8 @@ impl Status {
             journal_error: None,
             steps: Vec::new(),
             last_exit: None,
+            takes_mail: None,
+            implementation: None,
             ever_ready: false,
         }
     }
@@ -229,6 +236,8 @@ impl Status {
                 "done": mail.done,
             },
             "last_exit": self.last_exit,
+            "implementation": self.implementation,
+            "takes_mail": self.takes_mail,
         })
     }
 }

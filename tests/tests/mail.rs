@@ -477,3 +477,33 @@ fn done_mail_past_its_retention_is_pruned_and_waiting_mail_is_not() {
     );
     assert!(again > done);
 }
+
+/// A plain command under `wfhost-child exec` says in its handshake that it
+/// takes no mail: a send is refused, naming the deployment and the way
+/// out, and nothing is enqueued.
+#[test]
+fn a_send_to_a_deployment_whose_child_takes_no_mail_is_refused_and_nothing_is_enqueued() {
+    let sup = Supervisor::start(&deployment(
+        "plain",
+        &wfhost_tests::exec("exec sleep 3600"),
+        "",
+    ));
+    sup.ready_pid("plain", LONG);
+    let d = sup.deployment("plain");
+    assert_eq!(d["takes_mail"], false, "{d}");
+    assert!(
+        d["implementation"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("wfhost-child-rust/")),
+        "{d}"
+    );
+    let out = sup.client(&["send", "plain", "hello"]);
+    assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("plain takes no mail") && err.contains("nothing was accepted"),
+        "{err}"
+    );
+    assert!(db_rows(&sup).is_empty(), "nothing enqueued");
+    assert_eq!(mail_counts(&sup.deployment("plain")), (0, 0, 0));
+}

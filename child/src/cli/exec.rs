@@ -20,7 +20,7 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::time::{Instant, sleep_until};
-use wfhost_child::{CancelCause, CancelToken, DrainBehavior, Outcome, Runtime};
+use wfhost_child::{CancelCause, CancelToken, DrainBehavior, Options, Outcome, Runtime};
 
 use super::ExecArgs;
 use super::command::{exit_code_of, outcome_of, signal_group, spawn};
@@ -37,7 +37,11 @@ const NO_MAIL: &str = "wfhost-child exec hosts a plain command and takes no mail
 
 /// Runs `wfhost-child exec` and returns the exit code.
 pub async fn run(args: ExecArgs) -> u8 {
-    let rt = match Runtime::connect().await {
+    let options = Options {
+        takes_mail: false,
+        ..Options::default()
+    };
+    let rt = match Runtime::connect_as(options).await {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("wfhost-child: cannot connect to the supervisor: {e}");

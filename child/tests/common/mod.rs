@@ -33,12 +33,14 @@ pub const DEPLOYMENT: &str = "billing";
 /// A Welcome for `deployment` with the given frame and mail limits.
 pub fn welcome(deployment: &str, max_frame_bytes: u32, max_mail_bytes: u32) -> Control {
     Control::Welcome(Welcome {
+        protocol: wfhost_ipc::PROTOCOL_VERSION,
         deployment: deployment.into(),
         grants_snapshot: Grants::default(),
         limits: Limits {
             max_frame_bytes,
             max_mail_bytes,
             drain_timeout_ms: 60_000,
+            liveness_timeout_ms: 30_000,
         },
     })
 }
@@ -138,6 +140,7 @@ impl Channel {
     pub async fn send_mail(&mut self, id: u64, payload: impl Into<Vec<u8>>) {
         self.send(Control::Mail {
             id,
+            attempt: 1,
             payload: payload.into(),
         })
         .await;
@@ -256,7 +259,7 @@ pub async fn start(args: &[&str]) -> Supervised {
         .env("PATH", std::env::var("PATH").unwrap_or_default())
         .env(ENV_CONTROL_FD, "3")
         .env(ENV_CHANNEL_ID, &channel)
-        .env(ENV_PROTOCOL, "1")
+        .env(ENV_PROTOCOL, wfhost_ipc::PROTOCOL_VERSION.to_string())
         .env(ENV_DEPLOYMENT, DEPLOYMENT)
         .env(ENV_SUPERVISOR_KEY, key::public_hex(&key.verifying_key()))
         .stdin(Stdio::null())

@@ -44,11 +44,15 @@ pub fn drain_behavior() -> impl Strategy<Value = DrainBehavior> {
 }
 
 pub fn hello() -> impl Strategy<Value = Hello> {
-    (any::<u32>(), text(), any::<u32>()).prop_map(|(protocol, channel_id, pid)| Hello {
-        protocol,
-        channel_id,
-        pid,
-    })
+    (any::<u32>(), text(), any::<u32>(), any::<bool>(), text()).prop_map(
+        |(protocol, channel_id, pid, takes_mail, implementation)| Hello {
+            protocol,
+            channel_id,
+            pid,
+            takes_mail,
+            implementation,
+        },
+    )
 }
 
 pub fn grants() -> impl Strategy<Value = Grants> {
@@ -60,21 +64,25 @@ pub fn grants() -> impl Strategy<Value = Grants> {
 }
 
 pub fn limits() -> impl Strategy<Value = Limits> {
-    (any::<u32>(), any::<u32>(), any::<u64>()).prop_map(
-        |(max_frame_bytes, max_mail_bytes, drain_timeout_ms)| Limits {
+    (any::<u32>(), any::<u32>(), any::<u64>(), any::<u64>()).prop_map(
+        |(max_frame_bytes, max_mail_bytes, drain_timeout_ms, liveness_timeout_ms)| Limits {
             max_frame_bytes,
             max_mail_bytes,
             drain_timeout_ms,
+            liveness_timeout_ms,
         },
     )
 }
 
 pub fn welcome() -> impl Strategy<Value = Welcome> {
-    (text(), grants(), limits()).prop_map(|(deployment, grants_snapshot, limits)| Welcome {
-        deployment,
-        grants_snapshot,
-        limits,
-    })
+    (any::<u32>(), text(), grants(), limits()).prop_map(
+        |(protocol, deployment, grants_snapshot, limits)| Welcome {
+            protocol,
+            deployment,
+            grants_snapshot,
+            limits,
+        },
+    )
 }
 
 pub fn cancel_origin() -> impl Strategy<Value = CancelOrigin> {
@@ -124,9 +132,16 @@ pub fn control() -> impl Strategy<Value = Control> {
         welcome().prop_map(Control::Welcome),
         any::<u64>().prop_map(|budget_ms| Control::Drain { budget_ms }),
         signed_cancel().prop_map(Control::Cancel),
-        (any::<u64>(), payload()).prop_map(|(id, payload)| Control::Mail { id, payload }),
+        (any::<u64>(), any::<u32>(), payload()).prop_map(|(id, attempt, payload)| {
+            Control::Mail {
+                id,
+                attempt,
+                payload,
+            }
+        }),
         any::<u64>().prop_map(|nonce| Control::Ping { nonce }),
         Just(Control::Shutdown),
+        any::<u64>().prop_map(|valid_ms| Control::Lease { valid_ms }),
     ]
 }
 
@@ -162,11 +177,14 @@ pub fn control_variant(c: &Control) -> &'static str {
         | Control::Cancel(_)
         | Control::Mail { .. }
         | Control::Ping { .. }
-        | Control::Shutdown => c.name(),
+        | Control::Shutdown
+        | Control::Lease { .. } => c.name(),
     }
 }
 
-pub const CONTROL_VARIANTS: [&str; 6] = ["Welcome", "Drain", "Cancel", "Mail", "Ping", "Shutdown"];
+pub const CONTROL_VARIANTS: [&str; 7] = [
+    "Welcome", "Drain", "Cancel", "Mail", "Ping", "Shutdown", "Lease",
+];
 
 /// Every `Event` variant by name; no wildcard, as for [`control_variant`].
 pub fn event_variant(e: &Event) -> &'static str {

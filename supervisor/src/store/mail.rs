@@ -12,6 +12,9 @@ pub struct MailItem {
     pub id: u64,
     /// The bytes the sender gave.
     pub payload: Vec<u8>,
+    /// Which delivery this is: 1 the first time, counting every earlier
+    /// child that took it without acknowledging it.
+    pub attempt: u32,
 }
 
 /// How much of one deployment's mail is in each state, for status output

@@ -130,6 +130,8 @@ fn hello(channel_id: String) -> Event {
         protocol: PROTOCOL_VERSION,
         channel_id,
         pid: std::process::id(),
+        takes_mail: true,
+        implementation: "wfh-testchild".into(),
     })
 }
 
@@ -251,7 +253,7 @@ async fn well_behaved(ready_after: Duration) -> Result<(), Failure> {
             }
             Ok(Some(Control::Drain { .. })) => send(&mut writer, Event::Drained).await?,
             Ok(Some(Control::Shutdown)) | Ok(None) => return Ok(()),
-            Ok(Some(Control::Cancel(_) | Control::Welcome(_))) => {}
+            Ok(Some(Control::Cancel(_) | Control::Welcome(_) | Control::Lease { .. })) => {}
             Err(e) => return Err(format!("control channel: {e}")),
         }
     }

@@ -112,13 +112,16 @@ pub(super) fn take(
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
         let items = tx
             .prepare_cached(
-                "SELECT id, payload FROM mail
+                "SELECT id, payload, deliveries FROM mail
                  WHERE deployment = ?1 AND state = 'inbox' ORDER BY id LIMIT ?2",
             )?
             .query_map(params![deployment, limit], |r| {
+                let deliveries: i64 = r.get(2)?;
                 Ok(MailItem {
                     id: r.get(0)?,
                     payload: r.get(1)?,
+                    // This delivery is the one the UPDATE below counts.
+                    attempt: u32::try_from(deliveries.saturating_add(1)).unwrap_or(u32::MAX),
                 })
             })?
             .collect::<rusqlite::Result<Vec<_>>>()?;
@@ -354,11 +357,13 @@ mod tests {
             [
                 MailItem {
                     id: a,
-                    payload: b"a".to_vec()
+                    payload: b"a".to_vec(),
+                    attempt: 1,
                 },
                 MailItem {
                     id: b,
-                    payload: b"b".to_vec()
+                    payload: b"b".to_vec(),
+                    attempt: 1,
                 }
             ]
         );

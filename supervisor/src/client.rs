@@ -26,7 +26,25 @@ pub struct CallError {
     pub code: u8,
     /// Message for stderr.
     pub message: String,
+    /// The request may have reached the supervisor but its answer was
+    /// lost: only a request that is safe to repeat may be sent again.
+    pub answer_lost: bool,
 }
+
+impl CallError {
+    fn new(code: u8, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+            answer_lost: false,
+        }
+    }
+}
+
+/// How often `send` repeats a request whose answer was lost, and the
+/// first pause between tries (doubled each time).
+const SEND_TRIES: u32 = 5;
+const SEND_RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(100);
 
 impl Target {
     fn socket(&self) -> Result<PathBuf, CallError> {
@@ -34,66 +52,107 @@ impl Target {
             (Some(s), _) => Ok(s.clone()),
             (None, Some(c)) => config::locations_of(c)
                 .map(|l| socket_path(&l.state_dir))
-                .map_err(|e| CallError {
-                    code: exit::USAGE,
-                    message: e.to_string(),
-                }),
-            (None, None) => Err(CallError {
-                code: exit::USAGE,
-                message: "say which supervisor: --config PATH (its config file) or --socket PATH"
-                    .into(),
-            }),
+                .map_err(|e| CallError::new(exit::USAGE, e.to_string())),
+            (None, None) => Err(CallError::new(
+                exit::USAGE,
+                "say which supervisor: --config PATH (its config file) or --socket PATH",
+            )),
         }
     }
 
     /// Sends `request` and returns the response's data.
     pub fn call(&self, request: Request) -> Result<serde_json::Value, CallError> {
-        self.exchange(request, |_| {})
+        self.exchange(request, &[], |_| {})
     }
 
-    /// Connects, sends `request`, reads the response, then (for streaming
-    /// requests) hands every further message to `each` until the
-    /// supervisor closes the stream.
+    /// Sends mail exactly once: under the caller's idempotency key, or a
+    /// fresh random one, so that a request whose answer was lost can be
+    /// repeated and is enqueued at most once; it is repeated a few times
+    /// before giving up.
+    pub fn send(
+        &self,
+        deployment: &str,
+        payload: &[u8],
+        key: Option<&str>,
+    ) -> Result<serde_json::Value, CallError> {
+        let key = match key {
+            Some(k) => k.to_owned(),
+            None => auto_key()?,
+        };
+        let mut pause = SEND_RETRY_PAUSE;
+        let mut tries = 0;
+        loop {
+            let request = Request::Send {
+                deployment: deployment.to_owned(),
+                payload_bytes: payload.len() as u64,
+                key: Some(key.clone()),
+            };
+            tries += 1;
+            match self.exchange(request, payload, |_| {}) {
+                Err(e) if e.answer_lost && tries < SEND_TRIES => {
+                    std::thread::sleep(pause);
+                    pause *= 2;
+                }
+                Err(mut e) if e.answer_lost => {
+                    e.message = format!(
+                        "{}; tried {tries} times under idempotency key {key:?}: the mail may have been \
+                         accepted, and sending again with --key {key:?} enqueues it at most once",
+                        e.message
+                    );
+                    return Err(e);
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Connects, sends `request` and `body` (a `send`'s payload), reads
+    /// the response, then (for streaming requests) hands every further
+    /// message to `each` until the supervisor closes the stream.
     fn exchange(
         &self,
         request: Request,
+        body: &[u8],
         mut each: impl FnMut(serde_json::Value),
     ) -> Result<serde_json::Value, CallError> {
         let path = self.socket()?;
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_io()
             .build()
-            .map_err(|e| CallError {
-                code: exit::FAILED,
-                message: format!("cannot start the async runtime: {e}"),
+            .map_err(|e| {
+                CallError::new(exit::FAILED, format!("cannot start the async runtime: {e}"))
             })?;
         runtime.block_on(async {
             let mut stream = tokio::net::UnixStream::connect(&path).await.map_err(|e| {
                 if e.kind() == std::io::ErrorKind::PermissionDenied {
-                    CallError {
-                        code: exit::FAILED,
-                        message: format!(
+                    CallError::new(
+                        exit::FAILED,
+                        format!(
                             "permission denied: cannot connect to {}: {e}; run as root, the supervisor's user, \
                              or a member of its admin_group",
                             path.display()
                         ),
-                    }
+                    )
                 } else {
-                    CallError {
-                        code: exit::UNREACHABLE,
-                        message: format!(
+                    CallError::new(
+                        exit::UNREACHABLE,
+                        format!(
                             "cannot reach the supervisor at {}: {e}; is `wfhost supervise` running with this config?",
                             path.display()
                         ),
-                    }
+                    )
                 }
             })?;
             let broken = |e: std::io::Error| CallError {
                 code: exit::UNREACHABLE,
                 message: format!("the supervisor at {} did not answer: {e}", path.display()),
+                answer_lost: true,
             };
             let envelope = Envelope { v: control::VERSION, request };
-            let wrote = control::write_message(&mut stream, &envelope).await;
+            let mut wrote = control::write_message(&mut stream, &envelope).await;
+            if wrote.is_ok() && !body.is_empty() {
+                wrote = tokio::io::AsyncWriteExt::write_all(&mut stream, body).await;
+            }
             // Even when the write failed, the supervisor may have answered
             // (a refusal is written without waiting for the whole request).
             let response: Response = match (control::read_message(&mut stream).await, wrote) {
@@ -101,10 +160,10 @@ impl Target {
                 (Err(_), Err(e)) | (Err(e), Ok(())) => return Err(broken(e)),
             };
             if !response.ok {
-                return Err(CallError {
-                    code: response.code.unwrap_or(exit::FAILED),
-                    message: response.error.unwrap_or_else(|| "the supervisor reported a failure".into()),
-                });
+                return Err(CallError::new(
+                    response.code.unwrap_or(exit::FAILED),
+                    response.error.unwrap_or_else(|| "the supervisor reported a failure".into()),
+                ));
             }
             let data = response.data.unwrap_or(serde_json::Value::Null);
             if data["streaming"] == true {
@@ -142,5 +201,28 @@ pub fn run(target: &Target, request: Request, f: impl FnOnce(serde_json::Value))
 /// Runs a streaming request, printing each message with `each`; returns
 /// the exit code.
 pub fn stream(target: &Target, request: Request, each: impl FnMut(serde_json::Value)) -> u8 {
-    report(target.exchange(request, each), |_| {})
+    report(target.exchange(request, &[], each), |_| {})
+}
+
+/// Runs `f` on mail accepted by [`Target::send`], or prints the error;
+/// returns the exit code.
+pub fn send(
+    target: &Target,
+    deployment: &str,
+    payload: &[u8],
+    key: Option<&str>,
+    f: impl FnOnce(serde_json::Value),
+) -> u8 {
+    report(target.send(deployment, payload, key), f)
+}
+
+/// A random idempotency key for a send whose caller gave none.
+fn auto_key() -> Result<String, CallError> {
+    let random = wfhost_ipc::new_channel_id().map_err(|e| {
+        CallError::new(
+            exit::FAILED,
+            format!("cannot read the OS random source: {e}"),
+        )
+    })?;
+    Ok(format!("auto-{random}"))
 }

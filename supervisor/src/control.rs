@@ -1,17 +1,20 @@
-//! The control-socket protocol, in one place.
+//! The control-socket protocol, in one place (`docs/control.md` is the
+//! contract other clients implement).
 //!
 //! A client connects to the supervisor's Unix socket and sends one request;
 //! the supervisor answers with one response and closes. Each message is a
 //! `u32` big-endian length followed by that many bytes of JSON (at most
 //! [`MAX_MESSAGE`]). Requests carry the protocol version `v`; a supervisor
-//! refuses versions it does not speak.
+//! refuses versions it does not speak. A `send` carries its payload raw,
+//! `payload_bytes` of it right after the JSON, so any payload up to
+//! `max_mail_bytes` fits whatever the JSON limit.
 //!
 //! ```text
-//! → {"v":1,"cmd":"status"}
+//! → {"v":2,"cmd":"status"}
 //! ← {"ok":true,"data":{"deployments":[…]}}
-//! → {"v":1,"cmd":"kill","deployment":"billing"}
+//! → {"v":2,"cmd":"kill","deployment":"billing"}
 //! ← {"ok":false,"code":1,"error":"unknown deployment \"billing\"; …"}
-//! → {"v":1,"cmd":"send","deployment":"billing","payload_hex":"6869","key":"order-9"}
+//! → {"v":2,"cmd":"send","deployment":"billing","payload_bytes":2,"key":"order-9"} "hi"
 //! ← {"ok":true,"data":{"deployment":"billing","id":17,"new":true}}
 //! ```
 //!
@@ -24,7 +27,7 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// The protocol version this build speaks.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 
 /// Longest idempotency key `send` accepts, in bytes.
 pub const MAX_KEY_BYTES: usize = 256;
@@ -85,8 +88,8 @@ pub enum Request {
     Send {
         /// The deployment.
         deployment: String,
-        /// The payload, hex-encoded.
-        payload_hex: String,
+        /// How many raw payload bytes follow the JSON message.
+        payload_bytes: u64,
         /// Idempotency key: a retry with the same key and payload gets the
         /// first item's id and enqueues nothing.
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -137,6 +140,23 @@ impl Response {
             error: Some(error.into()),
         }
     }
+}
+
+/// Reads exactly `len` raw bytes (a `send` payload after its request),
+/// growing the buffer as they arrive rather than trusting `len` up front.
+pub async fn read_payload(
+    stream: &mut (impl AsyncRead + Unpin),
+    len: u64,
+) -> std::io::Result<Vec<u8>> {
+    let mut payload = Vec::new();
+    let read = (&mut *stream).take(len).read_to_end(&mut payload).await?;
+    if (read as u64) < len {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            format!("the request announced {len} payload bytes but only {read} came"),
+        ));
+    }
+    Ok(payload)
 }
 
 /// Reads one length-prefixed JSON message.

@@ -257,7 +257,7 @@ async fn serve_client(mut stream: UnixStream, ctx: ClientContext) {
         Ok(Request::Events { after, follow }) => {
             return stream_events(stream, &ctx.shared, after, follow).await;
         }
-        Ok(request) => answer(request, &ctx).await,
+        Ok(request) => answer(request, &mut stream, &ctx).await,
         Err(response) => response,
     };
     let _ = control::write_message(&mut stream, &response).await;
@@ -301,13 +301,17 @@ async fn ask<T>(
     }
 }
 
-async fn answer(request: Request, ctx: &ClientContext) -> Response {
-    match answer_inner(request, ctx).await {
+async fn answer(request: Request, stream: &mut UnixStream, ctx: &ClientContext) -> Response {
+    match answer_inner(request, stream, ctx).await {
         Ok(r) | Err(r) => r,
     }
 }
 
-async fn answer_inner(request: Request, ctx: &ClientContext) -> Result<Response, Response> {
+async fn answer_inner(
+    request: Request,
+    stream: &mut UnixStream,
+    ctx: &ClientContext,
+) -> Result<Response, Response> {
     use serde_json::json;
     Ok(match request {
         Request::Status => {
@@ -387,7 +391,7 @@ async fn answer_inner(request: Request, ctx: &ClientContext) -> Result<Response,
         }
         Request::Send {
             deployment,
-            payload_hex,
+            payload_bytes,
             key,
         } => {
             let handle = lookup(&ctx.registry, &deployment)?;
@@ -407,18 +411,31 @@ async fn answer_inner(request: Request, ctx: &ClientContext) -> Result<Response,
                 return Err(Response::failed(exit::FAILED, refusal));
             }
             let cfg = handle.config();
-            let payload = hex::decode(&payload_hex)
-                .map_err(|e| Response::failed(exit::USAGE, format!("payload is not hex: {e}")))?;
-            if payload.len() as u64 > u64::from(cfg.max_mail_bytes) {
+            // Refused from the announced size alone, before reading it.
+            if payload_bytes > u64::from(cfg.max_mail_bytes) {
                 return Err(Response::failed(
                     exit::FAILED,
                     format!(
-                        "payload of {} bytes exceeds max_mail_bytes ({} bytes) of {deployment}; nothing was accepted",
-                        payload.len(),
+                        "payload of {payload_bytes} bytes exceeds max_mail_bytes ({} bytes) of {deployment}; nothing was accepted",
                         cfg.max_mail_bytes
                     ),
                 ));
             }
+            let payload =
+                tokio::time::timeout(REQUEST_TIMEOUT, control::read_payload(stream, payload_bytes))
+                    .await
+                    .map_err(|_| {
+                        Response::failed(
+                            exit::USAGE,
+                            format!("the payload did not arrive within {REQUEST_TIMEOUT:?}; nothing was accepted"),
+                        )
+                    })?
+                    .map_err(|e| {
+                        Response::failed(
+                            exit::USAGE,
+                            format!("unreadable payload: {e}; nothing was accepted"),
+                        )
+                    })?;
             let (id, limit, at) = (deployment.clone(), cfg.max_inbox, unix_ms());
             let accepted = ctx
                 .shared

@@ -507,3 +507,95 @@ fn a_send_to_a_deployment_whose_child_takes_no_mail_is_refused_and_nothing_is_en
     assert!(db_rows(&sup).is_empty(), "nothing enqueued");
     assert_eq!(mail_counts(&sup.deployment("plain")), (0, 0, 0));
 }
+
+/// The payload travels raw after the request, so mail up to the
+/// deployment's `max_mail_bytes` goes through however large; a source
+/// larger than any deployment could take is refused before it is read
+/// whole.
+#[test]
+fn a_three_mib_mail_is_accepted_and_delivered_and_an_endless_source_is_refused() {
+    let sup = Supervisor::start(&deployment(
+        "orders",
+        &demo(&["--step-ms", "1", "--approve-ms", "1"]),
+        "max_mail_bytes = \"3MiB\"\nmax_frame_bytes = \"4MiB\"",
+    ));
+    sup.ready_pid("orders", LONG);
+    let file = sup.dir().join("big.bin");
+    let payload: Vec<u8> = (0..3 << 20).map(|i| (i % 251) as u8).collect();
+    std::fs::write(&file, &payload).expect("write payload");
+    let id = send_ok(&sup, "orders", &format!("@{}", file.display()));
+    sup.wait_deployment("orders", "the big item done", LONG, |d| {
+        mail_counts(d).2 == 1
+    });
+    assert_eq!(sup.received_mail(None), [id]);
+
+    let started = std::time::Instant::now();
+    let out = sup.client(&["send", "orders", "@/dev/zero"]);
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+    assert!(
+        stderr(&out).contains("more than any deployment's max_mail_bytes"),
+        "{}",
+        describe(&out)
+    );
+    assert!(started.elapsed() < LONG, "refused without reading forever");
+    let one_over = sup.dir().join("over.bin");
+    std::fs::write(&one_over, vec![0u8; (3 << 20) + 1]).expect("write payload");
+    let out = sup.client(&["send", "orders", &format!("@{}", one_over.display())]);
+    assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+    assert!(
+        stderr(&out).contains("exceeds max_mail_bytes"),
+        "{}",
+        describe(&out)
+    );
+    assert_eq!(mail_counts(&sup.deployment("orders")), (0, 0, 1));
+}
+
+/// A send whose answer is lost is repeated under the same idempotency
+/// key (one `wfhost send` generates when none is given), so the
+/// supervisor enqueues it once; here a stand-in supervisor drops the
+/// first connection after reading the request.
+#[test]
+fn a_send_whose_answer_is_lost_is_retried_under_one_key() {
+    use std::io::{Read, Write as _};
+    use std::os::unix::net::UnixListener;
+    let dir = wfhost_tests::TempDir::new();
+    let socket = dir.join("wfhost.sock");
+    let listener = UnixListener::bind(&socket).expect("bind");
+    let server = std::thread::spawn(move || {
+        let mut requests = Vec::new();
+        for answer in [false, true] {
+            let (mut conn, _) = listener.accept().expect("accept");
+            let mut len = [0u8; 4];
+            conn.read_exact(&mut len).expect("length");
+            let mut json = vec![0u8; u32::from_be_bytes(len) as usize];
+            conn.read_exact(&mut json).expect("request");
+            let request: Value = serde_json::from_slice(&json).expect("json");
+            let mut payload = vec![0u8; request["payload_bytes"].as_u64().expect("size") as usize];
+            conn.read_exact(&mut payload).expect("payload");
+            assert_eq!(payload, b"hello");
+            if answer {
+                let reply = br#"{"ok":true,"data":{"deployment":"orders","id":7,"new":true}}"#;
+                conn.write_all(&(reply.len() as u32).to_be_bytes())
+                    .expect("write");
+                conn.write_all(reply).expect("write");
+            }
+            requests.push(request);
+        }
+        requests
+    });
+    let out = wfhost_tests::wfhost(&[
+        "send",
+        "orders",
+        "hello",
+        "--socket",
+        socket.to_str().expect("utf-8"),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert_eq!(stdout(&out).trim(), "accepted mail 7 for orders");
+    let requests = server.join().expect("server");
+    assert_eq!(requests.len(), 2, "retried once");
+    let key = requests[0]["key"].as_str().expect("a generated key");
+    assert!(key.starts_with("auto-"), "{key}");
+    assert_eq!(requests[1]["key"], key, "the retry reuses the key");
+    assert_eq!(requests[0]["v"], 2);
+}

@@ -160,12 +160,9 @@ impl Tour {
         ));
 
         for i in 1..=7 {
-            let payload = hex::encode(format!("order {i}"));
-            self.call(Request::Send {
-                deployment: "orders".into(),
-                payload_hex: payload,
-                key: None,
-            })?;
+            self.target()
+                .send("orders", format!("order {i}").as_bytes(), None)
+                .map_err(|e| anyhow::anyhow!(e.message))?;
         }
         self.say("sent 7 mail items to orders; each is durable in the inbox before `send` returns");
         let d = self.wait("orders", "7 items done", |d| d["mail"]["done"] == 7)?;

@@ -4,7 +4,6 @@
 use std::path::PathBuf;
 
 use crate::client::{self, Target};
-use crate::control::Request;
 use crate::exit;
 
 /// Arguments of `wfhost send`.
@@ -32,38 +31,49 @@ pub fn run(args: Args) -> u8 {
             return exit::USAGE;
         }
     };
-    let request = Request::Send {
-        deployment: args.deployment.clone(),
-        payload_hex: hex::encode(payload),
-        key: args.key.clone(),
-    };
-    client::run(&args.target, request, |data| {
-        if data["new"] == false {
-            println!(
-                "mail {} for {} was already accepted under key {:?}; nothing new enqueued",
-                data["id"],
-                args.deployment,
-                args.key.as_deref().unwrap_or_default()
-            );
-        } else {
-            println!("accepted mail {} for {}", data["id"], args.deployment);
-        }
-    })
+    client::send(
+        &args.target,
+        &args.deployment,
+        &payload,
+        args.key.as_deref(),
+        |data| {
+            if data["new"] == false {
+                println!(
+                    "mail {} for {} was already accepted under key {:?}; nothing new enqueued",
+                    data["id"],
+                    args.deployment,
+                    args.key.as_deref().unwrap_or_default()
+                );
+            } else {
+                println!("accepted mail {} for {}", data["id"], args.deployment);
+            }
+        },
+    )
 }
 
+/// The largest payload any deployment can take (its `max_mail_bytes` is
+/// below its `max_frame_bytes`, at most 64 MiB): reading stops one byte
+/// past it, so `send @/dev/zero` is refused instead of filling memory.
+const MAX_PAYLOAD: u64 = crate::config::MAX_FRAME_BYTES;
+
 fn read_payload(arg: &str) -> Result<Vec<u8>, String> {
-    if arg == "-" {
-        let mut buf = Vec::new();
-        std::io::Read::read_to_end(&mut std::io::stdin(), &mut buf)
-            .map_err(|e| format!("cannot read stdin: {e}"))?;
-        return Ok(buf);
+    let (source, name): (Box<dyn std::io::Read>, String) = if arg == "-" {
+        (Box::new(std::io::stdin()), "standard input".into())
+    } else if let Some(path) = arg.strip_prefix('@') {
+        let path = PathBuf::from(path);
+        let file = std::fs::File::open(&path)
+            .map_err(|e| format!("cannot read payload file {}: {e}", path.display()))?;
+        (Box::new(file), format!("payload file {}", path.display()))
+    } else {
+        return Ok(arg.as_bytes().to_vec());
+    };
+    let mut buf = Vec::new();
+    std::io::Read::read_to_end(&mut std::io::Read::take(source, MAX_PAYLOAD + 1), &mut buf)
+        .map_err(|e| format!("cannot read {name}: {e}"))?;
+    if buf.len() as u64 > MAX_PAYLOAD {
+        return Err(format!(
+            "{name} holds more than {MAX_PAYLOAD} bytes, more than any deployment's max_mail_bytes; nothing was sent"
+        ));
     }
-    match arg.strip_prefix('@') {
-        Some(path) => {
-            let path = PathBuf::from(path);
-            std::fs::read(&path)
-                .map_err(|e| format!("cannot read payload file {}: {e}", path.display()))
-        }
-        None => Ok(arg.as_bytes().to_vec()),
-    }
+    Ok(buf)
 }

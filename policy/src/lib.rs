@@ -14,6 +14,8 @@
 //! | [`recycle`] | whether a child has passed a recycle bound ([`RecycleBounds`]) | §5 |
 //! | [`kill`] | when SIGTERM turns into SIGKILL ([`KillEscalation`]) | §3 |
 //! | [`liveness`] | when to ping and when a silent child is hung ([`Liveness`]) | §3 |
+//! | [`life`] | a deployment's whole life: phases, inputs, actions ([`Life`]) | §3–§5 |
+//! | [`fact`] | the vocabulary of journaled and published facts ([`Fact`]) | §7 |
 //!
 //! Every type tolerates every input: transitions that make no sense are
 //! no-ops, time arithmetic saturates, and a clock that steps backwards is read
@@ -34,7 +36,10 @@
 
 pub mod clock;
 pub mod drain;
+pub mod fact;
+mod format;
 pub mod kill;
+pub mod life;
 pub mod liveness;
 pub mod recycle;
 pub mod restart;
@@ -42,7 +47,10 @@ pub mod steps;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use drain::{BudgetState, DEFAULT_DRAIN_TIMEOUT, DrainBudget};
+pub use fact::Fact;
+pub use format::format_duration;
 pub use kill::{DEFAULT_KILL_TIMEOUT, KillEscalation};
+pub use life::Life;
 pub use liveness::{
     DEFAULT_LIVENESS_INTERVAL, DEFAULT_LIVENESS_TIMEOUT, Liveness, MAX_OUTSTANDING_PINGS,
     MIN_LIVENESS_INTERVAL,

@@ -1,0 +1,386 @@
+//! The vocabulary of facts: everything the supervisor journals or publishes
+//! on the event log, each with its one name and its body, in one place.
+//! `wfhost events` and `wfhost journal show` users depend on these names
+//! and bodies (docs/design.md lists each with an example): add to them,
+//! never rename.
+//!
+//! A fact is *journaled* (a signed, chained journal record) when it is a
+//! decision an auditor must be able to prove afterwards: spawns and exits,
+//! restarts and failures, drains, cancels, recycles, resumes and reloads.
+//! Every fact, journaled or not, is also published on the event log under
+//! the same name.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use wfhost_ipc::{DrainBehavior, Outcome};
+
+use crate::life::{DrainPurpose, ExitCause, RecycleCause};
+
+/// One thing that happened, with what an observer needs to know of it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Fact {
+    /// A child was spawned.
+    Spawned {
+        /// Its pid.
+        pid: u32,
+        /// Its channel id.
+        channel_id: String,
+    },
+    /// A child completed its handshake and takes work.
+    Ready {
+        /// Its pid.
+        pid: u32,
+        /// Its channel id.
+        channel_id: String,
+    },
+    /// A child's wiring ended (it was reaped, or never started).
+    Exited {
+        /// Its pid.
+        pid: u32,
+        /// Its channel id.
+        channel_id: String,
+        /// Why.
+        cause: ExitCause,
+    },
+    /// A child that ended unexpectedly is restarted after a delay.
+    Restarting {
+        /// Which restart of the current crash streak, from 1.
+        attempt: u32,
+        /// The delay before the spawn.
+        delay: Duration,
+        /// How the last child ended.
+        after: String,
+    },
+    /// Too many restarts within the period: not restarted until resumed.
+    Failed {
+        /// Restarts within the period, had this one been granted.
+        restarts: u32,
+        /// The period.
+        period: Duration,
+        /// How the last child ended.
+        last: String,
+    },
+    /// A child was told to drain.
+    DrainStarted {
+        /// The child.
+        pid: u32,
+        /// Why.
+        purpose: DrainPurpose,
+        /// Its budget.
+        budget: Duration,
+        /// For a recycle: who asked and why.
+        recycle: Option<(RecycleCause, String)>,
+    },
+    /// The drain budget paused: only wait-behaviour steps are in flight.
+    DrainPaused {
+        /// Budget used so far.
+        used: Duration,
+    },
+    /// The drain budget runs again: a cancel-behaviour step is in flight.
+    DrainResumed {
+        /// Budget used so far.
+        used: Duration,
+    },
+    /// The budget ran out: these runs get a signed cancel.
+    DrainEscalated {
+        /// The runs with cancel-behaviour work when it ran out.
+        runs: Vec<String>,
+        /// The budget.
+        budget: Duration,
+    },
+    /// A drain ended, however it ended.
+    DrainEnded {
+        /// Why it had started.
+        purpose: DrainPurpose,
+        /// How it ended: `drained`, `child exited`, `drain_deadline passed`.
+        why: &'static str,
+        /// Budget used.
+        used: Duration,
+    },
+    /// The child reported `Drained`: nothing is left the drain waits for.
+    ChildDrained {
+        /// The child.
+        pid: u32,
+    },
+    /// The deployment stays drained (an operator drain completed).
+    Drained {
+        /// The child that drained, if there was one.
+        pid: Option<u32>,
+    },
+    /// An operator resumed a drained or failed deployment.
+    Resumed {
+        /// The phase it was in.
+        from: &'static str,
+    },
+    /// A signed cancel was committed to the journal (and is then sent).
+    CancelCommitted {
+        /// The signed request, as journaled.
+        cancel: Value,
+        /// Its journal record, once known (the published event has it).
+        journal_seq: Option<u64>,
+    },
+    /// A recycle completed: the new child is ready.
+    Recycled {
+        /// Who asked.
+        cause: RecycleCause,
+        /// Why.
+        reason: String,
+        /// The old child.
+        old_pid: Option<u32>,
+        /// The new child.
+        new_pid: u32,
+        /// The old child's channel.
+        old_channel_id: Option<String>,
+        /// The new child's channel.
+        new_channel_id: String,
+    },
+    /// A recycle was refused: no new child could start now, the old one
+    /// keeps serving.
+    RecycleRefused {
+        /// The child that keeps serving.
+        pid: u32,
+        /// Who asked.
+        cause: RecycleCause,
+        /// Why they asked.
+        reason: String,
+        /// Why it was refused.
+        error: String,
+    },
+    /// A step of a run began.
+    StepStarted {
+        /// The run.
+        run: String,
+        /// The step.
+        step: String,
+        /// Its drain behaviour.
+        drain: DrainBehavior,
+    },
+    /// A step of a run ended.
+    StepFinished {
+        /// The run.
+        run: String,
+        /// The step.
+        step: String,
+        /// How.
+        outcome: Outcome,
+    },
+    /// A run reached a terminal state.
+    RunTerminal {
+        /// The run.
+        run: String,
+        /// How.
+        outcome: Outcome,
+    },
+    /// An application-defined event from the child.
+    Custom {
+        /// Its kind.
+        kind: String,
+        /// How many bytes it carried.
+        bytes: usize,
+    },
+    /// Mail was accepted into the inbox (written with the mail itself).
+    MailAccepted {
+        /// The mail's id.
+        id: u64,
+    },
+    /// Mail was acknowledged (written with the acknowledgement).
+    MailDone {
+        /// The mail's id.
+        id: u64,
+        /// How processing ended.
+        outcome: String,
+    },
+    /// The configuration was reloaded, or a reload refused.
+    ConfigReloaded {
+        /// Whether the new file was taken.
+        accepted: bool,
+        /// Deployments started.
+        added: Vec<String>,
+        /// Deployments stopped.
+        removed: Vec<String>,
+        /// Deployments recycled onto their new settings.
+        changed: Vec<String>,
+        /// Why the file was refused.
+        error: Option<String>,
+    },
+}
+
+/// Sets `key` of an object body.
+fn put(body: &mut Value, key: &str, value: impl Into<Value>) {
+    if let Some(map) = body.as_object_mut() {
+        map.insert(key.to_owned(), value.into());
+    }
+}
+
+/// Milliseconds of a duration, for bodies.
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The outcome as bodies and done mail show it.
+pub fn outcome_text(outcome: &Outcome) -> String {
+    match outcome {
+        Outcome::Succeeded => "succeeded".into(),
+        Outcome::Failed(why) => format!("failed: {why}"),
+        Outcome::Cancelled => "cancelled".into(),
+    }
+}
+
+impl Fact {
+    /// The fact's one name, in the journal and on the event log.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Spawned { .. } => "spawned",
+            Self::Ready { .. } => "ready",
+            Self::Exited { .. } => "exited",
+            Self::Restarting { .. } => "restarting",
+            Self::Failed { .. } => "failed",
+            Self::DrainStarted { .. } => "drain_started",
+            Self::DrainPaused { .. } => "drain_paused",
+            Self::DrainResumed { .. } => "drain_resumed",
+            Self::DrainEscalated { .. } => "drain_escalated",
+            Self::DrainEnded { .. } => "drain_ended",
+            Self::ChildDrained { .. } => "child_drained",
+            Self::Drained { .. } => "drained",
+            Self::Resumed { .. } => "resumed",
+            Self::CancelCommitted { .. } => "cancel_committed",
+            Self::Recycled { .. } => "recycled",
+            Self::RecycleRefused { .. } => "recycle_refused",
+            Self::StepStarted { .. } => "step_started",
+            Self::StepFinished { .. } => "step_finished",
+            Self::RunTerminal { .. } => "run_terminal",
+            Self::Custom { .. } => "custom",
+            Self::MailAccepted { .. } => "mail_accepted",
+            Self::MailDone { .. } => "mail_done",
+            Self::ConfigReloaded { .. } => "config_reloaded",
+        }
+    }
+
+    /// Whether the fact is also a signed journal record.
+    pub fn journaled(&self) -> bool {
+        matches!(
+            self,
+            Self::Spawned { .. }
+                | Self::Exited { .. }
+                | Self::Restarting { .. }
+                | Self::Failed { .. }
+                | Self::DrainStarted { .. }
+                | Self::Drained { .. }
+                | Self::Resumed { .. }
+                | Self::CancelCommitted { .. }
+                | Self::Recycled { .. }
+                | Self::ConfigReloaded { .. }
+        )
+    }
+
+    /// The body, as journaled and published.
+    pub fn body(&self) -> Value {
+        match self {
+            Self::Spawned { pid, channel_id } | Self::Ready { pid, channel_id } => {
+                json!({"pid": pid, "channel_id": channel_id})
+            }
+            Self::Exited {
+                pid,
+                channel_id,
+                cause,
+            } => json!({
+                "pid": pid, "channel_id": channel_id, "reason": cause.describe(), "cause": cause.kind(),
+            }),
+            Self::Restarting {
+                attempt,
+                delay,
+                after,
+            } => json!({"attempt": attempt, "delay_ms": ms(*delay), "after": after}),
+            Self::Failed {
+                restarts,
+                period,
+                last,
+            } => json!({"restarts": restarts, "period_ms": ms(*period), "last": last}),
+            Self::DrainStarted {
+                pid,
+                purpose,
+                budget,
+                recycle,
+            } => {
+                let mut body =
+                    json!({"pid": pid, "purpose": purpose.as_str(), "budget_ms": ms(*budget)});
+                if let Some((cause, reason)) = recycle {
+                    put(&mut body, "origin", cause.origin());
+                    put(&mut body, "reason", reason.clone());
+                }
+                body
+            }
+            Self::DrainPaused { used } | Self::DrainResumed { used } => {
+                json!({"used_ms": ms(*used)})
+            }
+            Self::DrainEscalated { runs, budget } => {
+                json!({"runs": runs, "budget_ms": ms(*budget)})
+            }
+            Self::DrainEnded { purpose, why, used } => {
+                json!({"purpose": purpose.as_str(), "why": why, "used_ms": ms(*used)})
+            }
+            Self::ChildDrained { pid } => json!({"pid": pid}),
+            Self::Drained { pid } => json!({"pid": pid}),
+            Self::Resumed { from } => json!({"from": from}),
+            Self::CancelCommitted {
+                cancel,
+                journal_seq,
+            } => {
+                let mut body = cancel.clone();
+                if let Some(seq) = journal_seq {
+                    put(&mut body, "journal_seq", *seq);
+                }
+                body
+            }
+            Self::Recycled {
+                cause,
+                reason,
+                old_pid,
+                new_pid,
+                old_channel_id,
+                new_channel_id,
+            } => json!({
+                "origin": cause.origin(), "trigger": cause.key(), "reason": reason,
+                "old_pid": old_pid, "new_pid": new_pid,
+                "old_channel_id": old_channel_id, "new_channel_id": new_channel_id,
+            }),
+            Self::RecycleRefused {
+                pid,
+                cause,
+                reason,
+                error,
+            } => json!({"pid": pid, "origin": cause.origin(), "reason": reason, "error": error}),
+            Self::StepStarted { run, step, drain } => {
+                json!({"run": run, "step": step, "drain": drain.as_str()})
+            }
+            Self::StepFinished { run, step, outcome } => {
+                json!({"run": run, "step": step, "outcome": outcome_text(outcome)})
+            }
+            Self::RunTerminal { run, outcome } => {
+                json!({"run": run, "outcome": outcome_text(outcome)})
+            }
+            Self::Custom { kind, bytes } => json!({"kind": kind, "bytes": bytes}),
+            Self::MailAccepted { id } => json!({"id": id}),
+            Self::MailDone { id, outcome } => json!({"id": id, "outcome": outcome}),
+            Self::ConfigReloaded {
+                accepted,
+                added,
+                removed,
+                changed,
+                error,
+            } => {
+                let mut body = json!({"accepted": accepted});
+                if *accepted {
+                    put(&mut body, "added", json!(added));
+                    put(&mut body, "removed", json!(removed));
+                    put(&mut body, "changed", json!(changed));
+                }
+                if let Some(e) = error {
+                    put(&mut body, "error", e.clone());
+                }
+                body
+            }
+        }
+    }
+}

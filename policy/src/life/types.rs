@@ -1,0 +1,446 @@
+//! The words of a deployment's life: its phases, what can happen to it
+//! (inputs), what it decides (actions), and the typed reasons behind them
+//! (drain purposes, recycle causes, exit causes).
+
+use std::time::{Duration, Instant};
+
+use wfhost_ipc::Grants;
+
+use crate::fact::Fact;
+use crate::recycle::RecycleReason;
+use crate::restart::RestartPolicy;
+
+/// Grants read from the deployment's `grants_file`, and when.
+pub type Fresh = (Grants, Instant);
+
+/// The settings the machine decides with (a reload applies them to the
+/// next child).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Settings {
+    /// The drain-timeout budget, for the `drain_started` fact.
+    pub drain_timeout: Duration,
+    /// How long a stop or recycle waits for the child to drain.
+    pub drain_deadline: Duration,
+    /// Spawn to `Ready`, else the spawn failed.
+    pub ready_timeout: Duration,
+    /// SIGTERM to SIGKILL (and a closed channel to SIGKILL).
+    pub kill_timeout: Duration,
+    /// Backoff and intensity of restarts after unexpected ends.
+    pub restart: RestartPolicy,
+}
+
+/// Where a deployment is in its life (DESIGN §3).
+#[derive(Debug)]
+pub enum Phase<W> {
+    /// A child is being spawned or has not sent `Ready` yet; `pending` is a
+    /// drain or recycle asked for meanwhile, carried out once it is ready.
+    Starting {
+        /// When the child must be ready (set once it is spawned).
+        ready_by: Option<Instant>,
+        /// Asked for while starting.
+        pending: Option<Purpose<W>>,
+    },
+    /// The child takes work; `vetting` is a recycle whose successor is
+    /// being checked before the child is drained.
+    Ready {
+        /// A recycle waiting for its check.
+        vetting: Option<Trigger<W>>,
+    },
+    /// The child was told to drain.
+    Draining {
+        /// Why.
+        purpose: Purpose<W>,
+        /// When it is stopped even if not drained (none for an operator drain).
+        deadline: Option<Instant>,
+        /// The child reported `Drained`.
+        drained: bool,
+    },
+    /// SIGTERM was sent; waiting for the exit.
+    Stopping {
+        /// Why it is stopped (none when it was killed for misbehaving).
+        purpose: Option<Purpose<W>>,
+        /// When SIGKILL follows (none once it was sent).
+        kill_at: Option<Instant>,
+    },
+    /// The child closed its channel: it is on its way out by itself.
+    Closing {
+        /// Why it was being drained, if it was.
+        purpose: Option<Purpose<W>>,
+        /// When it is killed if it has not exited.
+        kill_at: Instant,
+    },
+    /// Waiting out a restart delay.
+    Backoff {
+        /// When the next child is spawned.
+        until: Instant,
+    },
+    /// Drained by an operator: no child, mail waits, until resumed.
+    Drained,
+    /// Too many restarts within the period: no child, until resumed.
+    Failed,
+    /// Stopped for good (the supervisor is stopping).
+    Exited,
+}
+
+impl<W> Phase<W> {
+    /// The phase's name as operators see it in `status`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Starting { .. } => "starting",
+            Self::Ready { .. } => "ready",
+            Self::Draining { .. } => "draining",
+            Self::Stopping { .. } | Self::Closing { .. } => "stopping",
+            Self::Backoff { .. } => "backoff",
+            Self::Drained => "drained",
+            Self::Failed => "failed",
+            Self::Exited => "exited",
+        }
+    }
+
+    /// The drain's purpose while one is under way or due.
+    pub fn purpose(&self) -> Option<DrainPurpose> {
+        match self {
+            Self::Draining { purpose, .. } => Some(purpose.kind()),
+            Self::Stopping { purpose, .. } | Self::Closing { purpose, .. } => {
+                purpose.as_ref().map(Purpose::kind)
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Why a child is being drained.
+#[derive(Debug)]
+pub enum Purpose<W> {
+    /// The supervisor is stopping: drain, then stop; nothing is respawned.
+    Stop,
+    /// `wfhost drain`: drain, then stop; the deployment stays drained.
+    Operator,
+    /// A recycle: drain, then stop and respawn.
+    Recycle(Trigger<W>),
+}
+
+impl<W> Purpose<W> {
+    /// Which purpose, without its waiters.
+    pub fn kind(&self) -> DrainPurpose {
+        match self {
+            Self::Stop => DrainPurpose::Stop,
+            Self::Operator => DrainPurpose::Operator,
+            Self::Recycle(_) => DrainPurpose::Recycle,
+        }
+    }
+}
+
+/// A drain's purpose, ranked stop > operator > recycle: a stronger one
+/// takes over a weaker drain under way (keeping its budget).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum DrainPurpose {
+    /// A recycle.
+    Recycle,
+    /// `wfhost drain`.
+    Operator,
+    /// The supervisor is stopping.
+    Stop,
+}
+
+impl DrainPurpose {
+    /// The name in status and the journal.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Stop => "stop",
+            Self::Operator => "operator",
+            Self::Recycle => "recycle",
+        }
+    }
+}
+
+/// Who or what asked for a recycle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RecycleCause {
+    /// A policy bound was passed.
+    Bound(RecycleReason),
+    /// An operator: `wfhost recycle`, SIGUSR1 or a config reload.
+    Operator,
+    /// The child asked with `RecycleRequest`.
+    Child,
+}
+
+impl RecycleCause {
+    /// The origin as status, metrics and the journal name it: `policy`,
+    /// `operator` or `self`.
+    pub fn origin(self) -> &'static str {
+        match self {
+            Self::Bound(_) => "policy",
+            Self::Operator => "operator",
+            Self::Child => "self",
+        }
+    }
+
+    /// What status counts recycles by: the bound's name for policy
+    /// recycles, else the origin.
+    pub fn key(self) -> &'static str {
+        match self {
+            Self::Bound(bound) => bound.as_str(),
+            other => other.origin(),
+        }
+    }
+}
+
+/// A recycle under way: its first cause and reason, and every waiter
+/// (later triggers are absorbed into it).
+#[derive(Debug)]
+pub struct Trigger<W> {
+    /// Who asked first.
+    pub cause: RecycleCause,
+    /// Why, in words.
+    pub reason: String,
+    /// Operators waiting for the new child's pid.
+    pub waiters: Vec<W>,
+    /// The grants read when the recycle was checked: the new child's,
+    /// should the file break while the old one drains.
+    pub grants: Option<Fresh>,
+}
+
+impl<W> Trigger<W> {
+    /// A trigger with an optional waiter.
+    pub fn new(cause: RecycleCause, reason: impl Into<String>, waiter: Option<W>) -> Self {
+        Self {
+            cause,
+            reason: reason.into(),
+            waiters: waiter.into_iter().collect(),
+            grants: None,
+        }
+    }
+}
+
+/// How a process ended, in the terms an operator reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExitStatus {
+    /// It exited with this code.
+    Code(i32),
+    /// A signal ended it.
+    Signal(i32),
+    /// Neither could be read.
+    Unknown,
+}
+
+impl ExitStatus {
+    /// "exit status 3" or "killed by signal 9 (SIGKILL)".
+    pub fn describe(self) -> String {
+        match self {
+            Self::Code(code) => format!("exit status {code}"),
+            Self::Signal(sig) => match signal_name(sig) {
+                Some(name) => format!("killed by signal {sig} ({name})"),
+                None => format!("killed by signal {sig}"),
+            },
+            Self::Unknown => "unknown exit status".to_owned(),
+        }
+    }
+}
+
+fn signal_name(sig: i32) -> Option<&'static str> {
+    Some(match sig {
+        1 => "SIGHUP",
+        2 => "SIGINT",
+        3 => "SIGQUIT",
+        4 => "SIGILL",
+        6 => "SIGABRT",
+        7 => "SIGBUS",
+        8 => "SIGFPE",
+        9 => "SIGKILL",
+        10 => "SIGUSR1",
+        11 => "SIGSEGV",
+        12 => "SIGUSR2",
+        13 => "SIGPIPE",
+        14 => "SIGALRM",
+        15 => "SIGTERM",
+        _ => return None,
+    })
+}
+
+/// Why a child's wiring ended: an operator kill is not a crash, and a
+/// stop is not an exit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ExitCause {
+    /// It could not be started at all.
+    SpawnFailed(String),
+    /// It exited without being asked to.
+    Exited(ExitStatus),
+    /// It broke the protocol and was killed.
+    Violation(String),
+    /// It stopped answering pings (or reading its channel) and was killed.
+    Hung,
+    /// It sent no `Ready` within `ready_timeout` and was killed.
+    NotReady,
+    /// An operator killed it (`wfhost kill`).
+    Killed,
+    /// The supervisor stopped it (a drain, stop or recycle).
+    Stopped(ExitStatus),
+}
+
+impl ExitCause {
+    /// One line for logs, status and the journal.
+    pub fn describe(&self) -> String {
+        match self {
+            Self::SpawnFailed(e) => format!("spawn failed: {e}"),
+            Self::Exited(s) => format!("exited unexpectedly: {}", s.describe()),
+            Self::Violation(v) => format!("protocol violation: {v}"),
+            Self::Hung => "hung: no pong (or no reading) within liveness_timeout".to_owned(),
+            Self::NotReady => "no Ready within ready_timeout".to_owned(),
+            Self::Killed => "killed by an operator".to_owned(),
+            Self::Stopped(s) => format!("stopped: {}", s.describe()),
+        }
+    }
+
+    /// The cause's name in facts and metrics.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::SpawnFailed(_) => "spawn_failed",
+            Self::Exited(_) => "exited",
+            Self::Violation(_) => "violation",
+            Self::Hung => "hung",
+            Self::NotReady => "not_ready",
+            Self::Killed => "killed",
+            Self::Stopped(_) => "stopped",
+        }
+    }
+}
+
+/// What the supervisor caught a child doing wrong: it is killed at once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Misconduct {
+    /// It broke the protocol.
+    Violation(String),
+    /// It stopped answering pings or reading its channel.
+    Hung,
+}
+
+/// What operators (and the supervisor on their behalf) ask of a deployment.
+#[derive(Debug)]
+pub enum Request<W> {
+    /// Drain under the budget, stop the child, and end (the supervisor stops).
+    Stop,
+    /// SIGKILL the child now, even if it is already stopping.
+    Kill,
+    /// Drain and stop the child; stay drained until resumed.
+    Drain(W),
+    /// Start a fresh child after a drain or a failure.
+    Resume(W),
+    /// Replace the child with a fresh one without losing mail.
+    Recycle {
+        /// Who asked.
+        cause: RecycleCause,
+        /// Why.
+        reason: String,
+        /// Who waits for the new pid.
+        waiter: Option<W>,
+    },
+    /// A signed operator cancel of one run, or of every run.
+    Cancel {
+        /// The run, or every run.
+        run: Option<String>,
+        /// Who waits for it to be journaled and sent.
+        waiter: W,
+    },
+}
+
+/// Something that happened to a deployment.
+#[derive(Debug)]
+pub enum Input<W> {
+    /// The child asked for by [`Action::Spawn`] runs.
+    Spawned {
+        /// Its pid.
+        pid: u32,
+        /// The channel id minted for it.
+        channel_id: String,
+    },
+    /// The child asked for by [`Action::Spawn`] could not be started.
+    SpawnFailed(String),
+    /// The child completed the handshake.
+    Ready,
+    /// The child reported `Drained`.
+    Drained,
+    /// Whether the child has any step in flight, when that changes.
+    StepsInFlight(bool),
+    /// The child asked to be recycled.
+    RecycleAsked(String),
+    /// The child misbehaved: it is killed.
+    Misbehaved(Misconduct),
+    /// The child closed its control channel.
+    ChannelClosed,
+    /// The child was reaped.
+    Reaped(ExitStatus),
+    /// An operator asked for something.
+    Request(Request<W>),
+    /// The check of a recycle's successor ([`Action::Vet`]) ended: its
+    /// grants (none without a grants file), or why no child could start.
+    Vetted(Result<Option<Fresh>, String>),
+    /// Time passed: a deadline of [`crate::life::Life::deadline`] may be due.
+    Tick,
+}
+
+/// An answer to an operator.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Answer {
+    /// Done; a message to print.
+    Said(String),
+    /// The recycle completed with this new pid.
+    Recycled {
+        /// The new child's pid.
+        pid: u32,
+    },
+}
+
+/// What the deployment's driver must do.
+#[derive(Debug)]
+pub enum Action<W> {
+    /// Spawn a child (with the grants a recycle checked, if any) and
+    /// report [`Input::Spawned`] or [`Input::SpawnFailed`].
+    Spawn {
+        /// Grants to fall back on if the file cannot be read now.
+        grants: Option<Fresh>,
+    },
+    /// The child is ready: deliver mail while the phase takes it.
+    Dispatch,
+    /// Check that a successor could start (program executable, grants
+    /// readable) and report [`Input::Vetted`].
+    Vet,
+    /// Tell the child to drain and start its budget.
+    SendDrain(DrainPurpose),
+    /// Stop the drain budget and record `drain_ended`.
+    EndDrain {
+        /// Why the drain had started.
+        purpose: DrainPurpose,
+        /// How it ended: `drained`, `child exited`, `drain_deadline passed`.
+        why: &'static str,
+    },
+    /// `Shutdown`, then SIGTERM to the child's group.
+    Terminate,
+    /// SIGKILL the child's whole tree now.
+    Kill,
+    /// Sign, journal and send an operator cancel.
+    Cancel {
+        /// The run, or every run.
+        run: Option<String>,
+        /// Who waits.
+        to: W,
+    },
+    /// Return the child's unacknowledged mail to the head of the inbox.
+    ReplayMail,
+    /// Answer an operator.
+    Answer {
+        /// Who.
+        to: W,
+        /// What.
+        answer: Result<Answer, String>,
+    },
+    /// Journal and publish a fact.
+    Record(Fact),
+    /// A policy recycle was refused: let the next policy tick ask again.
+    RearmPolicy,
+    /// The deployment has had a first ready child, or failed: systemd's
+    /// `READY=1` waits for every deployment to get there.
+    Started,
+    /// Nothing more will happen: the task ends.
+    Finish,
+}

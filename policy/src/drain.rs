@@ -52,9 +52,10 @@ use crate::clock::saturating_add;
 pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Where a drain budget is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum BudgetState {
     /// Not started: no drain yet.
+    #[default]
     Idle,
     /// Ticking: at least one cancel-behaviour step is in flight.
     Running,

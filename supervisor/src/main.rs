@@ -1,31 +1,20 @@
 //! `wfhost`: the supervisor and the operator's CLI in one binary.
 
-mod cancel;
-mod client;
 mod commands;
 mod config;
 mod control;
-mod control_server;
 mod deployment;
-mod drain;
-mod grants;
+mod host;
 mod journal;
-mod live_child;
 mod logging;
-mod mail;
 mod mail_retention;
-mod metrics;
-mod notify;
-mod policy_tick;
+mod observe;
+mod process;
 mod procfs;
-mod recycle;
 mod shared;
 mod signing_key;
-mod spawn;
-mod status;
 mod store;
 mod store_handle;
-mod supervisor;
 
 use std::process::ExitCode;
 

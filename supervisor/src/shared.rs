@@ -13,10 +13,12 @@ use ed25519_dalek::SigningKey;
 use tokio::sync::watch;
 use tracing::{error, info};
 
+use wfhost_policy::Fact;
+
+use crate::deployment::spawn::Spawner;
+use crate::host::policy_tick::Watchlist;
 use crate::journal::NewJournalEntry;
-use crate::policy_tick::Watchlist;
 use crate::procfs;
-use crate::spawn::Spawner;
 use crate::store::{ChildRecord, NewEvent, Store, StoreError};
 use crate::store_handle::StoreHandle;
 
@@ -67,12 +69,12 @@ pub fn unix_ms() -> u64 {
         .unwrap_or(0)
 }
 
-fn entry(kind: &str, deployment: Option<&str>, body: serde_json::Value) -> NewJournalEntry {
+fn entry(deployment: Option<&str>, fact: &Fact) -> NewJournalEntry {
     NewJournalEntry {
         at_ms: unix_ms(),
-        kind: kind.to_owned(),
+        kind: fact.kind().to_owned(),
         deployment: deployment.map(str::to_owned),
-        body,
+        body: fact.body(),
     }
 }
 
@@ -141,16 +143,20 @@ impl Backlog {
 }
 
 impl Shared {
-    /// Queues a signed journal record describing what already happened.
-    /// It is written after every record queued before it; if the store
-    /// refuses, it stays queued and is retried, never dropped.
-    pub fn journal(&self, kind: &str, deployment: Option<&str>, body: serde_json::Value) {
-        self.backlog
-            .journal
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push_back(entry(kind, deployment, body));
-        self.flush_journal();
+    /// Records a fact that already happened: a signed journal record when
+    /// it is a decision ([`Fact::journaled`]), and an event either way.
+    /// Journal records are written in order; one the store refuses stays
+    /// queued and is retried, never dropped.
+    pub fn record(&self, deployment: Option<&str>, fact: &Fact) {
+        if fact.journaled() {
+            self.backlog
+                .journal
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push_back(entry(deployment, fact));
+            self.flush_journal();
+        }
+        self.publish(deployment, fact);
     }
 
     /// Queues a write of every journal record waiting, in order.
@@ -163,18 +169,14 @@ impl Shared {
             });
     }
 
-    /// Appends a signed journal record and waits until it is durable: for
-    /// records that gate what happens next (a cancel is sent only once
-    /// committed). Every queued record is written first, so the journal
-    /// keeps the order things happened in. Returns the record's sequence
-    /// number, or why the store refused (the caller retries).
-    pub async fn journal_durably(
-        &self,
-        kind: &str,
-        deployment: &str,
-        body: serde_json::Value,
-    ) -> Result<u64, String> {
-        let entry = entry(kind, Some(deployment), body);
+    /// Journals a fact and waits until it is durable: for records that
+    /// gate what happens next (a cancel is sent only once committed).
+    /// Every queued record is written first, so the journal keeps the
+    /// order things happened in. Returns the record's sequence number, or
+    /// why the store refused (the caller retries). Nothing is published:
+    /// the caller publishes once it knows the sequence number.
+    pub async fn record_durably(&self, deployment: &str, fact: &Fact) -> Result<u64, String> {
+        let entry = entry(Some(deployment), fact);
         let (backlog, key) = (self.backlog.clone(), self.key.clone());
         self.store
             .call(move |s| {
@@ -196,16 +198,16 @@ impl Shared {
             .map_err(|e| e.to_string())?
     }
 
-    /// Appends an event to the durable event log, then hands it to live
+    /// Appends a fact to the durable event log only, then hands it to live
     /// followers. Events are queued and written in batches, one commit per
     /// batch (group commit), so a burst of step events costs one fsync, not
     /// one each; the log is kept within `event_retention`.
-    pub fn event(&self, kind: &str, deployment: Option<&str>, body: serde_json::Value) {
+    pub fn publish(&self, deployment: Option<&str>, fact: &Fact) {
         let event = NewEvent {
             at_ms: unix_ms(),
             deployment: deployment.map(str::to_owned),
-            kind: kind.to_owned(),
-            body,
+            kind: fact.kind().to_owned(),
+            body: fact.body(),
         };
         let first = {
             let mut queue = self

@@ -284,8 +284,11 @@ fn wait_step_outlives_the_budget_without_escalation_and_stays_drained_until_resu
     assert!(of_kind(&ev, "drain_escalated").is_empty(), "{ev:#?}");
     assert!(of_kind(&ev, "cancel_committed").is_empty(), "{ev:#?}");
     let records = sup.journal();
-    assert!(of_kind(&records, "cancel").is_empty(), "{records:#?}");
-    assert_eq!(of_kind(&records, "drain").len(), 1, "{records:#?}");
+    assert!(
+        of_kind(&records, "cancel_committed").is_empty(),
+        "{records:#?}"
+    );
+    assert_eq!(of_kind(&records, "drain_started").len(), 1, "{records:#?}");
 
     // Stays drained: no restart (a short settle, then look again).
     std::thread::sleep(Duration::from_millis(1500));
@@ -296,7 +299,7 @@ fn wait_step_outlives_the_budget_without_escalation_and_stays_drained_until_resu
         "{d}"
     );
     assert!(d["pid"].is_null(), "{d}");
-    assert_eq!(of_kind(&sup.journal(), "spawn").len(), 1, "no respawn");
+    assert_eq!(of_kind(&sup.journal(), "spawned").len(), 1, "no respawn");
 
     // Resume: a fresh ready child, budget idle again.
     let out = ok("resume", &sup.client(&["resume", "waiter"]));
@@ -306,7 +309,7 @@ fn wait_step_outlives_the_budget_without_escalation_and_stays_drained_until_resu
     let d = sup.deployment("waiter");
     assert_eq!(d["drain"]["active"], false, "{d}");
     assert_eq!(d["drain"]["escalated"], false, "{d}");
-    assert_eq!(of_kind(&sup.journal(), "resume").len(), 1);
+    assert_eq!(of_kind(&sup.journal(), "resumed").len(), 1);
 }
 
 /// A cancel-behaviour step that ignores drain is cancelled by a journaled,
@@ -349,8 +352,8 @@ fn a_step_ignoring_drain_is_cancelled_by_a_signed_journaled_cancel_when_the_budg
 
     // The journal: drain, then the signed cancel, then the exit.
     let records = sup.journal();
-    let drain = first_after(&records, "drain", 0);
-    let cancels = of_kind(&records, "cancel");
+    let drain = first_after(&records, "drain_started", 0);
+    let cancels = of_kind(&records, "cancel_committed");
     assert_eq!(cancels.len(), 1, "{records:#?}");
     let cancel = cancels[0];
     assert!(seq(cancel) > seq(drain));
@@ -388,7 +391,7 @@ fn a_step_ignoring_drain_is_cancelled_by_a_signed_journaled_cancel_when_the_budg
         forged.verify(&key).is_err(),
         "a changed run must not verify"
     );
-    let exit = first_after(&records, "exit", seq(cancel));
+    let exit = first_after(&records, "exited", seq(cancel));
     assert!(
         exit["body"]["reason"]
             .as_str()
@@ -432,7 +435,7 @@ fn a_step_ignoring_drain_is_cancelled_by_a_signed_journaled_cancel_when_the_budg
     assert_eq!(finished["body"]["outcome"], "cancelled", "{finished}");
 
     // Still drained: nothing respawned it.
-    assert_eq!(of_kind(&records, "spawn").len(), 1);
+    assert_eq!(of_kind(&records, "spawned").len(), 1);
 
     let out = sup.client(&["journal", "verify"]);
     let said = ok("journal verify", &out);
@@ -497,7 +500,7 @@ fn the_budget_counts_only_cancel_behaviour_steps_of_the_demo_workflow() {
     let ended = first_after(&ev, "drain_ended", seq(started));
     let used_waiting = ended["body"]["used_ms"].as_u64().expect("used_ms");
     assert!(used_waiting < 1500, "{ended}");
-    assert!(of_kind(&sup.journal(), "cancel").is_empty());
+    assert!(of_kind(&sup.journal(), "cancel_committed").is_empty());
 
     // Phase 2: resumed, the mail comes again; drained during fetch, which
     // winds down for a minute: the budget runs and escalates.
@@ -538,7 +541,7 @@ fn the_budget_counts_only_cancel_behaviour_steps_of_the_demo_workflow() {
         "waiting spent {used_waiting} ms, cancelling the whole budget"
     );
     let records = sup.journal();
-    let cancels = of_kind(&records, "cancel");
+    let cancels = of_kind(&records, "cancel_committed");
     assert_eq!(cancels.len(), 1, "{records:#?}");
     assert_eq!(cancels[0]["body"]["origin"], "supervisor-drain");
     assert_eq!(cancels[0]["body"]["run"], "mail-1");
@@ -574,7 +577,7 @@ fn operator_cancel_is_journaled_signed_and_kills_the_command() {
         "names the known deployments: {err}"
     );
     assert!(
-        of_kind(&sup.journal(), "cancel").is_empty(),
+        of_kind(&sup.journal(), "cancel_committed").is_empty(),
         "refusals journal nothing"
     );
     assert!(tree.iter().all(|&p| alive(p)), "refusals touch nothing");
@@ -594,7 +597,7 @@ fn operator_cancel_is_journaled_signed_and_kills_the_command() {
         .iter()
         .find(|r| seq(r) == journal_seq)
         .unwrap_or_else(|| panic!("record {journal_seq} in {records:#?}"));
-    assert_eq!(cancel["kind"], "cancel", "{cancel}");
+    assert_eq!(cancel["kind"], "cancel_committed", "{cancel}");
     assert_eq!(cancel["deployment"], "job");
     assert_eq!(cancel["body"]["origin"], "operator", "{cancel}");
     assert_eq!(cancel["body"]["run"], run.as_str(), "{cancel}");
@@ -651,7 +654,7 @@ fn tampering_with_the_journal_is_detected_and_named() {
     let kinds: Vec<Value> = query(&sup.db(), "SELECT kind FROM journal ORDER BY seq");
     let cancel_seq = kinds
         .iter()
-        .position(|k| k[0] == "cancel")
+        .position(|k| k[0] == "cancel_committed")
         .expect("a cancel record") as u64
         + 1;
     assert!(cancel_seq > 1 && cancel_seq < n, "{kinds:?}");
@@ -748,13 +751,17 @@ fn a_locked_journal_delays_the_cancel_until_it_is_committed() {
     // the budget runs out.
     let mut locker = Locker::start(
         &db,
-        "SELECT EXISTS (SELECT 1 FROM journal WHERE kind = 'drain') \
+        "SELECT EXISTS (SELECT 1 FROM journal WHERE kind = 'drain_started') \
          AND EXISTS (SELECT 1 FROM events WHERE kind = 'drain_started')",
     );
     ok("drain", &sup.client(&["drain", "deaf"]));
     locker.expect("locked");
     assert!(
-        query(&db, "SELECT seq FROM journal WHERE kind = 'cancel'").is_empty(),
+        query(
+            &db,
+            "SELECT seq FROM journal WHERE kind = 'cancel_committed'"
+        )
+        .is_empty(),
         "the budget ran out before the lock was taken; nothing to test"
     );
 
@@ -771,7 +778,13 @@ fn a_locked_journal_delays_the_cancel_until_it_is_committed() {
         tree.iter().all(|&p| alive(p)),
         "the command lives: the cancel is not sent before it is committed"
     );
-    assert!(query(&db, "SELECT seq FROM journal WHERE kind = 'cancel'").is_empty());
+    assert!(
+        query(
+            &db,
+            "SELECT seq FROM journal WHERE kind = 'cancel_committed'"
+        )
+        .is_empty()
+    );
     let log = sup.plain_log();
     assert!(
         log.contains("the journal refused a signed cancel; it is not sent until committed"),
@@ -790,7 +803,7 @@ fn a_locked_journal_delays_the_cancel_until_it_is_committed() {
     assert_eq!(d["cancels_pending"], 0, "{d}");
     assert!(d["journal_error"].is_null(), "cleared once committed: {d}");
     let records = sup.journal();
-    let cancels = of_kind(&records, "cancel");
+    let cancels = of_kind(&records, "cancel_committed");
     assert_eq!(
         cancels.len(),
         1,
@@ -836,7 +849,7 @@ fn records_made_while_the_store_is_locked_are_not_lost() {
     let d = sup.deployment("waiter");
     assert_eq!(d["state"], "draining", "{d}");
     wait_for("the drain record", LONG, || {
-        (!of_kind(&sup.journal(), "drain").is_empty()).then_some(())
+        (!of_kind(&sup.journal(), "drain_started").is_empty()).then_some(())
     });
     wait_for("the drain_started event", LONG, || {
         (!of_kind(&sup.events(), "drain_started").is_empty()).then_some(())

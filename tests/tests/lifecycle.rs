@@ -69,7 +69,7 @@ fn killed_child_is_replaced_at_once_then_with_growing_backoff_until_failed() {
     let delays: Vec<u64> = sup
         .journal()
         .iter()
-        .filter(|r| r["kind"] == "restart" && r["deployment"] == "crashy")
+        .filter(|r| r["kind"] == "restarting" && r["deployment"] == "crashy")
         .map(|r| r["body"]["delay_ms"].as_u64().expect("delay_ms"))
         .collect();
     assert_eq!(delays.len(), 4, "{delays:?}");

@@ -213,7 +213,7 @@ fn status_json_has_every_design_field_and_follows_an_operator_recycle() {
     let recycle: Vec<Value> = sup
         .journal()
         .into_iter()
-        .filter(|r| r["kind"] == "recycle")
+        .filter(|r| r["kind"] == "recycled")
         .collect();
     assert_eq!(recycle.len(), 1, "{recycle:?}");
     assert_eq!(recycle[0]["body"]["old_channel_id"], old_channel);
@@ -648,7 +648,7 @@ fn sighup_starts_added_stops_removed_and_recycles_changed_deployments() {
     let reload: Vec<Value> = sup
         .journal()
         .into_iter()
-        .filter(|r| r["kind"] == "config-reload")
+        .filter(|r| r["kind"] == "config_reloaded")
         .collect();
     assert_eq!(reload.len(), 1, "{reload:?}");
     let b = &reload[0]["body"];
@@ -705,7 +705,7 @@ fn sighup_with_a_broken_file_keeps_the_running_config_and_says_why() {
     let refused: Vec<Value> = sup
         .journal()
         .into_iter()
-        .filter(|r| r["kind"] == "config-reload")
+        .filter(|r| r["kind"] == "config_reloaded")
         .collect();
     assert_eq!(refused.len(), 1, "{refused:?}");
     assert_eq!(refused[0]["body"]["accepted"], false);
@@ -761,7 +761,7 @@ fn sigterm_stops_gracefully_with_exit_0_and_no_process_left() {
     let exits = sup
         .journal()
         .into_iter()
-        .filter(|r| r["kind"] == "exit")
+        .filter(|r| r["kind"] == "exited")
         .count();
     assert_eq!(exits, 3, "one exit record per child");
 }

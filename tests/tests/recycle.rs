@@ -24,7 +24,7 @@ const PATIENT_RESTART: &str = "restart = { backoff_initial = \"50ms\", backoff_m
 fn recycles_in(journal: Vec<Value>, id: &str) -> Vec<Value> {
     journal
         .into_iter()
-        .filter(|r| r["kind"] == "recycle" && r["deployment"] == id)
+        .filter(|r| r["kind"] == "recycled" && r["deployment"] == id)
         .collect()
 }
 
@@ -81,7 +81,7 @@ fn check_record(
     let spawn = sup
         .journal_so_far()
         .into_iter()
-        .find(|r| r["kind"] == "spawn" && r["body"]["pid"].as_u64() == Some(u64::from(new_pid)))
+        .find(|r| r["kind"] == "spawned" && r["body"]["pid"].as_u64() == Some(u64::from(new_pid)))
         .unwrap_or_else(|| panic!("no spawn record for the new pid {new_pid}"));
     assert_eq!(
         spawn["body"]["channel_id"], b["new_channel_id"],

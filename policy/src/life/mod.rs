@@ -668,8 +668,11 @@ impl<W> Life<W> {
     /// what follows the exit.
     fn kill(&mut self, cause: ExitCause, o: &mut Out<W>) {
         let purpose = self.take_purpose(o);
+        o.push(Action::Kill(match cause {
+            ExitCause::Killed => KillWhy::Operator,
+            ref other => KillWhy::Misconduct(other.clone()),
+        }));
         self.kill_cause = Some(cause);
-        o.push(Action::Kill);
         self.phase = Phase::Stopping {
             purpose,
             kill_at: None,
@@ -680,7 +683,7 @@ impl<W> Life<W> {
         if let Phase::Stopping { kill_at, .. } = &mut self.phase {
             *kill_at = None;
         }
-        o.push(Action::Kill);
+        o.push(Action::Kill(KillWhy::Operator));
     }
 
     fn closing(&mut self, now: Instant, o: &mut Out<W>) {
@@ -693,14 +696,14 @@ impl<W> Life<W> {
         match &mut self.phase {
             Phase::Stopping { kill_at, .. } if kill_at.is_some_and(|at| now >= at) => {
                 *kill_at = None;
-                o.push(Action::Kill);
+                o.push(Action::Kill(KillWhy::Overdue));
             }
             Phase::Closing { purpose, kill_at } if now >= *kill_at => {
                 let purpose = purpose.take();
-                self.kill_cause = Some(ExitCause::Violation(
-                    "closed its control channel but did not exit".into(),
-                ));
-                o.push(Action::Kill);
+                let cause =
+                    ExitCause::Violation("closed its control channel but did not exit".into());
+                o.push(Action::Kill(KillWhy::Misconduct(cause.clone())));
+                self.kill_cause = Some(cause);
                 self.phase = Phase::Stopping {
                     purpose,
                     kill_at: None,

@@ -27,7 +27,7 @@ fn name(a: &Action<u32>) -> String {
         Action::SendDrain(p) => format!("send_drain:{}", p.as_str()),
         Action::EndDrain { why, .. } => format!("end_drain:{why}"),
         Action::Terminate => "terminate".into(),
-        Action::Kill => "kill".into(),
+        Action::Kill(_) => "kill".into(),
         Action::Cancel { .. } => "cancel".into(),
         Action::ReplayMail => "replay".into(),
         Action::Answer { to, answer } => match answer {

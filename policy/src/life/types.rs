@@ -315,6 +315,18 @@ pub enum Misconduct {
     Hung,
 }
 
+/// Why the machine has a child SIGKILLed, for the log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KillWhy {
+    /// It misbehaved, never became ready, or closed its channel without
+    /// exiting: the cause its exit is recorded with.
+    Misconduct(ExitCause),
+    /// An operator forced it.
+    Operator,
+    /// It did not exit within `kill_timeout` of SIGTERM.
+    Overdue,
+}
+
 /// What operators (and the supervisor on their behalf) ask of a deployment.
 #[derive(Debug)]
 pub enum Request<W> {
@@ -417,7 +429,7 @@ pub enum Action<W> {
     /// `Shutdown`, then SIGTERM to the child's group.
     Terminate,
     /// SIGKILL the child's whole tree now.
-    Kill,
+    Kill(KillWhy),
     /// Sign, journal and send an operator cancel.
     Cancel {
         /// The run, or every run.

@@ -1,8 +1,8 @@
 //! `wfhost cancel`: a signed, journaled operator cancel of one run (or of
 //! every run) of a deployment, applied at once; it also ends a drain early.
 
-use crate::client::{self, Target};
-use crate::control::Request;
+use crate::control::client::{self, Target};
+use crate::control::protocol::Request;
 
 /// Arguments of `wfhost cancel`.
 #[derive(Debug, clap::Args)]

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use serde_json::Value;
 
-use crate::client::Target;
-use crate::control::{Request, SOCKET_NAME};
+use crate::control::client::Target;
+use crate::control::protocol::{Request, SOCKET_NAME};
 use crate::exit;
 
 /// Arguments of `wfhost demo`.

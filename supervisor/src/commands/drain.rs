@@ -1,8 +1,8 @@
 //! `wfhost drain`: wind a deployment down under its drain budget; it stays
 //! drained (mail held in the inbox) until `wfhost resume`.
 
-use crate::client::{self, Target};
-use crate::control::Request;
+use crate::control::client::{self, Target};
+use crate::control::protocol::Request;
 
 /// Arguments of `wfhost drain`.
 #[derive(Debug, clap::Args)]

@@ -1,8 +1,8 @@
 //! `wfhost events`: the durable event stream from a cursor, optionally
 //! followed live with no gap and no duplicate.
 
-use crate::client::{self, Target};
-use crate::control::Request;
+use crate::control::client::{self, Target};
+use crate::control::protocol::Request;
 
 /// Arguments of `wfhost events`.
 #[derive(Debug, clap::Args)]

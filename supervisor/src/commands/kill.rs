@@ -2,8 +2,8 @@
 //! in "stopping" (the supervisor restarts it as after any crash unless it
 //! was being stopped).
 
-use crate::client::{self, Target};
-use crate::control::Request;
+use crate::control::client::{self, Target};
+use crate::control::protocol::Request;
 
 /// Arguments of `wfhost kill`.
 #[derive(Debug, clap::Args)]

@@ -1,8 +1,8 @@
 //! `wfhost recycle`: replace a deployment's child without losing mail
 //! (drain, replay, respawn); waits and reports the new pid.
 
-use crate::client::{self, Target};
-use crate::control::Request;
+use crate::control::client::{self, Target};
+use crate::control::protocol::Request;
 
 /// Arguments of `wfhost recycle`.
 #[derive(Debug, clap::Args)]

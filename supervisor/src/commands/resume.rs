@@ -1,7 +1,7 @@
 //! `wfhost resume`: start a fresh child for a drained or failed deployment.
 
-use crate::client::{self, Target};
-use crate::control::Request;
+use crate::control::client::{self, Target};
+use crate::control::protocol::Request;
 
 /// Arguments of `wfhost resume`.
 #[derive(Debug, clap::Args)]

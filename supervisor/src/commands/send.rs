@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use crate::client::{self, Target};
+use crate::control::client::{self, Target};
 use crate::exit;
 
 /// Arguments of `wfhost send`.

@@ -1,7 +1,7 @@
 //! `wfhost status`: every deployment at a glance.
 
-use crate::client::{self, Target};
-use crate::control::Request;
+use crate::control::client::{self, Target};
+use crate::control::protocol::Request;
 
 /// Arguments of `wfhost status`.
 #[derive(Debug, clap::Args)]

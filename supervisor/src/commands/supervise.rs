@@ -12,17 +12,19 @@ use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::sync::watch;
 use tracing::{error, info, warn};
 
+use wfhost_policy::{Fact, format_duration};
+
 use crate::config::{self, Config};
-use crate::control_server;
+use crate::control::server;
+use crate::deployment::spawn::{self, Spawner};
 use crate::exit;
+use crate::host::{self, Supervisor};
 use crate::logging::{self, LogFormat};
-use crate::notify::Notifier;
+use crate::observe::notify::Notifier;
 use crate::shared::Shared;
 use crate::signing_key;
-use crate::spawn::{self, Spawner};
 use crate::store::SqliteStore;
 use crate::store_handle::StoreHandle;
-use crate::supervisor::{self, Supervisor};
 
 /// Arguments of `wfhost supervise`.
 #[derive(Debug, clap::Args)]
@@ -148,12 +150,12 @@ async fn supervise(config: Config, config_path: &Path) -> anyhow::Result<()> {
     // The control socket first: a second supervisor on this state dir must
     // stop here, before it touches the first one's children.
     let mut sup = Supervisor::new(&shared);
-    let control = control_server::Server::bind(settings, sup.registry(), shared.clone())?;
+    let control = server::Server::bind(settings, sup.registry(), shared.clone())?;
     let metrics = match settings.metrics_listen {
-        Some(addr) => Some(crate::metrics::bind(addr).await?),
+        Some(addr) => Some(crate::observe::metrics::bind(addr).await?),
         None => None,
     };
-    supervisor::kill_orphans(&shared)
+    host::kill_orphans(&shared)
         .await
         .context("cannot read the children table")?;
     let replayed = shared.store.call(|s| s.replay_all_mail()).await??;
@@ -168,7 +170,7 @@ async fn supervise(config: Config, config_path: &Path) -> anyhow::Result<()> {
     sup.start_all(&config);
     info!(socket = %control.path().display(), deployments = config.deployments.len(), "supervising");
     let control_task = tokio::spawn(control.serve());
-    let policy_task = tokio::spawn(crate::policy_tick::run(
+    let policy_task = tokio::spawn(crate::host::policy_tick::run(
         shared.watchlist.clone(),
         settings.policy_interval,
     ));
@@ -178,7 +180,7 @@ async fn supervise(config: Config, config_path: &Path) -> anyhow::Result<()> {
     ));
     if let (Some(listener), Some(addr)) = (metrics, settings.metrics_listen) {
         info!(listen = %addr, "serving Prometheus metrics at /metrics");
-        tokio::spawn(crate::metrics::serve(
+        tokio::spawn(crate::observe::metrics::serve(
             listener,
             sup.registry(),
             shared.clone(),
@@ -290,22 +292,31 @@ async fn reload(sup: &mut Supervisor, path: &Path, shared: &Shared) {
     match config::load(path) {
         Err(e) => {
             error!(error = %e, "SIGHUP: the new config is refused; keeping the running one");
-            shared.journal(
-                "config-reload",
+            shared.record(
                 None,
-                serde_json::json!({"accepted": false, "error": e.to_string()}),
+                &Fact::ConfigReloaded {
+                    accepted: false,
+                    added: Vec::new(),
+                    removed: Vec::new(),
+                    changed: Vec::new(),
+                    error: Some(e.to_string()),
+                },
             );
         }
         Ok(new) => {
             let summary = sup.reload(&new).await;
-            info!(added = ?summary.added, removed = ?summary.removed, changed = ?summary.changed,
-                took = ?started.elapsed(), "SIGHUP: config reloaded");
-            shared.journal(
-                "config-reload",
+            info!(added = %summary.added.join(", "), removed = %summary.removed.join(", "),
+                changed = %summary.changed.join(", "), took = %format_duration(started.elapsed()),
+                "SIGHUP: config reloaded");
+            shared.record(
                 None,
-                serde_json::json!({
-                    "accepted": true, "added": summary.added, "removed": summary.removed, "changed": summary.changed,
-                }),
+                &Fact::ConfigReloaded {
+                    accepted: true,
+                    added: summary.added,
+                    removed: summary.removed,
+                    changed: summary.changed,
+                    error: None,
+                },
             );
         }
     }
@@ -325,7 +336,7 @@ fn dump_status(sup: &Supervisor) {
             .rss_bytes
             .map_or_else(|| "-".to_owned(), |b| b.to_string());
         info!(deployment = %s.id, state = s.state.as_str(), pid = %pid, restarts = s.restarts,
-            uptime_ms, rss_bytes = %rss_bytes, drain_active = s.drain.active, drain_used_ms = s.drain_used_ms(now),
-            steps = s.steps.len(), last_exit = ?s.last_exit, "status");
+            uptime_ms, rss_bytes = %rss_bytes, drain_active = s.drain.active, drain_used_ms = s.drain.used_ms(now),
+            steps = s.steps_in_flight, last_exit = %s.last_exit.as_deref().unwrap_or("-"), "status");
     }
 }

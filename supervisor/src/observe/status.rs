@@ -1,9 +1,15 @@
-//! What the supervisor knows about each deployment, kept current by the
-//! deployment's task and read by `wfhost status` and the signal dump.
+//! What operators see of each deployment: a projection of its life (the
+//! phase, the live child, the drain) and of the facts recorded about it
+//! (restarts, recycles, exits), kept current by the deployment's task and
+//! read by `wfhost status`, metrics and the signal dump.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
+use wfhost_ipc::DrainBehavior;
+use wfhost_policy::DrainBudget;
+use wfhost_policy::fact::Fact;
+use wfhost_policy::life::{DrainPurpose, Phase};
 
 /// A deployment's place in its life (DESIGN §3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -28,6 +34,20 @@ pub enum State {
 }
 
 impl State {
+    /// The state operators see for a phase of a deployment's life.
+    pub fn of<W>(phase: &Phase<W>) -> Self {
+        match phase {
+            Phase::Starting { .. } => Self::Starting,
+            Phase::Ready { .. } => Self::Ready,
+            Phase::Draining { .. } => Self::Draining,
+            Phase::Stopping { .. } | Phase::Closing { .. } => Self::Stopping,
+            Phase::Backoff { .. } => Self::Backoff,
+            Phase::Drained => Self::Drained,
+            Phase::Failed => Self::Failed,
+            Phase::Exited => Self::Exited,
+        }
+    }
+
     /// The lower-case name shown to operators.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -43,26 +63,38 @@ impl State {
     }
 }
 
-/// Mail held for a child being replaced, at most (DESIGN §5); the rest
-/// waits in the durable inbox.
-pub const BUFFERED_MAX: u64 = 256;
-
-/// The drain budget as last reported by the deployment's task; `used_ms`
-/// is extrapolated while the budget runs, so readers need not wake the task.
+/// The drain budget as last reported by the deployment's task: a copy of
+/// the budget itself, so readers get the time used as of their own `now`
+/// without waking the task.
 #[derive(Debug, Clone, Default)]
 pub struct DrainView {
     /// A drain is under way.
     pub active: bool,
-    /// The budget in force (or configured, when idle).
-    pub budget_ms: u64,
-    /// Budget used when the view was taken.
-    pub used_ms: u64,
-    /// Set while the budget is ticking: when the view was taken.
-    pub running_since: Option<Instant>,
+    /// The current or last drain's budget, if the child was drained.
+    pub budget: Option<DrainBudget>,
+    /// The configured budget, shown while the child was never drained.
+    pub configured: Duration,
     /// The budget ran out and a cancel was issued.
     pub escalated: bool,
-    /// Why the drain started (operator, stop, recycle).
-    pub purpose: Option<String>,
+}
+
+impl DrainView {
+    /// The budget in force, in milliseconds.
+    pub fn budget_ms(&self) -> u64 {
+        ms(self
+            .budget
+            .as_ref()
+            .map_or(self.configured, DrainBudget::budget))
+    }
+
+    /// The budget used as of `now`, in milliseconds.
+    pub fn used_ms(&self, now: Instant) -> u64 {
+        self.budget.as_ref().map_or(0, |b| ms(b.accumulated(now)))
+    }
+}
+
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// The last recycle, for operators asking "why was it replaced?".
@@ -89,6 +121,17 @@ pub struct StepView {
     pub step: String,
     /// `cancel` or `wait`.
     pub drain: &'static str,
+}
+
+impl StepView {
+    /// A step of `run` with its behaviour.
+    pub fn new(run: &str, step: &str, drain: DrainBehavior) -> Self {
+        Self {
+            run: run.to_owned(),
+            step: step.to_owned(),
+            drain: drain.as_str(),
+        }
+    }
 }
 
 /// Recycles by origin.
@@ -135,12 +178,16 @@ pub struct Status {
     pub last_recycle: Option<LastRecycle>,
     /// The drain budget.
     pub drain: DrainView,
+    /// Why the drain under way started.
+    pub drain_purpose: Option<DrainPurpose>,
     /// Signed cancels waiting for the journal to accept them.
     pub cancels_pending: usize,
     /// Why the journal refused the last cancel commit, while it refuses.
     pub journal_error: Option<String>,
-    /// Steps in flight.
+    /// Steps in flight (the first of them, when there are many).
     pub steps: Vec<StepView>,
+    /// How many steps are in flight.
+    pub steps_in_flight: usize,
     /// Why the last child ended, for operators asking "why".
     pub last_exit: Option<String>,
     /// Whether the last child to say Hello takes mail (`None` before any):
@@ -155,7 +202,7 @@ pub struct Status {
 
 impl Status {
     /// A deployment that has not spawned anything yet.
-    pub fn new(id: &str, drain_budget_ms: u64) -> Self {
+    pub fn new(id: &str, drain_budget: Duration) -> Self {
         Self {
             id: id.to_owned(),
             state: State::Starting,
@@ -171,12 +218,14 @@ impl Status {
             violations: 0,
             last_recycle: None,
             drain: DrainView {
-                budget_ms: drain_budget_ms,
+                configured: drain_budget,
                 ..DrainView::default()
             },
+            drain_purpose: None,
             cancels_pending: 0,
             journal_error: None,
             steps: Vec::new(),
+            steps_in_flight: 0,
             last_exit: None,
             takes_mail: None,
             implementation: None,
@@ -184,14 +233,51 @@ impl Status {
         }
     }
 
-    /// The budget used as of `now`.
-    pub fn drain_used_ms(&self, now: Instant) -> u64 {
-        let running = self
-            .drain
-            .running_since
-            .map(|t| now.saturating_duration_since(t).as_millis() as u64)
-            .unwrap_or(0);
-        (self.drain.used_ms + running).min(self.drain.budget_ms.max(self.drain.used_ms))
+    /// Counts what a recorded fact adds to the deployment's history
+    /// (restarts, recycles, violations, the last exit): status is a
+    /// projection of the facts, so nothing is counted twice or missed.
+    pub fn count(&mut self, fact: &Fact, at_ms: u64) {
+        match fact {
+            // A child that never started has no `exited` fact: its
+            // restart or failure says how it ended.
+            Fact::Restarting { after, .. } => {
+                self.restarts += 1;
+                self.last_exit = Some(after.clone());
+            }
+            Fact::Failed { last, .. } => self.last_exit = Some(last.clone()),
+            Fact::Exited { cause, .. } => {
+                if let wfhost_policy::life::ExitCause::Violation(_) = cause {
+                    self.violations += 1;
+                }
+                self.last_exit = Some(cause.describe());
+            }
+            Fact::Recycled {
+                cause,
+                reason,
+                old_pid,
+                new_pid,
+                ..
+            } => {
+                match cause.origin() {
+                    "policy" => self.recycles.policy += 1,
+                    "operator" => self.recycles.operator += 1,
+                    _ => self.recycles.self_ += 1,
+                }
+                *self
+                    .recycle_reasons
+                    .entry(cause.key().to_owned())
+                    .or_default() += 1;
+                self.last_recycle = Some(LastRecycle {
+                    origin: cause.origin(),
+                    reason: reason.clone(),
+                    at_ms,
+                    old_pid: *old_pid,
+                    new_pid: *new_pid,
+                });
+            }
+            Fact::DrainEscalated { .. } => self.escalations += 1,
+            _ => {}
+        }
     }
 
     /// The stable JSON shape of `wfhost status --json` (DESIGN §8), with
@@ -202,7 +288,7 @@ impl Status {
         let buffered = if self.state == State::Ready {
             0
         } else {
-            mail.inbox.min(BUFFERED_MAX)
+            mail.inbox
         };
         let since =
             |t: Option<Instant>| t.map(|t| now.saturating_duration_since(t).as_millis() as u64);
@@ -221,14 +307,15 @@ impl Status {
             "last_recycle": self.last_recycle,
             "drain": {
                 "active": self.drain.active,
-                "budget_ms": self.drain.budget_ms,
-                "used_ms": self.drain_used_ms(now),
+                "budget_ms": self.drain.budget_ms(),
+                "used_ms": self.drain.used_ms(now),
                 "escalated": self.drain.escalated,
-                "purpose": self.drain.purpose,
+                "purpose": self.drain_purpose.map(DrainPurpose::as_str),
             },
             "cancels_pending": self.cancels_pending,
             "journal_error": self.journal_error,
             "steps": self.steps,
+            "steps_in_flight": self.steps_in_flight,
             "mail": {
                 "inbox": mail.inbox,
                 "processing": mail.processing,

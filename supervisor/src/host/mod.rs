@@ -11,12 +11,15 @@ use nix::unistd::Pid;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
+use wfhost_policy::life::{RecycleCause, Request};
+
 use crate::config::Config;
-use crate::deployment::{DeploymentHandle, Request};
+use crate::deployment::{Ask, DeploymentHandle};
+use crate::observe::status::State;
 use crate::procfs;
-use crate::recycle::Origin;
 use crate::shared::Shared;
-use crate::status::State;
+
+pub mod policy_tick;
 
 /// Live deployments by id, shared with the control socket.
 pub type Registry = Arc<RwLock<BTreeMap<String, DeploymentHandle>>>;
@@ -97,7 +100,7 @@ impl Supervisor {
                     .write()
                     .unwrap_or_else(|p| p.into_inner())
                     .remove(id);
-                let _ = handle.requests.send(Request::Stop).await;
+                handle.tell(Ask::Life(Request::Stop)).await;
                 summary.removed.push(id.clone());
             }
         }
@@ -110,11 +113,11 @@ impl Supervisor {
                 Some(handle) if *handle.config() != *d => {
                     handle.reconfigure(Arc::new(d.clone()));
                     let request = Request::Recycle {
-                        origin: Origin::Operator,
+                        cause: RecycleCause::Operator,
                         reason: "config reload".into(),
-                        reply: None,
+                        waiter: None,
                     };
-                    let _ = handle.requests.send(request).await;
+                    handle.tell(Ask::Life(request)).await;
                     summary.changed.push(d.id.clone());
                 }
                 Some(_) => {}
@@ -128,11 +131,11 @@ impl Supervisor {
     pub async fn recycle_all(&self, reason: &str) {
         for h in self.handles() {
             let request = Request::Recycle {
-                origin: Origin::Operator,
+                cause: RecycleCause::Operator,
                 reason: reason.to_owned(),
-                reply: None,
+                waiter: None,
             };
-            let _ = h.requests.send(request).await;
+            h.tell(Ask::Life(request)).await;
         }
     }
 
@@ -173,7 +176,7 @@ impl Supervisor {
             .values()
             .filter_map(|h| {
                 let left = h.with_status(|s| {
-                    let left = s.drain.budget_ms.saturating_sub(s.drain_used_ms(now));
+                    let left = s.drain.budget_ms().saturating_sub(s.drain.used_ms(now));
                     (s.drain.active && !s.drain.escalated && left > 0).then_some(left)
                 })?;
                 Some(Duration::from_millis(left) + h.config().kill_timeout)
@@ -185,7 +188,7 @@ impl Supervisor {
     /// then waits until every child is reaped.
     pub async fn request_stop(&self) {
         for d in self.handles() {
-            let _ = d.requests.send(Request::Stop).await;
+            d.tell(Ask::Life(Request::Stop)).await;
         }
     }
 
@@ -199,8 +202,8 @@ impl Supervisor {
             .cloned()
             .collect();
         for d in handles {
-            let _ = d.requests.send(Request::Stop).await;
-            let _ = d.requests.send(Request::Kill).await;
+            d.tell(Ask::Life(Request::Stop)).await;
+            d.tell(Ask::Life(Request::Kill)).await;
         }
     }
 

@@ -14,10 +14,11 @@ use tokio::sync::mpsc;
 use tracing::info;
 use wfhost_policy::recycle::{Jitter, RecycleBounds};
 
-use crate::deployment::Request;
+use wfhost_policy::life::{RecycleCause, Request};
+
+use crate::deployment::{Ask, recycle};
+use crate::observe::status::Status;
 use crate::procfs::RssReader;
-use crate::recycle::{self, Origin};
-use crate::status::Status;
 
 /// One live child under the policy's eye.
 pub struct Watched {
@@ -39,7 +40,7 @@ pub struct Watched {
     pub status: Arc<Mutex<Status>>,
     /// Where a recycle is asked for (weak: the deployment's task owns the
     /// channel's life).
-    pub requests: mpsc::WeakSender<Request>,
+    pub asks: mpsc::WeakSender<Ask>,
     /// A recycle was asked for this child: later ticks only read RSS.
     pub asked: AtomicBool,
 }
@@ -61,20 +62,20 @@ impl Watched {
             return;
         }
         let sample = recycle::sample(self.started_at, rss_bytes, self.grants_read_at, now);
-        let Some(reason) = self.bounds.check(&sample, self.jitter) else {
+        let Some(bound) = self.bounds.check(&sample, self.jitter) else {
             return;
         };
-        let reason = recycle::policy_reason(reason, &sample, &self.bounds);
-        let Some(requests) = self.requests.upgrade() else {
+        let reason = recycle::policy_reason(bound, &sample, &self.bounds);
+        let Some(asks) = self.asks.upgrade() else {
             return;
         };
         let request = Request::Recycle {
-            origin: Origin::Policy,
+            cause: RecycleCause::Bound(bound),
             reason: reason.clone(),
-            reply: None,
+            waiter: None,
         };
         // A full queue is tried again at the next tick.
-        if requests.try_send(request).is_ok() {
+        if asks.try_send(Ask::Life(request)).is_ok() {
             self.asked.store(true, Ordering::Relaxed);
             info!(deployment = %self.deployment, pid = self.pid, reason = %reason, "recycle bound passed");
         }

@@ -24,10 +24,10 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tracing::{debug, warn};
 
+use crate::host::Registry;
+use crate::observe::status::{State, Status};
 use crate::shared::Shared;
-use crate::status::{State, Status};
 use crate::store::MailCounts;
-use crate::supervisor::Registry;
 
 /// The most request-head bytes read from a client.
 pub const MAX_HEAD: usize = 8 * 1024;
@@ -453,14 +453,14 @@ pub fn render(snapshots: &[(Status, MailCounts)], now: Instant) -> String {
         e.sample(
             name,
             &[("deployment", &s.id)],
-            seconds(s.drain_used_ms(now)),
+            seconds(s.drain.used_ms(now)),
         );
     }
 
     let name = "wfhost_drain_budget_seconds";
     e.family(name, "gauge", "The drain budget in force.");
     for (s, _) in snapshots {
-        e.sample(name, &[("deployment", &s.id)], seconds(s.drain.budget_ms));
+        e.sample(name, &[("deployment", &s.id)], seconds(s.drain.budget_ms()));
     }
 
     let name = "wfhost_drain_escalations_total";
@@ -631,7 +631,7 @@ mod tests {
     fn renders_every_family_for_a_deployment() {
         let start = Instant::now();
         let now = start + Duration::from_millis(5123);
-        let mut s = Status::new("billing", 60_000);
+        let mut s = Status::new("billing", Duration::from_millis(60000));
         s.state = State::Draining;
         s.pid = Some(4242);
         s.started_at = Some(start);
@@ -646,8 +646,10 @@ mod tests {
         s.violations = 4;
         s.cancels_pending = 1;
         s.drain.active = true;
-        s.drain.used_ms = 1000;
-        s.drain.running_since = Some(start + Duration::from_millis(4000));
+        // 2,123 ms of cancel-behaviour time by `now`.
+        let mut budget = wfhost_policy::DrainBudget::new(Duration::from_secs(60));
+        budget.start(start + Duration::from_millis(3000), true);
+        s.drain.budget = Some(budget);
         let mail = MailCounts {
             inbox: 5,
             processing: 1,
@@ -713,7 +715,13 @@ wfhost_cancels_pending{deployment="billing"} 1
     #[test]
     fn leaves_out_what_cannot_be_measured() {
         let now = Instant::now();
-        let text = render(&[(Status::new("idle", 1500), MailCounts::default())], now);
+        let text = render(
+            &[(
+                Status::new("idle", Duration::from_millis(1500)),
+                MailCounts::default(),
+            )],
+            now,
+        );
         assert!(!text.contains("wfhost_child_rss_bytes{"), "{text}");
         assert!(!text.contains("wfhost_child_uptime_seconds{"), "{text}");
         assert!(!text.contains("wfhost_recycles_by_reason_total{"), "{text}");
@@ -731,8 +739,14 @@ wfhost_cancels_pending{deployment="billing"} 1
     #[test]
     fn groups_samples_by_family_across_deployments() {
         let now = Instant::now();
-        let a = (Status::new("a", 1000), MailCounts::default());
-        let b = (Status::new("b", 1000), MailCounts::default());
+        let a = (
+            Status::new("a", Duration::from_millis(1000)),
+            MailCounts::default(),
+        );
+        let b = (
+            Status::new("b", Duration::from_millis(1000)),
+            MailCounts::default(),
+        );
         let text = render(&[a, b], now);
         let restarts: Vec<&str> = text
             .lines()
@@ -758,7 +772,7 @@ wfhost_cancels_pending{deployment="billing"} 1
         assert_eq!(escape_label(r#"a"b\c"#), r#"a\"b\\c"#);
         assert_eq!(escape_label("x\ny"), r"x\ny");
         assert_eq!(escape_label("max_rss"), "max_rss");
-        let mut s = Status::new("d", 1000);
+        let mut s = Status::new("d", Duration::from_millis(1000));
         s.recycle_reasons.insert("we\"ird\\\n".into(), 1);
         let text = render(&[(s, MailCounts::default())], Instant::now());
         assert!(

@@ -5,19 +5,19 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use ed25519_dalek::SigningKey;
-use tokio::sync::oneshot;
-use wfhost_ipc::{CancelOrigin, CancelRequested, SignedCancel};
+use std::sync::Arc;
 
-use crate::shared::unix_ms;
+use ed25519_dalek::SigningKey;
+use wfhost_ipc::{CancelOrigin, CancelRequested, SignedCancel};
+use wfhost_policy::Fact;
+
+use super::Waiter;
+use crate::shared::{Shared, unix_ms};
 
 /// First retry delay after a refused commit.
 const RETRY_INITIAL: Duration = Duration::from_millis(100);
 /// Longest retry delay.
 const RETRY_MAX: Duration = Duration::from_secs(5);
-
-/// A reply owed to an operator waiting for their cancel to be applied.
-pub type Reply = oneshot::Sender<Result<u64, String>>;
 
 /// One signed cancel not yet committed.
 #[derive(Debug)]
@@ -25,7 +25,7 @@ pub struct Pending {
     /// The signed request.
     pub signed: SignedCancel,
     /// Who waits for it.
-    pub reply: Option<Reply>,
+    pub reply: Option<Waiter>,
 }
 
 /// Cancels waiting for the journal, in the order they were issued.
@@ -34,6 +34,38 @@ pub struct CancelQueue {
     queue: VecDeque<Pending>,
     retry_at: Option<Instant>,
     failures: u32,
+}
+
+/// A cancel's journal commit running on its own task, so the deployment's
+/// loop keeps serving while the store waits on a lock or a disk.
+pub type Commit = tokio::task::JoinHandle<Result<u64, String>>;
+
+/// The running commit's result; never resolves when none runs.
+/// Cancel-safe.
+pub async fn wait_commit(commit: &mut Option<Commit>) -> Result<u64, String> {
+    match commit {
+        Some(task) => {
+            let result = task
+                .await
+                .unwrap_or_else(|e| Err(format!("journal task failed: {e}")));
+            *commit = None;
+            result
+        }
+        None => std::future::pending().await,
+    }
+}
+
+/// Starts committing the next due cancel to the journal, if one is due.
+pub fn start_commit(queue: &CancelQueue, shared: &Arc<Shared>, deployment: &str) -> Option<Commit> {
+    let pending = queue.due(Instant::now())?;
+    let fact = Fact::CancelCommitted {
+        cancel: journal_body(&pending.signed),
+        journal_seq: None,
+    };
+    let (shared, id) = (shared.clone(), deployment.to_owned());
+    Some(tokio::spawn(async move {
+        shared.record_durably(&id, &fact).await
+    }))
 }
 
 /// Builds and signs a cancel request.
@@ -70,7 +102,7 @@ pub fn journal_body(signed: &SignedCancel) -> serde_json::Value {
 
 impl CancelQueue {
     /// Queues a signed cancel behind any already waiting.
-    pub fn push(&mut self, signed: SignedCancel, reply: Option<Reply>) {
+    pub fn push(&mut self, signed: SignedCancel, reply: Option<Waiter>) {
         self.queue.push_back(Pending { signed, reply });
     }
 
@@ -118,7 +150,7 @@ impl CancelQueue {
     pub fn abandon(&mut self, error: &str) {
         for p in self.queue.drain(..) {
             if let Some(reply) = p.reply {
-                let _ = reply.send(Err(error.to_owned()));
+                reply.fail(error.to_owned());
             }
         }
         self.retry_at = None;

@@ -14,7 +14,15 @@ use std::sync::mpsc;
 use nix::sys::socket::{AddressFamily, SockFlag, SockType, socketpair};
 use tokio::process::{Child, ChildStderr, ChildStdout, Command};
 use tokio::sync::oneshot;
-use wfhost_ipc::handshake::CONTROL_FD;
+use wfhost_ipc::PROTOCOL_VERSION;
+use wfhost_ipc::handshake::{
+    CONTROL_FD, ENV_CHANNEL_ID, ENV_CONTROL_FD, ENV_DEPLOYMENT, ENV_PROTOCOL, ENV_SUPERVISOR_KEY,
+};
+
+use crate::config::DeploymentConfig;
+
+/// PATH given to children that configure none (as systemd does).
+const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 /// Everything needed to start one child, built before the fork so nothing
 /// is allocated after it.
@@ -83,6 +91,32 @@ impl Spawner {
         let gone = || io::Error::other("the spawner thread has stopped");
         self.tx.send((spec, reply)).map_err(|_| gone())?;
         rx.await.map_err(|_| gone())?
+    }
+}
+
+/// The child's environment: configured variables, a default PATH, then the
+/// `WFHOST_*` contract (which configuration cannot override).
+pub fn child_spec(cfg: &DeploymentConfig, channel_id: &str, public_key: &str) -> ChildSpec {
+    let mut env: Vec<(String, String)> = cfg
+        .env
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    if !cfg.env.contains_key("PATH") {
+        env.push(("PATH".into(), DEFAULT_PATH.into()));
+    }
+    env.push((ENV_CONTROL_FD.into(), CONTROL_FD.to_string()));
+    env.push((ENV_CHANNEL_ID.into(), channel_id.into()));
+    env.push((ENV_PROTOCOL.into(), PROTOCOL_VERSION.to_string()));
+    env.push((ENV_DEPLOYMENT.into(), cfg.id.clone()));
+    env.push((ENV_SUPERVISOR_KEY.into(), public_key.into()));
+    ChildSpec {
+        program: cfg.command[0].clone().into(),
+        args: cfg.command[1..].to_vec(),
+        env,
+        uid: cfg.uid,
+        gid: cfg.gid,
+        working_dir: cfg.working_dir.clone(),
     }
 }
 

@@ -3,9 +3,9 @@
 
 use std::path::PathBuf;
 
+use super::protocol::{self as control, Envelope, Request, Response};
+use super::server::socket_path;
 use crate::config;
-use crate::control::{self, Envelope, Request, Response};
-use crate::control_server::socket_path;
 use crate::exit;
 
 /// How a client command finds the supervisor.

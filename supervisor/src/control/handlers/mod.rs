@@ -1,0 +1,80 @@
+//! One handler per control request, each answering for one deployment (or
+//! all) from the supervisor's registry.
+
+pub mod cancel;
+pub mod drain;
+pub mod events;
+pub mod kill;
+pub mod recycle;
+pub mod resume;
+pub mod send;
+pub mod status;
+
+use std::sync::Arc;
+
+use tokio::net::UnixStream;
+
+use super::protocol::{Request, Response};
+use crate::deployment::{Asked, DeploymentHandle};
+use crate::exit;
+use crate::host::Registry;
+use crate::shared::Shared;
+
+/// What a handler needs.
+#[derive(Clone)]
+pub struct Context {
+    /// The live deployments.
+    pub registry: Registry,
+    /// The store and the rest.
+    pub shared: Arc<Shared>,
+}
+
+/// Answers one (non-streaming) request.
+pub async fn answer(request: Request, stream: &mut UnixStream, ctx: &Context) -> Response {
+    let answered = match request {
+        Request::Status => status::answer(ctx).await,
+        Request::Kill { deployment } => kill::answer(ctx, &deployment).await,
+        Request::Drain { deployment } => drain::answer(ctx, &deployment).await,
+        Request::Resume { deployment } => resume::answer(ctx, &deployment).await,
+        Request::Recycle { deployment, reason } => recycle::answer(ctx, &deployment, reason).await,
+        Request::Cancel { deployment, run } => cancel::answer(ctx, &deployment, run).await,
+        Request::Send {
+            deployment,
+            payload_bytes,
+            key,
+        } => send::answer(ctx, stream, &deployment, payload_bytes, key).await,
+        Request::Events { .. } => Err(Response::failed(
+            exit::USAGE,
+            "events is a streaming request",
+        )),
+    };
+    match answered {
+        Ok(r) | Err(r) => r,
+    }
+}
+
+/// The handle of deployment `id`, or a refusal listing the known ones.
+pub fn lookup(registry: &Registry, id: &str) -> Result<DeploymentHandle, Response> {
+    let map = registry.read().unwrap_or_else(|p| p.into_inner());
+    map.get(id).cloned().ok_or_else(|| {
+        let known: Vec<&str> = map.keys().map(String::as_str).collect();
+        Response::failed(
+            exit::FAILED,
+            format!(
+                "unknown deployment {id:?}; known deployments: {}",
+                known.join(", ")
+            ),
+        )
+    })
+}
+
+/// The refusal for a request a deployment did not carry out.
+pub fn refused(asked: Asked) -> Response {
+    match asked {
+        Asked::Refused(e) => Response::failed(exit::FAILED, e),
+        Asked::Gone => Response::failed(
+            exit::FAILED,
+            "the deployment is shutting down; nothing was done",
+        ),
+    }
+}

@@ -1,0 +1,253 @@
+//! The supervisor's end of the control socket: binding (never stealing a
+//! live socket), admission by peer credentials, and answering requests.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use nix::unistd::{Gid, Uid};
+use tokio::net::{UnixListener, UnixStream};
+use tracing::{debug, warn};
+
+use super::handlers::{self, Context as ClientContext};
+use super::protocol::{self, Envelope, Request, Response, SOCKET_NAME};
+use crate::config::SupervisorSettings;
+use crate::exit;
+use crate::host::Registry;
+use crate::shared::Shared;
+
+/// Where the control socket lives: `$RUNTIME_DIRECTORY` when systemd sets
+/// one, else the state dir.
+pub fn socket_path(state_dir: &Path) -> PathBuf {
+    match std::env::var_os("RUNTIME_DIRECTORY") {
+        // systemd may list several directories separated by ':'.
+        Some(dirs) if !dirs.is_empty() => {
+            let dirs = dirs.to_string_lossy().into_owned();
+            let first = dirs.split(':').next().unwrap_or(&dirs).to_owned();
+            PathBuf::from(first).join(SOCKET_NAME)
+        }
+        _ => state_dir.join(SOCKET_NAME),
+    }
+}
+
+/// The bound control socket.
+pub struct Server {
+    listener: UnixListener,
+    path: PathBuf,
+    link: Option<PathBuf>,
+    admin_gid: Option<Gid>,
+    registry: Registry,
+    shared: Arc<Shared>,
+}
+
+impl Server {
+    /// Binds the socket with mode 0600. A stale socket (nobody answers) is
+    /// replaced; a live one belongs to another supervisor and is refused.
+    pub fn bind(
+        settings: &SupervisorSettings,
+        registry: Registry,
+        shared: Arc<Shared>,
+    ) -> anyhow::Result<Self> {
+        let path = socket_path(&settings.state_dir);
+        if path.exists() {
+            match std::os::unix::net::UnixStream::connect(&path) {
+                Ok(stream) => {
+                    let holder = nix::sys::socket::getsockopt(
+                        &stream,
+                        nix::sys::socket::sockopt::PeerCredentials,
+                    )
+                    .map(|c| format!("pid {}", c.pid()))
+                    .unwrap_or_else(|_| "another process".to_owned());
+                    bail!(
+                        "another supervisor ({holder}) is running on {}; stop it first, or use another state_dir",
+                        path.display()
+                    );
+                }
+                Err(_) => std::fs::remove_file(&path).with_context(|| {
+                    format!("cannot remove the stale control socket {}", path.display())
+                })?,
+            }
+        }
+        let listener = UnixListener::bind(&path)
+            .with_context(|| format!("cannot bind the control socket {}", path.display()))?;
+        let admin_gid = match &settings.admin_group {
+            Some(name) => match nix::unistd::Group::from_name(name) {
+                Ok(Some(g)) => Some(g.gid),
+                _ => bail!("admin_group {name:?} does not exist; create it or remove the setting"),
+            },
+            None => None,
+        };
+        // 0600 unless an admin group is configured: then the group may
+        // connect too (SO_PEERCRED still checks every caller).
+        let mode = if let Some(gid) = admin_gid {
+            nix::unistd::chown(&path, None, Some(gid))
+                .with_context(|| format!("cannot give {} to admin_group", path.display()))?;
+            0o660
+        } else {
+            0o600
+        };
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))
+            .with_context(|| format!("cannot set mode {mode:o} on {}", path.display()))?;
+        // Under systemd the socket lives in $RUNTIME_DIRECTORY; a link in the
+        // state dir lets `--config` clients (which lack that variable) find it.
+        let link = settings.state_dir.join(SOCKET_NAME);
+        let link = if link != path {
+            let _ = std::fs::remove_file(&link);
+            std::os::unix::fs::symlink(&path, &link)
+                .with_context(|| format!("cannot link {} to {}", link.display(), path.display()))?;
+            Some(link)
+        } else {
+            None
+        };
+        Ok(Self {
+            listener,
+            path,
+            link,
+            admin_gid,
+            registry,
+            shared,
+        })
+    }
+
+    /// The socket's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Accepts and answers clients until the task is aborted.
+    pub async fn serve(self) {
+        loop {
+            match self.listener.accept().await {
+                Ok((stream, _)) => {
+                    let ctx = ClientContext {
+                        registry: self.registry.clone(),
+                        shared: self.shared.clone(),
+                    };
+                    tokio::spawn(serve_client(stream, ctx, self.admin_gid));
+                }
+                Err(e) => {
+                    warn!(error = %e, "control socket accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+        if let Some(link) = &self.link {
+            let _ = std::fs::remove_file(link);
+        }
+    }
+}
+
+/// Whether a peer may use the socket: root, our own user, or a member of
+/// the configured admin group.
+fn admitted(uid: u32, gid: u32, admin_gid: Option<Gid>) -> bool {
+    if uid == 0 || uid == Uid::current().as_raw() {
+        return true;
+    }
+    let Some(admin) = admin_gid else { return false };
+    if gid == admin.as_raw() {
+        return true;
+    }
+    match nix::unistd::User::from_uid(Uid::from_raw(uid)) {
+        Ok(Some(user)) => std::ffi::CString::new(user.name)
+            .ok()
+            .and_then(|name| nix::unistd::getgrouplist(&name, user.gid).ok())
+            .is_some_and(|groups| groups.contains(&admin)),
+        _ => false,
+    }
+}
+
+/// How long a client may take to send its request.
+pub(super) const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Most request bytes read from a client that is about to be refused.
+const REFUSED_READ_LIMIT: usize = 64 << 10;
+
+/// Reads (and drops) a refused client's request, bounded in size and time,
+/// so it is waiting for the answer when the refusal is written, rather
+/// than finding a closed socket.
+async fn discard_request(stream: &mut UnixStream) {
+    use tokio::io::AsyncReadExt;
+    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+        let len = stream.read_u32().await? as usize;
+        let mut left = len.min(REFUSED_READ_LIMIT);
+        let mut buf = [0u8; 4096];
+        while left > 0 {
+            let want = left.min(buf.len());
+            let n = stream.read(&mut buf[..want]).await?;
+            if n == 0 {
+                break;
+            }
+            left -= n;
+        }
+        Ok::<(), std::io::Error>(())
+    })
+    .await;
+}
+
+async fn serve_client(mut stream: UnixStream, ctx: ClientContext, admin_gid: Option<Gid>) {
+    let request = match stream.peer_cred() {
+        Ok(cred) if admitted(cred.uid(), cred.gid(), admin_gid) => {
+            let read = tokio::time::timeout(
+                REQUEST_TIMEOUT,
+                protocol::read_message::<Envelope>(&mut stream),
+            );
+            let read = match read.await {
+                Ok(r) => r,
+                Err(_) => Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "no request within 10s",
+                )),
+            };
+            match read {
+                Ok(envelope) if envelope.v != protocol::VERSION => Err(Response::failed(
+                    exit::USAGE,
+                    format!(
+                        "control protocol version {} is not spoken here (supervisor speaks {}); use a matching wfhost",
+                        envelope.v,
+                        protocol::VERSION
+                    ),
+                )),
+                Ok(envelope) => Ok(envelope.request),
+                Err(e) => {
+                    debug!(error = %e, "unreadable control request");
+                    Err(Response::failed(
+                        exit::USAGE,
+                        format!("unreadable control request: {e}"),
+                    ))
+                }
+            }
+        }
+        Ok(cred) => {
+            warn!(uid = cred.uid(), pid = ?cred.pid(), "refused a control-socket client");
+            discard_request(&mut stream).await;
+            Err(Response::failed(
+                exit::FAILED,
+                format!(
+                    "permission denied: uid {} is not root, the supervisor's user, or in its admin_group; \
+                     run as one of those or ask for admin_group membership",
+                    cred.uid()
+                ),
+            ))
+        }
+        Err(e) => Err(Response::failed(
+            exit::FAILED,
+            format!("cannot read peer credentials: {e}"),
+        )),
+    };
+    let response = match request {
+        Ok(Request::Events { after, follow }) => {
+            return handlers::events::stream(stream, &ctx.shared, after, follow).await;
+        }
+        Ok(request) => handlers::answer(request, &mut stream, &ctx).await,
+        Err(response) => response,
+    };
+    let _ = protocol::write_message(&mut stream, &response).await;
+}

@@ -1,0 +1,312 @@
+//! The live child's I/O: the process (spawned, signalled, reaped), its
+//! control channel (frames in, messages out with a bound on how long a
+//! send may wait), and the handshake, read frame by frame like everything
+//! else so the deployment's loop never waits on the child alone.
+
+use std::process::ExitStatus as OsExitStatus;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
+use tokio::process::Child;
+use tracing::{debug, warn};
+use wfhost_ipc::{
+    Control, Event, FrameReader, FrameWriter, Grants, Hello, Limits, PROTOCOL_VERSION,
+    ProtocolViolation, TransportError, Welcome, key,
+};
+use wfhost_policy::life::{ExitStatus, Fresh};
+
+use super::grants;
+use super::output;
+use super::spawn::{self, Spawned};
+use crate::config::DeploymentConfig;
+use crate::shared::Shared;
+
+/// How long a stop waits to hand `Shutdown` to a child before signalling.
+const SHUTDOWN_SEND_TIMEOUT: Duration = Duration::from_millis(100);
+
+/// How long to read what an exited child wrote last: it is already in the
+/// socket, but a grandchild that inherited the channel could hold it open.
+const LEFTOVER_WAIT: Duration = Duration::from_millis(250);
+
+/// Where the handshake is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    Hello,
+    Ready,
+    Live,
+}
+
+/// What a frame from the child amounts to.
+#[derive(Debug)]
+pub enum Frame {
+    /// The child is ready (its handshake is complete).
+    Ready,
+    /// An event of a live child.
+    Event(Event),
+    /// The child closed its channel.
+    Closed,
+    /// The child broke the protocol.
+    Violation(String),
+    /// A handshake frame, answered; nothing for the deployment to do.
+    Handshake,
+}
+
+/// What came from the child process.
+pub enum Arrived {
+    /// A frame (or the channel's end or breakage).
+    Frame(Result<Option<Event>, TransportError>),
+    /// Its exit.
+    Exit(std::io::Result<OsExitStatus>),
+}
+
+/// A child while it lives.
+pub struct LiveChild {
+    process: Child,
+    /// Its pid.
+    pub pid: u32,
+    /// The channel id minted for this spawn.
+    pub channel_id: String,
+    reader: FrameReader<Event>,
+    writer: FrameWriter<Control>,
+    grants: Grants,
+    /// When its grants were read, if it has a grants file.
+    pub grants_read_at: Option<Instant>,
+    /// When it was spawned.
+    pub started_at: Instant,
+    stage: Stage,
+    /// The channel still yields frames (it ended, or broke, otherwise).
+    reading: bool,
+    /// A send timed out: the child no longer reads its channel.
+    pub stalled: bool,
+    /// What its Hello said: whether it takes mail, and who implements it.
+    pub hello: Option<Hello>,
+}
+
+impl LiveChild {
+    /// Spawns a child for `cfg` with a fresh channel id and freshly read
+    /// grants (or, if the file cannot be read, the `checked` ones a recycle
+    /// read as it began), and records it in the store so a later
+    /// supervisor can clean it up after a crash.
+    pub async fn spawn(
+        cfg: &DeploymentConfig,
+        shared: &Arc<Shared>,
+        checked: Option<Fresh>,
+    ) -> Result<Self, String> {
+        let (grants, grants_read_at) = match &cfg.grants_file {
+            Some(path) => {
+                let (g, at) = match (grants::read(path), checked) {
+                    (Ok(fresh), _) => fresh,
+                    (Err(e), Some(checked)) => {
+                        warn!(deployment = %cfg.id, error = %e,
+                            "grants_file broke during the recycle; the new child gets the grants read when it began");
+                        checked
+                    }
+                    (Err(e), None) => return Err(e),
+                };
+                (g, Some(at))
+            }
+            None => (Grants::default(), None),
+        };
+        let channel_id =
+            wfhost_ipc::new_channel_id().map_err(|e| format!("cannot mint a channel id: {e}"))?;
+        let spec = spawn::child_spec(
+            cfg,
+            &channel_id,
+            &key::public_hex(&shared.key.verifying_key()),
+        );
+        debug!(deployment = %cfg.id, channel = %channel_id, "spawning");
+        let Spawned {
+            child,
+            pid,
+            control,
+            stdout,
+            stderr,
+        } = shared
+            .spawner
+            .spawn(spec)
+            .await
+            .map_err(|e| format!("{}: {e}", cfg.command[0]))?;
+        let started_at = Instant::now();
+        if let Some(out) = stdout {
+            tokio::spawn(output::log_lines(out, cfg.id.clone(), pid, "stdout"));
+        }
+        if let Some(err) = stderr {
+            tokio::spawn(output::log_lines(err, cfg.id.clone(), pid, "stderr"));
+        }
+        shared.remember_child(&cfg.id, pid, &channel_id);
+        let (reader, writer) = wfhost_ipc::split(control, cfg.max_frame_bytes);
+        Ok(Self {
+            process: child,
+            pid,
+            channel_id,
+            reader,
+            writer,
+            grants,
+            grants_read_at,
+            started_at,
+            stage: Stage::Hello,
+            reading: true,
+            stalled: false,
+            hello: None,
+        })
+    }
+
+    /// The next frame, or the process's exit, whichever comes first.
+    /// Cancel-safe.
+    pub async fn next(&mut self) -> Arrived {
+        let reading = self.reading;
+        tokio::select! {
+            read = self.reader.next(), if reading => Arrived::Frame(read),
+            status = self.process.wait() => Arrived::Exit(status),
+        }
+    }
+
+    /// Turns what the channel yielded into what it means, taking the
+    /// handshake's frames (Hello answered with Welcome) on the way.
+    pub async fn frame(
+        &mut self,
+        cfg: &DeploymentConfig,
+        read: Result<Option<Event>, TransportError>,
+    ) -> Frame {
+        let event = match read {
+            Ok(Some(event)) => event,
+            Ok(None) => {
+                self.reading = false;
+                return match self.stage {
+                    Stage::Hello => Frame::Violation("channel closed before Hello".into()),
+                    Stage::Ready => Frame::Violation("channel closed before Ready".into()),
+                    Stage::Live => Frame::Closed,
+                };
+            }
+            Err(e) => {
+                self.reading = false;
+                return Frame::Violation(transport(e));
+            }
+        };
+        match (self.stage, event) {
+            (Stage::Hello, Event::Hello(hello)) => self.welcome(cfg, hello).await,
+            (Stage::Ready, Event::Ready) => {
+                self.stage = Stage::Live;
+                Frame::Ready
+            }
+            (Stage::Live, event @ (Event::Hello(_) | Event::Ready))
+            | (Stage::Hello | Stage::Ready, event) => {
+                let state = match self.stage {
+                    Stage::Hello => "waiting for Hello",
+                    Stage::Ready => "waiting for Ready",
+                    Stage::Live => "ready",
+                };
+                Frame::Violation(unexpected_in(event.name(), state))
+            }
+            (Stage::Live, event) => Frame::Event(event),
+        }
+    }
+
+    /// Checks a Hello against the minted channel and answers it.
+    async fn welcome(&mut self, cfg: &DeploymentConfig, hello: Hello) -> Frame {
+        if let Err(v) = hello.check(&self.channel_id) {
+            return Frame::Violation(v.to_string());
+        }
+        self.hello = Some(hello);
+        let welcome = Welcome {
+            protocol: PROTOCOL_VERSION,
+            deployment: cfg.id.clone(),
+            grants_snapshot: self.grants.clone(),
+            limits: Limits {
+                max_frame_bytes: cfg.max_frame_bytes,
+                max_mail_bytes: cfg.max_mail_bytes,
+                drain_timeout_ms: millis(cfg.drain_timeout),
+                liveness_timeout_ms: millis(cfg.liveness_timeout),
+            },
+        };
+        match self.send(cfg, Control::Welcome(welcome)).await {
+            Ok(()) => {
+                self.stage = Stage::Ready;
+                Frame::Handshake
+            }
+            Err(e) => Frame::Violation(e),
+        }
+    }
+
+    /// Sends one message, giving up after `liveness_timeout`: a child that
+    /// stops reading its channel must not wedge its deployment's task. A
+    /// send that times out marks the child stalled (a half-written frame
+    /// leaves the channel unusable), and it is killed as hung.
+    pub async fn send(&mut self, cfg: &DeploymentConfig, message: Control) -> Result<(), String> {
+        match tokio::time::timeout(cfg.liveness_timeout, self.writer.send(message)).await {
+            Ok(result) => result.map_err(|e| e.to_string()),
+            Err(_) => {
+                self.stalled = true;
+                Err("the child has not read its control channel within liveness_timeout".into())
+            }
+        }
+    }
+
+    /// `Shutdown` (best effort: a child that does not read must not delay
+    /// the signal), then SIGTERM to the process group.
+    pub async fn terminate(&mut self) {
+        let _ =
+            tokio::time::timeout(SHUTDOWN_SEND_TIMEOUT, self.writer.send(Control::Shutdown)).await;
+        crate::process::signal_group(self.pid, Signal::SIGTERM);
+    }
+
+    /// SIGKILLs the whole tree.
+    pub fn kill(&self) {
+        crate::process::kill_tree(self.pid);
+    }
+
+    /// What the exited child wrote before it went (its last acks and step
+    /// reports), read to the end of the channel; the exit and the bytes
+    /// before it reach us in either order.
+    pub async fn leftover_events(&mut self) -> Vec<Event> {
+        let mut events = Vec::new();
+        if !self.reading || self.stage != Stage::Live {
+            return events;
+        }
+        let deadline = tokio::time::Instant::now() + LEFTOVER_WAIT;
+        while let Ok(Ok(Some(event))) = tokio::time::timeout_at(deadline, self.reader.next()).await
+        {
+            events.push(event);
+        }
+        self.reading = false;
+        events
+    }
+
+    /// After the exit: stray grandchildren in its group die with it.
+    pub fn reap_group(&self) {
+        crate::process::signal_group(self.pid, Signal::SIGKILL);
+    }
+}
+
+/// An exit status in the machine's terms.
+pub fn exit_status(status: std::io::Result<OsExitStatus>) -> ExitStatus {
+    use std::os::unix::process::ExitStatusExt;
+    match status {
+        Ok(s) => match (s.code(), s.signal()) {
+            (Some(code), _) => ExitStatus::Code(code),
+            (None, Some(sig)) => ExitStatus::Signal(sig),
+            _ => ExitStatus::Unknown,
+        },
+        Err(_) => ExitStatus::Unknown,
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn unexpected_in(message: &str, state: &str) -> String {
+    ProtocolViolation::Unexpected {
+        message: message.to_owned(),
+        state: state.to_owned(),
+    }
+    .to_string()
+}
+
+fn transport(e: TransportError) -> String {
+    match e {
+        TransportError::Violation(v) => v.to_string(),
+        TransportError::Io(e) => format!("control channel I/O: {e}"),
+    }
+}

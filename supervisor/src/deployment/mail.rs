@@ -1,0 +1,176 @@
+//! Mail delivery to one live child: FIFO from the durable inbox, a bounded
+//! window in flight, acknowledgements recorded in the store, and, whatever
+//! ends a child, its unacknowledged mail back at the head of the inbox
+//! (DESIGN §6).
+
+use tracing::{debug, error, info};
+use wfhost_ipc::{Control, Outcome};
+use wfhost_policy::fact::outcome_text;
+
+use super::child::LiveChild;
+use crate::config::DeploymentConfig;
+use crate::shared::{Shared, unix_ms};
+
+/// Most mail items in flight to one child at once.
+pub const WINDOW: usize = 32;
+
+/// What the dispatcher knows between store calls.
+#[derive(Debug)]
+pub struct Dispatch {
+    in_flight: usize,
+    wanted: bool,
+}
+
+impl Default for Dispatch {
+    fn default() -> Self {
+        // A new child may have a backlog waiting.
+        Self {
+            in_flight: 0,
+            wanted: true,
+        }
+    }
+}
+
+impl Dispatch {
+    /// New mail may be waiting (accepted, acked, or replayed).
+    pub fn want(&mut self) {
+        self.wanted = true;
+    }
+
+    /// How many items to take from the inbox now, if any.
+    pub fn to_take(&self) -> Option<usize> {
+        (self.wanted && self.in_flight < WINDOW).then(|| WINDOW - self.in_flight)
+    }
+
+    /// `got` items of `asked` were taken and sent; fewer means the inbox is
+    /// empty for now.
+    pub fn took(&mut self, got: usize, asked: usize) {
+        self.in_flight += got;
+        if got < asked {
+            self.wanted = false;
+        }
+    }
+
+    /// One item was acknowledged: room for another.
+    pub fn acked(&mut self) {
+        self.in_flight = self.in_flight.saturating_sub(1);
+        self.wanted = true;
+    }
+}
+
+/// Sends what the window has room for from the head of the inbox.
+pub async fn deliver(
+    dispatch: &mut Dispatch,
+    child: &mut LiveChild,
+    cfg: &DeploymentConfig,
+    shared: &Shared,
+) {
+    let Some(n) = dispatch.to_take() else {
+        return;
+    };
+    let deployment = cfg.id.clone();
+    let items = match shared
+        .store
+        .call(move |s| s.take_mail(&deployment, n))
+        .await
+    {
+        Ok(Ok(items)) => items,
+        Ok(Err(e)) => {
+            error!(deployment = %cfg.id, error = %e, "cannot take mail from the inbox");
+            dispatch.took(0, n);
+            return;
+        }
+        Err(e) => {
+            error!(deployment = %cfg.id, error = %e, "cannot take mail from the inbox");
+            dispatch.took(0, n);
+            return;
+        }
+    };
+    let got = items.len();
+    for item in items {
+        // A failed send ends the wiring soon; the item is in processing
+        // and goes back to the inbox then.
+        let mail = Control::Mail {
+            id: item.id,
+            attempt: item.attempt,
+            payload: item.payload,
+        };
+        if let Err(e) = child.send(cfg, mail).await {
+            debug!(deployment = %cfg.id, pid = child.pid, error = %e, "mail not sent");
+            break;
+        }
+    }
+    dispatch.took(got, n);
+}
+
+/// Moves acknowledged mail to done; true when it was in processing.
+pub async fn record_ack(shared: &Shared, deployment: &str, id: u64, outcome: &Outcome) -> bool {
+    let (owner, text, at) = (deployment.to_owned(), outcome_text(outcome), unix_ms());
+    match shared
+        .store
+        .call(move |s| s.ack_mail(&owner, id, &text, at))
+        .await
+    {
+        Ok(Ok(true)) => {
+            // The store wrote the `mail_done` event with the ack.
+            shared.events_written();
+            true
+        }
+        Ok(Ok(false)) => {
+            debug!(
+                deployment,
+                mail = id,
+                "ack for mail not in processing; ignored"
+            );
+            false
+        }
+        Ok(Err(e)) => {
+            error!(deployment, mail = id, error = %e, "cannot record a mail ack");
+            false
+        }
+        Err(e) => {
+            error!(deployment, mail = id, error = %e, "cannot record a mail ack");
+            false
+        }
+    }
+}
+
+/// Returns a gone child's unacknowledged mail to the head of the inbox.
+pub async fn replay(shared: &Shared, deployment: &str) {
+    let owner = deployment.to_owned();
+    match shared.store.call(move |s| s.replay_mail(&owner)).await {
+        Ok(Ok(0)) => {}
+        Ok(Ok(n)) => {
+            info!(
+                deployment,
+                items = n,
+                "unacknowledged mail returned to the head of the inbox"
+            )
+        }
+        Ok(Err(e)) => {
+            error!(deployment, error = %e, "cannot return unacknowledged mail to the inbox")
+        }
+        Err(e) => {
+            error!(deployment, error = %e, "cannot return unacknowledged mail to the inbox")
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_window_bounds_what_is_in_flight() {
+        let mut d = Dispatch::default();
+        assert_eq!(d.to_take(), Some(WINDOW));
+        d.took(WINDOW, WINDOW);
+        assert_eq!(d.to_take(), None, "window full");
+        d.acked();
+        assert_eq!(d.to_take(), Some(1));
+        d.took(0, 1);
+        assert_eq!(d.to_take(), None, "inbox empty until new mail");
+        d.want();
+        assert_eq!(d.to_take(), Some(1));
+    }
+}

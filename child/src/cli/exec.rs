@@ -87,7 +87,7 @@ pub async fn run(args: ExecArgs) -> u8 {
             };
         }
     };
-    let pgid = child.id().and_then(|pid| i32::try_from(pid).ok());
+    let pgid = child.id();
     let signal_command = |sig: Signal| {
         if let Some(pgid) = pgid {
             signal_group(pgid, sig);

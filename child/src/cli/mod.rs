@@ -3,6 +3,7 @@
 mod command;
 mod demo;
 mod exec;
+pub mod log;
 
 use std::ffi::OsString;
 

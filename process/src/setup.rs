@@ -70,6 +70,8 @@ impl ChildSetup {
     }
 
     /// Runs in the child between fork and exec. Async-signal-safe only.
+    /// The standard library runs it after any `uid`/`gid` change of the
+    /// command, which would otherwise clear the death signal again.
     fn run(&self) -> io::Result<()> {
         // SAFETY: raw syscalls on integers; each result is checked.
         unsafe {

@@ -20,7 +20,12 @@ pub async fn handshake(s: &mut Subject, l: &Launcher) -> Result<(), Failure> {
     ensure(
         hello.pid == s.pid,
         format!("the Hello to carry the child's pid {}", s.pid),
-        || format!("pid {}", hello.pid),
+        || {
+            format!(
+                "pid {} (a wrapper that starts the child instead of exec-ing it?)",
+                hello.pid
+            )
+        },
     )?;
     ensure(
         hello.takes_mail,

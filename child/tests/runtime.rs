@@ -128,7 +128,7 @@ async fn handshake_then_ready_custom_and_recycle_requests() {
 async fn handshake_refuses_anything_but_a_fitting_welcome() {
     let (rt, _sup) = connect_answering(Some(Control::Ping { nonce: 1 })).await;
     assert!(
-        matches!(&rt, Err(e @ ConnectError::Handshake(_)) if e.to_string().contains("expected Welcome, got Ping"))
+        matches!(&rt, Err(e @ ConnectError::Handshake(_)) if e.to_string().contains("unexpected Ping while waiting for Welcome"))
     );
     let (rt, _sup) = connect_answering(Some(welcome("payroll", DEFAULT_MAX_FRAME_BYTES))).await;
     assert!(

@@ -66,7 +66,7 @@ impl Forgery {
             Self::OtherDeployment => "other-deployment",
             Self::UnknownRun => "unknown-run",
             Self::Malleated => "malleated",
-            Self::ShortSignature => "63-byte-signature",
+            Self::ShortSignature => "short-signature",
             Self::WrongDomain => "wrong-domain",
             Self::SmallOrderR => "small-order-r",
         }

@@ -76,7 +76,7 @@ fn the_list_names_every_scenario_of_the_brief_once() {
         "forged-cancel-other-deployment",
         "forged-cancel-unknown-run",
         "forged-cancel-malleated",
-        "forged-cancel-63-byte-signature",
+        "forged-cancel-short-signature",
         "forged-cancel-wrong-domain",
         "forged-cancel-small-order-r",
         "lease-expiry",

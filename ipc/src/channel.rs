@@ -44,13 +44,15 @@ pub enum HandshakeError {
         got: u32,
     },
     /// The peer closed the channel before the handshake was over.
-    #[error("the channel closed while waiting for {waiting_for}")]
+    #[error("channel closed before {before} ({hint})")]
     Closed {
-        /// What this end was waiting for, and why it may not have come.
-        waiting_for: &'static str,
+        /// The message this end was waiting for.
+        before: &'static str,
+        /// Why it may not have come.
+        hint: &'static str,
     },
     /// The peer sent another message than the handshake calls for.
-    #[error("expected {expected}, got {got}")]
+    #[error("unexpected {got} while waiting for {expected}")]
     Unexpected {
         /// The message the handshake calls for.
         expected: &'static str,
@@ -59,7 +61,7 @@ pub enum HandshakeError {
     },
     /// The Hello does not fit this channel (another channel id, an
     /// oversized implementation name).
-    #[error("refused Hello: {0}")]
+    #[error(transparent)]
     Hello(ProtocolViolation),
     /// The channel failed or carried a broken frame.
     #[error(transparent)]
@@ -99,7 +101,6 @@ impl SupervisorEnd {
     /// version is refused as [`HandshakeError::ChildProtocol`], so a child
     /// of protocol 1 is told so rather than "undecodable".
     pub async fn read_hello(&mut self) -> Result<Hello, HandshakeError> {
-        const WAITING: &str = "the child's Hello (did it start with the control channel at fd 3?)";
         let first = self.reader.next_explained(other_protocol_hello).await;
         let hello = match reset_as_end(first) {
             Ok(Some(Event::Hello(hello))) => hello,
@@ -111,7 +112,8 @@ impl SupervisorEnd {
             }
             Ok(None) => {
                 return Err(HandshakeError::Closed {
-                    waiting_for: WAITING,
+                    before: "Hello",
+                    hint: "did the child start with its control channel at fd 3?",
                 });
             }
             Err(TransportError::Violation(ProtocolViolation::UnsupportedProtocol {
@@ -144,7 +146,8 @@ impl SupervisorEnd {
                 got: other.name(),
             }),
             None => Err(HandshakeError::Closed {
-                waiting_for: "the child's Ready (it may have refused the Welcome)",
+                before: "Ready",
+                hint: "the child may have refused the Welcome",
             }),
         }
     }
@@ -233,7 +236,8 @@ impl ChildEnd {
             }
             None => {
                 return Err(HandshakeError::Closed {
-                    waiting_for: "the supervisor's Welcome (it closes the channel on a Hello with a wrong channel id or protocol)",
+                    before: "Welcome",
+                    hint: "the supervisor closes it on a Hello of a wrong channel id or protocol",
                 });
             }
         };

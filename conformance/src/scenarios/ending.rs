@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use wfhost_ipc::Control;
 
-use super::{nonzero_exit, status_text};
+use super::{refuses, status_text};
 use crate::failure::{Failure, ensure};
 use crate::subject::{Launcher, Subject};
 
@@ -37,23 +37,6 @@ pub async fn eof(s: &mut Subject, l: &Launcher) -> Result<(), Failure> {
     s.wait_exit(EXIT_WITHIN).await.map(|_| ())
 }
 
-/// Fails unless the child exits non-zero within 5 s with something on
-/// stderr.
-async fn refuses(s: &mut Subject, what: &str) -> Result<(), Failure> {
-    let status = s
-        .wait_exit(EXIT_WITHIN)
-        .await
-        .map_err(|f| Failure::new(format!("{} after {what}", f.expected), f.got))?;
-    nonzero_exit(status)
-        .map_err(|f| Failure::new(format!("{} after {what}", f.expected), f.got))?;
-    let stderr = s.stderr().await;
-    ensure(
-        !stderr.trim().is_empty(),
-        format!("a message on stderr after {what}"),
-        || "nothing on stderr".to_owned(),
-    )
-}
-
 /// A header announcing more than the Welcome's `max_frame_bytes` (64 KiB
 /// here) → exit non-zero within 5 s, with a message.
 pub async fn oversize_frame(s: &mut Subject, l: &Launcher) -> Result<(), Failure> {
@@ -68,6 +51,7 @@ pub async fn oversize_frame(s: &mut Subject, l: &Launcher) -> Result<(), Failure
             "a frame header announcing {} bytes (max_frame_bytes {SMALL_FRAME_LIMIT})",
             SMALL_FRAME_LIMIT + 1
         ),
+        EXIT_WITHIN,
     )
     .await
 }
@@ -86,6 +70,7 @@ pub async fn undecodable_frame(s: &mut Subject, l: &Launcher) -> Result<(), Fail
     refuses(
         s,
         &format!("a frame of the unknown Control variant {UNKNOWN_VARIANT}"),
+        EXIT_WITHIN,
     )
     .await
 }

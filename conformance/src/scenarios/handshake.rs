@@ -5,7 +5,7 @@ use std::time::Duration;
 use wfhost_ipc::PROTOCOL_VERSION;
 use wfhost_ipc::handshake::MAX_IMPLEMENTATION_BYTES;
 
-use super::nonzero_exit;
+use super::refuses;
 use crate::failure::{Failure, ensure};
 use crate::subject::{Launcher, Subject};
 
@@ -42,8 +42,8 @@ pub async fn handshake(s: &mut Subject, l: &Launcher) -> Result<(), Failure> {
     s.await_ready().await
 }
 
-/// A Welcome of another protocol makes the child exit non-zero without
-/// sending Ready.
+/// A Welcome of another protocol makes the child exit non-zero, with a
+/// message on stderr, without sending Ready.
 pub async fn wrong_version_welcome(s: &mut Subject, l: &Launcher) -> Result<(), Failure> {
     s.read_hello().await?;
     let mut welcome = l.welcome();
@@ -59,6 +59,10 @@ pub async fn wrong_version_welcome(s: &mut Subject, l: &Launcher) -> Result<(), 
             "Ready",
         ));
     }
-    let status = s.wait_exit(EXIT_WITHIN).await?;
-    nonzero_exit(status)
+    refuses(
+        s,
+        &format!("a Welcome of protocol {}", PROTOCOL_VERSION + 1),
+        EXIT_WITHIN,
+    )
+    .await
 }

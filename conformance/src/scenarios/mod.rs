@@ -147,11 +147,24 @@ pub fn status_text(status: ExitStatus) -> String {
     }
 }
 
-/// Fails unless the child exited with a non-zero code of its own (a crash
-/// by signal is no clean refusal).
-pub fn nonzero_exit(status: ExitStatus) -> Result<(), Failure> {
-    match status.code() {
-        Some(code) if code != 0 => Ok(()),
-        _ => Err(Failure::new("a non-zero exit code", status_text(status))),
+/// Fails unless the child exits within `within`, after `what`, with a
+/// non-zero code of its own (a crash by signal is no clean refusal) and a
+/// message on stderr.
+pub async fn refuses(s: &mut Subject, what: &str, within: Duration) -> Result<(), Failure> {
+    let after = |f: Failure| Failure::new(format!("{} after {what}", f.expected), f.got);
+    let status = s.wait_exit(within).await.map_err(after)?;
+    if status.code().is_none_or(|code| code == 0) {
+        return Err(after(Failure::new(
+            "a non-zero exit code",
+            status_text(status),
+        )));
     }
+    let stderr = s.stderr().await;
+    if stderr.trim().is_empty() {
+        return Err(after(Failure::new(
+            "a message on stderr",
+            "nothing on stderr",
+        )));
+    }
+    Ok(())
 }

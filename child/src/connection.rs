@@ -1,13 +1,11 @@
 //! Taking the inherited control fd and the handshake: `Hello` up,
-//! `Welcome` down.
+//! `Welcome` down (the child end of `wfhost_ipc::channel`).
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use tokio::net::UnixStream;
-use wfhost_ipc::{
-    Control, Event, FrameReader, FrameWriter, Hello, MAX_FRAME_LIMIT, PROTOCOL_VERSION, Welcome,
-};
+use wfhost_ipc::{ChildEnd, Hello, Welcomed};
 
 use crate::env::ChildEnv;
 use crate::error::ConnectError;
@@ -51,61 +49,26 @@ pub(crate) fn take_control_fd(fd: RawFd) -> Result<UnixStream, ConnectError> {
     UnixStream::from_std(std_stream).map_err(fd_err)
 }
 
-/// The framed channel after a successful handshake.
-pub(crate) struct Connected {
-    pub(crate) reader: FrameReader<Control>,
-    pub(crate) writer: FrameWriter<Event>,
-    pub(crate) welcome: Welcome,
-}
-
-/// Sends `Hello` and waits for `Welcome`; anything else first is an error.
+/// Sends `Hello` and waits for a `Welcome` of this protocol version for
+/// this deployment, through the child end of the channel.
 pub(crate) async fn handshake(
     stream: UnixStream,
     env: &ChildEnv,
     options: &Options,
-) -> Result<Connected, ConnectError> {
-    // Read with the largest limit any configuration allows: the supervisor's
-    // configured limit is only known from Welcome, and it is trusted.
-    let (mut reader, mut writer) =
-        wfhost_ipc::split::<Control, Event>(stream, MAX_FRAME_LIMIT as u32);
-    writer
-        .send(Event::Hello(Hello {
-            protocol: env.protocol,
-            channel_id: env.channel_id.clone(),
-            pid: std::process::id(),
-            takes_mail: options.takes_mail,
-            implementation: options.implementation.clone(),
-        }))
-        .await?;
-    let welcome = match reader.next().await? {
-        Some(Control::Welcome(welcome)) => welcome,
-        Some(other) => {
-            return Err(ConnectError::Handshake(format!(
-                "expected Welcome, got {}",
-                other.name()
-            )));
-        }
-        None => {
-            return Err(ConnectError::Handshake(
-                "the supervisor closed the channel instead of answering Hello (wrong channel id or protocol?)".into(),
-            ));
-        }
+) -> Result<Welcomed, ConnectError> {
+    let hello = Hello {
+        protocol: env.protocol,
+        channel_id: env.channel_id.clone(),
+        pid: std::process::id(),
+        takes_mail: options.takes_mail,
+        implementation: options.implementation.clone(),
     };
-    if welcome.protocol != PROTOCOL_VERSION {
-        return Err(ConnectError::Handshake(format!(
-            "Welcome speaks protocol {} but this child speaks {PROTOCOL_VERSION}; use a wfhost-child matching the supervisor",
-            welcome.protocol
-        )));
+    let welcomed = ChildEnd::new(stream).handshake(hello).await?;
+    if welcomed.welcome.deployment != env.deployment {
+        return Err(ConnectError::WrongDeployment {
+            welcome: welcomed.welcome.deployment,
+            env: env.deployment.clone(),
+        });
     }
-    if welcome.deployment != env.deployment {
-        return Err(ConnectError::Handshake(format!(
-            "Welcome is for deployment {:?} but WFHOST_DEPLOYMENT is {:?}",
-            welcome.deployment, env.deployment
-        )));
-    }
-    Ok(Connected {
-        reader,
-        writer,
-        welcome,
-    })
+    Ok(welcomed)
 }

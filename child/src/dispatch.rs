@@ -9,14 +9,25 @@
 //! cancel-behaviour step is in flight and no mail is held by the application
 //! (handed out and neither acknowledged nor dropped): at once if that is
 //! already so, else by whichever step end or mail settlement makes it so.
+//!
+//! `Lease { valid_ms }` (fleets only) arms a deadline `valid_ms` after its
+//! receipt, replaced by each newer `Lease`. If it passes first, the child
+//! acts as drained on its own, exactly as on `Drain` (its supervisor may
+//! have lost the deployment to another host): cancel-behaviour steps are
+//! cancelled with [`CancelCause::LeaseExpired`], mail stops, and `Drained`
+//! follows when due. A lease that arrives after that changes nothing.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::mpsc;
+use tokio::time::{Instant, sleep_until};
+use tracing::{error, info, warn};
 use wfhost_ipc::{Control, Event, FrameReader, SignedCancel};
 
 use crate::mail::{Mail, MailStream};
 use crate::runtime::{CloseReason, Shared};
+use crate::token::CancelCause;
 
 /// Reads and handles control messages until the channel ends; `queue` is
 /// the mail stream `mail_tx` feeds, emptied when mail stops.
@@ -28,15 +39,28 @@ pub(crate) async fn read_loop(
 ) {
     // `None` once this child takes no more mail (Drain or Shutdown).
     let mut mail_tx = Some(mail_tx);
+    // When the last lease runs out, while one is held.
+    let mut lease_ends: Option<Instant> = None;
     loop {
-        let message = match reader.next().await {
+        let next = tokio::select! {
+            // `next` is cancel-safe: a lease expiring mid-frame loses nothing.
+            next = reader.next() => next,
+            () = sleep_until(lease_ends.unwrap_or_else(Instant::now)), if lease_ends.is_some() => {
+                lease_ends = None;
+                warn!("the supervisor's lease ran out before it was renewed: draining on our own");
+                drain(&shared, CancelCause::LeaseExpired);
+                stop_mail(&mut mail_tx, &queue);
+                continue;
+            }
+        };
+        let message = match next {
             Ok(Some(message)) => message,
             Ok(None) => {
                 shared.close(CloseReason::Disconnected);
                 break;
             }
             Err(e) => {
-                eprintln!("wfhost-child: control channel failed: {e}; closing");
+                error!("control channel failed: {e}; closing");
                 shared.close(CloseReason::Failed(e.to_string()));
                 break;
             }
@@ -44,7 +68,10 @@ pub(crate) async fn read_loop(
         match message {
             Control::Ping { nonce } => shared.outbox.post(Event::Pong { nonce }),
             Control::Drain { budget_ms } => {
-                drain(&shared, budget_ms);
+                if !shared.work().is_draining() {
+                    info!("drain requested (budget {budget_ms} ms)");
+                }
+                drain(&shared, CancelCause::Drain);
                 stop_mail(&mut mail_tx, &queue);
             }
             Control::Cancel(cancel) => cancel_run(&shared, &cancel),
@@ -53,7 +80,14 @@ pub(crate) async fn read_loop(
                 attempt,
                 payload,
             } => shared.mail.deliver(id, attempt, payload, mail_tx.as_ref()),
-            Control::Lease { .. } => {}
+            Control::Lease { valid_ms } => {
+                if shared.work().is_draining() {
+                    info!("lease of {valid_ms} ms after the drain began; nothing changes");
+                } else {
+                    // A lease too long to count in is one that never runs out.
+                    lease_ends = Instant::now().checked_add(Duration::from_millis(valid_ms));
+                }
+            }
             Control::Shutdown => {
                 shared.close(CloseReason::Shutdown);
                 // Ends the mail stream; Pings and cancels are still answered
@@ -62,7 +96,7 @@ pub(crate) async fn read_loop(
             }
             Control::Welcome(_) => {
                 let reason = "protocol violation: unexpected Welcome after the handshake";
-                eprintln!("wfhost-child: {reason}; closing");
+                error!("{reason}; closing");
                 shared.close(CloseReason::Failed(reason.to_owned()));
                 break;
             }
@@ -80,17 +114,15 @@ fn stop_mail(mail_tx: &mut Option<mpsc::UnboundedSender<Mail>>, queue: &MailStre
     queue.discard_queued();
 }
 
-/// Starts the drain: cancel-behaviour steps are cancelled, wait-behaviour
-/// steps go on, mail stops being handed out, and `Drained` is sent now if
-/// no cancel-behaviour step is in flight and no mail is held (else later,
-/// by the step end or mail settlement that makes it so).
-fn drain(shared: &Shared, budget_ms: u64) {
+/// Starts the drain (for `Drain`, or a lease that ran out): cancel-behaviour
+/// steps are cancelled with `cause`, wait-behaviour steps go on, mail stops
+/// being handed out, and `Drained` is sent now if no cancel-behaviour step
+/// is in flight and no mail is held (else later, by the step end or mail
+/// settlement that makes it so).
+fn drain(shared: &Shared, cause: CancelCause) {
     {
         let mut work = shared.work();
-        if !work.is_draining() {
-            eprintln!("wfhost-child: drain requested (budget {budget_ms} ms)");
-        }
-        let events = work.drain();
+        let events = work.drain(cause);
         shared.post_all(events);
     }
     shared.draining.send_replace(true);
@@ -107,8 +139,8 @@ fn cancel_run(shared: &Shared, cancel: &SignedCancel) {
     });
     match verdict {
         Ok(()) => {
-            eprintln!(
-                "wfhost-child: cancel of run {run_name} accepted (origin {}, reason {:?})",
+            info!(
+                "cancel of run {run_name} accepted (origin {}, reason {:?})",
                 record.origin.as_str(),
                 record.reason
             );
@@ -116,8 +148,8 @@ fn cancel_run(shared: &Shared, cancel: &SignedCancel) {
             shared.post_all(events);
         }
         Err(refused) => {
-            eprintln!(
-                "wfhost-child: refused cancel of run {run_name} for deployment {:?} (origin {}): {refused}",
+            warn!(
+                "refused cancel of run {run_name} for deployment {:?} (origin {}): {refused}",
                 record.deployment,
                 record.origin.as_str()
             );

@@ -5,7 +5,7 @@ use std::io;
 use std::os::fd::RawFd;
 
 use thiserror::Error;
-use wfhost_ipc::TransportError;
+use wfhost_ipc::HandshakeError;
 
 use crate::env::EnvError;
 use crate::token::CancelCause;
@@ -30,13 +30,20 @@ pub enum ConnectError {
         #[source]
         source: io::Error,
     },
-    /// The channel failed during the handshake.
+    /// The channel failed during the handshake, or the supervisor answered
+    /// `Hello` with something other than a `Welcome` of this protocol.
     #[error("handshake with the supervisor failed: {0}")]
-    Transport(#[from] TransportError),
-    /// The supervisor answered `Hello` with something other than a fitting
-    /// `Welcome`.
-    #[error("handshake with the supervisor failed: {0}")]
-    Handshake(String),
+    Handshake(#[from] HandshakeError),
+    /// The Welcome is for another deployment than `WFHOST_DEPLOYMENT`.
+    #[error(
+        "handshake with the supervisor failed: Welcome is for deployment {welcome:?} but WFHOST_DEPLOYMENT is {env:?}"
+    )]
+    WrongDeployment {
+        /// The deployment the Welcome names.
+        welcome: String,
+        /// The deployment of the environment.
+        env: String,
+    },
 }
 
 /// Why the runtime could not do what was asked.

@@ -21,6 +21,16 @@
 //! (even through a wait-behaviour step) finishes before `Drained`. Settle
 //! held mail promptly after a drain starts: until then the drain waits.
 //!
+//! In a fleet the supervisor also sends `Lease { valid_ms }`: if no newer
+//! lease arrives within `valid_ms`, the child drains on its own exactly as
+//! above, its cancel-behaviour steps cancelled with
+//! [`CancelCause::LeaseExpired`], since its supervisor may have lost the
+//! deployment to another host.
+//!
+//! The library logs through `tracing`; the application chooses the
+//! subscriber (the `wfhost-child` binary writes one line per event to
+//! stderr, which the supervisor keeps in its log).
+//!
 //! ```no_run
 //! use std::convert::Infallible;
 //!

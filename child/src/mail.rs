@@ -15,6 +15,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tokio::sync::mpsc;
+use tracing::{info, warn};
 use wfhost_ipc::{Event, Outcome};
 
 use crate::error::RuntimeError;
@@ -126,17 +127,15 @@ impl MailShared {
                 let _ = queue.send(mail);
             }
             (Delivery::Reack(outcome), _) => {
-                eprintln!("wfhost-child: mail {id} redelivered after its ack; acknowledging again");
+                info!("mail {id} redelivered after its ack; acknowledging again");
                 self.outbox.post(Event::MailAck { id, outcome });
             }
             (Delivery::Duplicate, _) => {
-                eprintln!(
-                    "wfhost-child: mail {id} delivered again while still in progress; ignored"
-                );
+                warn!("mail {id} delivered again while still in progress; ignored");
             }
             (Delivery::Deliver | Delivery::Declined, _) => {
-                eprintln!(
-                    "wfhost-child: mail {id} arrived after Drain or Shutdown; not taken, left for redelivery to the next child"
+                info!(
+                    "mail {id} arrived after Drain, a lease expiry or Shutdown; not taken, left for redelivery to the next child"
                 );
             }
         }
@@ -281,8 +280,8 @@ fn discard(rx: &mut mpsc::UnboundedReceiver<Mail>) {
         ids.push(mail.id());
     }
     if !ids.is_empty() {
-        eprintln!(
-            "wfhost-child: not taking queued mail {ids:?} (draining or closed); left for redelivery to the next child"
+        info!(
+            "not taking queued mail {ids:?} (draining or closed); left for redelivery to the next child"
         );
     }
 }
@@ -333,7 +332,7 @@ mod tests {
         }
 
         fn drain(&self) -> Vec<Event> {
-            self.shared.work().drain()
+            self.shared.work().drain(crate::token::CancelCause::Drain)
         }
 
         fn in_flight(&self) -> Vec<u64> {

@@ -10,6 +10,7 @@ use clap::Parser;
 
 fn main() -> ExitCode {
     let args = cli::Cli::parse();
+    cli::log::install();
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -9,9 +9,9 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use ed25519_dalek::VerifyingKey;
 use tokio::net::UnixStream;
 use tokio::sync::{mpsc, watch};
-use wfhost_ipc::{DrainBehavior, Event, Outcome, Welcome};
+use wfhost_ipc::{DrainBehavior, Event, Outcome, Welcome, Welcomed};
 
-use crate::connection::{self, Connected};
+use crate::connection;
 use crate::dispatch;
 use crate::env::ChildEnv;
 use crate::error::{ConnectError, RuntimeError, StepError};
@@ -155,7 +155,7 @@ impl Runtime {
         stream: UnixStream,
         options: Options,
     ) -> Result<Self, ConnectError> {
-        let Connected {
+        let Welcomed {
             reader,
             writer,
             welcome,

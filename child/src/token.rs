@@ -12,6 +12,10 @@ use tokio::sync::watch;
 pub enum CancelCause {
     /// The child is draining and the step's drain behaviour is cancel.
     Drain,
+    /// The supervisor's lease (`Lease`) ran out before a newer one came:
+    /// the child drains on its own, as its supervisor may have lost the
+    /// deployment to another host. Cancel-behaviour steps only.
+    LeaseExpired,
     /// The supervisor sent `Shutdown`: the child should exit now.
     Shutdown,
     /// The control channel ended (the supervisor is gone or broke the protocol).
@@ -25,6 +29,7 @@ impl CancelCause {
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Drain => "drain",
+            Self::LeaseExpired => "lease-expired",
             Self::Shutdown => "shutdown",
             Self::Disconnected => "disconnected",
             Self::Cancel => "cancel",

@@ -49,7 +49,8 @@ pub(crate) struct Work {
     cancelled_runs: HashSet<String>,
     cancelled_order: VecDeque<String>,
     mail_held: usize,
-    draining: bool,
+    /// Why this child is draining (`Drain`, or its lease ran out), once it is.
+    draining: Option<CancelCause>,
     drained_sent: bool,
     closed: Option<CancelCause>,
 }
@@ -65,8 +66,10 @@ impl Work {
         drain: DrainBehavior,
     ) -> (StepId, CancelToken, Vec<Event>) {
         let token = CancelToken::new();
-        if self.draining && drain == DrainBehavior::Cancel {
-            token.cancel(CancelCause::Drain);
+        if let Some(cause) = self.draining
+            && drain == DrainBehavior::Cancel
+        {
+            token.cancel(cause);
         }
         if let Some(cause) = self.closed {
             token.cancel(cause);
@@ -127,17 +130,20 @@ impl Work {
         events
     }
 
-    /// Starts a drain: fires the tokens of cancel-behaviour steps, stops mail
-    /// being handed out, and emits `Drained` at once when no cancel-behaviour
-    /// step is in flight and no mail is held. A second drain is a no-op.
-    pub(crate) fn drain(&mut self) -> Vec<Event> {
-        if self.draining {
+    /// Starts a drain (`cause` is [`CancelCause::Drain`] for the
+    /// supervisor's `Drain`, [`CancelCause::LeaseExpired`] when the lease
+    /// ran out): fires the tokens of cancel-behaviour steps with `cause`,
+    /// stops mail being handed out, and emits `Drained` at once when no
+    /// cancel-behaviour step is in flight and no mail is held. A second
+    /// drain, for whatever cause, is a no-op.
+    pub(crate) fn drain(&mut self, cause: CancelCause) -> Vec<Event> {
+        if self.draining.is_some() {
             return Vec::new();
         }
-        self.draining = true;
+        self.draining = Some(cause);
         for step in self.steps.values() {
             if step.drain == DrainBehavior::Cancel {
-                step.token.cancel(CancelCause::Drain);
+                step.token.cancel(cause);
             }
         }
         self.drained_if_done().into_iter().collect()
@@ -145,13 +151,13 @@ impl Work {
 
     /// Whether a drain has started.
     pub(crate) fn is_draining(&self) -> bool {
-        self.draining
+        self.draining.is_some()
     }
 
     /// Whether mail may still be handed to the application: not once a
     /// drain has started or the channel closed.
     pub(crate) fn takes_mail(&self) -> bool {
-        !self.draining && self.closed.is_none()
+        self.draining.is_none() && self.closed.is_none()
     }
 
     /// Hands one mail item to the application if [`Self::takes_mail`];
@@ -270,7 +276,7 @@ impl Work {
             .steps
             .values()
             .any(|s| s.drain == DrainBehavior::Cancel);
-        let due = self.draining && !cancel_left && self.mail_held == 0;
+        let due = self.draining.is_some() && !cancel_left && self.mail_held == 0;
         if due && !self.drained_sent {
             self.drained_sent = true;
             Some(Event::Drained)
@@ -294,7 +300,10 @@ mod tests {
         let (c, ct, ev) = w.start("r1", "fetch", DrainBehavior::Cancel);
         assert_eq!(names(&ev), ["StepStarted"]);
         let (a, at, _) = w.start("r1", "approve", DrainBehavior::Wait);
-        assert!(w.drain().is_empty(), "a cancel step is still in flight");
+        assert!(
+            w.drain(CancelCause::Drain).is_empty(),
+            "a cancel step is still in flight"
+        );
         assert_eq!(ct.cause(), Some(CancelCause::Drain));
         assert!(!at.is_cancelled(), "wait steps go on");
         assert_eq!(
@@ -305,21 +314,44 @@ mod tests {
             names(&w.finish(a, Outcome::Succeeded, None)),
             ["StepFinished"]
         );
-        assert!(w.drain().is_empty(), "Drained is sent once");
+        assert!(
+            w.drain(CancelCause::Drain).is_empty(),
+            "Drained is sent once"
+        );
+    }
+
+    #[test]
+    fn a_lease_expiry_drains_like_a_drain_with_its_own_cause() {
+        let mut w = Work::default();
+        let (c, ct, _) = w.start("r1", "fetch", DrainBehavior::Cancel);
+        let (_, at, _) = w.start("r1", "approve", DrainBehavior::Wait);
+        assert!(w.drain(CancelCause::LeaseExpired).is_empty());
+        assert_eq!(ct.cause(), Some(CancelCause::LeaseExpired));
+        assert!(!at.is_cancelled(), "wait steps go on");
+        assert!(!w.takes_mail());
+        let (_, late, _) = w.start("r2", "fetch", DrainBehavior::Cancel);
+        assert_eq!(late.cause(), Some(CancelCause::LeaseExpired));
+        assert!(w.drain(CancelCause::Drain).is_empty(), "one drain");
+        assert_eq!(ct.cause(), Some(CancelCause::LeaseExpired));
+        assert_eq!(
+            names(&w.finish(c, Outcome::Cancelled, None)),
+            ["StepFinished"],
+            "the late cancel step is still in flight"
+        );
     }
 
     #[test]
     fn drain_with_only_wait_steps_is_drained_at_once() {
         let mut w = Work::default();
         let (_, t, _) = w.start("r1", "approve", DrainBehavior::Wait);
-        assert_eq!(names(&w.drain()), ["Drained"]);
+        assert_eq!(names(&w.drain(CancelCause::Drain)), ["Drained"]);
         assert!(!t.is_cancelled());
     }
 
     #[test]
     fn new_cancel_steps_start_cancelled_during_a_drain() {
         let mut w = Work::default();
-        w.drain();
+        w.drain(CancelCause::Drain);
         let (_, t, _) = w.start("r1", "fetch", DrainBehavior::Cancel);
         assert_eq!(t.cause(), Some(CancelCause::Drain));
         let (_, t, _) = w.start("r1", "approve", DrainBehavior::Wait);
@@ -378,7 +410,7 @@ mod tests {
     fn finish_with_run_outcome_orders_step_run_drained() {
         let mut w = Work::default();
         let (c, _, _) = w.start("r1", "command", DrainBehavior::Cancel);
-        w.drain();
+        w.drain(CancelCause::Drain);
         let ev = w.finish(c, Outcome::Cancelled, Some(Outcome::Cancelled));
         assert_eq!(names(&ev), ["StepFinished", "RunTerminal", "Drained"]);
     }
@@ -388,7 +420,10 @@ mod tests {
         let mut w = Work::default();
         assert!(w.take_mail());
         let (a, _, _) = w.start("mail-1", "approve", DrainBehavior::Wait);
-        assert!(w.drain().is_empty(), "the application holds mail");
+        assert!(
+            w.drain(CancelCause::Drain).is_empty(),
+            "the application holds mail"
+        );
         assert!(!w.take_mail(), "no mail is handed out during a drain");
         assert_eq!(
             names(&w.finish(a, Outcome::Succeeded, Some(Outcome::Cancelled))),
@@ -405,7 +440,7 @@ mod tests {
         let mut w = Work::default();
         assert!(w.take_mail());
         let (c, _, _) = w.start("mail-1", "fetch", DrainBehavior::Cancel);
-        assert!(w.drain().is_empty());
+        assert!(w.drain(CancelCause::Drain).is_empty());
         assert_eq!(
             names(&w.finish(c, Outcome::Cancelled, None)),
             ["StepFinished"]
@@ -416,7 +451,7 @@ mod tests {
         let mut w = Work::default();
         assert!(w.take_mail());
         let (c, _, _) = w.start("mail-1", "fetch", DrainBehavior::Cancel);
-        assert!(w.drain().is_empty());
+        assert!(w.drain(CancelCause::Drain).is_empty());
         assert_eq!(w.settle_mail(), None, "a cancel step is still in flight");
         assert_eq!(
             names(&w.finish(c, Outcome::Cancelled, None)),
@@ -431,7 +466,7 @@ mod tests {
         assert!(w.take_mail());
         assert_eq!(w.settle_mail(), None, "no drain yet");
         assert_eq!(w.settle_mail(), None, "no drain yet");
-        assert_eq!(names(&w.drain()), ["Drained"]);
+        assert_eq!(names(&w.drain(CancelCause::Drain)), ["Drained"]);
     }
 
     #[test]

@@ -48,6 +48,18 @@ pub(crate) fn decode_exact<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Strin
     Ok(value)
 }
 
+/// Decodes a `T` from the start of `bytes`, ignoring whatever follows:
+/// for reading the leading fields of a body that does not decode whole.
+pub(crate) fn decode_prefix<T: DeserializeOwned>(bytes: &[u8]) -> Option<T> {
+    let seed = Bounded::<T> {
+        budget: bytes.len(),
+        _value: PhantomData,
+    };
+    bincode::serde::seed_decode_from_slice(seed, bytes, CONFIG)
+        .ok()
+        .map(|(value, _)| value)
+}
+
 /// Seed that decodes a `T` through [`BoundedDe`].
 struct Bounded<T> {
     budget: usize,

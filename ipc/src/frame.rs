@@ -99,6 +99,20 @@ impl FrameDecoder {
         &self,
         buf: &mut BytesMut,
     ) -> Result<Option<Frame<B>>, ProtocolViolation> {
+        match self.split_body(buf)? {
+            Some(body) => codec::decode_exact(&body)
+                .map(Some)
+                .map_err(ProtocolViolation::Undecodable),
+            None => Ok(None),
+        }
+    }
+
+    /// Takes the body of one whole frame off the front of `buf`, undecoded,
+    /// or returns `None` when more bytes are needed (see [`Self::decode`]).
+    pub(crate) fn split_body(
+        &self,
+        buf: &mut BytesMut,
+    ) -> Result<Option<BytesMut>, ProtocolViolation> {
         let Some(header) = buf.get(..HEADER_BYTES) else {
             return Ok(None);
         };
@@ -111,10 +125,7 @@ impl FrameDecoder {
             return Ok(None);
         }
         buf.advance(HEADER_BYTES);
-        let body = buf.split_to(len);
-        codec::decode_exact(&body)
-            .map(Some)
-            .map_err(ProtocolViolation::Undecodable)
+        Ok(Some(buf.split_to(len)))
     }
 
     /// Decodes a buffer that must hold exactly one frame and nothing else

@@ -3,6 +3,7 @@
 //! issues. No processes, no files: bytes in, typed values out.
 
 pub mod cancel;
+pub mod channel;
 mod codec;
 pub mod frame;
 pub mod handshake;
@@ -13,6 +14,7 @@ pub mod transport;
 pub mod violation;
 
 pub use cancel::{CancelOrigin, CancelRefused, CancelRequested, SignedCancel};
+pub use channel::{ChildEnd, HandshakeError, SupervisorEnd, Welcomed};
 pub use frame::{
     DEFAULT_MAX_FRAME_BYTES, Frame, FrameDecoder, MAX_FRAME_LIMIT, SeqTracker, encode_frame,
 };

@@ -26,6 +26,7 @@ use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
 use tokio::net::UnixStream;
 
+use crate::codec;
 use crate::frame::{Frame, FrameDecoder, SeqTracker, encode_frame};
 use crate::violation::ProtocolViolation;
 
@@ -55,8 +56,27 @@ impl<B: DeserializeOwned> FrameReader<B> {
     /// Cancel-safe: dropping the future loses no bytes, so it can sit in a
     /// `select!` loop.
     pub async fn next(&mut self) -> Result<Option<B>, TransportError> {
+        self.next_explained(|_| None).await
+    }
+
+    /// Lowers (or raises, up to [`crate::MAX_FRAME_LIMIT`]) the largest frame
+    /// this reader accepts, e.g. to the limit a Welcome announced; a larger
+    /// announcement is then refused from its header alone.
+    pub fn set_max_frame_bytes(&mut self, max_frame_bytes: u32) {
+        self.decoder = FrameDecoder::new(max_frame_bytes);
+    }
+
+    /// [`Self::next`], where a body that does not decode is first shown to
+    /// `explain`, which may name the problem better than the codec can (a
+    /// peer speaking another protocol version, say).
+    pub(crate) async fn next_explained(
+        &mut self,
+        explain: impl Fn(&[u8]) -> Option<ProtocolViolation>,
+    ) -> Result<Option<B>, TransportError> {
         loop {
-            if let Some(frame) = self.decoder.decode::<B>(&mut self.buf)? {
+            if let Some(body) = self.decoder.split_body(&mut self.buf)? {
+                let frame: Frame<B> = codec::decode_exact(&body)
+                    .map_err(|e| explain(&body).unwrap_or(ProtocolViolation::Undecodable(e)))?;
                 self.seq.check(frame.seq)?;
                 return Ok(Some(frame.body));
             }

@@ -6,16 +6,16 @@ use std::io;
 use std::os::unix::process::ExitStatusExt;
 use std::process::{ExitStatus, Stdio};
 
-use nix::errno::Errno;
-use nix::sys::signal::{Signal, killpg};
-use nix::unistd::Pid;
+use nix::sys::signal::Signal;
 use tokio::process::{Child, Command};
 use wfhost_ipc::Outcome;
 use wfhost_ipc::handshake::ENV_ALL;
+use wfhost_process::ChildSetup;
 
-/// Spawns `argv` as the leader of a new process group. The `WFHOST_*`
-/// variables are removed: the control channel belongs to wfhost-child,
-/// and the command never inherits it.
+/// Spawns `argv` as the leader of a new process group, SIGKILLed if
+/// wfhost-child dies, inheriting no fd above 2. The `WFHOST_*` variables
+/// are removed: the control channel belongs to wfhost-child, and the
+/// command never inherits it.
 pub fn spawn(argv: &[OsString]) -> io::Result<Child> {
     let Some((program, args)) = argv.split_first() else {
         return Err(io::Error::new(
@@ -28,42 +28,18 @@ pub fn spawn(argv: &[OsString]) -> io::Result<Child> {
         .stdin(Stdio::null())
         .stdout(Stdio::inherit())
         .stderr(Stdio::inherit())
-        .process_group(0)
         .kill_on_drop(false);
     for var in ENV_ALL {
         cmd.env_remove(var);
     }
-    // Captured before the fork: the pid the command must see as its parent.
-    let parent = nix::unistd::getpid().as_raw();
-    // SAFETY: the closure runs between fork and exec and makes only raw,
-    // async-signal-safe calls (prctl, getppid); it allocates nothing.
-    unsafe {
-        cmd.pre_exec(move || {
-            if libc::prctl(
-                libc::PR_SET_PDEATHSIG,
-                libc::SIGKILL as libc::c_ulong,
-                0,
-                0,
-                0,
-            ) != 0
-            {
-                return Err(io::Error::last_os_error());
-            }
-            // The parent may have died before prctl took effect.
-            if libc::getppid() != parent {
-                return Err(io::Error::from_raw_os_error(libc::ESRCH));
-            }
-            Ok(())
-        });
-    }
+    ChildSetup::new()?.install(cmd.as_std_mut());
     cmd.spawn()
 }
 
 /// Sends `signal` to process group `pgid`; a group already gone is fine.
-pub fn signal_group(pgid: i32, signal: Signal) {
-    match killpg(Pid::from_raw(pgid), signal) {
-        Ok(()) | Err(Errno::ESRCH) => {}
-        Err(e) => eprintln!("wfhost-child: cannot send {signal} to process group {pgid}: {e}"),
+pub fn signal_group(pgid: u32, signal: Signal) {
+    if let Err(e) = wfhost_process::signal_group(pgid, signal) {
+        eprintln!("wfhost-child: {e}");
     }
 }
 

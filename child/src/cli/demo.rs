@@ -125,7 +125,10 @@ fn disposition(stopped: Option<&Stopped>) -> (Outcome, Option<Outcome>) {
             (Outcome::Cancelled, Some(Outcome::Cancelled))
         }
         Some(Stopped::Cancelled(
-            CancelCause::Drain | CancelCause::Shutdown | CancelCause::Disconnected,
+            CancelCause::Drain
+            | CancelCause::LeaseExpired
+            | CancelCause::Shutdown
+            | CancelCause::Disconnected,
         ))
         | Some(Stopped::Lost(_)) => (Outcome::Cancelled, None),
     }
@@ -362,6 +365,7 @@ mod tests {
         );
         for cause in [
             CancelCause::Drain,
+            CancelCause::LeaseExpired,
             CancelCause::Shutdown,
             CancelCause::Disconnected,
         ] {

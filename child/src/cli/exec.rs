@@ -5,6 +5,7 @@
 //! |---|---|
 //! | `Drain`, `--drain cancel` | SIGTERM to its process group; `Drained` after it exits |
 //! | `Drain`, `--drain wait` | nothing; `Drained` at once (exec never holds mail) |
+//! | the lease (`Lease`) runs out, `--drain cancel` | SIGTERM, as on `Drain` |
 //! | verified `Cancel` of its run or every run | SIGKILL to its process group |
 //! | `Shutdown` | SIGTERM to its process group |
 //! | SIGTERM / SIGINT to wfhost-child | forwarded to its process group |
@@ -87,7 +88,7 @@ pub async fn run(args: ExecArgs) -> u8 {
             };
         }
     };
-    let pgid = child.id().and_then(|pid| i32::try_from(pid).ok());
+    let pgid = child.id();
     let signal_command = |sig: Signal| {
         if let Some(pgid) = pgid {
             signal_group(pgid, sig);
@@ -122,6 +123,10 @@ pub async fn run(args: ExecArgs) -> u8 {
                 match cause {
                     CancelCause::Drain => {
                         eprintln!("wfhost-child: drain: stopping the command (SIGTERM)");
+                        signal_command(Signal::SIGTERM);
+                    }
+                    CancelCause::LeaseExpired => {
+                        eprintln!("wfhost-child: lease expired: stopping the command (SIGTERM)");
                         signal_command(Signal::SIGTERM);
                     }
                     CancelCause::Shutdown => {
@@ -173,7 +178,10 @@ pub async fn run(args: ExecArgs) -> u8 {
             return 1;
         }
     };
-    let cancelled = matches!(acted_on, Some(CancelCause::Drain | CancelCause::Cancel));
+    let cancelled = matches!(
+        acted_on,
+        Some(CancelCause::Drain | CancelCause::LeaseExpired | CancelCause::Cancel)
+    );
     let outcome = if cancelled {
         Outcome::Cancelled
     } else {

@@ -1,8 +1,10 @@
 //! The command line of `wfhost-child`.
 
 mod command;
+mod conformance;
 mod demo;
 mod exec;
+pub mod log;
 
 use std::ffi::OsString;
 
@@ -34,6 +36,12 @@ enum Command {
     /// a signed cancel ends it; mail whose run drain, shutdown or a lost
     /// channel cut short is left for redelivery.
     Demo(DemoArgs),
+    /// Run the conformance child that `wfhost-conformance` tests.
+    ///
+    /// Each mail item's JSON payload says what to do: steps (name, drain
+    /// behaviour, milliseconds), a failure, a recycle request, a custom
+    /// event (docs/conformance.md). Items are processed concurrently.
+    Conformance,
 }
 
 /// What `exec` runs and how it behaves on drain.
@@ -97,5 +105,6 @@ pub async fn run(cli: Cli) -> u8 {
     match cli.command {
         Command::Exec(args) => exec::run(args).await,
         Command::Demo(args) => demo::run(args).await,
+        Command::Conformance => conformance::run().await,
     }
 }

@@ -1,0 +1,33 @@
+//! Process plumbing shared by the supervisor, `wfhost-child exec` and the
+//! conformance kit: one copy of the code that must be exactly right.
+//!
+//! - [`ChildSetup`]: what a child gets between `fork` and `exec` (its own
+//!   process group, a parent-death signal checked against a parent that may
+//!   already be gone, the control channel at exactly fd 3, every other fd
+//!   close-on-exec, the soft `RLIMIT_NOFILE` reset), all async-signal-safe;
+//! - [`spawn_with_channel`] and [`Spawner`]: a child started as the
+//!   supervisor starts one, with a fresh socketpair, a cleared environment
+//!   and captured output, forked from a thread that outlives it;
+//! - [`signal_group`] and [`kill_tree`]: signalling a child's process group,
+//!   and killing its whole tree (the group, every descendant found in
+//!   `/proc`, and the groups they lead);
+//! - [`raise_nofile_limit`]: room for many children's fds.
+//!
+//! No policy lives here: when to signal and what to log is the caller's.
+
+mod group;
+mod nofile;
+mod setup;
+mod spawn;
+mod tree;
+
+pub use group::{kill_tree, signal_group};
+pub use nix::sys::signal::Signal;
+pub use nofile::{CHILD_NOFILE_SOFT, raise_nofile_limit};
+pub use setup::ChildSetup;
+pub use spawn::{ChildSpec, Spawned, Spawner, spawn_with_channel};
+pub use tree::descendants;
+
+/// The fd at which a child finds its control channel (the protocol's
+/// `WFHOST_CONTROL_FD`).
+pub const CONTROL_FD: i32 = 3;

@@ -1,0 +1,164 @@
+//! Starting a child as the supervisor does: a fresh socketpair whose child
+//! end lands at fd 3, the environment given and nothing else, stdin from
+//! `/dev/null`, stdout and stderr piped back, its own process group and the
+//! parent-death signal.
+//!
+//! `PR_SET_PDEATHSIG` fires when the *thread* that forked the child exits,
+//! so forking from a tokio worker (which may retire) would kill children at
+//! random. [`Spawner`] forks every child on one dedicated thread that lives
+//! as long as the process; [`spawn_with_channel`] forks on the calling
+//! thread, for callers whose thread outlives the child (a `main` thread
+//! running a current-thread runtime).
+
+use std::ffi::OsString;
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::mpsc;
+
+use nix::sys::socket::{AddressFamily, SockFlag, SockType, socketpair};
+use tokio::net::UnixStream;
+use tokio::process::{Child, ChildStderr, ChildStdout, Command};
+use tokio::sync::oneshot;
+
+use crate::setup::ChildSetup;
+
+/// Everything needed to start one child, built before the fork so nothing
+/// is allocated after it.
+#[derive(Debug, Clone)]
+pub struct ChildSpec {
+    /// The program: a path, or a name looked up in the `PATH` of `env`.
+    pub program: PathBuf,
+    /// Arguments after the program.
+    pub args: Vec<OsString>,
+    /// The child's whole environment (nothing is inherited).
+    pub env: Vec<(OsString, OsString)>,
+    /// Run as this uid.
+    pub uid: Option<u32>,
+    /// Run as this gid.
+    pub gid: Option<u32>,
+    /// Working directory.
+    pub working_dir: Option<PathBuf>,
+}
+
+impl ChildSpec {
+    /// A spec for `program` with `args` and an empty environment.
+    pub fn new(program: impl Into<PathBuf>, args: impl IntoIterator<Item = OsString>) -> Self {
+        Self {
+            program: program.into(),
+            args: args.into_iter().collect(),
+            env: Vec::new(),
+            uid: None,
+            gid: None,
+            working_dir: None,
+        }
+    }
+}
+
+/// A started child: the process, its control channel and its output.
+#[derive(Debug)]
+pub struct Spawned {
+    /// The process; awaiting `wait()` reaps it.
+    pub child: Child,
+    /// Its pid, which is also its process group id.
+    pub pid: u32,
+    /// This side's end of the control socketpair.
+    pub control: UnixStream,
+    /// The child's stdout.
+    pub stdout: Option<ChildStdout>,
+    /// The child's stderr.
+    pub stderr: Option<ChildStderr>,
+}
+
+/// Forks and execs one child on the calling thread, with the child end of
+/// a fresh socketpair at fd 3 and nothing else inherited beyond 0–2. Must
+/// be called inside a tokio runtime (the child is reaped through it), from
+/// a thread that outlives the child (see the module docs).
+pub fn spawn_with_channel(spec: &ChildSpec) -> io::Result<Spawned> {
+    // Close-on-exec from birth: another thread may fork at this moment.
+    let (ours, theirs): (OwnedFd, OwnedFd) = socketpair(
+        AddressFamily::Unix,
+        SockType::Stream,
+        None,
+        SockFlag::SOCK_CLOEXEC,
+    )
+    .map_err(|e| io::Error::other(format!("cannot create the control socketpair: {e}")))?;
+
+    let mut std_cmd = std::process::Command::new(&spec.program);
+    std_cmd
+        .args(&spec.args)
+        .env_clear()
+        .envs(spec.env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if let Some(uid) = spec.uid {
+        std::os::unix::process::CommandExt::uid(&mut std_cmd, uid);
+    }
+    if let Some(gid) = spec.gid {
+        std::os::unix::process::CommandExt::gid(&mut std_cmd, gid);
+    }
+    if let Some(dir) = &spec.working_dir {
+        std_cmd.current_dir(dir);
+    }
+    ChildSetup::new()?
+        .control_fd(theirs.as_raw_fd())
+        .install(&mut std_cmd);
+    let mut cmd = Command::from(std_cmd);
+    cmd.kill_on_drop(false);
+
+    let mut child = cmd.spawn()?;
+    // Drop our copy of the child's end, or we would never see its EOF.
+    drop(theirs);
+    let Some(pid) = child.id() else {
+        return Err(io::Error::other(
+            "the child exited before its pid could be read",
+        ));
+    };
+    let std_stream = std::os::unix::net::UnixStream::from(ours);
+    std_stream.set_nonblocking(true)?;
+    let control = UnixStream::from_std(std_stream)?;
+    let stdout = child.stdout.take();
+    let stderr = child.stderr.take();
+    Ok(Spawned {
+        child,
+        pid,
+        control,
+        stdout,
+        stderr,
+    })
+}
+
+type Request = (ChildSpec, oneshot::Sender<io::Result<Spawned>>);
+
+/// Handle to the spawner thread, which forks every child.
+#[derive(Debug, Clone)]
+pub struct Spawner {
+    tx: mpsc::Sender<Request>,
+}
+
+impl Spawner {
+    /// Starts the spawner thread; it registers children with `runtime` so
+    /// they can be awaited there.
+    pub fn start(runtime: tokio::runtime::Handle) -> io::Result<Self> {
+        let (tx, rx) = mpsc::channel::<Request>();
+        std::thread::Builder::new()
+            .name("wfhost-spawner".into())
+            .spawn(move || {
+                let _enter = runtime.enter();
+                for (spec, reply) in rx {
+                    let _ = reply.send(spawn_with_channel(&spec));
+                }
+            })?;
+        Ok(Self { tx })
+    }
+
+    /// Spawns a child on the spawner thread.
+    pub async fn spawn(&self, spec: ChildSpec) -> io::Result<Spawned> {
+        let (reply, rx) = oneshot::channel();
+        let gone = || io::Error::other("the spawner thread has stopped");
+        self.tx.send((spec, reply)).map_err(|_| gone())?;
+        rx.await.map_err(|_| gone())?
+    }
+}

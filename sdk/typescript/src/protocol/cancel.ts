@@ -12,7 +12,7 @@ import { type CancelOrigin, type CancelRequested, type SignedCancel } from "./me
 export const CANCEL_DOMAIN = "wfhost/cancel/v1";
 
 /** The origin's name in the signing bytes, the journal and the CLI. */
-export function originName(origin: CancelOrigin): string {
+export function originName(origin: CancelOrigin): "supervisor-drain" | "operator" {
   return origin === "SupervisorDrain" ? "supervisor-drain" : "operator";
 }
 

@@ -149,6 +149,7 @@ export async function connect(options: ConnectOptions = {}): Promise<Runtime> {
 export class Runtime {
   private readonly core: Core;
   private readonly dispatcher: Dispatcher;
+  private readonly reader: FrameReader;
   private readySent = false;
 
   /** @internal Use `connect()`. */
@@ -156,7 +157,7 @@ export class Runtime {
     this.core = core;
     this.dispatcher = new Dispatcher(core);
     reader.handler = (m) => this.dispatcher.handle(m);
-    core.whenClosed(() => reader.stop());
+    this.reader = reader;
   }
 
   /** The deployment this child serves. */
@@ -357,6 +358,7 @@ export class Runtime {
    */
   async close(): Promise<void> {
     await this.core.outbox.end();
+    this.reader.stop();
     this.core.close({ kind: "closed", message: "this child closed the control channel" });
     this.core.socket.destroy();
   }

@@ -256,7 +256,8 @@ export class Reader {
   /** `n` raw bytes (a fixed-size array), copied. */
   raw(n: number, what: string): Uint8Array {
     this.need(n, what);
-    const out = this.buf.slice(this.pos, this.pos + n);
+    // A plain Uint8Array copy, whatever the input's class (a Buffer's slice would share memory).
+    const out = new Uint8Array(this.buf.subarray(this.pos, this.pos + n));
     this.pos += n;
     return out;
   }

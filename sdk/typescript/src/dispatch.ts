@@ -59,10 +59,8 @@ export class Dispatcher {
     const core = this.core;
     if (core.work.isDraining()) return;
     core.log(`drain requested (budget ${budgetMs} ms)`);
-    const reason = new Cancelled("drain");
-    core.postAll(core.work.drain(reason));
-    if (!core.draining.signal.aborted) core.draining.abort(reason);
-    core.inbox.stop();
+    this.clearLease();
+    this.startDrain(new Cancelled("drain"));
   }
 
   /** Verifies a cancel (key, signature, deployment, run) and runs the cascade, or logs why it was refused. */
@@ -84,7 +82,8 @@ export class Dispatcher {
 
   /** A fresh lease: the deadline moves to `validMs` from now. */
   private lease(validMs: bigint): void {
-    if (this.core.work.leaseExpired() || this.core.closeReason !== null) return;
+    // After a drain (or an expiry) a Lease undoes nothing.
+    if (this.core.work.isDraining() || this.core.closeReason !== null) return;
     this.clearLease();
     this.armLease(validMs, validMs);
   }
@@ -105,13 +104,19 @@ export class Dispatcher {
     this.leaseTimer = null;
   }
 
-  /** No newer Lease came in time: act as drained (the supervisor may have lost the deployment). */
+  /** No newer Lease came in time: act as drained, as if Drain had arrived (the supervisor may have lost the deployment). */
   private expireLease(validMs: bigint): void {
     const core = this.core;
     this.leaseTimer = null;
-    core.log(`lease ran out (no newer Lease within ${validMs} ms): cancelling cancel-behaviour steps and taking no more mail`);
-    const reason = new Cancelled("lease");
-    core.work.expireLease(reason);
+    if (core.work.isDraining() || core.closeReason !== null) return;
+    core.log(`lease ran out (no newer Lease within ${validMs} ms): acting as drained`);
+    this.startDrain(new Cancelled("lease"));
+  }
+
+  /** The drain itself, whoever started it. */
+  private startDrain(reason: Cancelled): void {
+    const core = this.core;
+    core.postAll(core.work.drain(reason));
     if (!core.draining.signal.aborted) core.draining.abort(reason);
     core.inbox.stop();
   }

@@ -63,7 +63,7 @@ export class ChannelClosed extends Error {
   override name = "ChannelClosed";
 }
 
-/** An event was not sent because the wire cannot carry it (too large, bad text, out of range). */
+/** An event was not sent: the wire cannot carry it (too large, bad text, out of range), or Ready was not sent yet. */
 export class InvalidEvent extends Error {
   override name = "InvalidEvent";
 }

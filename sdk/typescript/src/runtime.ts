@@ -205,11 +205,24 @@ export class Runtime {
     };
   }
 
-  /** Tells the supervisor this child can take work (`Ready`, once). */
+  /**
+   * Tells the supervisor this child can take work (`Ready`, once). Nothing
+   * else may be sent before it: the supervisor treats any other event
+   * between Welcome and Ready as a violation.
+   */
   async ready(): Promise<void> {
     if (this.readySent) return;
     this.readySent = true;
     await this.core.outbox.send({ type: "Ready" });
+  }
+
+  /** Refuses an event before Ready, which the supervisor would treat as a violation. */
+  private requireReady(event: string): void {
+    if (!this.readySent) {
+      throw new InvalidEvent(
+        `${event} event not sent: call \`await rt.ready()\` first (the supervisor treats any event between Welcome and Ready as a protocol violation)`,
+      );
+    }
   }
 
   /**
@@ -238,6 +251,7 @@ export class Runtime {
     if (options.onDrain !== undefined && options.onDrain !== "abort" && !windDown) {
       throw new TypeError(`onDrain is 'abort' or 'wind-down', got ${JSON.stringify(options.onDrain)}`);
     }
+    this.requireReady("StepStarted");
     const core = this.core;
     const started = core.work.start(run, name, drain, windDown);
     try {
@@ -317,16 +331,19 @@ export class Runtime {
    * cancelled is reported cancelled whatever `outcome` says.
    */
   async runTerminal(run: string, outcome: AckOutcome): Promise<void> {
+    this.requireReady("RunTerminal");
     await this.core.sendAll(this.core.work.runTerminal(run, toOutcome(outcome)));
   }
 
   /** Asks the supervisor to replace this child (`RecycleRequest`). */
   async requestRecycle(reason: string): Promise<void> {
+    this.requireReady("RecycleRequest");
     await this.core.outbox.send({ type: "RecycleRequest", reason });
   }
 
   /** Sends an application-defined event to the supervisor's observers. */
   async custom(kind: string, bytes: Uint8Array | string = new Uint8Array(0)): Promise<void> {
+    this.requireReady("Custom");
     const b = typeof bytes === "string" ? new TextEncoder().encode(bytes) : bytes;
     await this.core.outbox.send({ type: "Custom", kind, bytes: b });
   }

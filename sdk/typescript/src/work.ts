@@ -6,7 +6,8 @@
  * accounting is tested without a socket.
  *
  * `Drained` means nothing is left that the drain must wait for. It is sent
- * once, as soon as all three hold: the supervisor sent `Drain`, no
+ * once, as soon as all three hold: a drain started (`Drain`, or the lease
+ * ran out), no
  * cancel-behaviour step is in flight, and no mail item is held by the
  * application (handed out and neither acknowledged nor released). Once a
  * drain starts no more mail is handed out, so the held count only falls.
@@ -48,7 +49,6 @@ export class Work {
   private readonly cancelledRuns = new Map<string, Cancelled>();
   private mailHeld = 0;
   private draining: Cancelled | null = null;
-  private lease: Cancelled | null = null;
   private drainedSent = false;
   private closed: Cancelled | null = null;
 
@@ -63,9 +63,8 @@ export class Work {
     const consider = (r: Cancelled | null) => {
       if (r !== null && (reason === null || moreSevere(r.cause, reason.cause))) reason = r;
     };
-    if (drain === "Cancel") {
-      if (!windDown) consider(this.draining);
-      consider(this.lease);
+    if (drain === "Cancel" && this.draining !== null && (!windDown || this.draining.cause === "lease")) {
+      consider(this.draining);
     }
     consider(this.closed);
     let state = this.runs.get(run);
@@ -120,47 +119,32 @@ export class Work {
   }
 
   /**
-   * Starts a drain: aborts the signals of cancel-behaviour steps (all but
-   * wind-down ones) with `reason`, stops mail being handed out, and emits
-   * `Drained` at once when nothing is left to wait for. A second drain is a
-   * no-op.
+   * Starts a drain (a `Drain`, or the lease running out, whose `reason`
+   * has cause `lease`): aborts the signals of cancel-behaviour steps with
+   * `reason`, stops mail being handed out, and emits `Drained` at once when
+   * nothing is left to wait for. A supervisor's drain leaves wind-down
+   * steps alone (its budget runs while they wind down); a lease expiry
+   * aborts them too, since no supervisor is left to grant a budget. A
+   * second drain is a no-op.
    */
   drain(reason: Cancelled): Event[] {
     if (this.draining !== null) return [];
     this.draining = reason;
+    const all = reason.cause === "lease";
     for (const s of this.steps.values()) {
-      if (s.drain === "Cancel" && !s.windDown) s.controller.abort(reason);
+      if (s.drain === "Cancel" && (all || !s.windDown)) s.controller.abort(reason);
     }
     return this.drainedIfDone();
   }
 
-  /** Whether the supervisor has asked for a drain. */
+  /** Whether a drain has started (asked for, or by lease expiry). */
   isDraining(): boolean {
     return this.draining !== null;
   }
 
-  /**
-   * The lease ran out: this child acts as drained on its own. Every
-   * cancel-behaviour step is aborted (wind-down ones too: no supervisor is
-   * left to grant a budget) and no more mail is handed out. `Drained` is
-   * still only sent after a `Drain`.
-   */
-  expireLease(reason: Cancelled): void {
-    if (this.lease !== null) return;
-    this.lease = reason;
-    for (const s of this.steps.values()) {
-      if (s.drain === "Cancel") s.controller.abort(reason);
-    }
-  }
-
-  /** Whether the lease ran out. */
-  leaseExpired(): boolean {
-    return this.lease !== null;
-  }
-
   /** Whether mail may still be handed to the application. */
   takesMail(): boolean {
-    return this.draining === null && this.lease === null && this.closed === null;
+    return this.draining === null && this.closed === null;
   }
 
   /** Hands one mail item out if mail is still taken; true when it is now held. */

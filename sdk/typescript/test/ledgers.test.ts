@@ -108,16 +108,17 @@ describe("work ledger", () => {
     assert.deepEqual(names(w.finish(c.id, cancelled)), ["StepFinished", "Drained"]);
   });
 
-  test("lease expiry aborts every cancel step (wind-down too), stops mail, and sends no Drained", () => {
+  test("lease expiry is a drain that aborts every cancel step, wind-down ones too", () => {
     const w = new Work();
     const s = w.start("r1", "flush", "Cancel", true);
     const a = w.start("r1", "approve", "Wait");
-    w.expireLease(new Cancelled("lease"));
+    assert.deepEqual(w.drain(new Cancelled("lease")), []);
     assert.equal(cause(s.signal), "lease");
     assert.equal(a.signal.aborted, false);
     assert.equal(w.takesMail(), false);
-    assert.deepEqual(names(w.finish(s.id, cancelled)), ["StepFinished"]);
-    assert.equal(cause(w.start("r2", "x", "Cancel").signal), "lease");
+    assert.deepEqual(names(w.finish(s.id, cancelled)), ["StepFinished", "Drained"]);
+    assert.equal(cause(w.start("r2", "x", "Cancel", true).signal), "lease");
+    assert.deepEqual(w.drain(drain), [], "a Drain after the expiry changes nothing");
   });
 
   test("close aborts every signal and every later one, with the most severe cause", () => {

@@ -82,6 +82,20 @@ describe("handshake", () => {
     }
   });
 
+  test("events before Ready are refused locally, not sent as a violation", async () => {
+    const { sup, child } = await FakeSupervisor.pair();
+    cleanups.push(() => sup.close());
+    const connecting = connect({ env: childEnv(), socket: child, log: () => undefined });
+    await sup.expect("Hello");
+    sup.send(welcome());
+    const rt = await connecting;
+    cleanups.push(() => void rt.close().catch(() => undefined));
+    await assert.rejects(rt.custom("early"), /call `await rt.ready\(\)` first/);
+    assert.throws(() => rt.startStep("r", "s", "wait"), InvalidEvent);
+    await rt.ready();
+    assert.equal((await sup.next()).type, "Ready", "Ready is the second frame");
+  });
+
   test("no Welcome in time is a ConnectError, not a hang", async () => {
     const { sup, child } = await FakeSupervisor.pair();
     cleanups.push(() => sup.close());
@@ -346,7 +360,7 @@ describe("verified cancels", () => {
 });
 
 describe("lease", () => {
-  test("a lease that runs out aborts cancel steps as 'lease', stops mail, and renewals keep it alive", async () => {
+  test("a lease that runs out acts as a drain (cause 'lease', Drained by the same rule); renewals keep it alive", async () => {
     const { sup, rt, lines } = await wired();
     sup.send({ type: "Lease", valid_ms: 150n });
     const s = rt.step("r1", "fetch", "cancel", (signal) => sleep(5000, undefined, { signal }));
@@ -364,8 +378,10 @@ describe("lease", () => {
     sup.send(mail(1n));
     assert.equal((await it.next()).done, true, "no mail after the lease ran out");
     assert.ok(lines.some((l) => l.startsWith("lease ran out")), lines.join("\n"));
-    const events = await sup.quiet(100);
-    assert.ok(!events.some((e) => e.type === "Drained"), "Drained only answers a Drain");
+    const events = await sup.until("Drained");
+    assert.deepEqual(events.at(-2), { type: "StepFinished", run: "r1", step: "fetch", outcome: { kind: "Cancelled" } });
+    sup.send({ type: "Lease", valid_ms: 10_000n });
+    assert.equal(rt.draining.aborted, true, "a Lease after expiry undoes nothing");
   });
 });
 

@@ -270,8 +270,20 @@ export class Reader {
   /** A string, strictly UTF-8. */
   str(what: string): string {
     const n = this.length_(what);
-    const bytes = this.buf.subarray(this.pos, this.pos + n);
+    const start = this.pos;
     this.pos += n;
+    // Short ASCII (names, ids) without the decoder's call overhead.
+    if (n <= 64) {
+      let ascii = "";
+      let i = start;
+      for (; i < start + n; i++) {
+        const c = this.buf[i] as number;
+        if (c > 0x7f) break;
+        ascii += String.fromCharCode(c);
+      }
+      if (i === start + n) return ascii;
+    }
+    const bytes = this.buf.subarray(start, start + n);
     try {
       return strictUtf8.decode(bytes);
     } catch {

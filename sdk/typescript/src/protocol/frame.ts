@@ -75,8 +75,7 @@ export function appendEventFrame(w: Writer, frame: Frame<Event>, maxFrameBytes: 
 }
 
 /** The frame bytes of a Control message (supervisor → child). */
-export function encodeControlFrame(frame: Frame<Control>, maxFrameBytes = MAX_FRAME_LIMIT): Uint8Array {
-  const w = new Writer();
+export function encodeControlFrame(frame: Frame<Control>, maxFrameBytes = MAX_FRAME_LIMIT, w = new Writer()): Uint8Array {
   encodeWith(writeControl, frame, maxFrameBytes, w);
   return w.bytes();
 }

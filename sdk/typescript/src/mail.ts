@@ -12,6 +12,7 @@
  * Redeliveries of acknowledged mail are still acknowledged again.
  */
 
+import { rememberBounded } from "./memory.js";
 import type { Outcome } from "./protocol/messages.js";
 
 /** How many acknowledged ids (and their outcomes) are remembered for answering redeliveries. */
@@ -43,13 +44,7 @@ export class MailLedger {
   /** Records the acknowledgement of `id`. */
   ack(id: bigint, outcome: Outcome): void {
     this.inFlight.delete(id);
-    if (this.acked.has(id)) return;
-    this.acked.set(id, outcome);
-    while (this.acked.size > REMEMBERED_ACKS) {
-      const oldest = this.acked.keys().next();
-      if (oldest.done) break;
-      this.acked.delete(oldest.value);
-    }
+    rememberBounded(this.acked, id, outcome, REMEMBERED_ACKS);
   }
 
   /** Forgets mail left unacknowledged, so a redelivery reaches the application again. */

@@ -14,6 +14,7 @@
  */
 
 import { Cancelled, moreSevere, type CancelCause } from "./errors.js";
+import { rememberBounded } from "./memory.js";
 import type { DrainBehavior, Event, Outcome } from "./protocol/messages.js";
 
 /** How many cancelled runs are remembered, so late steps of a cancelled run start cancelled. */
@@ -231,13 +232,7 @@ export class Work {
   }
 
   private rememberCancelled(run: string, reason: Cancelled): void {
-    if (this.cancelledRuns.has(run)) return;
-    this.cancelledRuns.set(run, reason);
-    while (this.cancelledRuns.size > REMEMBERED_CANCELLED_RUNS) {
-      const oldest = this.cancelledRuns.keys().next();
-      if (oldest.done) break;
-      this.cancelledRuns.delete(oldest.value);
-    }
+    rememberBounded(this.cancelledRuns, run, reason, REMEMBERED_CANCELLED_RUNS);
   }
 
   /** Tells whether a cancelled run is remembered (for tests). */

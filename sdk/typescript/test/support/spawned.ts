@@ -7,7 +7,8 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import type { Socket } from "node:net";
 
-import { FrameDecoder, encodeControlFrame, type Control, type Event } from "../../dist/protocol/index.js";
+import { encodeControlFrame, type Control, type Event } from "../../dist/protocol/index.js";
+import { EventStream } from "./events.js";
 import { childEnv } from "./supervisor.js";
 
 export class Spawned {
@@ -17,9 +18,7 @@ export class Spawned {
   stderr = "";
   stdout = "";
   private seq = 1n;
-  private readonly decoder = FrameDecoder.event();
-  private readonly events: Event[] = [];
-  private wake: (() => void) | null = null;
+  private readonly events: EventStream;
   readonly exited: Promise<{ code: number | null; signal: NodeJS.Signals | null; atMs: number }>;
 
   constructor(args: string[], deployment = "billing") {
@@ -29,18 +28,13 @@ export class Spawned {
       stdio: ["ignore", "pipe", "pipe", "pipe"],
     });
     this.channel = this.child.stdio[3] as Socket;
-    this.channel.on("data", (chunk: Buffer) => {
-      this.decoder.push(chunk);
-      for (let f = this.decoder.next(); f !== null; f = this.decoder.next()) this.events.push(f.body);
-      this.wake?.();
-    });
-    this.channel.on("error", () => undefined);
+    this.events = new EventStream(this.channel, () => `; stderr: ${this.stderr}`);
     this.child.stdout!.on("data", (d: Buffer) => (this.stdout += d.toString()));
     this.child.stderr!.on("data", (d: Buffer) => (this.stderr += d.toString()));
     this.exited = new Promise((resolve) =>
       this.child.on("exit", (code, signal) => {
         resolve({ code, signal, atMs: performance.now() });
-        this.wake?.();
+        this.events.end();
       }),
     );
   }
@@ -54,23 +48,8 @@ export class Spawned {
   }
 
   /** The next event other than Pong, or a rejection after `ms`. */
-  async next(ms = 10_000): Promise<Event> {
-    const deadline = Date.now() + ms;
-    for (;;) {
-      const e = this.events.shift();
-      if (e !== undefined && e.type !== "Pong") return e;
-      if (e !== undefined) continue;
-      const left = deadline - Date.now();
-      if (left <= 0) throw new Error(`no event within ${ms} ms; stderr: ${this.stderr}`);
-      await new Promise<void>((resolve) => {
-        const t = setTimeout(resolve, left);
-        this.wake = () => {
-          clearTimeout(t);
-          resolve();
-        };
-      });
-      this.wake = null;
-    }
+  next(ms = 10_000): Promise<Event> {
+    return this.events.next(ms, true);
   }
 
   async expect<T extends Event["type"]>(type: T): Promise<Extract<Event, { type: T }>> {

@@ -11,8 +11,8 @@ import { createServer, connect as netConnect, type Socket } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 
+import { EventStream } from "./events.js";
 import {
-  FrameDecoder,
   PublicKey,
   cancelSigningBytes,
   encodeControlFrame,
@@ -69,25 +69,13 @@ export function welcome(deployment = "billing", over: Partial<Welcome["limits"]>
 
 export class FakeSupervisor {
   private seq = 1n;
-  private readonly decoder = FrameDecoder.event();
-  private readonly events: Event[] = [];
-  private waiting: (() => void) | null = null;
-  private ended = false;
+  private readonly events: EventStream;
 
   private constructor(
     readonly socket: Socket,
     private readonly dir: string,
   ) {
-    socket.on("data", (chunk: Buffer) => {
-      this.decoder.push(chunk);
-      for (let f = this.decoder.next(); f !== null; f = this.decoder.next()) this.events.push(f.body);
-      this.waiting?.();
-    });
-    socket.on("end", () => {
-      this.ended = true;
-      this.waiting?.();
-    });
-    socket.on("error", () => undefined);
+    this.events = new EventStream(socket);
   }
 
   /** A connected pair: the supervisor's end and the child's. */
@@ -115,23 +103,8 @@ export class FakeSupervisor {
   }
 
   /** The next event, or a rejection after `ms`. */
-  async next(ms = 5000): Promise<Event> {
-    const deadline = Date.now() + ms;
-    for (;;) {
-      const e = this.events.shift();
-      if (e !== undefined) return e;
-      if (this.ended) throw new Error("the child closed the channel");
-      const left = deadline - Date.now();
-      if (left <= 0) throw new Error(`no event within ${ms} ms`);
-      await new Promise<void>((resolve) => {
-        const t = setTimeout(resolve, left);
-        this.waiting = () => {
-          clearTimeout(t);
-          resolve();
-        };
-      });
-      this.waiting = null;
-    }
+  next(ms = 5000): Promise<Event> {
+    return this.events.next(ms, false);
   }
 
   /** The next event, which must be of `type`. */
@@ -166,11 +139,6 @@ export class FakeSupervisor {
         return seen;
       }
     }
-  }
-
-  /** Whether the child closed its end. */
-  get childEnded(): boolean {
-    return this.ended;
   }
 
   close(): void {

@@ -111,7 +111,12 @@ async function main(): Promise<void> {
     await rt.close().catch(() => undefined);
     process.exit(0);
   });
-  await rt.ready();
+  try {
+    await rt.ready();
+  } catch (e) {
+    say(`cannot report Ready: ${(e as Error).message}`);
+    process.exit(1);
+  }
   for await (const mail of rt.mail()) {
     handle(rt, mail).catch((e: unknown) => say(`mail ${mail.id}: ${(e as Error).message}`));
   }

@@ -5,7 +5,6 @@
  * Cancel, Mail, Lease, Shutdown) while the application runs steps.
  */
 
-import type { Duplex } from "node:stream";
 import type { Socket } from "node:net";
 
 import { openControlFd, FrameReader, type EndOfChannel } from "./channel.js";
@@ -29,8 +28,8 @@ export interface ConnectOptions {
   implementation?: string;
   /** Where the `WFHOST_*` variables are read (default `process.env`, from which they are then removed). */
   env?: Record<string, string | undefined>;
-  /** An already-open channel to use instead of `WFHOST_CONTROL_FD` (for embedding and tests). */
-  socket?: Socket | Duplex;
+  /** An already-open Unix stream socket to use instead of `WFHOST_CONTROL_FD` (for embedding and tests). */
+  socket?: Socket;
   /** Where the runtime's own log lines go (default: stderr, prefixed `@wfhost/child: `). */
   log?: (line: string) => void;
   /** How long to wait for the supervisor's Welcome (default 30 000 ms). */
@@ -77,7 +76,7 @@ export async function connect(options: ConnectOptions = {}): Promise<Runtime> {
       `the implementation name must be 1 to ${MAX_IMPLEMENTATION_BYTES} bytes, got ${implBytes}: pass a shorter connect({ implementation })`,
     );
   }
-  const socket = (options.socket ?? openControlFd(env.controlFd)) as Socket;
+  const socket = options.socket ?? openControlFd(env.controlFd);
   if (usesProcessEnv) {
     // Programs this child starts must not believe they are wfhost children.
     for (const name of ENV_VARS) delete process.env[name];

@@ -1,6 +1,6 @@
 /**
  * Spawn → Ready of a Node workflow child beside the cost of Node itself:
- * starts `node -e 0` (spawn → exit), a node that writes one byte (spawn →
+ * starts `node -e 0` and an empty module file (spawn → exit), a node that writes one byte (spawn →
  * that byte: Node's start-up alone) and the children (spawn →
  * `Ready`, this script playing the supervisor's part of the handshake over
  * a socketpair at fd 3), several times each, and prints min, median, max.
@@ -10,7 +10,8 @@
 
 import { spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { existsSync } from "node:fs";
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import type { Socket } from "node:net";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -108,6 +109,12 @@ console.log(`spawn → Ready, ${RUNS} runs each (Node ${process.version})`);
 const bare: number[] = [];
 for (let i = 0; i < RUNS; i++) bare.push(await toExit(["-e", "0"]));
 summary("node -e 0 (spawn → exit)", bare);
+const emptyFile = join(mkdtempSync(join(tmpdir(), "wfts-bench-")), "empty.mjs");
+writeFileSync(emptyFile, "");
+const empty: number[] = [];
+for (let i = 0; i < RUNS; i++) empty.push(await toExit([emptyFile]));
+summary("node empty.mjs (spawn → exit)", empty);
+rmSync(dirname(emptyFile), { recursive: true, force: true });
 const first: number[] = [];
 for (let i = 0; i < RUNS; i++) first.push(await toFirstByte(["-e", "process.stdout.write('x')"]));
 summary("node -e 'write(x)' (spawn → first byte)", first);

@@ -176,7 +176,7 @@ fn the_node_example_processes_200_orders_exactly_once_across_operator_and_self_r
         "orders-node",
         &[
             "--recycle-every",
-            "35",
+            "25",
             "--fetch-ms",
             "5",
             "--approve-ms",
@@ -272,7 +272,7 @@ fn the_node_example_processes_200_orders_exactly_once_across_operator_and_self_r
         "{redelivered} redeliveries logged, {deliveries} deliveries of {ITEMS} items"
     );
     assert!(
-        log.contains("node-orders: processed 35 items: asking to be recycled"),
+        log.contains("node-orders: processed 25 items: asking to be recycled"),
         "{log}"
     );
 

@@ -1,0 +1,126 @@
+#!/usr/bin/env node
+/**
+ * The conformance child of `@wfhost/child` (docs/conformance.md): connects
+ * with this package's runtime, sends Ready, and processes each mail item as
+ * its JSON payload says, concurrently, so `wfhost-conformance` can play its
+ * scenarios against the runtime:
+ *
+ *     wfhost-conformance -- node dist/conformance-child.js
+ */
+
+import { setTimeout as sleep } from "node:timers/promises";
+
+import { Cancelled, connect, type AckOutcome, type Mail, type Runtime, type StepBehavior } from "./index.js";
+
+interface PlannedStep {
+  name: string;
+  drain: StepBehavior;
+  ms: number;
+  ignoreCancel: boolean;
+}
+
+interface Plan {
+  run: string | null;
+  steps: PlannedStep[];
+  fail: string | null;
+  recycle: string | null;
+  custom: { kind: string; bytes: Uint8Array } | null;
+}
+
+function say(line: string): void {
+  process.stderr.write(`conformance-child: ${line}\n`);
+}
+
+/** Reads a payload as the spec's JSON, or says what is wrong with it. */
+function parsePlan(mail: Mail): Plan {
+  const v = mail.json<Record<string, unknown>>();
+  if (v === null || typeof v !== "object" || Array.isArray(v)) throw new TypeError("the payload is not a JSON object");
+  const optString = (key: string): string | null => {
+    const x = v[key];
+    if (x === undefined) return null;
+    if (typeof x !== "string") throw new TypeError(`"${key}" must be a string`);
+    return x;
+  };
+  const rawSteps = v["steps"] ?? [];
+  if (!Array.isArray(rawSteps)) throw new TypeError(`"steps" must be an array`);
+  const steps = rawSteps.map((s: unknown, i): PlannedStep => {
+    if (s === null || typeof s !== "object") throw new TypeError(`steps[${i}] must be an object`);
+    const o = s as Record<string, unknown>;
+    if (typeof o["name"] !== "string") throw new TypeError(`steps[${i}].name must be a string`);
+    if (o["drain"] !== "cancel" && o["drain"] !== "wait") throw new TypeError(`steps[${i}].drain must be "cancel" or "wait"`);
+    const ms = o["ms"] ?? 0;
+    if (typeof ms !== "number" || !Number.isFinite(ms) || ms < 0) throw new TypeError(`steps[${i}].ms must be a number of milliseconds`);
+    const ignore = o["ignore_cancel"] ?? false;
+    if (typeof ignore !== "boolean") throw new TypeError(`steps[${i}].ignore_cancel must be a boolean`);
+    return { name: o["name"], drain: o["drain"], ms, ignoreCancel: ignore };
+  });
+  let custom: Plan["custom"] = null;
+  if (v["custom"] !== undefined) {
+    const c = v["custom"] as Record<string, unknown> | null;
+    if (c === null || typeof c !== "object" || typeof c["kind"] !== "string" || typeof c["hex"] !== "string") {
+      throw new TypeError(`"custom" must be {"kind": string, "hex": string}`);
+    }
+    if (!/^([0-9a-fA-F]{2})*$/.test(c["hex"])) throw new TypeError(`"custom.hex" must be hex`);
+    custom = { kind: c["kind"], bytes: new Uint8Array(Buffer.from(c["hex"], "hex")) };
+  }
+  return { run: optString("run"), steps, fail: optString("fail"), recycle: optString("recycle"), custom };
+}
+
+async function handle(rt: Runtime, mail: Mail): Promise<void> {
+  await rt.custom("conformance.took", JSON.stringify({ id: mail.id.toString(), attempt: mail.attempt }));
+  let plan: Plan;
+  try {
+    plan = parsePlan(mail);
+  } catch (e) {
+    await mail.ack({ failed: `bad payload: ${(e as Error).message}` });
+    return;
+  }
+  if (plan.custom) await rt.custom(plan.custom.kind, plan.custom.bytes);
+  const run = plan.run ?? `mail-${mail.id}`;
+  let cancelled = false;
+  for (const s of plan.steps) {
+    try {
+      await rt.step(run, s.name, s.drain, (signal) => (s.ignoreCancel ? sleep(s.ms) : sleep(s.ms, undefined, { signal })));
+    } catch (e) {
+      if (!(e instanceof Cancelled)) throw e;
+      say(`mail ${mail.id}: step ${s.name} ${e.message}`);
+      cancelled = true;
+      break;
+    }
+  }
+  const outcome: AckOutcome = cancelled ? "cancelled" : plan.fail !== null ? { failed: plan.fail } : "succeeded";
+  await rt.runTerminal(run, outcome);
+  await mail.ack(outcome);
+  if (plan.recycle !== null) await rt.requestRecycle(plan.recycle);
+}
+
+async function main(): Promise<void> {
+  process.on("SIGTERM", () => process.exit(0));
+  let rt: Runtime;
+  try {
+    rt = await connect();
+  } catch (e) {
+    say(`cannot connect: ${(e as Error).message}`);
+    process.exit(1);
+  }
+  void rt.closed.then(async (reason) => {
+    if (reason.kind === "failed") {
+      say(`the control channel broke: ${reason.message}`);
+      process.exit(1);
+    }
+    await rt.close().catch(() => undefined);
+    process.exit(0);
+  });
+  try {
+    await rt.ready();
+  } catch (e) {
+    say(`cannot report Ready: ${(e as Error).message}`);
+    process.exit(1);
+  }
+  for await (const mail of rt.mail()) {
+    handle(rt, mail).catch((e: unknown) => say(`mail ${mail.id}: ${(e as Error).message}`));
+  }
+  // Drained (or the lease ran out): stay connected until Shutdown or end of stream.
+}
+
+await main();

@@ -1,0 +1,69 @@
+/**
+ * What can go wrong, as error classes an application can tell apart:
+ * connecting, sending on a closed channel, an event the wire cannot carry,
+ * and a step that was asked to stop.
+ */
+
+/** Why a step was asked to stop, from the mildest to the most severe. */
+export type CancelCause = "drain" | "lease" | "shutdown" | "disconnected" | "cancel";
+
+const SEVERITY: Record<CancelCause, number> = { drain: 0, lease: 1, shutdown: 2, disconnected: 3, cancel: 4 };
+
+/** Whether `a` is more severe than `b`. */
+export function moreSevere(a: CancelCause, b: CancelCause): boolean {
+  return SEVERITY[a] > SEVERITY[b];
+}
+
+/** Who asked for a verified cancel. */
+export type CancelOriginName = "supervisor-drain" | "operator";
+
+/**
+ * A step was stopped: the `signal.reason` of an aborted step, and what
+ * `rt.step` rejects with. `cause` says why; a verified cancel also carries
+ * its `reason` text and `origin`.
+ */
+export class Cancelled extends Error {
+  override name = "Cancelled";
+  override readonly cause: CancelCause;
+  /** The cancel's reason text (verified cancels only). */
+  readonly reason: string | null;
+  /** Who asked for the cancel (verified cancels only). */
+  readonly origin: CancelOriginName | null;
+
+  constructor(cause: CancelCause, detail?: { reason: string; origin: CancelOriginName }) {
+    super(describe(cause, detail));
+    this.cause = cause;
+    this.reason = detail?.reason ?? null;
+    this.origin = detail?.origin ?? null;
+  }
+}
+
+function describe(cause: CancelCause, detail?: { reason: string; origin: CancelOriginName }): string {
+  switch (cause) {
+    case "drain":
+      return "cancelled: the child is draining (cancel-behaviour step)";
+    case "lease":
+      return "cancelled: the supervisor's lease ran out, so this child stopped on its own";
+    case "shutdown":
+      return "cancelled: the supervisor asked this child to shut down";
+    case "disconnected":
+      return "cancelled: the control channel to the supervisor is gone";
+    case "cancel":
+      return `cancelled by a verified cancel (origin ${detail?.origin ?? "?"}): ${detail?.reason ?? ""}`;
+  }
+}
+
+/** `connect()` failed: the process was not started by wfhost, or the handshake failed. */
+export class ConnectError extends Error {
+  override name = "ConnectError";
+}
+
+/** The control channel is closed: nothing more reaches the supervisor. */
+export class ChannelClosed extends Error {
+  override name = "ChannelClosed";
+}
+
+/** An event was not sent: the wire cannot carry it (too large, bad text, out of range), or Ready was not sent yet. */
+export class InvalidEvent extends Error {
+  override name = "InvalidEvent";
+}

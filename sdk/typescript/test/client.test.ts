@@ -1,0 +1,204 @@
+/**
+ * The producer client against a scripted control socket (a real Unix
+ * socket speaking docs/control.md): framing, the raw payload after the
+ * JSON, idempotency keys and the retry of a lost answer, refusals with the
+ * supervisor's code and words, the event stream; and the config reader.
+ */
+
+import assert from "node:assert/strict";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { createServer, type Server, type Socket } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterEach, describe, test } from "node:test";
+
+import { Client, WfhostError, stateDirOf } from "../dist/client/index.js";
+
+const dirs: string[] = [];
+const servers: Server[] = [];
+afterEach(() => {
+  for (const s of servers.splice(0)) s.close();
+  for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
+});
+
+function tempDir(): string {
+  const d = mkdtempSync(join(tmpdir(), "wfts-"));
+  dirs.push(d);
+  return d;
+}
+
+function rawFrame(json: string): Buffer {
+  const body = Buffer.from(json);
+  const h = Buffer.alloc(4);
+  h.writeUInt32BE(body.length);
+  return Buffer.concat([h, body]);
+}
+
+const frame = (value: unknown): Buffer => rawFrame(JSON.stringify(value));
+
+interface Received {
+  request: Record<string, unknown>;
+  payload: Buffer;
+  socket: Socket;
+}
+
+/** A control socket that hands each request (and its raw payload) to `answer`. */
+async function server(answer: (r: Received, n: number) => void): Promise<string> {
+  const path = join(tempDir(), "wfhost.sock");
+  let n = 0;
+  const srv = createServer((socket) => {
+    let buf = Buffer.alloc(0);
+    let done = false;
+    socket.on("data", (chunk: Buffer) => {
+      buf = Buffer.concat([buf, chunk]);
+      if (done || buf.length < 4) return;
+      const len = buf.readUInt32BE(0);
+      if (buf.length < 4 + len) return;
+      const request = JSON.parse(buf.subarray(4, 4 + len).toString()) as Record<string, unknown>;
+      const want = Number(request["payload_bytes"] ?? 0);
+      if (buf.length < 4 + len + want) return;
+      done = true;
+      answer({ request, payload: buf.subarray(4 + len, 4 + len + want), socket }, ++n);
+    });
+    socket.on("error", () => undefined);
+  });
+  servers.push(srv);
+  await new Promise<void>((resolve) => srv.listen(path, resolve));
+  return path;
+}
+
+describe("send", () => {
+  test("writes the JSON then the raw payload, always with a key, and reads the id exactly", async () => {
+    const seen: Received[] = [];
+    const path = await server((r) => {
+      seen.push(r);
+      // Written by hand: an id beyond 2^53, which JSON.parse would round.
+      r.socket.end(rawFrame('{"ok":true,"data":{"deployment":"orders","id":18446744073709551615,"new":true}}'));
+    });
+    const client = new Client({ socket: path });
+    const sent = await client.send("orders", Uint8Array.of(0, 1, 2, 255));
+    assert.deepEqual(sent, { deployment: "orders", id: 18446744073709551615n, new: true });
+    const r = seen[0]!;
+    assert.equal(r.request["v"], 2);
+    assert.equal(r.request["cmd"], "send");
+    assert.equal(r.request["deployment"], "orders");
+    assert.equal(r.request["payload_bytes"], 4);
+    assert.match(String(r.request["key"]), /^auto-[0-9a-f]{32}$/, "a random key when none is given");
+    assert.deepEqual([...r.payload], [0, 1, 2, 255]);
+    await client.send("orders", "hi", { key: "order-9" });
+    assert.equal(seen[1]!.request["key"], "order-9");
+    assert.equal(seen[1]!.payload.toString(), "hi");
+  });
+
+  test("an answer lost after the request was written is retried under the same key", async () => {
+    const keys: unknown[] = [];
+    const path = await server((r, n) => {
+      keys.push(r.request["key"]);
+      if (n < 3) r.socket.destroy();
+      else r.socket.end(frame({ ok: true, data: { deployment: "orders", id: 7, new: false } }));
+    });
+    const sent = await new Client({ socket: path }).send("orders", "x");
+    assert.deepEqual(sent, { deployment: "orders", id: 7n, new: false });
+    assert.equal(keys.length, 3);
+    assert.equal(new Set(keys).size, 1, "one key for every try");
+  });
+
+  test("after five lost answers it gives up, naming the key to retry with", async () => {
+    let n = 0;
+    const path = await server((r) => {
+      n++;
+      r.socket.destroy();
+    });
+    await assert.rejects(new Client({ socket: path }).send("orders", "x", { key: "k1" }), (e: unknown) => {
+      assert.ok(e instanceof WfhostError);
+      assert.equal(e.code, 3);
+      assert.equal(e.answerLost, true);
+      assert.match(e.message, /tried 5 times under idempotency key "k1"/);
+      return true;
+    });
+    assert.equal(n, 5);
+  });
+
+  test("a refusal carries the supervisor's code and words and is not retried", async () => {
+    let n = 0;
+    const path = await server((r) => {
+      n++;
+      r.socket.end(frame({ ok: false, code: 1, error: 'unknown deployment "billing"; known deployments: orders' }));
+    });
+    await assert.rejects(new Client({ socket: path }).send("billing", "x"), (e: unknown) => {
+      assert.ok(e instanceof WfhostError);
+      assert.equal(e.code, 1);
+      assert.equal(e.message, 'unknown deployment "billing"; known deployments: orders');
+      return true;
+    });
+    assert.equal(n, 1);
+  });
+
+  test("no supervisor is 'unreachable' (code 3), naming the socket", async () => {
+    const path = join(tempDir(), "wfhost.sock");
+    await assert.rejects(new Client({ socket: path }).status(), (e: unknown) => {
+      assert.ok(e instanceof WfhostError);
+      assert.equal(e.code, 3);
+      assert.ok(e.message.includes(path) && e.message.includes("is `wfhost supervise` running"), e.message);
+      return true;
+    });
+  });
+});
+
+describe("status and events", () => {
+  test("status returns the deployments", async () => {
+    const path = await server((r) => {
+      assert.deepEqual(r.request, { v: 2, cmd: "status" });
+      r.socket.end(frame({ ok: true, data: { deployments: [{ id: "orders", implementation: "@wfhost/child/0.1.0" }] } }));
+    });
+    const s = await new Client({ socket: path }).status();
+    assert.equal(s.deployments[0]!["implementation"], "@wfhost/child/0.1.0");
+  });
+
+  test("events streams after the cursor, ends with the stream, and stopping a follow closes the connection", async () => {
+    let closed = false;
+    const path = await server((r) => {
+      assert.deepEqual(r.request, { v: 2, cmd: "events", after: 4, follow: r.request["follow"] });
+      r.socket.write(frame({ ok: true, data: { streaming: true } }));
+      for (const seq of [5, 6, 7]) r.socket.write(frame({ seq, at_ms: 1, deployment: "orders", kind: "ready", body: {} }));
+      if (r.request["follow"] === true) r.socket.on("close", () => (closed = true));
+      else r.socket.end();
+    });
+    const client = new Client({ socket: path });
+    const seqs: number[] = [];
+    for await (const e of client.events({ after: 4 })) seqs.push(e.seq);
+    assert.deepEqual(seqs, [5, 6, 7]);
+    const followed: number[] = [];
+    for await (const e of client.events({ after: 4, follow: true })) {
+      followed.push(e.seq);
+      if (e.seq === 6) break;
+    }
+    assert.deepEqual(followed, [5, 6]);
+    await new Promise((r) => setTimeout(r, 50));
+    assert.equal(closed, true, "the follow's connection is closed");
+  });
+});
+
+describe("config", () => {
+  test("state_dir is read from [supervisor], relative to the file, with TOML strings and comments", () => {
+    const d = tempDir();
+    const cases: [string, string][] = [
+      ['[supervisor]\nstate_dir = "state"   # here\n', join(d, "state")],
+      ["# top\n[supervisor]\npolicy_interval = \"10s\"\nstate_dir = '/var/lib/x'\n", "/var/lib/x"],
+      ['[defaults]\nstate_dir = "no"\n[supervisor]\n  state_dir = "a\\\\b\\u00e9"\n[[deployment]]\nid = "x"\n', join(d, "a\\bé")],
+      ['[[deployment]]\nid = "x"\n', "/var/lib/wfhost"],
+      ['supervisor.state_dir = "dotted"\n', join(d, "dotted")],
+    ];
+    for (const [text, want] of cases) {
+      const f = join(d, "wfhost.toml");
+      writeFileSync(f, text);
+      assert.equal(stateDirOf(f), want, text);
+    }
+    const f = join(d, "bad.toml");
+    writeFileSync(f, "[supervisor]\nstate_dir = 5\n");
+    assert.throws(() => new Client({ config: f }), (e: unknown) => e instanceof WfhostError && e.code === 2 && /bad.toml:2: state_dir must be a string/.test(e.message));
+    assert.throws(() => new Client({ config: join(d, "missing.toml") }), /cannot read the config file/);
+    writeFileSync(f, '[supervisor]\nstate_dir = "s"\n');
+    assert.equal(new Client({ config: f }).socketPath, join(d, "s", "wfhost.sock"));
+  });
+});

@@ -1,0 +1,447 @@
+//! The Node SDK (`sdk/typescript`, `@wfhost/child`) as an operator meets
+//! it: the `examples/node-orders` workflow hosted by `wfhost supervise` on
+//! real `node`, fed by the SDK's producer client, recycled by operators
+//! and by itself, drained during a wait step, and cancelled by a signed
+//! cancel when a cancel step outlives the drain budget.
+//!
+//! These tests need the SDK built and the example's dependencies
+//! installed (`scripts/test` does both):
+//!
+//! ```text
+//! (cd sdk/typescript && npm ci && npm run build)
+//! (cd examples/node-orders && npm ci)
+//! ```
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use wfhost_tests::{LONG, Supervisor, command, deployment, describe, mail_counts, query, wait_for};
+
+// --- finding node, the SDK and the example ------------------------------
+
+/// The repository root (the tests crate lives in `tests/`).
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the workspace root")
+        .to_path_buf()
+}
+
+/// `examples/node-orders`, checked to be ready to run: the SDK's `dist/`
+/// is built and the example's `node_modules` link to it exists.
+fn example_dir() -> PathBuf {
+    let root = repo();
+    let built = root.join("sdk/typescript/dist/index.js");
+    let linked = root.join("examples/node-orders/node_modules/@wfhost/child/package.json");
+    assert!(
+        built.exists() && linked.exists(),
+        "the Node SDK is not built or the example's dependencies are missing ({} or {} is absent): \
+         run `scripts/test`, or by hand: (cd sdk/typescript && npm ci && npm run build) && (cd examples/node-orders && npm ci)",
+        built.display(),
+        linked.display()
+    );
+    root.join("examples/node-orders")
+}
+
+/// The absolute path of `node` on PATH.
+fn node() -> String {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .map(|d| d.join("node"))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| panic!("node is not on PATH: install Node 20 or later"))
+        .display()
+        .to_string()
+}
+
+/// A deployment running `node orders.js ARGS` in the example's directory.
+fn orders(id: &str, args: &[&str], extra: &str) -> String {
+    let dir = example_dir();
+    let node = node();
+    let mut parts = vec![node.as_str(), "orders.js"];
+    parts.extend_from_slice(args);
+    deployment(
+        id,
+        &command(&parts),
+        &format!("working_dir = \"{}\"\n{extra}", dir.display()),
+    )
+}
+
+// --- what an operator reads ---------------------------------------------
+
+fn steps(d: &Value) -> Vec<(String, String, String)> {
+    d["steps"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|s| {
+            let f = |k: &str| s[k].as_str().unwrap_or("").to_owned();
+            (f("run"), f("step"), f("drain"))
+        })
+        .collect()
+}
+
+fn of_kind<'a>(records: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    records.iter().filter(|r| r["kind"] == kind).collect()
+}
+
+fn seq(r: &Value) -> u64 {
+    r["seq"].as_u64().expect("seq")
+}
+
+/// The first record of `kind` after seq `after` that `pred` accepts.
+fn first_after<'a>(
+    records: &'a [Value],
+    kind: &str,
+    after: u64,
+    pred: impl Fn(&Value) -> bool,
+) -> &'a Value {
+    records
+        .iter()
+        .find(|r| r["kind"] == kind && seq(r) > after && pred(r))
+        .unwrap_or_else(|| panic!("no matching {kind} after seq {after} in {records:#?}"))
+}
+
+/// The log once it holds `line`.
+fn log_with(sup: &Supervisor, line: &str) -> String {
+    wait_for(&format!("the log line {line:?}"), LONG, || {
+        let log = sup.plain_log();
+        log.contains(line).then_some(log)
+    })
+}
+
+/// Every row of the `mail` table: `(id, state, outcome, deliveries)`.
+fn mail_rows(sup: &Supervisor) -> Vec<(u64, String, Option<String>, u64)> {
+    let rows = query(
+        &sup.db(),
+        "SELECT id, state, outcome, deliveries FROM mail ORDER BY id",
+    );
+    serde_json::from_value(Value::Array(rows)).expect("mail rows")
+}
+
+// --- the producer ---------------------------------------------------------
+
+/// `node produce.js` (the SDK's producer client) sending `count` orders,
+/// one every `interval_ms`, in the background.
+fn producer(sup: &Supervisor, id: &str, count: usize, interval_ms: u64) -> Child {
+    Command::new(node())
+        .arg("produce.js")
+        .arg("--config")
+        .arg(sup.config())
+        .args(["--deployment", id, "--count", &count.to_string()])
+        .args(["--interval-ms", &interval_ms.to_string()])
+        .current_dir(example_dir())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run node produce.js")
+}
+
+/// The ids the producer printed, one JSON line per accepted order, once
+/// it has exited successfully.
+fn produced_ids(child: Child) -> Vec<u64> {
+    let out = child.wait_with_output().expect("wait for the producer");
+    assert!(
+        out.status.success(),
+        "the producer failed: {}",
+        describe(&out)
+    );
+    BufReader::new(out.stdout.as_slice())
+        .lines()
+        .map_while(Result::ok)
+        .map(|l| {
+            let v: Value = serde_json::from_str(&l).unwrap_or_else(|e| panic!("{l:?}: {e}"));
+            assert_eq!(v["new"], true, "{l}");
+            v["id"]
+                .as_str()
+                .and_then(|s| s.parse().ok())
+                .unwrap_or_else(|| panic!("no id in {l}"))
+        })
+        .collect()
+}
+
+// --- the tests --------------------------------------------------------------
+
+/// 200 orders sent by the SDK's client while the Node child is recycled by
+/// operators and by itself: every id is done exactly once, none lost or
+/// repeated, and status names the SDK.
+#[test]
+fn the_node_example_processes_200_orders_exactly_once_across_operator_and_self_recycles() {
+    const ITEMS: usize = 200;
+    let sup = Supervisor::start(&orders(
+        "orders-node",
+        &[
+            "--recycle-every",
+            "25",
+            "--fetch-ms",
+            "5",
+            "--approve-ms",
+            "5",
+        ],
+        "drain_timeout = \"5s\"",
+    ));
+    sup.ready_pid("orders-node", LONG);
+    let d = sup.deployment("orders-node");
+    assert_eq!(d["implementation"], "@wfhost/child/0.1.0", "{d}");
+    assert_eq!(d["takes_mail"], true, "{d}");
+
+    let started = Instant::now();
+    let sending = producer(&sup, "orders-node", ITEMS, 8);
+    // Operator recycles while the orders flow, until two have counted (one
+    // asked for while a self recycle is under way joins it instead).
+    let operator =
+        |sup: &Supervisor| sup.deployment("orders-node")["recycles"]["operator"].as_u64();
+    while operator(&sup) < Some(2) {
+        assert!(
+            started.elapsed() < LONG,
+            "two operator recycles in {LONG:?}"
+        );
+        std::thread::sleep(Duration::from_millis(400));
+        let out = sup.client(&["recycle", "orders-node", "--reason", "node test"]);
+        assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    }
+    let mut accepted = produced_ids(sending);
+    assert_eq!(accepted.len(), ITEMS, "every send printed an id");
+    accepted.sort_unstable();
+    accepted.dedup();
+    assert_eq!(accepted.len(), ITEMS, "distinct ids");
+
+    let d = sup.wait_deployment(
+        "orders-node",
+        "every order done, and 5 recycles",
+        Duration::from_secs(90),
+        |d| {
+            let r = &d["recycles"];
+            let total = r["operator"].as_u64().unwrap_or(0) + r["self"].as_u64().unwrap_or(0);
+            mail_counts(d) == (0, 0, ITEMS as u64) && total >= 5 && d["state"] == "ready"
+        },
+    );
+    let elapsed = started.elapsed();
+    let r = &d["recycles"];
+    assert!(
+        r["operator"].as_u64() >= Some(2) && r["self"].as_u64() >= Some(3),
+        "recycles of both origins: {d}"
+    );
+    assert_eq!(d["implementation"], "@wfhost/child/0.1.0", "{d}");
+
+    // The store: exactly the accepted ids, each done.
+    let rows = mail_rows(&sup);
+    let ids: Vec<u64> = rows.iter().map(|r| r.0).collect();
+    assert_eq!(ids, accepted, "the store holds exactly the accepted mail");
+    let not_done: Vec<_> = rows.iter().filter(|r| r.1 != "done").collect();
+    assert!(not_done.is_empty(), "not done: {not_done:?}");
+    let not_succeeded: Vec<_> = rows
+        .iter()
+        .filter(|r| r.2.as_deref() != Some("succeeded"))
+        .collect();
+    assert!(not_succeeded.is_empty(), "{not_succeeded:?}");
+
+    // The event log: one mail_done per id.
+    let events = sup.events();
+    let mut done: BTreeMap<u64, u32> = BTreeMap::new();
+    for e in of_kind(&events, "mail_done") {
+        *done
+            .entry(e["body"]["id"].as_u64().expect("id"))
+            .or_default() += 1;
+    }
+    let wrong: Vec<_> = accepted
+        .iter()
+        .filter(|id| done.get(id) != Some(&1))
+        .map(|id| (id, done.get(id).copied().unwrap_or(0)))
+        .collect();
+    assert!(wrong.is_empty(), "ids not done exactly once: {wrong:?}");
+    assert_eq!(done.len(), ITEMS, "no mail_done for an unknown id");
+
+    // What the children said: redeliveries were finalized, not re-run.
+    let log = sup.plain_log();
+    let redelivered = log.matches(": redelivery (attempt ").count();
+    let finalized = log.matches(": finalized").count();
+    assert_eq!(
+        redelivered, finalized,
+        "each redelivery was finalized:\n{log}"
+    );
+    // (An extra delivery still queued when a drain began is not handed out:
+    // its next delivery is the redelivery the child sees.)
+    let deliveries: u64 = rows.iter().map(|r| r.3).sum();
+    assert!(
+        redelivered as u64 <= deliveries - ITEMS as u64,
+        "{redelivered} redeliveries logged, {deliveries} deliveries of {ITEMS} items"
+    );
+    assert!(
+        log.contains("node-orders: processed 25 items: asking to be recycled"),
+        "{log}"
+    );
+
+    // Spawn → Ready of each Node child, from the event log.
+    let mut spawn_ready: Vec<u64> = of_kind(&events, "ready")
+        .iter()
+        .filter_map(|ready| {
+            let pid = &ready["body"]["pid"];
+            let spawned = events
+                .iter()
+                .find(|e| e["kind"] == "spawned" && e["body"]["pid"] == *pid)?;
+            Some(ready["at_ms"].as_u64()? - spawned["at_ms"].as_u64()?)
+        })
+        .collect();
+    spawn_ready.sort_unstable();
+    eprintln!(
+        "node-orders: {ITEMS} orders done exactly once in {:.1} s; recycles: operator {}, self {}; \
+         {redelivered} redelivered and finalized; spawn→Ready of {} Node children: min {} ms, median {} ms, max {} ms",
+        elapsed.as_secs_f64(),
+        r["operator"],
+        r["self"],
+        spawn_ready.len(),
+        spawn_ready.first().copied().unwrap_or(0),
+        spawn_ready.get(spawn_ready.len() / 2).copied().unwrap_or(0),
+        spawn_ready.last().copied().unwrap_or(0),
+    );
+}
+
+/// Drained while a person approves (a wait step): the budget stays paused,
+/// the approval finishes and its order is acknowledged, then `Drained`,
+/// and the child exits cleanly.
+#[test]
+fn a_drain_during_a_node_wait_step_pauses_the_budget_until_the_step_ends() {
+    let sup = Supervisor::start(&orders(
+        "approvals",
+        &["--fetch-ms", "10", "--approve-ms", "3000"],
+        "drain_timeout = \"1s\"",
+    ));
+    let pid = sup.ready_pid("approvals", LONG);
+    let out = sup.client(&["send", "approvals", "{\"order\":\"A-1\"}"]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    sup.wait_deployment("approvals", "approve in flight", LONG, |d| {
+        steps(d) == [("order-1".into(), "approve".into(), "wait".into())]
+    });
+
+    let out = sup.client(&["drain", "approvals"]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let first = sup.wait_deployment("approvals", "draining", LONG, |d| d["state"] == "draining");
+    let used_before = first["drain"]["used_ms"].as_u64().expect("used_ms");
+    std::thread::sleep(Duration::from_secs(1));
+    let later = sup.deployment("approvals");
+    assert_eq!(later["state"], "draining", "still approving: {later}");
+    assert_eq!(
+        later["drain"]["used_ms"].as_u64(),
+        Some(used_before),
+        "the budget did not grow across 1 s of a wait step: {first} then {later}"
+    );
+    assert!(used_before < 1000, "{first}");
+    assert_eq!(later["drain"]["escalated"], false, "{later}");
+
+    let d = sup.wait_deployment("approvals", "drained", LONG, |d| d["state"] == "drained");
+    assert_eq!(d["drain"]["escalated"], false, "{d}");
+    assert!(d["drain"]["used_ms"].as_u64() < Some(1000), "{d}");
+    assert!(d["pid"].is_null(), "the child is gone: {d}");
+    assert_eq!(
+        mail_counts(&d),
+        (0, 0, 1),
+        "the approved order is done: {d}"
+    );
+
+    let ev = sup.events();
+    let started = first_after(&ev, "drain_started", 0, |_| true);
+    let paused = first_after(&ev, "drain_paused", seq(started), |_| true);
+    assert_eq!(paused["body"]["used_ms"], 0, "{paused}");
+    let approved = first_after(&ev, "step_finished", seq(started), |e| {
+        e["body"]["step"] == "approve"
+    });
+    assert_eq!(approved["body"]["outcome"], "succeeded", "{approved}");
+    let acked = first_after(&ev, "mail_done", seq(started), |_| true);
+    let drained = first_after(&ev, "drained", seq(approved), |_| true);
+    assert!(
+        seq(acked) < seq(drained),
+        "the ack came before Drained: {acked} {drained}"
+    );
+    let exited = first_after(&ev, "exited", seq(drained), |_| true);
+    assert_eq!(exited["body"]["pid"], pid, "{exited}");
+    assert!(
+        exited["body"]["reason"]
+            .as_str()
+            .unwrap_or("")
+            .contains("exit status 0"),
+        "a clean exit: {exited}"
+    );
+    assert!(of_kind(&ev, "drain_escalated").is_empty(), "{ev:#?}");
+    assert!(of_kind(&sup.journal(), "cancel").is_empty());
+    log_with(&sup, "@wfhost/child: drain requested (budget 1000 ms)");
+}
+
+/// A Node cancel step that ignores the drain outlives the budget: the
+/// supervisor journals a signed cancel, the SDK verifies it, the step's
+/// signal aborts with the cancel's reason, and the step ends cancelled.
+#[test]
+fn a_node_cancel_step_ignoring_the_drain_is_cancelled_by_a_verified_signed_cancel() {
+    let sup = Supervisor::start(&orders(
+        "stubborn",
+        &["--fetch-ms", "60000", "--fetch-ignores-drain"],
+        "drain_timeout = \"1s\"",
+    ));
+    sup.ready_pid("stubborn", LONG);
+    let out = sup.client(&["send", "stubborn", "{\"order\":\"S-1\"}"]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    sup.wait_deployment("stubborn", "fetch in flight", LONG, |d| {
+        steps(d) == [("order-1".into(), "fetch".into(), "cancel".into())]
+    });
+
+    let out = sup.client(&["drain", "stubborn"]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let d = sup.wait_deployment("stubborn", "drained after escalating", LONG, |d| {
+        d["state"] == "drained"
+    });
+    assert_eq!(d["drain"]["escalated"], true, "{d}");
+    assert_eq!(d["drain"]["used_ms"], 1000, "the whole budget: {d}");
+    assert_eq!(d["escalations"], 1, "{d}");
+
+    // The journal holds the signed cancel, committed before it was sent.
+    let records = sup.journal();
+    let cancels = of_kind(&records, "cancel");
+    assert_eq!(cancels.len(), 1, "{records:#?}");
+    let body = &cancels[0]["body"];
+    assert_eq!(body["origin"], "supervisor-drain", "{body}");
+    assert_eq!(body["run"], "order-1", "{body}");
+    assert_eq!(body["reason"], "drain budget of 1s spent", "{body}");
+    assert_eq!(
+        body["signature"].as_str().map(str::len),
+        Some(128),
+        "{body}"
+    );
+
+    // The SDK verified it, and the step's signal carried its reason.
+    log_with(
+        &sup,
+        "@wfhost/child: cancel of run order-1 accepted (origin supervisor-drain, reason \"drain budget of 1s spent\")",
+    );
+    log_with(
+        &sup,
+        "node-orders: mail 1: fetch stopped: cancelled by a verified cancel (origin supervisor-drain): drain budget of 1s spent",
+    );
+
+    let ev = sup.events();
+    let committed = first_after(&ev, "cancel_committed", 0, |_| true);
+    assert_eq!(committed["body"]["run"], "order-1", "{committed}");
+    let finished = first_after(&ev, "step_finished", seq(committed), |_| true);
+    assert_eq!(
+        (
+            finished["body"]["step"].as_str(),
+            finished["body"]["outcome"].as_str()
+        ),
+        (Some("fetch"), Some("cancelled")),
+        "{finished}"
+    );
+    let terminal = first_after(&ev, "run_terminal", seq(committed), |_| true);
+    assert_eq!(terminal["body"]["outcome"], "cancelled", "{terminal}");
+    // A verified cancel is a decision: the order is done, cancelled.
+    let rows = mail_rows(&sup);
+    assert_eq!(
+        rows,
+        [(1, "done".to_owned(), Some("cancelled".to_owned()), 1)],
+        "{rows:?}"
+    );
+    let out = sup.client(&["journal", "verify"]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+}

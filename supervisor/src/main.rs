@@ -9,7 +9,6 @@ mod journal;
 mod logging;
 mod mail_retention;
 mod observe;
-mod process;
 mod procfs;
 mod shared;
 mod signing_key;

@@ -37,6 +37,10 @@ pub fn is_same_process(pid: u32, start_time: u64) -> bool {
     !zombie && parse_start_time(&stat) == Some(start_time)
 }
 
+/// Most processes of one child's tree that are walked (a fork bomb must
+/// not stall a policy tick).
+const MAX_TREE: usize = 4096;
+
 /// Resident memory of one process tree, read cheaply every policy tick:
 /// every process's `/proc/PID/statm` and its main thread's
 /// `/proc/PID/task/PID/children` stay open and are re-read with `pread`
@@ -164,40 +168,6 @@ fn read_resident(file: &std::fs::File) -> io::Result<u64> {
         .ok_or_else(|| io::Error::from(io::ErrorKind::InvalidData))
 }
 
-/// Every descendant of `pid` (bounded, so a fork bomb cannot stall the
-/// caller), parents before their children: for killing a whole tree.
-pub fn descendants(pid: u32) -> Vec<u32> {
-    let mut out = Vec::new();
-    let mut next = 0;
-    out.extend(children(pid));
-    while next < out.len() && out.len() < MAX_TREE {
-        let more = children(out[next]);
-        out.extend(more);
-        next += 1;
-    }
-    out.truncate(MAX_TREE);
-    out
-}
-
-/// Most processes of one child's tree that are walked.
-const MAX_TREE: usize = 4096;
-
-/// Direct children of every thread of `pid`.
-fn children(pid: u32) -> Vec<u32> {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return Vec::new();
-    };
-    let mut out = Vec::new();
-    for task in tasks.flatten() {
-        if let Ok(text) = std::fs::read_to_string(task.path().join("children")) {
-            out.extend(
-                text.split_whitespace()
-                    .filter_map(|p| p.parse::<u32>().ok()),
-            );
-        }
-    }
-    out
-}
 
 #[cfg(test)]
 mod tests {

@@ -148,13 +148,15 @@ fn misbehaving_children_are_killed_and_reported_while_others_keep_serving() {
     let body = deployment("good", &testchild("well-behaved"), "")
         + &deployment("garbage", &testchild("garbage"), fast)
         + &deployment("stranger", &testchild("wrong-channel"), fast)
-        + &deployment("silent", &testchild("no-ready"), fast);
+        + &deployment("silent", &testchild("no-ready"), fast)
+        + &deployment("old", &testchild("protocol-1"), fast);
     let sup = Supervisor::start(&body);
     let good = sup.ready_pid("good", LONG);
     for (id, reason) in [
         ("garbage", "undecodable frame body"),
         ("stranger", "wrong channel id"),
         ("silent", "no Ready within ready_timeout"),
+        ("old", "the child speaks protocol 1, this supervisor speaks 2"),
     ] {
         let d = sup.wait_deployment(id, "a restart after misbehaving", LONG, |d| {
             d["restarts"].as_u64().unwrap_or(0) >= 1 && d["last_exit"].is_string()

@@ -367,7 +367,7 @@ fn a_drain_during_a_node_wait_step_pauses_the_budget_until_the_step_ends() {
         "a clean exit: {exited}"
     );
     assert!(of_kind(&ev, "drain_escalated").is_empty(), "{ev:#?}");
-    assert!(of_kind(&sup.journal(), "cancel").is_empty());
+    assert!(of_kind(&sup.journal(), "cancel_committed").is_empty());
     log_with(&sup, "@wfhost/child: drain requested (budget 1000 ms)");
 }
 
@@ -399,7 +399,7 @@ fn a_node_cancel_step_ignoring_the_drain_is_cancelled_by_a_verified_signed_cance
 
     // The journal holds the signed cancel, committed before it was sent.
     let records = sup.journal();
-    let cancels = of_kind(&records, "cancel");
+    let cancels = of_kind(&records, "cancel_committed");
     assert_eq!(cancels.len(), 1, "{records:#?}");
     let body = &cancels[0]["body"];
     assert_eq!(body["origin"], "supervisor-drain", "{body}");

@@ -16,7 +16,7 @@ use wfhost_policy::{Fact, format_duration};
 
 use crate::config::{self, Config};
 use crate::control::server;
-use crate::deployment::spawn::{self, Spawner};
+use crate::deployment::spawn::Spawner;
 use crate::exit;
 use crate::host::{self, Supervisor};
 use crate::logging::{self, LogFormat};
@@ -51,7 +51,7 @@ pub fn run(args: Args) -> u8 {
             return exit::USAGE;
         }
     };
-    match spawn::raise_nofile_limit() {
+    match wfhost_process::raise_nofile_limit() {
         Ok(n) => info!(nofile = n, "raised the open-file limit"),
         Err(e) => {
             error!(error = %e, "cannot raise the open-file limit; many children may exhaust fds")

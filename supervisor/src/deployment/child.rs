@@ -7,14 +7,15 @@ use std::process::ExitStatus as OsExitStatus;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::Signal;
 use tokio::process::Child;
 use tracing::{debug, warn};
+use wfhost_ipc::channel::{HandshakeError, SupervisorEnd};
 use wfhost_ipc::{
-    Control, Event, FrameReader, FrameWriter, Grants, Hello, Limits, PROTOCOL_VERSION,
-    ProtocolViolation, TransportError, Welcome, key,
+    Control, Event, Grants, Hello, Limits, PROTOCOL_VERSION, ProtocolViolation, TransportError,
+    Welcome, key,
 };
 use wfhost_policy::life::{ExitStatus, Fresh};
+use wfhost_process::Signal;
 
 use super::grants;
 use super::output;
@@ -37,6 +38,18 @@ enum Stage {
     Live,
 }
 
+/// What came from the child process.
+pub enum Arrived {
+    /// Its Hello (checked against the minted channel), or why not.
+    Hello(Result<Hello, HandshakeError>),
+    /// Its Ready, or why not.
+    Ready(Result<(), HandshakeError>),
+    /// A frame of a live child (or the channel's end or breakage).
+    Frame(Result<Option<Event>, TransportError>),
+    /// Its exit.
+    Exit(std::io::Result<OsExitStatus>),
+}
+
 /// What a frame from the child amounts to.
 #[derive(Debug)]
 pub enum Frame {
@@ -52,14 +65,6 @@ pub enum Frame {
     Handshake,
 }
 
-/// What came from the child process.
-pub enum Arrived {
-    /// A frame (or the channel's end or breakage).
-    Frame(Result<Option<Event>, TransportError>),
-    /// Its exit.
-    Exit(std::io::Result<OsExitStatus>),
-}
-
 /// A child while it lives.
 pub struct LiveChild {
     process: Child,
@@ -67,8 +72,7 @@ pub struct LiveChild {
     pub pid: u32,
     /// The channel id minted for this spawn.
     pub channel_id: String,
-    reader: FrameReader<Event>,
-    writer: FrameWriter<Control>,
+    end: SupervisorEnd,
     grants: Grants,
     /// When its grants were read, if it has a grants file.
     pub grants_read_at: Option<Instant>,
@@ -108,14 +112,15 @@ impl LiveChild {
             }
             None => (Grants::default(), None),
         };
-        let channel_id =
-            wfhost_ipc::new_channel_id().map_err(|e| format!("cannot mint a channel id: {e}"))?;
+        let channel_id = wfhost_ipc::new_channel_id()
+            .map_err(|e| format!("cannot mint a channel id: {e}"))?;
         let spec = spawn::child_spec(
             cfg,
             &channel_id,
             &key::public_hex(&shared.key.verifying_key()),
         );
         debug!(deployment = %cfg.id, channel = %channel_id, "spawning");
+        let program = cfg.command.first().map_or("", String::as_str);
         let Spawned {
             child,
             pid,
@@ -126,7 +131,7 @@ impl LiveChild {
             .spawner
             .spawn(spec)
             .await
-            .map_err(|e| format!("{}: {e}", cfg.command[0]))?;
+            .map_err(|e| format!("{program}: {e}"))?;
         let started_at = Instant::now();
         if let Some(out) = stdout {
             tokio::spawn(output::log_lines(out, cfg.id.clone(), pid, "stdout"));
@@ -135,13 +140,12 @@ impl LiveChild {
             tokio::spawn(output::log_lines(err, cfg.id.clone(), pid, "stderr"));
         }
         shared.remember_child(&cfg.id, pid, &channel_id);
-        let (reader, writer) = wfhost_ipc::split(control, cfg.max_frame_bytes);
+        let end = SupervisorEnd::new(control, channel_id.clone(), cfg.max_frame_bytes);
         Ok(Self {
             process: child,
             pid,
             channel_id,
-            reader,
-            writer,
+            end,
             grants,
             grants_read_at,
             started_at,
@@ -152,62 +156,55 @@ impl LiveChild {
         })
     }
 
-    /// The next frame, or the process's exit, whichever comes first.
-    /// Cancel-safe.
+    /// What the child sends next (its handshake's frames, then its events),
+    /// or its exit, whichever comes first. Cancel-safe.
     pub async fn next(&mut self) -> Arrived {
-        let reading = self.reading;
+        let (reading, stage, end) = (self.reading, self.stage, &mut self.end);
+        let read = async move {
+            match stage {
+                Stage::Hello => Arrived::Hello(end.read_hello().await),
+                Stage::Ready => Arrived::Ready(end.await_ready().await),
+                Stage::Live => Arrived::Frame(end.reader().next().await),
+            }
+        };
         tokio::select! {
-            read = self.reader.next(), if reading => Arrived::Frame(read),
+            arrived = read, if reading => arrived,
             status = self.process.wait() => Arrived::Exit(status),
         }
     }
 
-    /// Turns what the channel yielded into what it means, taking the
-    /// handshake's frames (Hello answered with Welcome) on the way.
-    pub async fn frame(
-        &mut self,
-        cfg: &DeploymentConfig,
-        read: Result<Option<Event>, TransportError>,
-    ) -> Frame {
-        let event = match read {
-            Ok(Some(event)) => event,
-            Ok(None) => {
-                self.reading = false;
-                return match self.stage {
-                    Stage::Hello => Frame::Violation("channel closed before Hello".into()),
-                    Stage::Ready => Frame::Violation("channel closed before Ready".into()),
-                    Stage::Live => Frame::Closed,
-                };
-            }
-            Err(e) => {
-                self.reading = false;
-                return Frame::Violation(transport(e));
-            }
-        };
-        match (self.stage, event) {
-            (Stage::Hello, Event::Hello(hello)) => self.welcome(cfg, hello).await,
-            (Stage::Ready, Event::Ready) => {
+    /// Turns what the child sent into what it means, answering the Hello
+    /// with the Welcome on the way.
+    pub async fn frame(&mut self, cfg: &DeploymentConfig, arrived: Arrived) -> Frame {
+        match arrived {
+            Arrived::Hello(Ok(hello)) => self.welcome(cfg, hello).await,
+            Arrived::Ready(Ok(())) => {
                 self.stage = Stage::Live;
                 Frame::Ready
             }
-            (Stage::Live, event @ (Event::Hello(_) | Event::Ready))
-            | (Stage::Hello | Stage::Ready, event) => {
-                let state = match self.stage {
-                    Stage::Hello => "waiting for Hello",
-                    Stage::Ready => "waiting for Ready",
-                    Stage::Live => "ready",
-                };
-                Frame::Violation(unexpected_in(event.name(), state))
+            Arrived::Hello(Err(e)) | Arrived::Ready(Err(e)) => {
+                self.reading = false;
+                Frame::Violation(e.to_string())
             }
-            (Stage::Live, event) => Frame::Event(event),
+            Arrived::Frame(Ok(Some(event @ (Event::Hello(_) | Event::Ready)))) => {
+                Frame::Violation(unexpected_in(event.name(), "ready"))
+            }
+            Arrived::Frame(Ok(Some(event))) => Frame::Event(event),
+            Arrived::Frame(Ok(None)) => {
+                self.reading = false;
+                Frame::Closed
+            }
+            Arrived::Frame(Err(e)) => {
+                self.reading = false;
+                Frame::Violation(transport(e))
+            }
+            // Exits are the driver's to handle.
+            Arrived::Exit(_) => Frame::Handshake,
         }
     }
 
-    /// Checks a Hello against the minted channel and answers it.
+    /// Answers a Hello that fits this channel.
     async fn welcome(&mut self, cfg: &DeploymentConfig, hello: Hello) -> Frame {
-        if let Err(v) = hello.check(&self.channel_id) {
-            return Frame::Violation(v.to_string());
-        }
         self.hello = Some(hello);
         let welcome = Welcome {
             protocol: PROTOCOL_VERSION,
@@ -234,7 +231,7 @@ impl LiveChild {
     /// send that times out marks the child stalled (a half-written frame
     /// leaves the channel unusable), and it is killed as hung.
     pub async fn send(&mut self, cfg: &DeploymentConfig, message: Control) -> Result<(), String> {
-        match tokio::time::timeout(cfg.liveness_timeout, self.writer.send(message)).await {
+        match tokio::time::timeout(cfg.liveness_timeout, self.end.writer().send(message)).await {
             Ok(result) => result.map_err(|e| e.to_string()),
             Err(_) => {
                 self.stalled = true;
@@ -247,13 +244,13 @@ impl LiveChild {
     /// the signal), then SIGTERM to the process group.
     pub async fn terminate(&mut self) {
         let _ =
-            tokio::time::timeout(SHUTDOWN_SEND_TIMEOUT, self.writer.send(Control::Shutdown)).await;
-        crate::process::signal_group(self.pid, Signal::SIGTERM);
+            tokio::time::timeout(SHUTDOWN_SEND_TIMEOUT, self.end.writer().send(Control::Shutdown)).await;
+        let _ = wfhost_process::signal_group(self.pid, Signal::SIGTERM);
     }
 
     /// SIGKILLs the whole tree.
     pub fn kill(&self) {
-        crate::process::kill_tree(self.pid);
+        wfhost_process::kill_tree(self.pid);
     }
 
     /// What the exited child wrote before it went (its last acks and step
@@ -265,7 +262,7 @@ impl LiveChild {
             return events;
         }
         let deadline = tokio::time::Instant::now() + LEFTOVER_WAIT;
-        while let Ok(Ok(Some(event))) = tokio::time::timeout_at(deadline, self.reader.next()).await
+        while let Ok(Ok(Some(event))) = tokio::time::timeout_at(deadline, self.end.reader().next()).await
         {
             events.push(event);
         }
@@ -275,7 +272,7 @@ impl LiveChild {
 
     /// After the exit: stray grandchildren in its group die with it.
     pub fn reap_group(&self) {
-        crate::process::signal_group(self.pid, Signal::SIGKILL);
+        let _ = wfhost_process::signal_group(self.pid, Signal::SIGKILL);
     }
 }
 

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tokio::time::sleep_until;
 use tracing::{debug, error, info, warn};
-use wfhost_ipc::{CancelOrigin, Control, Event, TransportError};
+use wfhost_ipc::{CancelOrigin, Control, Event};
 use wfhost_policy::life::{Action, Fresh, Input, KillWhy, Life, Misconduct, Request, Settings};
 use wfhost_policy::liveness::Liveness;
 use wfhost_policy::restart::RestartPolicy;
@@ -53,7 +53,7 @@ struct Wired {
 
 /// What arrived.
 enum Raw {
-    Frame(Result<Option<Event>, TransportError>),
+    Child(Arrived),
     Exit(std::io::Result<std::process::ExitStatus>),
     Commit(Result<u64, String>),
     Ask(Option<Ask>),
@@ -78,8 +78,8 @@ impl Wired {
     async fn next(&mut self) -> Raw {
         tokio::select! {
             arrived = self.io.next() => match arrived {
-                Arrived::Frame(read) => Raw::Frame(read),
                 Arrived::Exit(status) => Raw::Exit(status),
+                other => Raw::Child(other),
             },
             result = cancel::wait_commit(&mut self.commit) => Raw::Commit(result),
         }
@@ -158,7 +158,7 @@ impl Driver {
                 return;
             }
             let raw = self.next().await;
-            if matches!(raw, Raw::Frame(_)) {
+            if matches!(raw, Raw::Child(_)) {
                 frames_in_a_row += 1;
                 if frames_in_a_row >= FRAMES_PER_TURN {
                     frames_in_a_row = 0;
@@ -271,18 +271,18 @@ impl Driver {
                 }
             }
             Raw::Ask(Some(Ask::Life(request))) => self.inputs.push_back(Input::Request(request)),
-            Raw::Frame(read) => self.frame(read).await,
+            Raw::Child(arrived) => self.frame(arrived).await,
             Raw::Exit(status) => self.exited(status).await,
             Raw::Commit(result) => self.committed(result).await,
             Raw::Wake => self.woke().await,
         }
     }
 
-    async fn frame(&mut self, read: Result<Option<Event>, TransportError>) {
+    async fn frame(&mut self, arrived: Arrived) {
         let Some(w) = self.wired.as_mut() else {
             return;
         };
-        match w.io.frame(&self.cfg, read).await {
+        match w.io.frame(&self.cfg, arrived).await {
             Frame::Handshake => {}
             Frame::Ready => self.inputs.push_back(Input::Ready),
             Frame::Closed => {

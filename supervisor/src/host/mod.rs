@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::{Signal, kill, killpg};
+use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
@@ -232,7 +232,7 @@ pub async fn kill_orphans(shared: &Shared) -> anyhow::Result<usize> {
         {
             warn!(deployment = %c.deployment, pid = c.pid, channel = %c.channel_id,
                 "killing a child left behind by a previous supervisor");
-            let _ = killpg(Pid::from_raw(raw), Signal::SIGKILL);
+            let _ = wfhost_process::signal_group(c.pid, Signal::SIGKILL);
             let _ = kill(Pid::from_raw(raw), Signal::SIGKILL);
             // It is not our child, so it cannot be reaped here; wait until
             // it is gone so its resources are free before respawning.

@@ -9,6 +9,7 @@
 //! | mode | behaviour |
 //! |---|---|
 //! | `garbage` | first frame is undecodable bytes, then sleeps forever |
+//! | `protocol-1` | a `Hello` of protocol 1 (no `takes_mail`, no `implementation`), then sleeps forever |
 //! | `wrong-channel` | `Hello` with another channel id, then sleeps forever |
 //! | `no-ready` | proper `Hello`, reads `Welcome`, never sends `Ready`, answers nothing |
 //! | `ignore-term` | ignores SIGTERM, handshake and `Ready`, answers `Ping`, runs forever |
@@ -29,7 +30,7 @@ use wfhost_ipc::{
     Outcome, PROTOCOL_VERSION,
 };
 
-const USAGE: &str = "usage: wfh-testchild garbage|wrong-channel|no-ready|ignore-term|outlive|well-behaved|slow-ready|last-words";
+const USAGE: &str = "usage: wfh-testchild garbage|protocol-1|wrong-channel|no-ready|ignore-term|outlive|well-behaved|slow-ready|last-words";
 
 /// A frame with a valid length (4) whose body cannot decode: sequence 1,
 /// then variant 200 of an enum with ten.
@@ -78,6 +79,7 @@ fn main() -> ExitCode {
     let result = runtime.block_on(async {
         match mode.as_str() {
             "garbage" => garbage().await,
+            "protocol-1" => protocol_1().await,
             "wrong-channel" => wrong_channel().await,
             "no-ready" => no_ready().await,
             "ignore-term" => ignore_term().await,
@@ -168,6 +170,24 @@ async fn garbage() -> Result<(), Failure> {
     let mut stream = control_stream()?;
     stream
         .write_all(&GARBAGE)
+        .await
+        .map_err(|e| format!("write failed: {e}"))?;
+    forever().await
+}
+
+/// A child of protocol 1: its Hello has no `takes_mail` or
+/// `implementation`, so a protocol-2 decoder cannot decode it.
+async fn protocol_1() -> Result<(), Failure> {
+    let channel = channel_id()?;
+    // seq 1, Hello (variant 0), protocol 1, the channel id, pid 7.
+    let mut body = vec![1, 0, 1, channel.len() as u8];
+    body.extend_from_slice(channel.as_bytes());
+    body.push(7);
+    let mut frame = (body.len() as u32).to_be_bytes().to_vec();
+    frame.extend_from_slice(&body);
+    let mut stream = control_stream()?;
+    stream
+        .write_all(&frame)
         .await
         .map_err(|e| format!("write failed: {e}"))?;
     forever().await

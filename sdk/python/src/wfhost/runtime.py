@@ -1,0 +1,297 @@
+"""The blocking surface: ``wfhost.connect()`` and the handles an ordinary
+script holds (the runtime, mail items, steps). Every call may be made from
+any thread; the reader thread of :mod:`wfhost.core` answers the supervisor
+meanwhile."""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import Any, Callable, TypeVar
+
+from ._version import __version__
+from .channel import handshake, take_control_fd
+from .core import STOPPED, CloseReason, Core, Delivery
+from .env import ChildEnv
+from .errors import Cancelled, ChannelClosed
+from .messages import Custom, Grants, Limits, RecycleRequest, Welcome
+from .outcome import CANCELLED, SUCCEEDED, Failed, Outcome, check
+from .token import CancelToken
+
+T = TypeVar("T")
+
+DEFAULT_IMPLEMENTATION = f"wfhost-python/{__version__}"
+
+
+def open_core(takes_mail: bool, implementation: str) -> Core:
+    """Reads the environment, takes fd 3 and completes the handshake."""
+    env = ChildEnv.from_environ()
+    sock = take_control_fd(env.control_fd)
+    try:
+        welcome, frames, early = handshake(sock, env, takes_mail, implementation)
+    except BaseException:
+        sock.close()
+        raise
+    return Core(env, sock, frames, welcome, early)
+
+
+def connect(takes_mail: bool = True, implementation: str = DEFAULT_IMPLEMENTATION) -> "Runtime":
+    """Connects to the supervisor through the inherited control channel
+    (fd 3, named by the ``WFHOST_*`` environment) and completes the
+    handshake. ``takes_mail=False`` tells the supervisor to refuse
+    ``wfhost send`` for this deployment; ``implementation`` is shown in
+    ``wfhost status``. Raises ``ConnectError`` when the process was not
+    started by ``wfhost supervise``, or the handshake fails."""
+    return Runtime(open_core(takes_mail, implementation))
+
+
+def outcome_of_exit(exc: BaseException | None, token: CancelToken) -> Outcome:
+    """How a step whose body ended with ``exc`` is reported: cancelled when
+    its token fired or it raised ``Cancelled`` (or an exit, e.g.
+    KeyboardInterrupt), failed with ``str(exc)`` on another exception."""
+    if token.event.is_set() or isinstance(exc, Cancelled):
+        return CANCELLED
+    if exc is None:
+        return SUCCEEDED
+    if isinstance(exc, Exception):
+        return Failed(str(exc) or type(exc).__name__)
+    return CANCELLED
+
+
+class Runtime:
+    """A connected child. ``deployment``, ``grants``, ``limits`` come from
+    the supervisor's Welcome; ``draining`` is set when a drain starts (or
+    the lease runs out); ``closed`` when the runtime closes."""
+
+    def __init__(self, core: Core) -> None:
+        self._core = core
+        welcome: Welcome = core.welcome
+        self.deployment: str = welcome.deployment
+        self.grants: Grants = welcome.grants_snapshot
+        self.limits: Limits = welcome.limits
+        self.channel_id: str = core.env.channel_id
+        self.draining: threading.Event = core.draining
+        self.closed: threading.Event = core.closed
+
+    def ready(self) -> None:
+        """Tells the supervisor this child can take work (``Ready``); the
+        supervisor takes no other event before it. Calling it again does
+        nothing."""
+        self._core.ready()
+
+    def mail(self) -> "MailIterator":
+        """The mail, as an iterator that blocks for the next item and ends
+        when a drain starts (or the lease runs out, or the runtime closes).
+        Every iterator shares one queue, so threads may take from it in
+        turn. An item is held until acknowledged or released; a drain does
+        not report ``Drained`` while any is held."""
+        return MailIterator(self._core)
+
+    def step(
+        self,
+        run: str,
+        name: str,
+        drain: str = "cancel",
+        fn: Callable[["Step"], T] | None = None,
+    ) -> Any:
+        """A step of ``run``. With ``fn``: runs ``fn(step)`` as the step and
+        returns its result. Without: a context manager, reported
+        ``StepStarted`` on entry and ``StepFinished`` on exit::
+
+            with rt.step(run, "fetch", drain="cancel") as step:
+                ...  # poll step.cancelled or call step.check()
+
+        ``drain="cancel"``: a drain cancels it (its time counts against the
+        drain budget); ``drain="wait"``: a drain lets it finish (the budget
+        pauses). Either is cancelled by a verified cancel of its run. A step
+        that ends cancelled raises ``wfhost.Cancelled`` out of the block, so
+        the steps after it do not run; a step that cannot start (a
+        cancel-behaviour step during a drain, a step of a cancelled run)
+        raises it on entry, without running the body."""
+        step = Step(self._core, run, name, drain)
+        if fn is None:
+            return step
+        with step:
+            return fn(step)
+
+    def run_terminal(self, run: str, outcome: Outcome) -> None:
+        """Reports that ``run`` reached a terminal state (``RunTerminal``).
+        A run the cancel cascade already reported is not reported twice."""
+        self._core.run_terminal(run, check(outcome))
+
+    def request_recycle(self, reason: str) -> None:
+        """Asks the supervisor to replace this child (``RecycleRequest``);
+        it drains this one first, so the mail iterator ends soon after."""
+        self._core.send(RecycleRequest(str(reason)), "a recycle request")
+
+    def custom(self, kind: str, data: bytes | str = b"") -> None:
+        """Sends an application-defined event for the supervisor's
+        observers (``Custom``); ``data`` as bytes, or text sent as UTF-8."""
+        if isinstance(data, str):
+            data = data.encode()
+        self._core.send(Custom(str(kind), bytes(data)), f"custom event {kind!r}")
+
+    @property
+    def close_reason(self) -> CloseReason | None:
+        """Why the runtime closed, or None while it is open."""
+        return self._core.close_reason
+
+    def wait_closed(self, timeout: float | None = None) -> CloseReason | None:
+        """Waits until the runtime closes (``Shutdown``, the supervisor gone,
+        a broken channel) and says why; None if ``timeout`` passes first.
+        ``sys.exit(rt.wait_closed().exit_code)`` ends a child as the
+        supervisor expects."""
+        return self._core.wait_closed(timeout)
+
+    def close(self) -> None:
+        """Flushes and closes the sending direction: the supervisor reads
+        end of stream, as when this child exits."""
+        self._core.close_channel()
+
+
+class MailIterator:
+    """``for mail in rt.mail():`` ends when no more mail is handed out."""
+
+    def __init__(self, core: Core) -> None:
+        self._core = core
+
+    def __iter__(self) -> "MailIterator":
+        return self
+
+    def __next__(self) -> "Mail":
+        got = self._core.next_mail()
+        if got is STOPPED or got is None:
+            raise StopIteration
+        return Mail(self._core, got)  # type: ignore[arg-type]
+
+    def next(self, timeout: float | None = None) -> "Mail | None":
+        """The next item, or None when no more mail is handed out or
+        ``timeout`` seconds pass first (``rt.draining`` tells which)."""
+        got = self._core.next_mail(timeout)
+        if got is STOPPED or got is None:
+            return None
+        return Mail(self._core, got)  # type: ignore[arg-type]
+
+
+class Mail:
+    """One mail item. ``id`` is stable across redeliveries; ``attempt`` is 1
+    on the first delivery and more when the child that held it before died
+    or was recycled without acknowledging it, so work already done can be
+    finalized instead of re-run. Settle it with :meth:`ack` (done) or
+    :meth:`release` (not done: delivered again, to the next child); an item
+    dropped unsettled is released."""
+
+    __slots__ = ("_core", "id", "attempt", "payload", "_settled", "__weakref__")
+
+    def __init__(self, core: Core, delivery: Delivery) -> None:
+        self._core = core
+        self.id: int = delivery.id
+        self.attempt: int = delivery.attempt
+        self.payload: bytes = delivery.payload
+        self._settled = False
+
+    def text(self, encoding: str = "utf-8") -> str:
+        """The payload as text."""
+        return self.payload.decode(encoding)
+
+    def json(self) -> Any:
+        """The payload parsed as JSON (``ValueError`` if it is not)."""
+        return json.loads(self.payload)
+
+    @property
+    def settled(self) -> bool:
+        return self._settled
+
+    def ack(self, outcome: Outcome = SUCCEEDED) -> None:
+        """Reports how processing ended (``MailAck``): ``"succeeded"``,
+        ``"cancelled"`` or ``wfhost.Failed(reason)``; returns once written.
+        The supervisor moves the item to done whatever the outcome."""
+        outcome = check(outcome)
+        self._core.ack(self.id, outcome)
+        self._settled = True
+
+    def release(self) -> None:
+        """Leaves the item unacknowledged: the supervisor delivers it again
+        (to the next child, after a drain or recycle)."""
+        self._settled = True
+        self._core.release(self.id)
+
+    def __enter__(self) -> "Mail":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if not self._settled:
+            self.release()
+
+    def __del__(self) -> None:
+        if not getattr(self, "_settled", True):
+            self._core.mail_dropped(self.id)
+
+    def __repr__(self) -> str:
+        return f"<wfhost.Mail id={self.id} attempt={self.attempt} {len(self.payload)} bytes>"
+
+
+class Step:
+    """A running step. ``cancelled`` (a ``threading.Event``) is set when it
+    must stop; ``cause`` says which of ``drain``, ``lease``, ``shutdown``,
+    ``disconnected``, ``cancel`` stopped it and ``reason`` says it in
+    words; ``outcome`` is how it was reported, once the block exits."""
+
+    def __init__(self, core: Core, run: str, name: str, drain: str) -> None:
+        self._core = core
+        self.run = run
+        self.name = name
+        self.drain = drain
+        self._token = CancelToken()
+        self._sid: int | None = None
+        self.cancelled: threading.Event = self._token.event
+        self.outcome: Outcome | None = None
+
+    @property
+    def cause(self) -> str | None:
+        return self._token.cause
+
+    @property
+    def reason(self) -> str | None:
+        return self._token.reason
+
+    def check(self) -> None:
+        """Raises ``wfhost.Cancelled`` if the step must stop."""
+        if self._token.event.is_set():
+            raise Cancelled(self._token.cause or "cancel", self._token.reason or "cancelled")
+
+    def sleep(self, seconds: float) -> None:
+        """Waits ``seconds``, or raises ``wfhost.Cancelled`` as soon as the
+        step must stop."""
+        self._token.event.wait(seconds)
+        self.check()
+
+    def __enter__(self) -> "Step":
+        if self._sid is not None:
+            raise RuntimeError(f"step {self.name!r} of run {self.run!r} was already entered")
+        self._sid, self._token = self._core.start_step(self.run, self.name, self.drain)
+        self.cancelled = self._token.event
+        if self._token.event.is_set():
+            self._finish(CANCELLED)
+            raise Cancelled(self._token.cause or "cancel", self._token.reason or "cancelled")
+        return self
+
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> bool:
+        outcome = outcome_of_exit(exc, self._token)
+        self._finish(outcome)
+        if outcome == CANCELLED and exc is None:
+            raise Cancelled(self._token.cause or "cancel", self._token.reason or "cancelled")
+        return False
+
+    def _finish(self, outcome: Outcome) -> None:
+        self.outcome = outcome
+        if self._sid is None:
+            return
+        try:
+            self._core.finish_step(self._sid, outcome)
+        except ChannelClosed:
+            pass  # the runtime's closure, seen through rt.closed; the result stands
+
+    def __repr__(self) -> str:
+        state = f"cancelled ({self.cause})" if self.cancelled.is_set() else "running"
+        return f"<wfhost.Step {self.run}/{self.name} drain={self.drain} {state}>"

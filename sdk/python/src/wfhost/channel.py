@@ -25,6 +25,11 @@ _taken = threading.Lock()
 _taken_flag = False
 
 
+def already_taken() -> bool:
+    """Whether this process has connected before (there is one channel)."""
+    return _taken_flag
+
+
 def take_control_fd(fd: int) -> socket.socket:
     """Takes the inherited control fd (once per process): checks it is an
     open socket and marks it close-on-exec, so programs the workflow starts

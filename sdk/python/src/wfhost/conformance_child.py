@@ -61,14 +61,11 @@ def main() -> int:
     except wfhost.WfhostError as e:
         complain(f"cannot connect to the supervisor: {e}")
         return 2
-    threads = []
     for mail in rt.mail():
-        th = threading.Thread(target=guarded, args=(rt, mail), name=f"mail-{mail.id}", daemon=True)
-        th.start()
-        threads.append(th)
+        threading.Thread(target=guarded, args=(rt, mail), name=f"mail-{mail.id}", daemon=True).start()
         del mail  # the thread holds it now
-    for th in threads:
-        th.join()
+    # A drain ended the loop: the items in hand finish on their threads
+    # meanwhile. Shutdown or the end of the channel ends the child at once.
     reason = rt.wait_closed()
     assert reason is not None
     if reason.kind == "failed":

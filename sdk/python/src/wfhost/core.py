@@ -381,7 +381,7 @@ class Core:
 
     def _drain(self, budget_ms: int) -> None:
         with self.lock:
-            if not self.work.drain_requested:
+            if not self.work.draining:
                 log(f"drain requested (budget {budget_ms} ms)")
             self._queue_quietly(self.work.drain(budget_ms))
             self.lease_deadline = None
@@ -396,13 +396,14 @@ class Core:
                 return
             self.lease_deadline = None
             log(
-                f"lease expired ({self.lease_valid_ms} ms without a renewal): acting as drained; "
+                f"lease expired ({self.lease_valid_ms} ms without a renewal): draining on its own; "
                 f"cancel-behaviour steps are cancelled and no more mail is taken"
             )
-            self.work.lease_expired(self.lease_valid_ms)
+            self._queue_quietly(self.work.lease_expired(self.lease_valid_ms))
             self._discard_queue()
             self.draining.set()
             self._notify()
+        self._flush_quietly()
 
     def _cancel(self, signed: cancel_mod.SignedCancel) -> None:
         record = signed.record

@@ -19,8 +19,8 @@ ENV_PROTOCOL = "WFHOST_PROTOCOL"
 ENV_DEPLOYMENT = "WFHOST_DEPLOYMENT"
 ENV_SUPERVISOR_KEY = "WFHOST_SUPERVISOR_KEY"
 
-# Every variable of the contract: what a child should not pass on to the
-# programs it starts (see ``child_environment``).
+# Every variable of the contract: what a child must not pass on to the
+# programs it starts (connect() removes them from os.environ).
 ENV_ALL = (ENV_CONTROL_FD, ENV_CHANNEL_ID, ENV_PROTOCOL, ENV_DEPLOYMENT, ENV_SUPERVISOR_KEY)
 
 _HEX = frozenset(string.hexdigits)
@@ -94,9 +94,3 @@ class ChildEnv:
 
         return cls(fd, channel_id, protocol, deployment, key)
 
-
-def child_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """A copy of the environment without the ``WFHOST_*`` contract, for the
-    programs a workflow starts (they must not think they are children)."""
-    env = os.environ if environ is None else environ
-    return {k: v for k, v in env.items() if k not in ENV_ALL}

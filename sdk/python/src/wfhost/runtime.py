@@ -6,14 +6,16 @@ meanwhile."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import threading
 from typing import Any, Callable, TypeVar
 
 from ._version import __version__
-from .channel import handshake, take_control_fd
+from .channel import already_taken, handshake, take_control_fd
 from .core import STOPPED, CloseReason, Core, Delivery
-from .env import ChildEnv
-from .errors import Cancelled, ChannelClosed
+from .env import ENV_ALL, ChildEnv
+from .errors import Cancelled, ChannelClosed, ConnectError
 from .messages import Custom, Grants, Limits, RecycleRequest, Welcome
 from .outcome import CANCELLED, SUCCEEDED, Failed, Outcome, check
 from .token import CancelToken
@@ -23,9 +25,17 @@ T = TypeVar("T")
 DEFAULT_IMPLEMENTATION = f"wfhost-python/{__version__}"
 
 
-def open_core(takes_mail: bool, implementation: str) -> Core:
-    """Reads the environment, takes fd 3 and completes the handshake."""
+def open_core(takes_mail: bool, implementation: str, exit_on_sigterm: bool) -> Core:
+    """Reads the environment (then removes ``WFHOST_*`` from it, so
+    programs the workflow starts never take themselves for children),
+    takes fd 3 and completes the handshake."""
+    if already_taken():
+        raise ConnectError("this process is already connected: there is one control channel, call connect() once")
     env = ChildEnv.from_environ()
+    for var in ENV_ALL:
+        os.environ.pop(var, None)
+    if exit_on_sigterm:
+        install_sigterm_exit()
     sock = take_control_fd(env.control_fd)
     try:
         welcome, frames, early = handshake(sock, env, takes_mail, implementation)
@@ -35,14 +45,35 @@ def open_core(takes_mail: bool, implementation: str) -> Core:
     return Core(env, sock, frames, welcome, early)
 
 
-def connect(takes_mail: bool = True, implementation: str = DEFAULT_IMPLEMENTATION) -> "Runtime":
+def connect(
+    takes_mail: bool = True,
+    implementation: str = DEFAULT_IMPLEMENTATION,
+    exit_on_sigterm: bool = True,
+) -> "Runtime":
     """Connects to the supervisor through the inherited control channel
     (fd 3, named by the ``WFHOST_*`` environment) and completes the
     handshake. ``takes_mail=False`` tells the supervisor to refuse
     ``wfhost send`` for this deployment; ``implementation`` is shown in
-    ``wfhost status``. Raises ``ConnectError`` when the process was not
-    started by ``wfhost supervise``, or the handshake fails."""
-    return Runtime(open_core(takes_mail, implementation))
+    ``wfhost status``. With ``exit_on_sigterm`` (and no SIGTERM handler of
+    the application's own), SIGTERM raises ``SystemExit(0)`` in the main
+    thread: the supervisor sends it with ``Shutdown`` on every stop, and
+    this way ``with``/``finally`` blocks run and the exit status is 0.
+    Raises ``ConnectError`` when the process was not started by
+    ``wfhost supervise``, or the handshake fails."""
+    return Runtime(open_core(takes_mail, implementation, exit_on_sigterm))
+
+
+def install_sigterm_exit() -> None:
+    """SIGTERM raises ``SystemExit(0)``; only from the main thread, and
+    only where SIGTERM still has its default action."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _exit_zero)
+
+
+def _exit_zero(signum: int, frame: object) -> None:
+    raise SystemExit(0)
 
 
 def outcome_of_exit(exc: BaseException | None, token: CancelToken) -> Outcome:

@@ -5,11 +5,10 @@ events it implies, in wire order, and fires tokens, so the drain and cancel
 rules are tested without a socket. The runtime calls it under one lock.
 
 ``Drained`` means nothing is left that the drain must wait for. It is sent
-once, as soon as all three hold: the supervisor sent ``Drain``, no
-cancel-behaviour step is in flight, and no mail item is held by the
-application (handed out and neither acknowledged nor released). A lease
-that runs out acts as a drain (cancel-behaviour steps are cancelled, no
-more mail is taken) but ``Drained`` answers only the supervisor's ``Drain``.
+once, as soon as all three hold: a drain has started, no cancel-behaviour
+step is in flight, and no mail item is held by the application (handed out
+and neither acknowledged nor released). A lease that runs out starts a
+drain exactly as ``Drain`` does (docs/protocol.md §4.7), with its own cause.
 """
 
 from __future__ import annotations
@@ -55,7 +54,6 @@ class Work:
         self.draining = False  # a Drain arrived or the lease ran out
         self.drain_reason = ""
         self.drain_cause = t.DRAIN
-        self.drain_requested = False  # the supervisor sent Drain
         self.drained_sent = False
         self.closed: tuple[str, str] | None = None  # (cause, reason)
         self.cancel_steps = 0
@@ -116,31 +114,30 @@ class Work:
     def drain(self, budget_ms: int) -> list:
         """The supervisor's ``Drain``: fires the tokens of cancel-behaviour
         steps, stops mail being handed out, and emits ``Drained`` at once
-        when nothing is left to wait for. A second Drain is a no-op."""
-        if self.drain_requested:
-            return []
-        self.drain_requested = True
-        self._stop(t.DRAIN, f"the supervisor is draining this child (budget {budget_ms} ms)")
-        return self._drained_if_due()
+        when nothing is left to wait for. A second drain is a no-op."""
+        return self._start_drain(
+            t.DRAIN, f"the supervisor is draining this child (budget {budget_ms} ms)"
+        )
 
-    def lease_expired(self, valid_ms: int) -> None:
-        """The lease ran out: acts as drained (cancel-behaviour steps are
-        cancelled, no more mail is taken), since the supervisor may have
-        lost the deployment to another host."""
-        self._stop(
+    def lease_expired(self, valid_ms: int) -> list:
+        """The lease ran out: a drain of the child's own, since the
+        supervisor may have lost the deployment to another host."""
+        return self._start_drain(
             t.LEASE,
-            f"the supervisor's lease ran out ({valid_ms} ms without renewal); "
+            f"the supervisor's lease ran out ({valid_ms} ms without a renewal); "
             f"it may have lost this deployment",
         )
 
-    def _stop(self, cause: str, reason: str) -> None:
-        if not self.draining:
-            self.draining = True
-            self.drain_cause = cause
-            self.drain_reason = reason
+    def _start_drain(self, cause: str, reason: str) -> list:
+        if self.draining:
+            return []
+        self.draining = True
+        self.drain_cause = cause
+        self.drain_reason = reason
         for step in self.steps.values():
             if step.drain == "cancel":
                 step.token.fire(cause, reason)
+        return self._drained_if_due()
 
     def takes_mail(self) -> bool:
         """Whether mail may still be handed to the application."""
@@ -223,7 +220,7 @@ class Work:
 
     def _drained_if_due(self) -> list:
         if (
-            self.drain_requested
+            self.draining
             and not self.drained_sent
             and self.cancel_steps == 0
             and self.mail_held == 0

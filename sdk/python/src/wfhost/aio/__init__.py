@@ -41,7 +41,7 @@ from ..core import STOPPED, CloseReason, Core, Delivery
 from ..errors import Cancelled, ChannelClosed
 from ..messages import Custom, Grants, Limits, RecycleRequest
 from ..outcome import CANCELLED, SUCCEEDED, Outcome, check
-from ..runtime import DEFAULT_IMPLEMENTATION, open_core, outcome_of_exit
+from ..runtime import DEFAULT_IMPLEMENTATION, install_sigterm_exit, open_core, outcome_of_exit
 from ..token import CancelToken
 
 T = TypeVar("T")
@@ -49,10 +49,16 @@ T = TypeVar("T")
 __all__ = ["Mail", "Runtime", "Step", "connect", "__version__"]
 
 
-async def connect(takes_mail: bool = True, implementation: str = DEFAULT_IMPLEMENTATION) -> "Runtime":
+async def connect(
+    takes_mail: bool = True,
+    implementation: str = DEFAULT_IMPLEMENTATION,
+    exit_on_sigterm: bool = True,
+) -> "Runtime":
     """Connects to the supervisor (see ``wfhost.connect``); the handshake
     runs in a worker thread so the event loop is not blocked meanwhile."""
-    core = await asyncio.to_thread(open_core, takes_mail, implementation)
+    if exit_on_sigterm:
+        install_sigterm_exit()  # here: signal handlers belong to the main thread
+    core = await asyncio.to_thread(open_core, takes_mail, implementation, False)
     return Runtime(core, asyncio.get_running_loop())
 
 

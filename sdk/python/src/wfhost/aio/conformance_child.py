@@ -78,12 +78,14 @@ async def main() -> int:
     except wfhost.WfhostError as e:
         complain(f"cannot connect to the supervisor: {e}")
         return 2
-    tasks = []
+    tasks = set()
     async for mail in rt.mail():
-        tasks.append(asyncio.create_task(guarded(rt, mail)))
+        task = asyncio.create_task(guarded(rt, mail))
+        tasks.add(task)  # a strong reference, as asyncio asks
+        task.add_done_callback(tasks.discard)
         del mail
-    if tasks:
-        await asyncio.gather(*tasks)
+    # A drain ended the loop: the items in hand finish on their tasks
+    # meanwhile. Shutdown or the end of the channel ends the child at once.
     reason = await rt.wait_closed()
     if reason.kind == "failed":
         complain(f"control channel failed: {reason.message}")

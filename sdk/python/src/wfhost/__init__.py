@@ -28,7 +28,6 @@ control socket is :class:`wfhost.Client`.
 """
 
 from ._version import __version__
-from .client import Client
 from .core import CloseReason
 from .errors import (
     CancelRefused,
@@ -71,3 +70,13 @@ __all__ = [
     "__version__",
     "connect",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """``wfhost.Client`` is imported on first use: a workflow child rarely
+    needs it, and its imports (tomllib, secrets, pathlib) slow start-up."""
+    if name == "Client":
+        from .client import Client
+
+        return Client
+    raise AttributeError(f"module 'wfhost' has no attribute {name!r}")

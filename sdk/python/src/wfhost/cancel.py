@@ -9,8 +9,11 @@ as a cancel."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable
+from .record import Record
+
+TYPE_CHECKING = False  # typing is not imported at run time: it costs start-up
+if TYPE_CHECKING:
+    from typing import Callable
 
 from . import signing
 from .errors import CancelRefused
@@ -21,27 +24,31 @@ DOMAIN = "wfhost/cancel/v1"
 ORIGINS = ("supervisor-drain", "operator")
 
 
-@dataclass(frozen=True, slots=True)
-class CancelRequested:
+class CancelRequested(Record):
     """A request to cancel one run (``run``) or every run (``run=None``) of
     one deployment."""
 
-    origin: str
-    deployment: str
-    run: str | None
-    reason: str
-    at_ms: int
+    __slots__ = ("origin", "deployment", "run", "reason", "at_ms")
+
+    def __init__(self, origin: str, deployment: str, run: str | None, reason: str, at_ms: int) -> None:
+        self.origin = origin
+        self.deployment = deployment
+        self.run = run
+        self.reason = reason
+        self.at_ms = at_ms
 
 
-@dataclass(frozen=True, slots=True)
-class SignedCancel:
+class SignedCancel(Record):
     """A cancel request as it travels: with the signing key's id (first 8
     bytes of the SHA-256 of the public key) and a 64-byte ed25519 signature
     over :func:`signing_bytes` of the record."""
 
-    record: CancelRequested
-    key_id: bytes
-    signature: bytes
+    __slots__ = ("record", "key_id", "signature")
+
+    def __init__(self, record: CancelRequested, key_id: bytes, signature: bytes) -> None:
+        self.record = record
+        self.key_id = key_id
+        self.signature = signature
 
 
 def _field(out: bytearray, data: bytes) -> None:

@@ -176,6 +176,6 @@ def _shrunk(event: object, max_frame_bytes: int) -> object:
         return event
     room = max(0, max_frame_bytes - 64 - len(getattr(event, "run", "").encode()) - len(getattr(event, "step", "").encode()))
     reason = outcome.reason.encode()[:room].decode("utf-8", "ignore")
-    fields = {f: getattr(event, f) for f in event.__dataclass_fields__}  # type: ignore[attr-defined]
+    fields = {f: getattr(event, f) for f in event.__slots__}  # type: ignore[attr-defined]
     fields["outcome"] = Failed(reason)
     return type(event)(**fields)

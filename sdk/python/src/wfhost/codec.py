@@ -128,10 +128,25 @@ class Reader:
             return int.from_bytes(self.data[p : p + 8], "little")
         raise undecodable(f"{what}: varint marker {b} names an integer wider than the field")
 
+    # u32, u64 and variant read the one-byte form inline: it is nearly every
+    # integer on the wire, and a method call per byte halves decode speed.
+
     def u32(self, what: str = "a u32") -> int:
+        pos = self.pos
+        if pos < self.end:
+            b = self.data[pos]
+            if b < 251:
+                self.pos = pos + 1
+                return b
         return self._varint(4, what)
 
     def u64(self, what: str = "a u64") -> int:
+        pos = self.pos
+        if pos < self.end:
+            b = self.data[pos]
+            if b < 251:
+                self.pos = pos + 1
+                return b
         return self._varint(8, what)
 
     def length(self, what: str) -> int:
@@ -173,7 +188,7 @@ class Reader:
         return b == 1
 
     def variant(self, count: int, what: str) -> int:
-        index = self._varint(4, what)
+        index = self.u32(what)
         if index >= count:
             raise undecodable(f"unknown {what} discriminant {index} (there are {count})")
         return index

@@ -5,28 +5,40 @@ conformance children."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+
+from .record import Record
 
 
 class BadPayload(ValueError):
     """The payload is not the JSON the conformance kit sends."""
 
 
-@dataclass(frozen=True)
-class PlannedStep:
-    name: str
-    drain: str
-    ms: int
-    ignore_cancel: bool
+class PlannedStep(Record):
+    __slots__ = ("name", "drain", "ms", "ignore_cancel")
+
+    def __init__(self, name: str, drain: str, ms: int, ignore_cancel: bool) -> None:
+        self.name = name
+        self.drain = drain
+        self.ms = ms
+        self.ignore_cancel = ignore_cancel
 
 
-@dataclass(frozen=True)
-class Plan:
-    run: str | None = None
-    steps: list[PlannedStep] = field(default_factory=list)
-    fail: str | None = None
-    recycle: str | None = None
-    custom: tuple[str, bytes] | None = None
+class Plan(Record):
+    __slots__ = ("run", "steps", "fail", "recycle", "custom")
+
+    def __init__(
+        self,
+        run: str | None,
+        steps: list[PlannedStep],
+        fail: str | None,
+        recycle: str | None,
+        custom: tuple[str, bytes] | None,
+    ) -> None:
+        self.run = run
+        self.steps = steps
+        self.fail = fail
+        self.recycle = recycle
+        self.custom = custom
 
 
 def _text(obj: dict, key: str, where: str) -> str | None:

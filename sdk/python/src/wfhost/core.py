@@ -23,8 +23,6 @@ import sys
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass
-from typing import Callable
 
 from . import cancel as cancel_mod
 from . import messages as m
@@ -35,8 +33,14 @@ from .errors import CancelRefused, ChannelClosed, MailSettled, NotReady, Protoco
 from .frame import FrameBuffer, truncation
 from .mail_ledger import DECLINED, DELIVER, DUPLICATE, REACK, MailLedger
 from .outcome import Outcome
+from .record import Record
+from .signing import warm_up
 from .token import CancelToken
 from .work import Work
+
+TYPE_CHECKING = False  # typing is not imported at run time: it costs start-up
+if TYPE_CHECKING:
+    from typing import Callable
 
 
 def log(line: str) -> None:
@@ -48,14 +52,16 @@ def log(line: str) -> None:
         pass  # stderr closed: nothing to tell
 
 
-@dataclass(frozen=True)
-class CloseReason:
+class CloseReason(Record):
     """Why the runtime closed: ``kind`` is ``shutdown`` (the supervisor
     sent Shutdown), ``disconnected`` (it closed the channel) or ``failed``
     (the channel broke or the supervisor broke the protocol)."""
 
-    kind: str
-    message: str
+    __slots__ = ("kind", "message")
+
+    def __init__(self, kind: str, message: str) -> None:
+        self.kind = kind
+        self.message = message
 
     @property
     def exit_code(self) -> int:
@@ -63,13 +69,15 @@ class CloseReason:
         return 1 if self.kind == "failed" else 0
 
 
-@dataclass(frozen=True)
-class Delivery:
+class Delivery(Record):
     """A mail item as the supervisor delivered it."""
 
-    id: int
-    attempt: int
-    payload: bytes
+    __slots__ = ("id", "attempt", "payload")
+
+    def __init__(self, id: int, attempt: int, payload: bytes) -> None:
+        self.id = id
+        self.attempt = attempt
+        self.payload = payload
 
 
 # What next_mail returns once no more mail is handed out.
@@ -160,6 +168,7 @@ class Core:
             self.outbox.queue(m.Ready())
             self.ready_sent = True
         self.flush()
+        warm_up()
 
     def start_step(
         self, run: str, name: str, drain: str, on_fire: Callable[[str, str], None] | None = None

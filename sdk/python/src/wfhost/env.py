@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import os
 import string
-from dataclasses import dataclass
-from typing import Mapping
-
 from .errors import ConnectError
+from .record import Record
 from .signing import TrustedKey
+
+TYPE_CHECKING = False  # typing is not imported at run time: it costs start-up
+if TYPE_CHECKING:
+    from typing import Mapping
 
 PROTOCOL_VERSION = 2
 
@@ -26,15 +28,19 @@ ENV_ALL = (ENV_CONTROL_FD, ENV_CHANNEL_ID, ENV_PROTOCOL, ENV_DEPLOYMENT, ENV_SUP
 _HEX = frozenset(string.hexdigits)
 
 
-@dataclass(frozen=True)
-class ChildEnv:
+class ChildEnv(Record):
     """Everything a child learns from its ``WFHOST_*`` environment."""
 
-    control_fd: int
-    channel_id: str
-    protocol: int
-    deployment: str
-    supervisor_key: TrustedKey
+    __slots__ = ("control_fd", "channel_id", "protocol", "deployment", "supervisor_key")
+
+    def __init__(
+        self, control_fd: int, channel_id: str, protocol: int, deployment: str, supervisor_key: TrustedKey
+    ) -> None:
+        self.control_fd = control_fd
+        self.channel_id = channel_id
+        self.protocol = protocol
+        self.deployment = deployment
+        self.supervisor_key = supervisor_key
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] | None = None) -> "ChildEnv":

@@ -6,6 +6,8 @@ and grow by one per direction."""
 
 from __future__ import annotations
 
+import struct
+
 from .codec import Reader, Writer
 from .errors import ProtocolViolation
 from .messages import decode_control, decode_event, encode_body, name
@@ -13,6 +15,7 @@ from .messages import decode_control, decode_event, encode_body, name
 DEFAULT_MAX_FRAME_BYTES = 1 << 20
 MAX_FRAME_LIMIT = 64 << 20
 HEADER_BYTES = 4
+_LEN = struct.Struct(">I")
 
 
 def encode_frame(seq: int, message: object, max_frame_bytes: int = MAX_FRAME_LIMIT) -> bytes:
@@ -95,19 +98,26 @@ class FrameBuffer:
     def feed(self, data: bytes) -> list[object]:
         """Adds received bytes; returns the whole messages now complete, in
         order. Raises ``ProtocolViolation`` on the first bad frame."""
-        buf = self.buf
-        buf += data
+        if self.buf:
+            self.buf += data
+            src: bytes | bytearray = self.buf
+        else:
+            src = data  # nothing pending: parse the read in place
+        decode = decode_control if self.direction == "down" else decode_event
+        limit = self.max_frame_bytes
         out = []
         pos = 0
-        end = len(buf)
+        end = len(src)
         while end - pos >= HEADER_BYTES:
-            n = check_len(buf[pos : pos + HEADER_BYTES], self.max_frame_bytes)
+            n = _LEN.unpack_from(src, pos)[0]
+            if n == 0 or n > limit:
+                check_len(src[pos : pos + HEADER_BYTES], limit)
             if end - pos - HEADER_BYTES < n:
                 break
             start = pos + HEADER_BYTES
-            r = Reader(buf, start, start + n)
+            r = Reader(src, start, start + n)
             seq = r.u64("the frame's seq")
-            message = decode_control(r) if self.direction == "down" else decode_event(r)
+            message = decode(r)
             r.finish()
             if seq != self.next_seq:
                 kind = "seq_gap" if seq > self.next_seq else "seq_repeat"
@@ -118,8 +128,11 @@ class FrameBuffer:
             self.next_seq += 1
             out.append(message)
             pos = start + n
-        if pos:
-            del buf[:pos]
+        if src is self.buf:
+            if pos:
+                del self.buf[:pos]
+        elif pos < end:
+            self.buf = bytearray(src[pos:])
         return out
 
     def pending(self) -> bytes:

@@ -6,11 +6,11 @@ every struct's fields in wire order."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 
 from .cancel import ORIGINS, CancelRequested, SignedCancel
 from .codec import Reader, Writer
 from .outcome import CANCELLED, SUCCEEDED, Failed, Outcome
+from .record import Record
 
 DRAIN_BEHAVIOURS = ("cancel", "wait")
 
@@ -18,71 +18,86 @@ DRAIN_BEHAVIOURS = ("cancel", "wait")
 # --- shared types ---------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Grants:
+class Grants(Record):
     """The grants the supervisor read for this child: when (Unix ms), the
     SHA-256 of the body, and the body (the grants file's bytes, JSON)."""
 
-    read_at_ms: int
-    digest: bytes
-    body: bytes
+    __slots__ = ("read_at_ms", "digest", "body")
+
+    def __init__(self, read_at_ms: int, digest: bytes, body: bytes) -> None:
+        self.read_at_ms = read_at_ms
+        self.digest = digest
+        self.body = body
 
     def json(self) -> object:
         """The body parsed as JSON; None when the deployment has no grants."""
         return json.loads(self.body) if self.body else None
 
 
-@dataclass(frozen=True, slots=True)
-class Limits:
+class Limits(Record):
     """The bounds in force for this child."""
 
-    max_frame_bytes: int
-    max_mail_bytes: int
-    drain_timeout_ms: int
-    liveness_timeout_ms: int
+    __slots__ = ("max_frame_bytes", "max_mail_bytes", "drain_timeout_ms", "liveness_timeout_ms")
+
+    def __init__(self, max_frame_bytes: int, max_mail_bytes: int, drain_timeout_ms: int, liveness_timeout_ms: int) -> None:
+        self.max_frame_bytes = max_frame_bytes
+        self.max_mail_bytes = max_mail_bytes
+        self.drain_timeout_ms = drain_timeout_ms
+        self.liveness_timeout_ms = liveness_timeout_ms
 
 
 # --- down: supervisor to child --------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Welcome:
-    protocol: int
-    deployment: str
-    grants_snapshot: Grants
-    limits: Limits
+class Welcome(Record):
+    __slots__ = ("protocol", "deployment", "grants_snapshot", "limits")
+
+    def __init__(self, protocol: int, deployment: str, grants_snapshot: Grants, limits: Limits) -> None:
+        self.protocol = protocol
+        self.deployment = deployment
+        self.grants_snapshot = grants_snapshot
+        self.limits = limits
 
 
-@dataclass(frozen=True, slots=True)
-class Drain:
-    budget_ms: int
+class Drain(Record):
+    __slots__ = ("budget_ms",)
+
+    def __init__(self, budget_ms: int) -> None:
+        self.budget_ms = budget_ms
 
 
-@dataclass(frozen=True, slots=True)
-class Cancel:
-    cancel: SignedCancel
+class Cancel(Record):
+    __slots__ = ("cancel",)
+
+    def __init__(self, cancel: SignedCancel) -> None:
+        self.cancel = cancel
 
 
-@dataclass(frozen=True, slots=True)
-class Mail:
-    id: int
-    attempt: int
-    payload: bytes
+class Mail(Record):
+    __slots__ = ("id", "attempt", "payload")
+
+    def __init__(self, id: int, attempt: int, payload: bytes) -> None:
+        self.id = id
+        self.attempt = attempt
+        self.payload = payload
 
 
-@dataclass(frozen=True, slots=True)
-class Ping:
-    nonce: int
+class Ping(Record):
+    __slots__ = ("nonce",)
+
+    def __init__(self, nonce: int) -> None:
+        self.nonce = nonce
 
 
-@dataclass(frozen=True, slots=True)
-class Shutdown:
-    pass
+class Shutdown(Record):
+    __slots__ = ()
 
 
-@dataclass(frozen=True, slots=True)
-class Lease:
-    valid_ms: int
+class Lease(Record):
+    __slots__ = ("valid_ms",)
+
+    def __init__(self, valid_ms: int) -> None:
+        self.valid_ms = valid_ms
 
 
 CONTROL = (Welcome, Drain, Cancel, Mail, Ping, Shutdown, Lease)
@@ -91,67 +106,81 @@ CONTROL = (Welcome, Drain, Cancel, Mail, Ping, Shutdown, Lease)
 # --- up: child to supervisor ----------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Hello:
-    protocol: int
-    channel_id: str
-    pid: int
-    takes_mail: bool
-    implementation: str
+class Hello(Record):
+    __slots__ = ("protocol", "channel_id", "pid", "takes_mail", "implementation")
+
+    def __init__(self, protocol: int, channel_id: str, pid: int, takes_mail: bool, implementation: str) -> None:
+        self.protocol = protocol
+        self.channel_id = channel_id
+        self.pid = pid
+        self.takes_mail = takes_mail
+        self.implementation = implementation
 
 
-@dataclass(frozen=True, slots=True)
-class Ready:
-    pass
+class Ready(Record):
+    __slots__ = ()
 
 
-@dataclass(frozen=True, slots=True)
-class StepStarted:
-    run: str
-    step: str
-    drain: str
+class StepStarted(Record):
+    __slots__ = ("run", "step", "drain")
+
+    def __init__(self, run: str, step: str, drain: str) -> None:
+        self.run = run
+        self.step = step
+        self.drain = drain
 
 
-@dataclass(frozen=True, slots=True)
-class StepFinished:
-    run: str
-    step: str
-    outcome: Outcome
+class StepFinished(Record):
+    __slots__ = ("run", "step", "outcome")
+
+    def __init__(self, run: str, step: str, outcome: Outcome) -> None:
+        self.run = run
+        self.step = step
+        self.outcome = outcome
 
 
-@dataclass(frozen=True, slots=True)
-class MailAck:
-    id: int
-    outcome: Outcome
+class MailAck(Record):
+    __slots__ = ("id", "outcome")
+
+    def __init__(self, id: int, outcome: Outcome) -> None:
+        self.id = id
+        self.outcome = outcome
 
 
-@dataclass(frozen=True, slots=True)
-class Pong:
-    nonce: int
+class Pong(Record):
+    __slots__ = ("nonce",)
+
+    def __init__(self, nonce: int) -> None:
+        self.nonce = nonce
 
 
-@dataclass(frozen=True, slots=True)
-class RunTerminal:
-    run: str
-    outcome: Outcome
+class RunTerminal(Record):
+    __slots__ = ("run", "outcome")
+
+    def __init__(self, run: str, outcome: Outcome) -> None:
+        self.run = run
+        self.outcome = outcome
 
 
-@dataclass(frozen=True, slots=True)
-class Drained:
-    pass
+class Drained(Record):
+    __slots__ = ()
 
 
-@dataclass(frozen=True, slots=True)
-class RecycleRequest:
-    reason: str
+class RecycleRequest(Record):
+    __slots__ = ("reason",)
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
 
 
-@dataclass(frozen=True, slots=True)
-class Custom:
+class Custom(Record):
     """Application-defined event; ``data`` is the wire's ``bytes`` field."""
 
-    kind: str
-    data: bytes
+    __slots__ = ("kind", "data")
+
+    def __init__(self, kind: str, data: bytes) -> None:
+        self.kind = kind
+        self.data = data
 
 
 EVENT = (

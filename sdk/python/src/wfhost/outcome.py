@@ -3,8 +3,9 @@ or ``Failed(reason)``, the three outcomes of the wire."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Union
+from .record import Record
+
+TYPE_CHECKING = False  # typing is not imported at run time: it costs start-up
 
 SUCCEEDED = "succeeded"
 CANCELLED = "cancelled"
@@ -14,14 +15,21 @@ CANCELLED = "cancelled"
 MAX_REASON_BYTES = 4096
 
 
-@dataclass(frozen=True, slots=True)
-class Failed:
+class Failed(Record):
     """It failed, for the reason given."""
 
-    reason: str = ""
+    __slots__ = ("reason",)
+
+    def __init__(self, reason: str = "") -> None:
+        self.reason = reason
 
 
-Outcome = Union[str, Failed]
+if TYPE_CHECKING:
+    from typing import Union
+
+    Outcome = Union[str, Failed]
+else:
+    Outcome = object  # named in annotations only, which are strings at run time
 
 
 def check(outcome: object) -> Outcome:

@@ -9,7 +9,6 @@ import json
 import os
 import signal
 import threading
-from typing import Any, Callable, TypeVar
 
 from ._version import __version__
 from .channel import already_taken, handshake, take_control_fd
@@ -20,7 +19,11 @@ from .messages import Custom, Grants, Limits, RecycleRequest, Welcome
 from .outcome import CANCELLED, SUCCEEDED, Failed, Outcome, check
 from .token import CancelToken
 
-T = TypeVar("T")
+TYPE_CHECKING = False  # typing is not imported at run time: it costs start-up
+if TYPE_CHECKING:
+    from typing import Any, Callable, TypeVar
+
+    T = TypeVar("T")
 
 DEFAULT_IMPLEMENTATION = f"wfhost-python/{__version__}"
 

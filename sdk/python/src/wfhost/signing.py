@@ -7,9 +7,11 @@ without the signer's secret: those encodings are refused here first."""
 from __future__ import annotations
 
 import hashlib
+import threading
 
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+TYPE_CHECKING = False  # typing is not imported at run time: it costs start-up
+if TYPE_CHECKING:
+    from typing import Any
 
 # The order of the ed25519 base point: a canonical S is below it.
 L = 2**252 + 27742317777372353535851937790883648493
@@ -38,6 +40,30 @@ SMALL_ORDER_ENCODINGS = frozenset(
 )
 
 
+_openssl: tuple[Any, Any] | None = None
+
+
+def _ed25519() -> tuple[Any, Any]:
+    """``cryptography``'s ed25519 key class and its InvalidSignature,
+    imported on first use: the import is a good part of a child's start-up
+    and nothing needs it before the first cancel (see :func:`warm_up`)."""
+    global _openssl
+    if _openssl is None:
+        from cryptography.exceptions import InvalidSignature
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+        _openssl = (Ed25519PublicKey, InvalidSignature)
+    return _openssl
+
+
+def warm_up() -> None:
+    """Imports ``cryptography`` on a background thread (the runtime calls
+    this once Ready is sent), so the first cancel does not wait for it. Not
+    a daemon: an extension module still importing while the interpreter
+    shuts down aborts the process, so an early exit waits for the import."""
+    threading.Thread(target=_ed25519, name="wfhost-warm-up").start()
+
+
 def key_id(public: bytes) -> bytes:
     """First 8 bytes of the SHA-256 of a public key: names the key in every
     signed record so keys can rotate."""
@@ -54,7 +80,7 @@ class TrustedKey:
             raise ValueError(f"an ed25519 public key is 32 bytes, got {len(public)}")
         self.public = bytes(public)
         self.key_id = key_id(self.public)
-        self._key = Ed25519PublicKey.from_public_bytes(self.public)
+        self._key: Any = None
 
     @classmethod
     def from_hex(cls, text: str) -> "TrustedKey":
@@ -79,8 +105,14 @@ class TrustedKey:
             return False
         if r in SMALL_ORDER_ENCODINGS or self.public in SMALL_ORDER_ENCODINGS:
             return False
+        public_key, invalid = _ed25519()
+        if self._key is None:
+            try:
+                self._key = public_key.from_public_bytes(self.public)
+            except ValueError:
+                return False
         try:
             self._key.verify(signature, message)
-        except InvalidSignature:
+        except invalid:
             return False
         return True

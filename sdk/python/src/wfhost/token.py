@@ -5,7 +5,10 @@ signed cancel."""
 from __future__ import annotations
 
 import threading
-from typing import Callable
+
+TYPE_CHECKING = False  # typing is not imported at run time: it costs start-up
+if TYPE_CHECKING:
+    from typing import Callable
 
 # Causes, least severe first: a token only ever moves to a more severe
 # cause, so a drain can later escalate to a verified cancel.

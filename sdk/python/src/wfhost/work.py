@@ -14,7 +14,6 @@ drain exactly as ``Drain`` does (docs/protocol.md §4.7), with its own cause.
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass, field
 
 from . import messages as m
 from . import token as t
@@ -26,20 +25,24 @@ from .token import CancelToken
 REMEMBERED_CANCELLED_RUNS = 4096
 
 
-@dataclass
 class _Step:
-    run: str
-    name: str
-    drain: str
-    token: CancelToken
+    __slots__ = ("run", "name", "drain", "token")
+
+    def __init__(self, run: str, name: str, drain: str, token: CancelToken) -> None:
+        self.run = run
+        self.name = name
+        self.drain = drain
+        self.token = token
 
 
-@dataclass
 class _Run:
-    active: int = 0
-    cancelled: bool = False
-    cancel_reason: str = ""
-    steps: set[int] = field(default_factory=set)
+    __slots__ = ("active", "cancelled", "cancel_reason", "steps")
+
+    def __init__(self) -> None:
+        self.active = 0
+        self.cancelled = False
+        self.cancel_reason = ""
+        self.steps: set[int] = set()
 
 
 class Work:

@@ -31,7 +31,6 @@ the story item by item.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -47,10 +46,19 @@ def say(line: str) -> None:
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="orders.py", description=__doc__.split("\n\n")[0])
-    p.add_argument("--recycle-every", type=int, default=0, metavar="N",
-                   help="ask to be recycled after every N acknowledged items (0: never)")
-    p.add_argument("--fetch-ms", type=int, default=200, help="how long fetch takes (cancel on drain)")
-    p.add_argument("--approve-ms", type=int, default=500, help="how long approve takes (waited for on drain)")
+    p.add_argument(
+        "--recycle-every",
+        type=int,
+        default=0,
+        metavar="N",
+        help="ask to be recycled after every N acknowledged items (0: never)",
+    )
+    p.add_argument(
+        "--fetch-ms", type=int, default=200, help="how long fetch takes (cancel on drain)"
+    )
+    p.add_argument(
+        "--approve-ms", type=int, default=500, help="how long approve takes (waited for on drain)"
+    )
     args = p.parse_args(argv)
     if args.recycle_every < 0 or args.fetch_ms < 0 or args.approve_ms < 0:
         p.error("--recycle-every, --fetch-ms and --approve-ms take numbers of 0 or more")
@@ -71,7 +79,11 @@ def plan(mail: wfhost.Mail, args: argparse.Namespace) -> tuple[str, int, int]:
         value = doc.get(key, default)
         return value if isinstance(value, int) and value >= 0 else default
 
-    return str(doc.get("order", f"#{mail.id}")), ms("fetch_ms", args.fetch_ms), ms("approve_ms", args.approve_ms)
+    return (
+        str(doc.get("order", f"#{mail.id}")),
+        ms("fetch_ms", args.fetch_ms),
+        ms("approve_ms", args.approve_ms),
+    )
 
 
 def mark(path: Path, text: str) -> None:
@@ -87,13 +99,17 @@ def process(rt: wfhost.Runtime, mail: wfhost.Mail, markers: Path, args: argparse
     order, fetch_ms, approve_ms = plan(mail, args)
     say(f"mail {mail.id}: order {order} received (attempt {mail.attempt})")
     if mail.attempt > 1:
-        say(f"mail {mail.id}: attempt {mail.attempt}: a redelivery; finalizing what an earlier attempt did")
+        say(
+            f"mail {mail.id}: attempt {mail.attempt}: a redelivery; finalizing what an earlier attempt did"
+        )
     steps = (("fetch", "cancel", fetch_ms), ("approve", "wait", approve_ms))
     try:
         for name, drain, ms in steps:
             marker = markers / f"{mail.id}.{name}"
             if marker.exists():
-                say(f"mail {mail.id}: {name} already ran on an earlier attempt; finalizing instead of re-running it")
+                say(
+                    f"mail {mail.id}: {name} already ran on an earlier attempt; finalizing instead of re-running it"
+                )
                 continue
             with rt.step(run, name, drain) as step:
                 if drain == "cancel":
@@ -106,7 +122,9 @@ def process(rt: wfhost.Runtime, mail: wfhost.Mail, markers: Path, args: argparse
         rt.run_terminal(run, "cancelled")
         if e.cause == "cancel":
             mail.ack("cancelled")
-            say(f"mail {mail.id}: cancelled by a verified cancel ({e.reason}); acknowledged cancelled")
+            say(
+                f"mail {mail.id}: cancelled by a verified cancel ({e.reason}); acknowledged cancelled"
+            )
             return True
         mail.release()
         say(f"mail {mail.id}: stopped ({e.cause}); left for the next child")
@@ -125,7 +143,10 @@ def main(argv: list[str]) -> int:
     try:
         markers.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        print(f"orders: cannot use marker directory {markers}: {e.strerror}; set ORDERS_MARKERS to a writable directory", file=sys.stderr)
+        print(
+            f"orders: cannot use marker directory {markers}: {e.strerror}; set ORDERS_MARKERS to a writable directory",
+            file=sys.stderr,
+        )
         return 2
     try:
         rt = wfhost.connect()

@@ -82,7 +82,9 @@ def summary(name: str, ms: list[float]) -> str:
 
 def main() -> None:
     seconds = float(sys.argv[1]) if len(sys.argv) > 1 else 4.0
-    print(f"python {sys.version.split()[0]}, default switch interval {sys.getswitchinterval() * 1000:.0f} ms")
+    print(
+        f"python {sys.version.split()[0]}, default switch interval {sys.getswitchinterval() * 1000:.0f} ms"
+    )
     print(summary("idle child", measure("idle", seconds, 0.005)))
     print(summary("pure-Python loop, switch interval 5 ms", measure("loop", seconds, 0.005)))
     print(summary("pure-Python loop, switch interval 1 ms", measure("loop", seconds, 0.001)))

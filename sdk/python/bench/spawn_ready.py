@@ -48,21 +48,35 @@ def main() -> None:
     runs = int(sys.argv[1]) if len(sys.argv) > 1 else 20
     cases = {
         "python3 -c pass (python3 on PATH, to exit)": lambda: bare(["python3", "-c", "pass"]),
-        "venv python -c pass (the interpreter, to exit)": lambda: bare([sys.executable, "-c", "pass"]),
-        "venv python -c 'import wfhost' (to exit)": lambda: bare([sys.executable, "-c", "import wfhost"]),
+        "venv python -c pass (the interpreter, to exit)": lambda: bare(
+            [sys.executable, "-c", "pass"]
+        ),
+        "venv python -c 'import wfhost' (to exit)": lambda: bare(
+            [sys.executable, "-c", "import wfhost"]
+        ),
         "examples/python-orders (spawn to Ready)": lambda: to_ready([sys.executable, str(ORDERS)]),
-        "python -m wfhost.conformance_child (to Ready)": lambda: to_ready([sys.executable, "-m", "wfhost.conformance_child"]),
-        "python -m wfhost.aio.conformance_child (to Ready)": lambda: to_ready([sys.executable, "-m", "wfhost.aio.conformance_child"]),
+        "python -m wfhost.conformance_child (to Ready)": lambda: to_ready(
+            [sys.executable, "-m", "wfhost.conformance_child"]
+        ),
+        "python -m wfhost.aio.conformance_child (to Ready)": lambda: to_ready(
+            [sys.executable, "-m", "wfhost.aio.conformance_child"]
+        ),
     }
     samples: dict[str, list[float]] = {name: [] for name in cases}
     for _ in range(runs):
         for name, run in cases.items():
             samples[name].append(run() * 1000)
-    print(f"python {sys.version.split()[0]}, {runs} runs each, load average {open('/proc/loadavg').read().split()[0]}")
-    print(f"python3 on PATH is {shutil.which('python3')} (a pyenv shim is a shell script); venv python is {sys.executable}")
+    print(
+        f"python {sys.version.split()[0]}, {runs} runs each, load average {open('/proc/loadavg').read().split()[0]}"
+    )
+    print(
+        f"python3 on PATH is {shutil.which('python3')} (a pyenv shim is a shell script); venv python is {sys.executable}"
+    )
     for name, ms in samples.items():
         ms.sort()
-        print(f"{name:<52} p50 {statistics.median(ms):7.1f} ms   p90 {ms[int(0.9 * (len(ms) - 1))]:7.1f} ms")
+        print(
+            f"{name:<52} p50 {statistics.median(ms):7.1f} ms   p90 {ms[int(0.9 * (len(ms) - 1))]:7.1f} ms"
+        )
 
 
 if __name__ == "__main__":

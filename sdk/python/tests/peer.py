@@ -29,7 +29,9 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 class Peer:
     """One child and the supervisor's end of its channel."""
 
-    def __init__(self, argv: list[str], deployment: str = "billing", env: dict | None = None) -> None:
+    def __init__(
+        self, argv: list[str], deployment: str = "billing", env: dict | None = None
+    ) -> None:
         self.deployment = deployment
         self.key = Ed25519PrivateKey.generate()
         public = self.key.public_key().public_bytes(
@@ -153,8 +155,12 @@ class Peer:
                 raise AssertionError("the child closed the channel instead of answering Ping")
             self.skipped.append(event)
 
-    def signed_cancel(self, run: str | None, reason: str = "test", origin: str = "operator") -> m.Cancel:
-        record = cancel.CancelRequested(origin, self.deployment, run, reason, int(time.time() * 1000))
+    def signed_cancel(
+        self, run: str | None, reason: str = "test", origin: str = "operator"
+    ) -> m.Cancel:
+        record = cancel.CancelRequested(
+            origin, self.deployment, run, reason, int(time.time() * 1000)
+        )
         signature = self.key.sign(cancel.signing_bytes(record))
         return m.Cancel(cancel.SignedCancel(record, self.key_id, signature))
 

@@ -23,7 +23,8 @@ class Supervisor:
         self.config = self.dir / config_name
         # state_dir relative to the config's directory, as operators write it.
         self.config.write_text(
-            '[supervisor]\nstate_dir = "state"\n\n' + deployments.replace("{python}", sys.executable)
+            '[supervisor]\nstate_dir = "state"\n\n'
+            + deployments.replace("{python}", sys.executable)
         )
         self.socket = self.dir / "state" / "wfhost.sock"
         self.log = (self.dir / "supervisor.log").open("wb")
@@ -45,7 +46,9 @@ class Supervisor:
                 break
             except OSError:
                 if time.monotonic() > deadline:
-                    raise RuntimeError(f"the control socket never listened:\n{self.log_text()}")
+                    raise RuntimeError(
+                        f"the control socket never listened:\n{self.log_text()}"
+                    ) from None
                 time.sleep(0.02)
 
     def log_text(self) -> str:

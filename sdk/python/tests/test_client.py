@@ -31,9 +31,14 @@ def test_send_is_durable_and_processed_and_status_names_the_sdk(sup):
     client = wfhost.Client(config=sup.config)
     assert client.socket_path == sup.socket
     wait_for("orders ready", lambda: deployment(client, "orders")["state"] == "ready")
-    ids = [client.send("orders", json.dumps({"steps": [{"name": "s", "drain": "wait", "ms": 10}]})) for _ in range(3)]
+    ids = [
+        client.send("orders", json.dumps({"steps": [{"name": "s", "drain": "wait", "ms": 10}]}))
+        for _ in range(3)
+    ]
     assert ids == sorted(ids) and len(set(ids)) == 3
-    d = wait_for("three items done", lambda: (x := deployment(client, "orders"))["mail"]["done"] >= 3 and x)
+    d = wait_for(
+        "three items done", lambda: (x := deployment(client, "orders"))["mail"]["done"] >= 3 and x
+    )
     assert d["implementation"] == "wfhost-python/0.1.0" and d["takes_mail"] is True
 
 
@@ -81,7 +86,9 @@ def test_events_stream_the_backlog_then_follow_live(sup):
     reader.join(timeout=30)
     follow.close()
     assert got and got[-1]["kind"] == "mail_accepted" and got[-1]["body"]["id"] == mail_id
-    assert [e["seq"] for e in got] == list(range(last + 1, last + 1 + len(got))), "no gap, no duplicate"
+    assert [e["seq"] for e in got] == list(range(last + 1, last + 1 + len(got))), (
+        "no gap, no duplicate"
+    )
 
 
 def test_drain_and_resume_through_the_client(sup):
@@ -132,7 +139,9 @@ def test_a_send_whose_answer_was_lost_is_repeated_under_the_same_key():
                     payload = conn.recv(request["payload_bytes"], socket.MSG_WAITALL)
                     seen.append((request, payload))
                     if attempt == 1:
-                        answer = json.dumps({"ok": True, "data": {"deployment": "orders", "id": 17, "new": True}}).encode()
+                        answer = json.dumps(
+                            {"ok": True, "data": {"deployment": "orders", "id": 17, "new": True}}
+                        ).encode()
                         conn.sendall(len(answer).to_bytes(4, "big") + answer)
 
         t = threading.Thread(target=serve)

@@ -44,9 +44,7 @@ def test_frame_split_across_reads_decodes_the_same(v):
     assert buf.pending() == b""
 
 
-@pytest.mark.parametrize(
-    "v", _V["invalid_frames"], ids=[f["name"] for f in _V["invalid_frames"]]
-)
+@pytest.mark.parametrize("v", _V["invalid_frames"], ids=[f["name"] for f in _V["invalid_frames"]])
 def test_invalid_frame_is_refused_with_its_class(v):
     data = bytes.fromhex(v["hex"])
     with pytest.raises(ProtocolViolation) as e:

@@ -47,5 +47,5 @@ def test_the_conformance_kit_passes(kit_runs, module):
         pytest.fail(f"the kit did not finish within 600 s for {module}:\n{table}")
     print(f"\nwfhost-conformance -- python -m {module}\n{table}")
     assert proc.returncode == 0, f"the kit failed for {module}:\n{table}"
-    lines = [l for l in table.splitlines() if l.startswith(("PASS ", "FAIL "))]
-    assert len(lines) >= 23 and all(l.startswith("PASS ") for l in lines), table
+    lines = [line for line in table.splitlines() if line.startswith(("PASS ", "FAIL "))]
+    assert len(lines) >= 23 and all(line.startswith("PASS ") for line in lines), table

@@ -76,7 +76,11 @@ def test_a_verified_cancel_cascades_and_a_forged_one_changes_nothing(conformance
     p.send(m.Mail(1, 1, ITEM))
     p.expect(m.StepStarted)
     forged = p.signed_cancel("r1")
-    bad = forged.cancel.signature[:5] + bytes([forged.cancel.signature[5] ^ 1]) + forged.cancel.signature[6:]
+    bad = (
+        forged.cancel.signature[:5]
+        + bytes([forged.cancel.signature[5] ^ 1])
+        + forged.cancel.signature[6:]
+    )
     p.send(m.Cancel(type(forged.cancel)(forged.cancel.record, forged.cancel.key_id, bad)))
     assert p.quiet(0.3) == [], "a forged cancel cancels nothing"
     p.send(p.signed_cancel("r1", "stop it"))
@@ -89,7 +93,10 @@ def test_a_verified_cancel_cascades_and_a_forged_one_changes_nothing(conformance
     p.send(m.Shutdown())
     code, _, err = p.finish()
     assert code == 0
-    assert "refused cancel of run r1 for deployment 'billing' (origin operator): signature does not verify" in err
+    assert (
+        "refused cancel of run r1 for deployment 'billing' (origin operator): signature does not verify"
+        in err
+    )
     assert "cancel of run r1 accepted (origin operator, reason 'stop it')" in err
 
 
@@ -218,13 +225,17 @@ def test_an_asyncio_step_task_is_cancelled_on_drain_with_the_reason():
     p.send(m.Shutdown())
     code, _, err = p.finish()
     assert code == 0, err
-    assert "cancelled: cause=drain reason=the supervisor is draining this child (budget 2500 ms)" in err
+    assert (
+        "cancelled: cause=drain reason=the supervisor is draining this child (budget 2500 ms)"
+        in err
+    )
     assert "task still cancelling: 0" in err
     assert "after the step" in err
 
 
 def test_sigterm_ends_a_blocking_child_with_status_0_and_reports_its_step():
-    p = Peer(script(r"""
+    p = Peer(
+        script(r"""
 import wfhost
 rt = wfhost.connect()
 rt.ready()
@@ -232,7 +243,8 @@ for mail in rt.mail():
     with rt.step("r", "s", "wait"):
         rt.custom("sleeping")
         import time; time.sleep(60)
-"""))
+""")
+    )
     p.ready()
     p.send(m.Mail(1, 1, b""))
     p.expect(m.StepStarted)

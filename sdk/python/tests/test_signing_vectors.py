@@ -92,9 +92,7 @@ def test_a_fresh_signature_round_trips_through_the_sdk():
     private = Ed25519PrivateKey.from_private_bytes(bytes.fromhex(_S["seed"]))
     trusted = signing.TrustedKey.from_hex(_S["public_key"])
     record = cancel.CancelRequested("operator", "billing", None, "ünïcødé ✓", 1)
-    signed = cancel.SignedCancel(
-        record, trusted.key_id, private.sign(cancel.signing_bytes(record))
-    )
+    signed = cancel.SignedCancel(record, trusted.key_id, private.sign(cancel.signing_bytes(record)))
     cancel.verify_for(signed, trusted, "billing", lambda run: False)
     with pytest.raises(CancelRefused) as e:
         cancel.verify_for(signed, trusted, "payroll", lambda run: True)

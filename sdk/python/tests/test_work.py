@@ -95,7 +95,11 @@ def test_finish_with_run_outcome_orders_step_run_drained():
     w = Work()
     c, _, _ = w.start("r1", "command", "cancel")
     w.drain(0)
-    assert names(w.finish(c, "cancelled", "cancelled")) == ["StepFinished", "RunTerminal", "Drained"]
+    assert names(w.finish(c, "cancelled", "cancelled")) == [
+        "StepFinished",
+        "RunTerminal",
+        "Drained",
+    ]
 
 
 def test_held_mail_delays_drained_until_it_is_settled():

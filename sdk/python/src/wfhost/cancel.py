@@ -9,14 +9,13 @@ as a cancel."""
 
 from __future__ import annotations
 
+from . import signing
+from .errors import CancelRefused
 from .record import Record
 
 TYPE_CHECKING = False  # typing is not imported at run time: it costs start-up
 if TYPE_CHECKING:
     from typing import Callable
-
-from . import signing
-from .errors import CancelRefused
 
 DOMAIN = "wfhost/cancel/v1"
 
@@ -30,7 +29,9 @@ class CancelRequested(Record):
 
     __slots__ = ("origin", "deployment", "run", "reason", "at_ms")
 
-    def __init__(self, origin: str, deployment: str, run: str | None, reason: str, at_ms: int) -> None:
+    def __init__(
+        self, origin: str, deployment: str, run: str | None, reason: str, at_ms: int
+    ) -> None:
         self.origin = origin
         self.deployment = deployment
         self.run = run

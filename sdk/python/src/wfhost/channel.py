@@ -74,7 +74,9 @@ def handshake(
     try:
         sock.sendall(frame.encode_frame(1, hello))
     except OSError as e:
-        raise ConnectError(f"handshake with the supervisor failed: cannot send Hello: {e}") from None
+        raise ConnectError(
+            f"handshake with the supervisor failed: cannot send Hello: {e}"
+        ) from None
     buf = frame.FrameBuffer("down", frame.MAX_FRAME_LIMIT)
     got: list = []
     while not got:
@@ -90,7 +92,9 @@ def handshake(
         try:
             got = buf.feed(data)
         except ProtocolViolation as e:
-            raise ConnectError(f"handshake with the supervisor failed: protocol violation: {e}") from None
+            raise ConnectError(
+                f"handshake with the supervisor failed: protocol violation: {e}"
+            ) from None
     welcome, rest = got[0], got[1:]
     if not isinstance(welcome, m.Welcome):
         raise ConnectError(
@@ -142,7 +146,9 @@ class Outbox:
         try:
             return frame.encode_frame(self.next_seq, event, self.max_frame_bytes)
         except ProtocolViolation as e:
-            raise TooLarge(f"{m.name(event)} event not sent: {e}; send less data per event") from None
+            raise TooLarge(
+                f"{m.name(event)} event not sent: {e}; send less data per event"
+            ) from None
 
     def append(self, data: bytes) -> None:
         """Queues a frame made by :meth:`encode` (its sequence number is now
@@ -174,7 +180,13 @@ def _shrunk(event: object, max_frame_bytes: int) -> object:
     outcome = getattr(event, "outcome", None)
     if not isinstance(outcome, Failed):
         return event
-    room = max(0, max_frame_bytes - 64 - len(getattr(event, "run", "").encode()) - len(getattr(event, "step", "").encode()))
+    room = max(
+        0,
+        max_frame_bytes
+        - 64
+        - len(getattr(event, "run", "").encode())
+        - len(getattr(event, "step", "").encode()),
+    )
     reason = outcome.reason.encode()[:room].decode("utf-8", "ignore")
     fields = {f: getattr(event, f) for f in event.__slots__}  # type: ignore[attr-defined]
     fields["outcome"] = Failed(reason)

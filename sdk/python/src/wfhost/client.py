@@ -38,9 +38,13 @@ def socket_of_config(config: str | os.PathLike[str]) -> Path:
     except OSError as e:
         raise ClientError(f"cannot read config {path}: {e.strerror or e}", 2) from None
     except tomllib.TOMLDecodeError as e:
-        raise ClientError(f"config {path} is not valid TOML: {e}; check it with `wfhost check-config`", 2) from None
+        raise ClientError(
+            f"config {path} is not valid TOML: {e}; check it with `wfhost check-config`", 2
+        ) from None
     supervisor = table.get("supervisor", {})
-    state_dir = supervisor.get("state_dir", DEFAULT_STATE_DIR) if isinstance(supervisor, dict) else None
+    state_dir = (
+        supervisor.get("state_dir", DEFAULT_STATE_DIR) if isinstance(supervisor, dict) else None
+    )
     if not isinstance(state_dir, str):
         raise ClientError(f"config {path}: [supervisor] state_dir must be a string path", 2)
     return (path.resolve().parent / state_dir) / SOCKET_NAME
@@ -69,7 +73,9 @@ class Client:
         timeout: float | None = 120.0,
     ) -> None:
         if (config is None) == (socket is None):
-            raise ClientError("say which supervisor: Client(config=PATH) or Client(socket=PATH), one of them", 2)
+            raise ClientError(
+                "say which supervisor: Client(config=PATH) or Client(socket=PATH), one of them", 2
+            )
         self.socket_path = Path(socket) if socket is not None else socket_of_config(config)  # type: ignore[arg-type]
         self.timeout = timeout
 
@@ -90,8 +96,16 @@ class Client:
         if key is None:
             key = f"auto-{secrets.token_hex(16)}"
         elif not 1 <= len(key.encode()) <= MAX_KEY_BYTES:
-            raise ClientError(f"idempotency key must be 1 to {MAX_KEY_BYTES} bytes, not {len(key.encode())}; nothing was sent", 2)
-        request = {"cmd": "send", "deployment": deployment, "payload_bytes": len(payload), "key": key}
+            raise ClientError(
+                f"idempotency key must be 1 to {MAX_KEY_BYTES} bytes, not {len(key.encode())}; nothing was sent",
+                2,
+            )
+        request = {
+            "cmd": "send",
+            "deployment": deployment,
+            "payload_bytes": len(payload),
+            "key": key,
+        }
         pause = SEND_RETRY_PAUSE
         for tries in range(1, SEND_TRIES + 1):
             try:
@@ -215,7 +229,9 @@ class Client:
         sock.settimeout(read_timeout)
         response = _read_message(sock, self.socket_path, eof_ok=False)
         if not isinstance(response, dict):
-            raise ClientError(f"the supervisor at {self.socket_path} answered {response!r}, not an object", 1)
+            raise ClientError(
+                f"the supervisor at {self.socket_path} answered {response!r}, not an object", 1
+            )
         if not response.get("ok"):
             code = response.get("code")
             raise ClientError(
@@ -234,7 +250,9 @@ def _read_exact(sock: socket.socket, n: int, path: Path, eof_ok: bool) -> bytes 
         except TimeoutError:
             raise _LostAnswer(f"the supervisor at {path} did not answer in time") from None
         except OSError as e:
-            raise _LostAnswer(f"the supervisor at {path} did not answer: {e.strerror or e}") from None
+            raise _LostAnswer(
+                f"the supervisor at {path} did not answer: {e.strerror or e}"
+            ) from None
         if not chunk:
             if eof_ok and left == n:
                 return None
@@ -250,9 +268,13 @@ def _read_message(sock: socket.socket, path: Path, eof_ok: bool) -> Any:
         return None
     n = int.from_bytes(header, "big")
     if not 1 <= n <= MAX_MESSAGE:
-        raise ClientError(f"the supervisor at {path} sent a message of {n} bytes (limit {MAX_MESSAGE})", 1)
+        raise ClientError(
+            f"the supervisor at {path} sent a message of {n} bytes (limit {MAX_MESSAGE})", 1
+        )
     data = _read_exact(sock, n, path, eof_ok=False)
     try:
         return json.loads(data)  # type: ignore[arg-type]
     except ValueError as e:
-        raise ClientError(f"the supervisor at {path} sent a message that is not JSON: {e}", 1) from None
+        raise ClientError(
+            f"the supervisor at {path} sent a message that is not JSON: {e}", 1
+        ) from None

@@ -70,7 +70,9 @@ class Writer:
         try:
             data = value.encode("utf-8")
         except UnicodeEncodeError as e:
-            raise ValueError(f"text {value[:40]!r}… is not valid UTF-8 ({e.reason}); remove lone surrogates") from e
+            raise ValueError(
+                f"text {value[:40]!r}… is not valid UTF-8 ({e.reason}); remove lone surrogates"
+            ) from e
         self.varint(len(data))
         self.buf += data
 

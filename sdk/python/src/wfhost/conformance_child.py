@@ -62,7 +62,9 @@ def main() -> int:
         complain(f"cannot connect to the supervisor: {e}")
         return 2
     for mail in rt.mail():
-        threading.Thread(target=guarded, args=(rt, mail), name=f"mail-{mail.id}", daemon=True).start()
+        threading.Thread(
+            target=guarded, args=(rt, mail), name=f"mail-{mail.id}", daemon=True
+        ).start()
         del mail  # the thread holds it now
     # A drain ended the loop: the items in hand finish on their threads
     # meanwhile. Shutdown or the end of the channel ends the child at once.

@@ -69,7 +69,7 @@ def parse(payload: bytes) -> Plan:
             raise BadPayload(f"{where}name is missing")
         drain = s.get("drain", "cancel")
         if drain not in ("cancel", "wait"):
-            raise BadPayload(f"{where}drain must be \"cancel\" or \"wait\"")
+            raise BadPayload(f'{where}drain must be "cancel" or "wait"')
         ms = s.get("ms", 0)
         if not isinstance(ms, int) or isinstance(ms, bool) or ms < 0:
             raise BadPayload(f"{where}ms must be a whole number of milliseconds")

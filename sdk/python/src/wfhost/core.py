@@ -174,7 +174,7 @@ class Core:
         self, run: str, name: str, drain: str, on_fire: Callable[[str, str], None] | None = None
     ) -> tuple[int, CancelToken]:
         if drain not in ("cancel", "wait"):
-            raise ValueError(f"unknown drain behaviour {drain!r}: use \"cancel\" or \"wait\"")
+            raise ValueError(f'unknown drain behaviour {drain!r}: use "cancel" or "wait"')
         if not isinstance(run, str) or not isinstance(name, str):
             raise TypeError("a step's run and name are str")
         with self.lock:
@@ -475,4 +475,6 @@ class Core:
         for mail_id in ids:
             self.ledger.abandon(mail_id)
         self.queue.clear()
-        log(f"not taking queued mail {ids} (draining or closed); left for redelivery to the next child")
+        log(
+            f"not taking queued mail {ids} (draining or closed); left for redelivery to the next child"
+        )

@@ -34,7 +34,12 @@ class ChildEnv(Record):
     __slots__ = ("control_fd", "channel_id", "protocol", "deployment", "supervisor_key")
 
     def __init__(
-        self, control_fd: int, channel_id: str, protocol: int, deployment: str, supervisor_key: TrustedKey
+        self,
+        control_fd: int,
+        channel_id: str,
+        protocol: int,
+        deployment: str,
+        supervisor_key: TrustedKey,
     ) -> None:
         self.control_fd = control_fd
         self.channel_id = channel_id
@@ -96,7 +101,8 @@ class ChildEnv(Record):
         try:
             key = TrustedKey.from_hex(key_text)
         except ValueError as e:
-            raise invalid(ENV_SUPERVISOR_KEY, key_text, f"not a hex ed25519 public key ({e})") from None
+            raise invalid(
+                ENV_SUPERVISOR_KEY, key_text, f"not a hex ed25519 public key ({e})"
+            ) from None
 
         return cls(fd, channel_id, protocol, deployment, key)
-

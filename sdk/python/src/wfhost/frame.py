@@ -69,7 +69,9 @@ def truncation(buffered: bytes | bytearray) -> ProtocolViolation:
     )
 
 
-def decode_one(data: bytes, direction: str, max_frame_bytes: int = MAX_FRAME_LIMIT) -> tuple[int, object]:
+def decode_one(
+    data: bytes, direction: str, max_frame_bytes: int = MAX_FRAME_LIMIT
+) -> tuple[int, object]:
     """Decodes a buffer that must hold exactly one whole frame."""
     if len(data) < HEADER_BYTES:
         raise truncation(data)
@@ -78,7 +80,8 @@ def decode_one(data: bytes, direction: str, max_frame_bytes: int = MAX_FRAME_LIM
         raise truncation(data)
     if len(data) > HEADER_BYTES + n:
         raise ProtocolViolation(
-            "undecodable", f"undecodable frame body: {len(data) - HEADER_BYTES - n} bytes after the frame"
+            "undecodable",
+            f"undecodable frame body: {len(data) - HEADER_BYTES - n} bytes after the frame",
         )
     return decode_body(data[HEADER_BYTES:], direction)
 

@@ -39,7 +39,13 @@ class Limits(Record):
 
     __slots__ = ("max_frame_bytes", "max_mail_bytes", "drain_timeout_ms", "liveness_timeout_ms")
 
-    def __init__(self, max_frame_bytes: int, max_mail_bytes: int, drain_timeout_ms: int, liveness_timeout_ms: int) -> None:
+    def __init__(
+        self,
+        max_frame_bytes: int,
+        max_mail_bytes: int,
+        drain_timeout_ms: int,
+        liveness_timeout_ms: int,
+    ) -> None:
         self.max_frame_bytes = max_frame_bytes
         self.max_mail_bytes = max_mail_bytes
         self.drain_timeout_ms = drain_timeout_ms
@@ -52,7 +58,9 @@ class Limits(Record):
 class Welcome(Record):
     __slots__ = ("protocol", "deployment", "grants_snapshot", "limits")
 
-    def __init__(self, protocol: int, deployment: str, grants_snapshot: Grants, limits: Limits) -> None:
+    def __init__(
+        self, protocol: int, deployment: str, grants_snapshot: Grants, limits: Limits
+    ) -> None:
         self.protocol = protocol
         self.deployment = deployment
         self.grants_snapshot = grants_snapshot
@@ -109,7 +117,9 @@ CONTROL = (Welcome, Drain, Cancel, Mail, Ping, Shutdown, Lease)
 class Hello(Record):
     __slots__ = ("protocol", "channel_id", "pid", "takes_mail", "implementation")
 
-    def __init__(self, protocol: int, channel_id: str, pid: int, takes_mail: bool, implementation: str) -> None:
+    def __init__(
+        self, protocol: int, channel_id: str, pid: int, takes_mail: bool, implementation: str
+    ) -> None:
         self.protocol = protocol
         self.channel_id = channel_id
         self.pid = pid
@@ -218,7 +228,7 @@ def _drain(w: Writer, drain: str) -> None:
     elif drain == "wait":
         w.buf.append(1)
     else:
-        raise ValueError(f"unknown drain behaviour {drain!r}: use \"cancel\" or \"wait\"")
+        raise ValueError(f'unknown drain behaviour {drain!r}: use "cancel" or "wait"')
 
 
 def _signed_cancel(w: Writer, c: SignedCancel) -> None:
@@ -420,4 +430,3 @@ def decode_event(r: Reader) -> object:
 def name(message: object) -> str:
     """The variant's name, for logs and violation messages."""
     return type(message).__name__
-

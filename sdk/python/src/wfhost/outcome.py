@@ -37,12 +37,14 @@ def check(outcome: object) -> Outcome:
     three accepted forms."""
     if isinstance(outcome, Failed):
         if not isinstance(outcome.reason, str):
-            raise ValueError(f"Failed(reason) needs a str reason, got {type(outcome.reason).__name__}")
+            raise ValueError(
+                f"Failed(reason) needs a str reason, got {type(outcome.reason).__name__}"
+            )
         return Failed(_cut(outcome.reason))
     if outcome == SUCCEEDED or outcome == CANCELLED:
         return outcome  # type: ignore[return-value]
     raise ValueError(
-        f"unknown outcome {outcome!r}: use \"succeeded\", \"cancelled\" or wfhost.Failed(reason)"
+        f'unknown outcome {outcome!r}: use "succeeded", "cancelled" or wfhost.Failed(reason)'
     )
 
 

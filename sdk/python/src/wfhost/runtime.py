@@ -5,19 +5,18 @@ meanwhile."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import threading
 
 from ._version import __version__
 from .channel import already_taken, handshake, take_control_fd
-from .core import STOPPED, CloseReason, Core, Delivery
+from .core import STOPPED, CloseReason, Core
 from .env import ENV_ALL, ChildEnv
-from .errors import Cancelled, ChannelClosed, ConnectError
+from .errors import ConnectError
+from .handles import MailItem, StepState, outcome_of_exit
 from .messages import Custom, Grants, Limits, RecycleRequest, Welcome
-from .outcome import CANCELLED, SUCCEEDED, Failed, Outcome, check
-from .token import CancelToken
+from .outcome import CANCELLED, SUCCEEDED, Outcome, check
 
 TYPE_CHECKING = False  # typing is not imported at run time: it costs start-up
 if TYPE_CHECKING:
@@ -33,7 +32,9 @@ def open_core(takes_mail: bool, implementation: str, exit_on_sigterm: bool) -> C
     programs the workflow starts never take themselves for children),
     takes fd 3 and completes the handshake."""
     if already_taken():
-        raise ConnectError("this process is already connected: there is one control channel, call connect() once")
+        raise ConnectError(
+            "this process is already connected: there is one control channel, call connect() once"
+        )
     env = ChildEnv.from_environ()
     for var in ENV_ALL:
         os.environ.pop(var, None)
@@ -77,19 +78,6 @@ def install_sigterm_exit() -> None:
 
 def _exit_zero(signum: int, frame: object) -> None:
     raise SystemExit(0)
-
-
-def outcome_of_exit(exc: BaseException | None, token: CancelToken) -> Outcome:
-    """How a step whose body ended with ``exc`` is reported: cancelled when
-    its token fired or it raised ``Cancelled`` (or an exit, e.g.
-    KeyboardInterrupt), failed with ``str(exc)`` on another exception."""
-    if token.event.is_set() or isinstance(exc, Cancelled):
-        return CANCELLED
-    if exc is None:
-        return SUCCEEDED
-    if isinstance(exc, Exception):
-        return Failed(str(exc) or type(exc).__name__)
-    return CANCELLED
 
 
 class Runtime:
@@ -207,48 +195,23 @@ class MailIterator:
         return Mail(self._core, got)  # type: ignore[arg-type]
 
 
-class Mail:
-    """One mail item. ``id`` is stable across redeliveries; ``attempt`` is 1
-    on the first delivery and more when the child that held it before died
-    or was recycled without acknowledging it, so work already done can be
-    finalized instead of re-run. Settle it with :meth:`ack` (done) or
-    :meth:`release` (not done: delivered again, to the next child); an item
-    dropped unsettled is released."""
+class Mail(MailItem):
+    """One mail item (``id``, ``attempt``, ``payload``, ``text()``,
+    ``json()``), settled with :meth:`ack` or :meth:`release`; as a context
+    manager, released on exit unless acknowledged."""
 
-    __slots__ = ("_core", "id", "attempt", "payload", "_settled", "__weakref__")
-
-    def __init__(self, core: Core, delivery: Delivery) -> None:
-        self._core = core
-        self.id: int = delivery.id
-        self.attempt: int = delivery.attempt
-        self.payload: bytes = delivery.payload
-        self._settled = False
-
-    def text(self, encoding: str = "utf-8") -> str:
-        """The payload as text."""
-        return self.payload.decode(encoding)
-
-    def json(self) -> Any:
-        """The payload parsed as JSON (``ValueError`` if it is not)."""
-        return json.loads(self.payload)
-
-    @property
-    def settled(self) -> bool:
-        return self._settled
+    __slots__ = ()
 
     def ack(self, outcome: Outcome = SUCCEEDED) -> None:
         """Reports how processing ended (``MailAck``): ``"succeeded"``,
         ``"cancelled"`` or ``wfhost.Failed(reason)``; returns once written.
         The supervisor moves the item to done whatever the outcome."""
-        outcome = check(outcome)
-        self._core.ack(self.id, outcome)
-        self._settled = True
+        self._ack(outcome)
 
     def release(self) -> None:
         """Leaves the item unacknowledged: the supervisor delivers it again
         (to the next child, after a drain or recycle)."""
-        self._settled = True
-        self._core.release(self.id)
+        self._release()
 
     def __enter__(self) -> "Mail":
         return self
@@ -257,42 +220,15 @@ class Mail:
         if not self._settled:
             self.release()
 
-    def __del__(self) -> None:
-        if not getattr(self, "_settled", True):
-            self._core.mail_dropped(self.id)
 
-    def __repr__(self) -> str:
-        return f"<wfhost.Mail id={self.id} attempt={self.attempt} {len(self.payload)} bytes>"
-
-
-class Step:
-    """A running step. ``cancelled`` (a ``threading.Event``) is set when it
-    must stop; ``cause`` says which of ``drain``, ``lease``, ``shutdown``,
-    ``disconnected``, ``cancel`` stopped it and ``reason`` says it in
-    words; ``outcome`` is how it was reported, once the block exits."""
+class Step(StepState):
+    """A running step (see ``rt.step``). ``cancelled`` is a
+    ``threading.Event`` set when the step must stop; ``cause``, ``reason``,
+    ``check()``, ``sleep()`` and ``outcome`` say why and how it ended."""
 
     def __init__(self, core: Core, run: str, name: str, drain: str) -> None:
-        self._core = core
-        self.run = run
-        self.name = name
-        self.drain = drain
-        self._token = CancelToken()
-        self._sid: int | None = None
+        super().__init__(core, run, name, drain)
         self.cancelled: threading.Event = self._token.event
-        self.outcome: Outcome | None = None
-
-    @property
-    def cause(self) -> str | None:
-        return self._token.cause
-
-    @property
-    def reason(self) -> str | None:
-        return self._token.reason
-
-    def check(self) -> None:
-        """Raises ``wfhost.Cancelled`` if the step must stop."""
-        if self._token.event.is_set():
-            raise Cancelled(self._token.cause or "cancel", self._token.reason or "cancelled")
 
     def sleep(self, seconds: float) -> None:
         """Waits ``seconds``, or raises ``wfhost.Cancelled`` as soon as the
@@ -301,31 +237,15 @@ class Step:
         self.check()
 
     def __enter__(self) -> "Step":
-        if self._sid is not None:
-            raise RuntimeError(f"step {self.name!r} of run {self.run!r} was already entered")
-        self._sid, self._token = self._core.start_step(self.run, self.name, self.drain)
+        started = self._start()
         self.cancelled = self._token.event
-        if self._token.event.is_set():
-            self._finish(CANCELLED)
-            raise Cancelled(self._token.cause or "cancel", self._token.reason or "cancelled")
+        if not started:
+            raise self._cancelled()
         return self
 
     def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> bool:
         outcome = outcome_of_exit(exc, self._token)
         self._finish(outcome)
         if outcome == CANCELLED and exc is None:
-            raise Cancelled(self._token.cause or "cancel", self._token.reason or "cancelled")
+            raise self._cancelled()
         return False
-
-    def _finish(self, outcome: Outcome) -> None:
-        self.outcome = outcome
-        if self._sid is None:
-            return
-        try:
-            self._core.finish_step(self._sid, outcome)
-        except ChannelClosed:
-            pass  # the runtime's closure, seen through rt.closed; the result stands
-
-    def __repr__(self) -> str:
-        state = f"cancelled ({self.cause})" if self.cancelled.is_set() else "running"
-        return f"<wfhost.Step {self.run}/{self.name} drain={self.drain} {state}>"

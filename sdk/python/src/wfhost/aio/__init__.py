@@ -33,18 +33,19 @@ step, and on a lease expiry, ``Shutdown`` or the loss of the channel; the
 from __future__ import annotations
 
 import asyncio
-import json
-from typing import Any, Awaitable, Callable, TypeVar
 
 from .._version import __version__
 from ..core import STOPPED, CloseReason, Core, Delivery
-from ..errors import Cancelled, ChannelClosed
+from ..handles import MailItem, StepState, outcome_of_exit
 from ..messages import Custom, Grants, Limits, RecycleRequest
 from ..outcome import CANCELLED, SUCCEEDED, Outcome, check
-from ..runtime import DEFAULT_IMPLEMENTATION, install_sigterm_exit, open_core, outcome_of_exit
-from ..token import CancelToken
+from ..runtime import DEFAULT_IMPLEMENTATION, install_sigterm_exit, open_core
 
-T = TypeVar("T")
+TYPE_CHECKING = False  # typing is not imported at run time: it costs start-up
+if TYPE_CHECKING:
+    from typing import Any, Awaitable, Callable, TypeVar
+
+    T = TypeVar("T")
 
 __all__ = ["Mail", "Runtime", "Step", "connect", "__version__"]
 
@@ -174,80 +175,36 @@ class MailIterator:
         return Mail(self._rt._core, got)
 
 
-class Mail:
+class Mail(MailItem):
     """One mail item (see ``wfhost.Mail``); ``ack`` and ``release`` are
     coroutines."""
 
-    __slots__ = ("_core", "id", "attempt", "payload", "_settled", "__weakref__")
-
-    def __init__(self, core: Core, delivery: Delivery) -> None:
-        self._core = core
-        self.id: int = delivery.id
-        self.attempt: int = delivery.attempt
-        self.payload: bytes = delivery.payload
-        self._settled = False
-
-    def text(self, encoding: str = "utf-8") -> str:
-        return self.payload.decode(encoding)
-
-    def json(self) -> Any:
-        return json.loads(self.payload)
-
-    @property
-    def settled(self) -> bool:
-        return self._settled
+    __slots__ = ()
 
     async def ack(self, outcome: Outcome = SUCCEEDED) -> None:
-        outcome = check(outcome)
-        self._core.ack(self.id, outcome)
-        self._settled = True
+        self._ack(outcome)
 
     async def release(self) -> None:
-        self._settled = True
-        self._core.release(self.id)
-
-    def __del__(self) -> None:
-        if not getattr(self, "_settled", True):
-            self._core.mail_dropped(self.id)
-
-    def __repr__(self) -> str:
-        return f"<wfhost.aio.Mail id={self.id} attempt={self.attempt} {len(self.payload)} bytes>"
+        self._release()
 
 
-class Step:
+class Step(StepState):
     """A running step on the event loop: ``cancelled`` is an
     ``asyncio.Event``; ``cause``, ``reason``, ``outcome`` and ``check()`` as
-    in ``wfhost.Step``."""
+    in ``wfhost.Step``. Its task is cancelled when the step must stop."""
 
     def __init__(self, rt: Runtime, run: str, name: str, drain: str) -> None:
-        self._rt = rt
-        self.run = run
-        self.name = name
-        self.drain = drain
+        super().__init__(rt._core, run, name, drain)
+        self._loop = rt._loop
         self.cancelled = asyncio.Event()
-        self.outcome: Outcome | None = None
-        self._token = CancelToken()
-        self._sid: int | None = None
         self._task: asyncio.Task | None = None
         self._active = False
         self._cancelling = False
 
-    @property
-    def cause(self) -> str | None:
-        return self._token.cause
-
-    @property
-    def reason(self) -> str | None:
-        return self._token.reason
-
-    def check(self) -> None:
-        if self._token.event.is_set():
-            raise Cancelled(self._token.cause or "cancel", self._token.reason or "cancelled")
-
     def _fired(self, cause: str, reason: str) -> None:
         """From the firing thread, under the core's lock."""
         try:
-            self._rt._loop.call_soon_threadsafe(self._cancel_task)
+            self._loop.call_soon_threadsafe(self._cancel_task)
         except RuntimeError:
             pass  # the loop is closed
 
@@ -260,16 +217,12 @@ class Step:
             self._task.cancel(f"wfhost: {self._token.reason}")
 
     async def __aenter__(self) -> "Step":
-        if self._sid is not None:
-            raise RuntimeError(f"step {self.name!r} of run {self.run!r} was already entered")
         self._task = asyncio.current_task()
         self._active = True
-        self._sid, self._token = self._rt._core.start_step(self.run, self.name, self.drain, self._fired)
-        if self._token.event.is_set():
+        if not self._start(self._fired):
             self._active = False
             self.cancelled.set()
-            self._finish(CANCELLED)
-            raise Cancelled(self._token.cause or "cancel", self._token.reason or "cancelled")
+            raise self._cancelled()
         return self
 
     async def __aexit__(self, exc_type: object, exc: BaseException | None, tb: object) -> bool:
@@ -280,23 +233,10 @@ class Step:
         if isinstance(exc, asyncio.CancelledError):
             self._finish(CANCELLED)
             if ours:
-                raise Cancelled(self._token.cause or "cancel", self._token.reason or "cancelled") from None
+                raise self._cancelled() from None
             return False  # cancelled from outside the step: stays a task cancellation
         outcome = outcome_of_exit(exc, self._token)
         self._finish(outcome)
         if outcome == CANCELLED and exc is None:
-            raise Cancelled(self._token.cause or "cancel", self._token.reason or "cancelled")
+            raise self._cancelled()
         return False
-
-    def _finish(self, outcome: Outcome) -> None:
-        self.outcome = outcome
-        if self._sid is None:
-            return
-        try:
-            self._rt._core.finish_step(self._sid, outcome)
-        except ChannelClosed:
-            pass  # the runtime's closure, seen through rt.closed
-
-    def __repr__(self) -> str:
-        state = f"cancelled ({self.cause})" if self._token.event.is_set() else "running"
-        return f"<wfhost.aio.Step {self.run}/{self.name} drain={self.drain} {state}>"

@@ -269,3 +269,37 @@ def test_without_the_supervisor_connect_names_the_missing_variable():
     )
     assert out.returncode == 2
     assert "WFHOST_CONTROL_FD is not set" in out.stderr and "wfhost supervise" in out.stderr
+
+
+FORKING_APP = r"""
+import os, sys, wfhost
+rt = wfhost.connect()
+rt.ready()
+pid = os.fork()
+if pid == 0:
+    try:
+        os.fstat(3)
+        print("fork: fd 3 still open", file=sys.stderr)
+    except OSError:
+        print("fork: fd 3 closed", file=sys.stderr)
+    try:
+        rt.custom("from the fork")
+    except wfhost.ChannelClosed as e:
+        print("fork:", e, file=sys.stderr)
+    os._exit(0)
+os.waitpid(pid, 0)
+rt.custom("from the child")
+print("closed:", rt.wait_closed().kind, file=sys.stderr)
+"""
+
+
+def test_a_fork_of_the_child_neither_holds_nor_speaks_on_the_channel():
+    p = Peer(script(FORKING_APP))
+    p.ready()
+    assert p.expect(m.Custom, skip=()) == m.Custom("from the child", b"")
+    p.send(m.Shutdown())
+    code, _, err = p.finish()
+    assert code == 0, err
+    assert "fork: fd 3 closed" in err
+    assert "fork: control channel is closed (this process is a fork of the workflow child" in err
+    assert "closed: shutdown" in err

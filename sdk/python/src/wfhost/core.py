@@ -17,11 +17,14 @@ once the event is written to the socket (or raises ``ChannelClosed``)."""
 
 from __future__ import annotations
 
+import functools
+import os
 import queue
 import socket
 import sys
 import threading
 import time
+import weakref
 from collections import deque
 
 from . import cancel as cancel_mod
@@ -120,6 +123,7 @@ class Core:
                 "WFHOST_SUPERVISOR_KEY is a key of small order: every signed cancel will be "
                 "refused; check the supervisor's signing key"
             )
+        os.register_at_fork(after_in_child=functools.partial(_forked, weakref.ref(self)))
         for message in early:
             self.on_control(message)
         self.reader = threading.Thread(target=self._read_loop, name="wfhost-reader", daemon=True)
@@ -291,34 +295,47 @@ class Core:
         """Plain blocking reads: each wake-up costs one GIL acquisition, so
         under a busy application a Ping waits about one switch interval."""
         try:
-            while True:
-                try:
-                    data = self.sock.recv(RECV_BYTES)
-                except OSError as e:
-                    self._fail(f"control channel I/O: {e.strerror or e}")
-                    return
-                if not data:
-                    pending = self.frames.pending()
-                    if pending:
-                        self._fail(f"protocol violation: {truncation(pending)}")
-                    else:
-                        self.close("disconnected", "the supervisor closed the control channel")
-                    return
-                try:
-                    messages = self.frames.feed(data)
-                except ProtocolViolation as e:
-                    self._fail(f"protocol violation: {e}")
-                    return
-                for message in messages:
-                    if not self.on_control(message):
-                        return
+            self._read_messages()
+        except Exception as e:  # a bug of ours must close the runtime, not leave it deaf
+            self._fail(f"internal error in the wfhost runtime: {e!r}; please report it")
         finally:
             self.chores.put(None)
 
+    def _read_messages(self) -> None:
+        while True:
+            try:
+                data = self.sock.recv(RECV_BYTES)
+            except OSError as e:
+                self._fail(f"control channel I/O: {e.strerror or e}")
+                return
+            if not data:
+                pending = self.frames.pending()
+                if pending:
+                    self._fail(f"protocol violation: {truncation(pending)}")
+                else:
+                    self.close("disconnected", "the supervisor closed the control channel")
+                return
+            try:
+                messages = self.frames.feed(data)
+            except ProtocolViolation as e:
+                self._fail(f"protocol violation: {e}")
+                return
+            for message in messages:
+                if not self.on_control(message):
+                    return
+
     def _chores_loop(self) -> None:
-        """The second background thread: releases mail dropped unsettled
-        and acts on a lease that runs out. Woken through ``chores``: a mail
-        id, ``LEASE`` when the deadline moved, None to stop."""
+        """The second background thread."""
+        try:
+            self._chores()
+        except Exception as e:  # a bug of ours must close the runtime, not hide
+            self._fail(f"internal error in the wfhost runtime: {e!r}; please report it")
+
+    def _chores(self) -> None:
+        """The second background thread's work: releases mail dropped
+        unsettled and acts on a lease that runs out. Woken through
+        ``chores``: a mail id, ``LEASE`` when the deadline moved, None to
+        stop."""
         while True:
             deadline = self.lease_deadline
             timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
@@ -478,3 +495,28 @@ class Core:
         log(
             f"not taking queued mail {ids} (draining or closed); left for redelivery to the next child"
         )
+
+
+def _forked(ref: weakref.ref) -> None:
+    """In a process forked from the child (``os.fork``, multiprocessing's
+    fork start method): only the original process speaks to the supervisor.
+    The fork closes its copy of fd 3, so it never holds the channel open
+    after the child exits, and every call there raises ``ChannelClosed``.
+    Only one thread survives a fork, so the locks, which another thread may
+    have held, are made anew rather than taken."""
+    core = ref()
+    if core is None:
+        return
+    try:
+        os.close(core.sock.detach())
+    except OSError:
+        pass
+    core.lock = threading.Lock()
+    core.changed = threading.Condition(core.lock)
+    core.outbox.write_lock = threading.Lock()
+    core.outbox.pending.clear()
+    core.outbox.failure = (
+        "this process is a fork of the workflow child; only the original process speaks to the "
+        "supervisor"
+    )
+    core.listeners = []

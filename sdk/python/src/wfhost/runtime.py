@@ -167,7 +167,9 @@ class Runtime:
 
     def close(self) -> None:
         """Flushes and closes the sending direction: the supervisor reads
-        end of stream, as when this child exits."""
+        end of stream, as when this child exits. Exit soon after: a child
+        that closed its channel and is still running after ``kill_timeout``
+        is killed as a protocol violation."""
         self._core.close_channel()
 
 

@@ -54,14 +54,22 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="ask to be recycled after every N acknowledged items (0: never)",
     )
     p.add_argument(
-        "--fetch-ms", type=int, default=200, help="how long fetch takes (cancel on drain)"
+        "--fetch-ms",
+        type=int,
+        default=200,
+        help="how long fetch takes (cancel on drain)",
     )
     p.add_argument(
-        "--approve-ms", type=int, default=500, help="how long approve takes (waited for on drain)"
+        "--approve-ms",
+        type=int,
+        default=500,
+        help="how long approve takes (waited for on drain)",
     )
     args = p.parse_args(argv)
     if args.recycle_every < 0 or args.fetch_ms < 0 or args.approve_ms < 0:
-        p.error("--recycle-every, --fetch-ms and --approve-ms take numbers of 0 or more")
+        p.error(
+            "--recycle-every, --fetch-ms and --approve-ms take numbers of 0 or more"
+        )
     return args
 
 
@@ -93,16 +101,26 @@ def mark(path: Path, text: str) -> None:
     tmp.replace(path)
 
 
-def process(rt: wfhost.Runtime, mail: wfhost.Mail, markers: Path, args: argparse.Namespace) -> bool:
+def process(
+    rt: wfhost.Runtime, mail: wfhost.Mail, markers: Path, args: argparse.Namespace
+) -> bool:
     """Runs one order and settles its mail; True when it was acknowledged."""
     run = f"order-{mail.id}"
     order, fetch_ms, approve_ms = plan(mail, args)
     say(f"mail {mail.id}: order {order} received (attempt {mail.attempt})")
-    if mail.attempt > 1:
-        say(
-            f"mail {mail.id}: attempt {mail.attempt}: a redelivery; finalizing what an earlier attempt did"
-        )
     steps = (("fetch", "cancel", fetch_ms), ("approve", "wait", approve_ms))
+    if mail.attempt > 1:
+        done = [
+            name for name, _, _ in steps if (markers / f"{mail.id}.{name}").exists()
+        ]
+        say(
+            f"mail {mail.id}: attempt {mail.attempt}: redelivered (an earlier child held it); "
+            + (
+                f"finalizing {', '.join(done)}"
+                if done
+                else "no step of it had finished"
+            )
+        )
     try:
         for name, drain, ms in steps:
             marker = markers / f"{mail.id}.{name}"
@@ -113,7 +131,9 @@ def process(rt: wfhost.Runtime, mail: wfhost.Mail, markers: Path, args: argparse
                 continue
             with rt.step(run, name, drain) as step:
                 if drain == "cancel":
-                    step.sleep(ms / 1000)  # ends early, raising Cancelled, if the step must stop
+                    step.sleep(
+                        ms / 1000
+                    )  # ends early, raising Cancelled, if the step must stop
                 else:
                     time.sleep(ms / 1000)  # a person deciding: a drain waits for it
             mark(marker, f"{order} {name} done at attempt {mail.attempt}\n")
@@ -170,7 +190,9 @@ def main(argv: list[str]) -> int:
     except wfhost.ChannelClosed as e:
         say(f"the channel closed under an item: {e}")
     if rt.draining.is_set() and rt.close_reason is None:
-        say("draining: taking no more mail; waiting for the supervisor to stop this child")
+        say(
+            "draining: taking no more mail; waiting for the supervisor to stop this child"
+        )
     reason = rt.wait_closed()
     assert reason is not None
     say(f"closed ({reason.kind}): {reason.message}; exiting")

@@ -276,7 +276,7 @@ fn a_sigkilled_python_child_redelivers_its_item_with_attempt_2_and_the_example_f
     assert!(has("mail 1: order K-1 received (attempt 1)"), "{lines:#?}");
     assert!(has("mail 1: order K-1 received (attempt 2)"), "{lines:#?}");
     assert!(
-        has("mail 1: attempt 2: a redelivery; finalizing what an earlier attempt did"),
+        has("mail 1: attempt 2: redelivered (an earlier child held it); finalizing fetch"),
         "{lines:#?}"
     );
     assert!(

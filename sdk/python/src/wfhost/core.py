@@ -172,7 +172,7 @@ class Core:
             self.outbox.queue(m.Ready())
             self.ready_sent = True
         self.flush()
-        warm_up()
+        warm_up(self.env.supervisor_key)
 
     def start_step(
         self, run: str, name: str, drain: str, on_fire: Callable[[str, str], None] | None = None

@@ -5,8 +5,6 @@ of entering and leaving a step."""
 
 from __future__ import annotations
 
-import json
-
 from .core import Core, Delivery
 from .errors import Cancelled, ChannelClosed
 from .outcome import CANCELLED, SUCCEEDED, Failed, Outcome, check
@@ -40,6 +38,8 @@ class MailItem:
 
     def json(self) -> Any:
         """The payload parsed as JSON (``ValueError`` if it is not)."""
+        import json  # here: imported once, on the first call, not at start-up
+
         return json.loads(self.payload)
 
     @property

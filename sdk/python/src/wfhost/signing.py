@@ -6,7 +6,6 @@ without the signer's secret: those encodings are refused here first."""
 
 from __future__ import annotations
 
-import hashlib
 import threading
 
 TYPE_CHECKING = False  # typing is not imported at run time: it costs start-up
@@ -56,30 +55,38 @@ def _ed25519() -> tuple[Any, Any]:
     return _openssl
 
 
-def warm_up() -> None:
-    """Imports ``cryptography`` on a background thread (the runtime calls
-    this once Ready is sent), so the first cancel does not wait for it. Not
-    a daemon: an extension module still importing while the interpreter
-    shuts down aborts the process, so an early exit waits for the import."""
-    threading.Thread(target=_ed25519, name="wfhost-warm-up").start()
+def warm_up(trusted: "TrustedKey") -> None:
+    """Imports ``cryptography`` (and hashlib, for the key id) on a
+    background thread (the runtime calls this once Ready is sent), so the
+    first cancel does not wait for them. Not a daemon: an extension module
+    still importing while the interpreter shuts down aborts the process, so
+    an early exit waits for the import."""
+
+    def load() -> None:
+        _ed25519()
+        trusted.key_id  # noqa: B018 (computed and kept)
+
+    threading.Thread(target=load, name="wfhost-warm-up").start()
 
 
 def key_id(public: bytes) -> bytes:
     """First 8 bytes of the SHA-256 of a public key: names the key in every
     signed record so keys can rotate."""
+    import hashlib  # here: it loads OpenSSL, which no child needs before a cancel
+
     return hashlib.sha256(public).digest()[:8]
 
 
 class TrustedKey:
     """The one public key whose signatures a child obeys."""
 
-    __slots__ = ("public", "key_id", "_key")
+    __slots__ = ("public", "_key_id", "_key")
 
     def __init__(self, public: bytes) -> None:
         if len(public) != 32:
             raise ValueError(f"an ed25519 public key is 32 bytes, got {len(public)}")
         self.public = bytes(public)
-        self.key_id = key_id(self.public)
+        self._key_id: bytes | None = None
         self._key: Any = None
 
     @classmethod
@@ -89,6 +96,13 @@ class TrustedKey:
         except ValueError as e:
             raise ValueError(f"not hex: {e}") from None
         return cls(raw)
+
+    @property
+    def key_id(self) -> bytes:
+        """The key's id, computed on first use."""
+        if self._key_id is None:
+            self._key_id = key_id(self.public)
+        return self._key_id
 
     @property
     def small_order(self) -> bool:

@@ -1,0 +1,82 @@
+"""wfhost: write wfhost workflow children in Python.
+
+A child started by ``wfhost supervise`` connects, says it is ready, takes
+mail, runs steps that declare what a drain does to them, and obeys only
+cancels signed by its supervisor::
+
+    import wfhost
+
+    rt = wfhost.connect()
+    rt.ready()
+    for mail in rt.mail():                       # ends when a drain starts
+        run = f"order-{mail.id}"
+        try:
+            with rt.step(run, "fetch", drain="cancel") as step:
+                fetch(mail.json(), step.cancelled)
+            with rt.step(run, "approve", drain="wait"):
+                approve()
+        except wfhost.Cancelled:
+            rt.run_terminal(run, "cancelled")
+            mail.release()                       # the next child does it
+            continue
+        rt.run_terminal(run, "succeeded")
+        mail.ack("succeeded")
+    raise SystemExit(rt.wait_closed().exit_code)
+
+The asyncio surface is :mod:`wfhost.aio`; the producer client for the
+control socket is :class:`wfhost.Client`.
+"""
+
+from ._version import __version__
+from .core import CloseReason
+from .errors import (
+    CancelRefused,
+    Cancelled,
+    ChannelClosed,
+    ClientError,
+    ConnectError,
+    MailSettled,
+    NotReady,
+    ProtocolViolation,
+    TooLarge,
+    Unreachable,
+    WfhostError,
+)
+from .outcome import CANCELLED, SUCCEEDED, Failed
+from .runtime import DEFAULT_IMPLEMENTATION, Mail, MailIterator, Runtime, Step, connect
+
+__all__ = [
+    "CANCELLED",
+    "DEFAULT_IMPLEMENTATION",
+    "SUCCEEDED",
+    "CancelRefused",
+    "Cancelled",
+    "ChannelClosed",
+    "Client",
+    "ClientError",
+    "CloseReason",
+    "ConnectError",
+    "Failed",
+    "Mail",
+    "MailIterator",
+    "MailSettled",
+    "NotReady",
+    "ProtocolViolation",
+    "Runtime",
+    "Step",
+    "TooLarge",
+    "Unreachable",
+    "WfhostError",
+    "__version__",
+    "connect",
+]
+
+
+def __getattr__(name: str) -> object:
+    """``wfhost.Client`` is imported on first use: a workflow child rarely
+    needs it, and its imports (tomllib, secrets, pathlib) slow start-up."""
+    if name == "Client":
+        from .client import Client
+
+        return Client
+    raise AttributeError(f"module 'wfhost' has no attribute {name!r}")

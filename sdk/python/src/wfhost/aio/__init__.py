@@ -1,0 +1,242 @@
+"""The asyncio surface: the blocking surface's names as coroutines and
+async iterators, over the same protocol core. The core's reader thread
+answers the supervisor, so pings are answered even while the event loop is
+busy; the loop is woken (``call_soon_threadsafe``) for mail, drains,
+cancels and closure::
+
+    import wfhost.aio
+
+    async def main():
+        rt = await wfhost.aio.connect()
+        await rt.ready()
+        async for mail in rt.mail():               # ends when a drain starts
+            run = f"order-{mail.id}"
+            try:
+                await rt.step(run, "fetch", "cancel", lambda step: fetch(mail.json()))
+                async with rt.step(run, "approve", "wait"):
+                    await approve()
+            except wfhost.Cancelled:
+                await rt.run_terminal(run, "cancelled")
+                await mail.release()
+                continue
+            await rt.run_terminal(run, "succeeded")
+            await mail.ack("succeeded")
+        raise SystemExit((await rt.wait_closed()).exit_code)
+
+A step's task is cancelled (``Task.cancel``) when its token fires: on a
+drain for a cancel-behaviour step, on a verified cancel of its run for any
+step, and on a lease expiry, ``Shutdown`` or the loss of the channel; the
+``asyncio.CancelledError`` is turned into ``wfhost.Cancelled`` (with
+``cause`` and ``reason``) as it leaves the step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from .._version import __version__
+from ..core import STOPPED, CloseReason, Core, Delivery
+from ..handles import MailItem, StepState, outcome_of_exit
+from ..messages import Custom, Grants, Limits, RecycleRequest
+from ..outcome import CANCELLED, SUCCEEDED, Outcome, check
+from ..runtime import DEFAULT_IMPLEMENTATION, install_sigterm_exit, open_core
+
+TYPE_CHECKING = False  # typing is not imported at run time: it costs start-up
+if TYPE_CHECKING:
+    from typing import Any, Awaitable, Callable, TypeVar
+
+    T = TypeVar("T")
+
+__all__ = ["Mail", "Runtime", "Step", "connect", "__version__"]
+
+
+async def connect(
+    takes_mail: bool = True,
+    implementation: str = DEFAULT_IMPLEMENTATION,
+    exit_on_sigterm: bool = True,
+) -> "Runtime":
+    """Connects to the supervisor (see ``wfhost.connect``); the handshake
+    runs in a worker thread so the event loop is not blocked meanwhile."""
+    if exit_on_sigterm:
+        install_sigterm_exit()  # here: signal handlers belong to the main thread
+    core = await asyncio.to_thread(open_core, takes_mail, implementation, False)
+    return Runtime(core, asyncio.get_running_loop())
+
+
+class Runtime:
+    """A connected child on an event loop. ``draining`` and ``closed`` are
+    ``asyncio.Event``s."""
+
+    def __init__(self, core: Core, loop: asyncio.AbstractEventLoop) -> None:
+        self._core = core
+        self._loop = loop
+        self.deployment: str = core.welcome.deployment
+        self.grants: Grants = core.welcome.grants_snapshot
+        self.limits: Limits = core.welcome.limits
+        self.channel_id: str = core.env.channel_id
+        self.draining = asyncio.Event()
+        self.closed = asyncio.Event()
+        self._changed = asyncio.Event()
+        with core.lock:
+            core.listeners.append(self._wake)
+        self._on_change()
+
+    def _wake(self) -> None:
+        """From any thread, under the core's lock: schedule a look."""
+        try:
+            self._loop.call_soon_threadsafe(self._on_change)
+        except RuntimeError:
+            pass  # the loop is closed: nobody is waiting
+
+    def _on_change(self) -> None:
+        self._changed.set()
+        if self._core.draining.is_set():
+            self.draining.set()
+        if self._core.closed.is_set():
+            self.closed.set()
+
+    async def ready(self) -> None:
+        self._core.ready()
+
+    def mail(self) -> "MailIterator":
+        """``async for mail in rt.mail():`` ends when a drain starts (or the
+        lease runs out, or the runtime closes)."""
+        return MailIterator(self)
+
+    async def _next_mail(self) -> Delivery | None:
+        while True:
+            self._changed.clear()
+            got = self._core.next_mail(0)
+            if got is STOPPED:
+                return None
+            if got is not None:
+                return got  # type: ignore[return-value]
+            await self._changed.wait()
+
+    def step(
+        self,
+        run: str,
+        name: str,
+        drain: str = "cancel",
+        fn: Callable[["Step"], Awaitable[T]] | None = None,
+    ) -> Any:
+        """A step of ``run``: ``async with rt.step(run, name, drain) as
+        step:`` runs the block as the step (in the current task), and
+        ``await rt.step(run, name, drain, fn)`` runs ``await fn(step)`` as
+        the step and returns its result. The task is cancelled when the
+        step must stop, and ``wfhost.Cancelled`` leaves the step."""
+        step = Step(self, run, name, drain)
+        if fn is None:
+            return step
+        return _run_step(step, fn)
+
+    async def run_terminal(self, run: str, outcome: Outcome) -> None:
+        self._core.run_terminal(run, check(outcome))
+
+    async def request_recycle(self, reason: str) -> None:
+        self._core.send(RecycleRequest(str(reason)), "a recycle request")
+
+    async def custom(self, kind: str, data: bytes | str = b"") -> None:
+        if isinstance(data, str):
+            data = data.encode()
+        self._core.send(Custom(str(kind), bytes(data)), f"custom event {kind!r}")
+
+    @property
+    def close_reason(self) -> CloseReason | None:
+        return self._core.close_reason
+
+    async def wait_closed(self) -> CloseReason:
+        """Waits until the runtime closes and says why."""
+        await self.closed.wait()
+        reason = self._core.close_reason
+        assert reason is not None
+        return reason
+
+    async def close(self) -> None:
+        self._core.close_channel()
+
+
+async def _run_step(step: "Step", fn: Callable[["Step"], Awaitable[T]]) -> T:
+    async with step:
+        return await fn(step)
+
+
+class MailIterator:
+    def __init__(self, rt: Runtime) -> None:
+        self._rt = rt
+
+    def __aiter__(self) -> "MailIterator":
+        return self
+
+    async def __anext__(self) -> "Mail":
+        got = await self._rt._next_mail()
+        if got is None:
+            raise StopAsyncIteration
+        return Mail(self._rt._core, got)
+
+
+class Mail(MailItem):
+    """One mail item (see ``wfhost.Mail``); ``ack`` and ``release`` are
+    coroutines."""
+
+    __slots__ = ()
+
+    async def ack(self, outcome: Outcome = SUCCEEDED) -> None:
+        self._ack(outcome)
+
+    async def release(self) -> None:
+        self._release()
+
+
+class Step(StepState):
+    """A running step on the event loop: ``cancelled`` is an
+    ``asyncio.Event``; ``cause``, ``reason``, ``outcome`` and ``check()`` as
+    in ``wfhost.Step``. Its task is cancelled when the step must stop."""
+
+    def __init__(self, rt: Runtime, run: str, name: str, drain: str) -> None:
+        super().__init__(rt._core, run, name, drain)
+        self._loop = rt._loop
+        self.cancelled = asyncio.Event()
+        self._task: asyncio.Task | None = None
+        self._active = False
+        self._cancelling = False
+
+    def _fired(self, cause: str, reason: str) -> None:
+        """From the firing thread, under the core's lock."""
+        try:
+            self._loop.call_soon_threadsafe(self._cancel_task)
+        except RuntimeError:
+            pass  # the loop is closed
+
+    def _cancel_task(self) -> None:
+        """On the loop: cancels the step's task, once, while it is in the
+        step (never after the step ended)."""
+        self.cancelled.set()
+        if self._active and not self._cancelling and self._task is not None:
+            self._cancelling = True
+            self._task.cancel(f"wfhost: {self._token.reason}")
+
+    async def __aenter__(self) -> "Step":
+        self._task = asyncio.current_task()
+        self._active = True
+        if not self._start(self._fired):
+            self._active = False
+            self.cancelled.set()
+            raise self._cancelled()
+        return self
+
+    async def __aexit__(self, exc_type: object, exc: BaseException | None, tb: object) -> bool:
+        self._active = False
+        ours = self._cancelling
+        if ours and self._task is not None:
+            self._task.uncancel()
+        if isinstance(exc, asyncio.CancelledError):
+            self._finish(CANCELLED)
+            if ours:
+                raise self._cancelled() from None
+            return False  # cancelled from outside the step: stays a task cancellation
+        outcome = outcome_of_exit(exc, self._token)
+        self._finish(outcome)
+        if outcome == CANCELLED and exc is None:
+            raise self._cancelled()
+        return False

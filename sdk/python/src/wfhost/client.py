@@ -1,0 +1,280 @@
+"""The producer client: talks to a running supervisor over its control
+socket (``docs/control.md``), as the ``wfhost`` CLI does. One connection
+per request; every message is a ``u32`` big-endian length and that many
+bytes of UTF-8 JSON; a ``send`` carries its payload raw after the JSON."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import socket
+import time
+import tomllib
+from pathlib import Path
+from typing import Any, Iterator
+
+from .errors import ClientError, Unreachable
+
+VERSION = 2
+MAX_MESSAGE = 4 << 20
+MAX_KEY_BYTES = 256
+SOCKET_NAME = "wfhost.sock"
+DEFAULT_STATE_DIR = "/var/lib/wfhost"
+
+# A send whose answer was lost is repeated this often, pausing 100 ms, then
+# twice as long each time (as `wfhost send` does).
+SEND_TRIES = 5
+SEND_RETRY_PAUSE = 0.1
+
+
+def socket_of_config(config: str | os.PathLike[str]) -> Path:
+    """``state_dir/wfhost.sock`` from a supervisor config file: ``state_dir``
+    of its ``[supervisor]`` table, relative to the file's directory."""
+    path = Path(config)
+    try:
+        with path.open("rb") as f:
+            table = tomllib.load(f)
+    except OSError as e:
+        raise ClientError(f"cannot read config {path}: {e.strerror or e}", 2) from None
+    except tomllib.TOMLDecodeError as e:
+        raise ClientError(
+            f"config {path} is not valid TOML: {e}; check it with `wfhost check-config`", 2
+        ) from None
+    supervisor = table.get("supervisor", {})
+    state_dir = (
+        supervisor.get("state_dir", DEFAULT_STATE_DIR) if isinstance(supervisor, dict) else None
+    )
+    if not isinstance(state_dir, str):
+        raise ClientError(f"config {path}: [supervisor] state_dir must be a string path", 2)
+    return (path.resolve().parent / state_dir) / SOCKET_NAME
+
+
+class _LostAnswer(Exception):
+    """The request was written (or may have been) but no answer came."""
+
+
+class Client:
+    """A client of one supervisor, found by its config file or its socket::
+
+        client = wfhost.Client(config="/etc/wfhost/wfhost.toml")
+        mail_id = client.send("orders", b'{"order": 7}')
+
+    ``timeout`` bounds connecting and each answer of a non-streaming call,
+    in seconds (None: wait as long as it takes; a recycle waits for the new
+    child). Every failure raises ``wfhost.ClientError`` (``Unreachable``
+    when the supervisor cannot be reached) with the supervisor's message
+    and the CLI's exit code."""
+
+    def __init__(
+        self,
+        config: str | os.PathLike[str] | None = None,
+        socket: str | os.PathLike[str] | None = None,
+        timeout: float | None = 120.0,
+    ) -> None:
+        if (config is None) == (socket is None):
+            raise ClientError(
+                "say which supervisor: Client(config=PATH) or Client(socket=PATH), one of them", 2
+            )
+        self.socket_path = Path(socket) if socket is not None else socket_of_config(config)  # type: ignore[arg-type]
+        self.timeout = timeout
+
+    # --- requests ---------------------------------------------------------
+
+    def send(self, deployment: str, payload: bytes | str, key: str | None = None) -> int:
+        """Accepts mail for ``deployment``; returns its id once it is
+        durable in the inbox. Always sends an idempotency key (``key``, or a
+        random one), so a request whose answer was lost is repeated and
+        enqueued at most once; with the same ``key`` a later send of the same
+        payload returns the first item's id and enqueues nothing."""
+        if isinstance(payload, str):
+            payload = payload.encode()
+        elif isinstance(payload, (bytearray, memoryview)):
+            payload = bytes(payload)
+        elif not isinstance(payload, bytes):
+            raise TypeError(f"a payload is bytes or str, not {type(payload).__name__}")
+        if key is None:
+            key = f"auto-{secrets.token_hex(16)}"
+        elif not 1 <= len(key.encode()) <= MAX_KEY_BYTES:
+            raise ClientError(
+                f"idempotency key must be 1 to {MAX_KEY_BYTES} bytes, not {len(key.encode())}; nothing was sent",
+                2,
+            )
+        request = {
+            "cmd": "send",
+            "deployment": deployment,
+            "payload_bytes": len(payload),
+            "key": key,
+        }
+        pause = SEND_RETRY_PAUSE
+        for tries in range(1, SEND_TRIES + 1):
+            try:
+                data = self._call(request, payload)
+                break
+            except _LostAnswer as e:
+                if tries == SEND_TRIES:
+                    raise Unreachable(
+                        f"{e}; tried {tries} times under idempotency key {key!r}: the mail may have "
+                        f"been accepted, and sending again with key={key!r} enqueues it at most once",
+                        answer_lost=True,
+                    ) from None
+                time.sleep(pause)
+                pause *= 2
+        mail_id = data.get("id") if isinstance(data, dict) else None
+        if not isinstance(mail_id, int):
+            raise ClientError(f"the supervisor's answer to send has no mail id: {data!r}", 1)
+        return mail_id
+
+    def status(self) -> dict:
+        """``{"deployments": [...]}``: every deployment's status, as
+        ``wfhost status --json`` prints it."""
+        return self._call_once({"cmd": "status"})
+
+    def events(self, after: int = 0, follow: bool = False) -> Iterator[dict]:
+        """The durable event stream: every event with a sequence number
+        above ``after``, oldest first (``{"seq", "at_ms", "deployment",
+        "kind", "body"}``); with ``follow`` it goes on with each new event
+        until the iterator is closed. Close it (or leave the ``for`` loop)
+        to hang up."""
+        sock = self._connect()
+        try:
+            self._write(sock, {"cmd": "events", "after": int(after), "follow": bool(follow)}, b"")
+            self._answer(sock, read_timeout=self.timeout)
+            sock.settimeout(None if follow else self.timeout)
+            while True:
+                try:
+                    message = _read_message(sock, self.socket_path, eof_ok=True)
+                except _LostAnswer as e:
+                    raise Unreachable(str(e)) from None
+                if message is None:
+                    return
+                yield message
+        finally:
+            sock.close()
+
+    def drain(self, deployment: str) -> dict:
+        """Drains ``deployment`` (it stays drained until resumed)."""
+        return self._call_once({"cmd": "drain", "deployment": deployment})
+
+    def resume(self, deployment: str) -> dict:
+        """Starts a drained or failed deployment again."""
+        return self._call_once({"cmd": "resume", "deployment": deployment})
+
+    def recycle(self, deployment: str, reason: str | None = None) -> dict:
+        """Replaces the deployment's child; answers once the new one is
+        ready (``{"deployment", "old_pid", "pid"}``)."""
+        return self._call_once({"cmd": "recycle", "deployment": deployment, "reason": reason})
+
+    def cancel(self, deployment: str, run: str | None = None) -> dict:
+        """A signed operator cancel of ``run`` (every run when None),
+        answered once it is journaled and sent."""
+        return self._call_once({"cmd": "cancel", "deployment": deployment, "run": run})
+
+    # --- the wire ----------------------------------------------------------
+
+    def _call_once(self, request: dict) -> Any:
+        try:
+            return self._call(request, b"")
+        except _LostAnswer as e:
+            raise Unreachable(str(e), answer_lost=True) from None
+
+    def _call(self, request: dict, body: bytes) -> Any:
+        sock = self._connect()
+        try:
+            wrote: OSError | None = None
+            try:
+                self._write(sock, request, body)
+            except OSError as e:
+                # The supervisor may have answered anyway (a refusal is
+                # written without reading the whole request).
+                wrote = e
+            try:
+                return self._answer(sock, read_timeout=self.timeout)
+            except _LostAnswer:
+                if wrote is not None:
+                    raise _LostAnswer(
+                        f"the supervisor at {self.socket_path} did not answer: {wrote.strerror or wrote}"
+                    ) from None
+                raise
+        finally:
+            sock.close()
+
+    def _connect(self) -> socket.socket:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        try:
+            sock.connect(str(self.socket_path))
+        except PermissionError as e:
+            sock.close()
+            raise ClientError(
+                f"permission denied: cannot connect to {self.socket_path}: {e.strerror}; run as root, "
+                f"the supervisor's user, or a member of its admin_group",
+                1,
+            ) from None
+        except OSError as e:
+            sock.close()
+            raise Unreachable(
+                f"cannot reach the supervisor at {self.socket_path}: {e.strerror or e}; is "
+                f"`wfhost supervise` running with this config?"
+            ) from None
+        return sock
+
+    def _write(self, sock: socket.socket, request: dict, body: bytes) -> None:
+        data = json.dumps({"v": VERSION, **request}, separators=(",", ":")).encode()
+        sock.sendall(len(data).to_bytes(4, "big") + data)
+        if body:
+            sock.sendall(body)
+
+    def _answer(self, sock: socket.socket, read_timeout: float | None) -> Any:
+        sock.settimeout(read_timeout)
+        response = _read_message(sock, self.socket_path, eof_ok=False)
+        if not isinstance(response, dict):
+            raise ClientError(
+                f"the supervisor at {self.socket_path} answered {response!r}, not an object", 1
+            )
+        if not response.get("ok"):
+            code = response.get("code")
+            raise ClientError(
+                str(response.get("error") or "the supervisor reported a failure"),
+                code if isinstance(code, int) else 1,
+            )
+        return response.get("data")
+
+
+def _read_exact(sock: socket.socket, n: int, path: Path, eof_ok: bool) -> bytes | None:
+    chunks = []
+    left = n
+    while left:
+        try:
+            chunk = sock.recv(min(left, 1 << 16))
+        except TimeoutError:
+            raise _LostAnswer(f"the supervisor at {path} did not answer in time") from None
+        except OSError as e:
+            raise _LostAnswer(
+                f"the supervisor at {path} did not answer: {e.strerror or e}"
+            ) from None
+        if not chunk:
+            if eof_ok and left == n:
+                return None
+            raise _LostAnswer(f"the supervisor at {path} closed the connection before its answer")
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def _read_message(sock: socket.socket, path: Path, eof_ok: bool) -> Any:
+    header = _read_exact(sock, 4, path, eof_ok)
+    if header is None:
+        return None
+    n = int.from_bytes(header, "big")
+    if not 1 <= n <= MAX_MESSAGE:
+        raise ClientError(
+            f"the supervisor at {path} sent a message of {n} bytes (limit {MAX_MESSAGE})", 1
+        )
+    data = _read_exact(sock, n, path, eof_ok=False)
+    try:
+        return json.loads(data)  # type: ignore[arg-type]
+    except ValueError as e:
+        raise ClientError(
+            f"the supervisor at {path} sent a message that is not JSON: {e}", 1
+        ) from None

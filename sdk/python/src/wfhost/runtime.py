@@ -1,0 +1,253 @@
+"""The blocking surface: ``wfhost.connect()`` and the handles an ordinary
+script holds (the runtime, mail items, steps). Every call may be made from
+any thread; the reader thread of :mod:`wfhost.core` answers the supervisor
+meanwhile."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+
+from ._version import __version__
+from .channel import already_taken, handshake, take_control_fd
+from .core import STOPPED, CloseReason, Core
+from .env import ENV_ALL, ChildEnv
+from .errors import ConnectError
+from .handles import MailItem, StepState, outcome_of_exit
+from .messages import Custom, Grants, Limits, RecycleRequest, Welcome
+from .outcome import CANCELLED, SUCCEEDED, Outcome, check
+
+TYPE_CHECKING = False  # typing is not imported at run time: it costs start-up
+if TYPE_CHECKING:
+    from typing import Any, Callable, TypeVar
+
+    T = TypeVar("T")
+
+DEFAULT_IMPLEMENTATION = f"wfhost-python/{__version__}"
+
+
+def open_core(takes_mail: bool, implementation: str, exit_on_sigterm: bool) -> Core:
+    """Reads the environment (then removes ``WFHOST_*`` from it, so
+    programs the workflow starts never take themselves for children),
+    takes fd 3 and completes the handshake."""
+    if already_taken():
+        raise ConnectError(
+            "this process is already connected: there is one control channel, call connect() once"
+        )
+    env = ChildEnv.from_environ()
+    for var in ENV_ALL:
+        os.environ.pop(var, None)
+    if exit_on_sigterm:
+        install_sigterm_exit()
+    sock = take_control_fd(env.control_fd)
+    try:
+        welcome, frames, early = handshake(sock, env, takes_mail, implementation)
+    except BaseException:
+        sock.close()
+        raise
+    return Core(env, sock, frames, welcome, early)
+
+
+def connect(
+    takes_mail: bool = True,
+    implementation: str = DEFAULT_IMPLEMENTATION,
+    exit_on_sigterm: bool = True,
+) -> "Runtime":
+    """Connects to the supervisor through the inherited control channel
+    (fd 3, named by the ``WFHOST_*`` environment) and completes the
+    handshake. ``takes_mail=False`` tells the supervisor to refuse
+    ``wfhost send`` for this deployment; ``implementation`` is shown in
+    ``wfhost status``. With ``exit_on_sigterm`` (and no SIGTERM handler of
+    the application's own), SIGTERM raises ``SystemExit(0)`` in the main
+    thread: the supervisor sends it with ``Shutdown`` on every stop, and
+    this way ``with``/``finally`` blocks run and the exit status is 0.
+    Raises ``ConnectError`` when the process was not started by
+    ``wfhost supervise``, or the handshake fails."""
+    return Runtime(open_core(takes_mail, implementation, exit_on_sigterm))
+
+
+def install_sigterm_exit() -> None:
+    """SIGTERM raises ``SystemExit(0)``; only from the main thread, and
+    only where SIGTERM still has its default action."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _exit_zero)
+
+
+def _exit_zero(signum: int, frame: object) -> None:
+    raise SystemExit(0)
+
+
+class Runtime:
+    """A connected child. ``deployment``, ``grants``, ``limits`` come from
+    the supervisor's Welcome; ``draining`` is set when a drain starts (or
+    the lease runs out); ``closed`` when the runtime closes."""
+
+    def __init__(self, core: Core) -> None:
+        self._core = core
+        welcome: Welcome = core.welcome
+        self.deployment: str = welcome.deployment
+        self.grants: Grants = welcome.grants_snapshot
+        self.limits: Limits = welcome.limits
+        self.channel_id: str = core.env.channel_id
+        self.draining: threading.Event = core.draining
+        self.closed: threading.Event = core.closed
+
+    def ready(self) -> None:
+        """Tells the supervisor this child can take work (``Ready``); the
+        supervisor takes no other event before it. Calling it again does
+        nothing."""
+        self._core.ready()
+
+    def mail(self) -> "MailIterator":
+        """The mail, as an iterator that blocks for the next item and ends
+        when a drain starts (or the lease runs out, or the runtime closes).
+        Every iterator shares one queue, so threads may take from it in
+        turn. An item is held until acknowledged or released; a drain does
+        not report ``Drained`` while any is held."""
+        return MailIterator(self._core)
+
+    def step(
+        self,
+        run: str,
+        name: str,
+        drain: str = "cancel",
+        fn: Callable[["Step"], T] | None = None,
+    ) -> Any:
+        """A step of ``run``. With ``fn``: runs ``fn(step)`` as the step and
+        returns its result. Without: a context manager, reported
+        ``StepStarted`` on entry and ``StepFinished`` on exit::
+
+            with rt.step(run, "fetch", drain="cancel") as step:
+                ...  # poll step.cancelled or call step.check()
+
+        ``drain="cancel"``: a drain cancels it (its time counts against the
+        drain budget); ``drain="wait"``: a drain lets it finish (the budget
+        pauses). Either is cancelled by a verified cancel of its run. A step
+        that ends cancelled raises ``wfhost.Cancelled`` out of the block, so
+        the steps after it do not run; a step that cannot start (a
+        cancel-behaviour step during a drain, a step of a cancelled run)
+        raises it on entry, without running the body."""
+        step = Step(self._core, run, name, drain)
+        if fn is None:
+            return step
+        with step:
+            return fn(step)
+
+    def run_terminal(self, run: str, outcome: Outcome) -> None:
+        """Reports that ``run`` reached a terminal state (``RunTerminal``).
+        A run the cancel cascade already reported is not reported twice."""
+        self._core.run_terminal(run, check(outcome))
+
+    def request_recycle(self, reason: str) -> None:
+        """Asks the supervisor to replace this child (``RecycleRequest``);
+        it drains this one first, so the mail iterator ends soon after."""
+        self._core.send(RecycleRequest(str(reason)), "a recycle request")
+
+    def custom(self, kind: str, data: bytes | str = b"") -> None:
+        """Sends an application-defined event for the supervisor's
+        observers (``Custom``); ``data`` as bytes, or text sent as UTF-8."""
+        if isinstance(data, str):
+            data = data.encode()
+        self._core.send(Custom(str(kind), bytes(data)), f"custom event {kind!r}")
+
+    @property
+    def close_reason(self) -> CloseReason | None:
+        """Why the runtime closed, or None while it is open."""
+        return self._core.close_reason
+
+    def wait_closed(self, timeout: float | None = None) -> CloseReason | None:
+        """Waits until the runtime closes (``Shutdown``, the supervisor gone,
+        a broken channel) and says why; None if ``timeout`` passes first.
+        ``sys.exit(rt.wait_closed().exit_code)`` ends a child as the
+        supervisor expects."""
+        return self._core.wait_closed(timeout)
+
+    def close(self) -> None:
+        """Flushes and closes the sending direction: the supervisor reads
+        end of stream, as when this child exits. Exit soon after: a child
+        that closed its channel and is still running after ``kill_timeout``
+        is killed as a protocol violation."""
+        self._core.close_channel()
+
+
+class MailIterator:
+    """``for mail in rt.mail():`` ends when no more mail is handed out."""
+
+    def __init__(self, core: Core) -> None:
+        self._core = core
+
+    def __iter__(self) -> "MailIterator":
+        return self
+
+    def __next__(self) -> "Mail":
+        got = self._core.next_mail()
+        if got is STOPPED or got is None:
+            raise StopIteration
+        return Mail(self._core, got)  # type: ignore[arg-type]
+
+    def next(self, timeout: float | None = None) -> "Mail | None":
+        """The next item, or None when no more mail is handed out or
+        ``timeout`` seconds pass first (``rt.draining`` tells which)."""
+        got = self._core.next_mail(timeout)
+        if got is STOPPED or got is None:
+            return None
+        return Mail(self._core, got)  # type: ignore[arg-type]
+
+
+class Mail(MailItem):
+    """One mail item (``id``, ``attempt``, ``payload``, ``text()``,
+    ``json()``), settled with :meth:`ack` or :meth:`release`; as a context
+    manager, released on exit unless acknowledged."""
+
+    __slots__ = ()
+
+    def ack(self, outcome: Outcome = SUCCEEDED) -> None:
+        """Reports how processing ended (``MailAck``): ``"succeeded"``,
+        ``"cancelled"`` or ``wfhost.Failed(reason)``; returns once written.
+        The supervisor moves the item to done whatever the outcome."""
+        self._ack(outcome)
+
+    def release(self) -> None:
+        """Leaves the item unacknowledged: the supervisor delivers it again
+        (to the next child, after a drain or recycle)."""
+        self._release()
+
+    def __enter__(self) -> "Mail":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if not self._settled:
+            self.release()
+
+
+class Step(StepState):
+    """A running step (see ``rt.step``). ``cancelled`` is a
+    ``threading.Event`` set when the step must stop; ``cause``, ``reason``,
+    ``check()``, ``sleep()`` and ``outcome`` say why and how it ended."""
+
+    def __init__(self, core: Core, run: str, name: str, drain: str) -> None:
+        super().__init__(core, run, name, drain)
+        self.cancelled: threading.Event = self._token.event
+
+    def sleep(self, seconds: float) -> None:
+        """Waits ``seconds``, or raises ``wfhost.Cancelled`` as soon as the
+        step must stop."""
+        self._token.event.wait(seconds)
+        self.check()
+
+    def __enter__(self) -> "Step":
+        started = self._start()
+        self.cancelled = self._token.event
+        if not started:
+            raise self._cancelled()
+        return self
+
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> bool:
+        outcome = outcome_of_exit(exc, self._token)
+        self._finish(outcome)
+        if outcome == CANCELLED and exc is None:
+            raise self._cancelled()
+        return False

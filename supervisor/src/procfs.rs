@@ -168,7 +168,6 @@ fn read_resident(file: &std::fs::File) -> io::Result<u64> {
         .ok_or_else(|| io::Error::from(io::ErrorKind::InvalidData))
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

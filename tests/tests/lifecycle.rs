@@ -156,7 +156,10 @@ fn misbehaving_children_are_killed_and_reported_while_others_keep_serving() {
         ("garbage", "undecodable frame body"),
         ("stranger", "wrong channel id"),
         ("silent", "no Ready within ready_timeout"),
-        ("old", "the child speaks protocol 1, this supervisor speaks 2"),
+        (
+            "old",
+            "the child speaks protocol 1, this supervisor speaks 2",
+        ),
     ] {
         let d = sup.wait_deployment(id, "a restart after misbehaving", LONG, |d| {
             d["restarts"].as_u64().unwrap_or(0) >= 1 && d["last_exit"].is_string()

@@ -218,7 +218,7 @@ fn the_python_example_serves_200_items_across_5_self_recycles_each_done_once() {
         .count();
     assert_eq!(asked, 5, "{}", lines.join("\n"));
     let journal = sup.journal();
-    let recycles: Vec<&Value> = of_kind(&journal, "recycle")
+    let recycles: Vec<&Value> = of_kind(&journal, "recycled")
         .into_iter()
         .filter(|r| r["body"]["origin"] == "self")
         .collect();
@@ -363,7 +363,7 @@ fn a_drain_during_a_blocking_wait_step_keeps_the_budget_paused_until_drained() {
     let drained = first_after(&ev, "drained", seq(started));
     assert!(seq(acked) < seq(drained), "the ack comes before Drained");
     assert!(of_kind(&ev, "drain_escalated").is_empty(), "{ev:#?}");
-    assert!(of_kind(&sup.journal(), "cancel").is_empty());
+    assert!(of_kind(&sup.journal(), "cancel_committed").is_empty());
     let lines = story(&sup);
     assert!(
         lines
@@ -469,10 +469,10 @@ fn a_spent_budget_on_a_stubborn_blocking_step_is_cancelled_signed_then_killed() 
     // The journal tells each stage, in order, and the cancel's signature
     // is the supervisor's.
     let journal = sup.journal();
-    let drain = first_after(&journal, "drain", 0);
-    let cancel = first_after(&journal, "cancel", seq(drain));
-    let exit = first_after(&journal, "exit", seq(cancel));
-    let recycled = first_after(&journal, "recycle", seq(exit));
+    let drain = first_after(&journal, "drain_started", 0);
+    let cancel = first_after(&journal, "cancel_committed", seq(drain));
+    let exit = first_after(&journal, "exited", seq(cancel));
+    let recycled = first_after(&journal, "recycled", seq(exit));
     let b = &cancel["body"];
     assert_eq!(b["origin"], "supervisor-drain", "{cancel}");
     assert_eq!(b["run"], "job-1", "{cancel}");

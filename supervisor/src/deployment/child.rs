@@ -112,8 +112,8 @@ impl LiveChild {
             }
             None => (Grants::default(), None),
         };
-        let channel_id = wfhost_ipc::new_channel_id()
-            .map_err(|e| format!("cannot mint a channel id: {e}"))?;
+        let channel_id =
+            wfhost_ipc::new_channel_id().map_err(|e| format!("cannot mint a channel id: {e}"))?;
         let spec = spawn::child_spec(
             cfg,
             &channel_id,
@@ -243,8 +243,11 @@ impl LiveChild {
     /// `Shutdown` (best effort: a child that does not read must not delay
     /// the signal), then SIGTERM to the process group.
     pub async fn terminate(&mut self) {
-        let _ =
-            tokio::time::timeout(SHUTDOWN_SEND_TIMEOUT, self.end.writer().send(Control::Shutdown)).await;
+        let _ = tokio::time::timeout(
+            SHUTDOWN_SEND_TIMEOUT,
+            self.end.writer().send(Control::Shutdown),
+        )
+        .await;
         let _ = wfhost_process::signal_group(self.pid, Signal::SIGTERM);
     }
 
@@ -262,7 +265,8 @@ impl LiveChild {
             return events;
         }
         let deadline = tokio::time::Instant::now() + LEFTOVER_WAIT;
-        while let Ok(Ok(Some(event))) = tokio::time::timeout_at(deadline, self.end.reader().next()).await
+        while let Ok(Ok(Some(event))) =
+            tokio::time::timeout_at(deadline, self.end.reader().next()).await
         {
             events.push(event);
         }

@@ -5,6 +5,7 @@
 use std::time::{Duration, Instant};
 
 use super::*;
+use crate::fact::Fact;
 use crate::recycle::RecycleReason;
 use crate::restart::RestartPolicy;
 

@@ -5,7 +5,7 @@
 //!
 //! | file | holds |
 //! |---|---|
-//! | `driver.rs` | the task: inputs in, actions out |
+//! | `driver/` | the task: what arrives in (`arrive.rs`), the machine's actions out (`act.rs`) |
 //! | `child.rs` | the live child's I/O: process, channel, handshake |
 //! | `drain.rs` | steps in flight and the drain budget |
 //! | `cancel.rs` | signed cancels on their way through the journal |

@@ -1,0 +1,226 @@
+//! The Prometheus text exposition (version 0.0.4) of every deployment.
+
+use std::fmt::{Display, Write as _};
+use std::time::Instant;
+
+use crate::observe::status::{State, Status};
+use crate::store::MailCounts;
+
+/// Every state, in the order the `wfhost_deployment_state` family lists them.
+pub(super) const STATES: [State; 8] = [
+    State::Starting,
+    State::Ready,
+    State::Draining,
+    State::Stopping,
+    State::Exited,
+    State::Backoff,
+    State::Failed,
+    State::Drained,
+];
+
+/// Builds the exposition text family by family.
+#[derive(Default)]
+struct Exposition {
+    out: String,
+}
+
+impl Exposition {
+    /// Starts a family: its `# HELP` and `# TYPE` lines.
+    fn family(&mut self, name: &str, kind: &str, help: &str) {
+        let _ = writeln!(self.out, "# HELP {name} {help}");
+        let _ = writeln!(self.out, "# TYPE {name} {kind}");
+    }
+
+    /// One sample of the current family.
+    fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: impl Display) {
+        self.out.push_str(name);
+        if !labels.is_empty() {
+            self.out.push('{');
+            for (i, (label, v)) in labels.iter().enumerate() {
+                if i > 0 {
+                    self.out.push(',');
+                }
+                let _ = write!(self.out, "{label}=\"{}\"", escape_label(v));
+            }
+            self.out.push('}');
+        }
+        let _ = writeln!(self.out, " {value}");
+    }
+}
+
+/// A label value escaped per the exposition format: `\`, `"` and newline.
+pub(super) fn escape_label(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for c in value.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Milliseconds as seconds, exactly as far as f64 allows.
+fn seconds(ms: u64) -> f64 {
+    ms as f64 / 1000.0
+}
+
+/// The exposition text for `snapshots` (each deployment with its mail
+/// counts) as of `now`. Gauges with nothing to measure (no child, no RSS
+/// sample yet) are left out rather than reported as zero.
+pub fn render(snapshots: &[(Status, MailCounts)], now: Instant) -> String {
+    let mut e = Exposition::default();
+
+    let name = "wfhost_child_rss_bytes";
+    e.family(
+        name,
+        "gauge",
+        "Resident memory of the child's process tree at the last policy check.",
+    );
+    for (s, _) in snapshots {
+        if let Some(rss) = s.rss_bytes {
+            e.sample(name, &[("deployment", &s.id)], rss);
+        }
+    }
+
+    let name = "wfhost_child_uptime_seconds";
+    e.family(name, "gauge", "Time since the live child was spawned.");
+    for (s, _) in snapshots {
+        if let Some(started) = s.started_at {
+            let ms = now.saturating_duration_since(started).as_millis() as u64;
+            e.sample(name, &[("deployment", &s.id)], seconds(ms));
+        }
+    }
+
+    let name = "wfhost_deployment_state";
+    e.family(
+        name,
+        "gauge",
+        "1 for the deployment's current state, 0 for the others.",
+    );
+    for (s, _) in snapshots {
+        for state in STATES {
+            let value = u8::from(s.state == state);
+            e.sample(
+                name,
+                &[("deployment", &s.id), ("state", state.as_str())],
+                value,
+            );
+        }
+    }
+
+    let name = "wfhost_restarts_total";
+    e.family(
+        name,
+        "counter",
+        "Restarts after unexpected child exits since the supervisor started.",
+    );
+    for (s, _) in snapshots {
+        e.sample(name, &[("deployment", &s.id)], s.restarts);
+    }
+
+    let name = "wfhost_recycles_total";
+    e.family(
+        name,
+        "counter",
+        "Completed recycles by origin (policy, operator, self).",
+    );
+    for (s, _) in snapshots {
+        let r = s.recycles;
+        for (origin, n) in [
+            ("policy", r.policy),
+            ("operator", r.operator),
+            ("self", r.self_),
+        ] {
+            e.sample(name, &[("deployment", &s.id), ("origin", origin)], n);
+        }
+    }
+
+    let name = "wfhost_recycles_by_reason_total";
+    e.family(
+        name,
+        "counter",
+        "Completed recycles by reason: the bound passed for policy recycles, else the origin.",
+    );
+    for (s, _) in snapshots {
+        for (reason, n) in &s.recycle_reasons {
+            e.sample(name, &[("deployment", &s.id), ("reason", reason)], n);
+        }
+    }
+
+    let name = "wfhost_drain_active";
+    e.family(name, "gauge", "1 while a drain is under way.");
+    for (s, _) in snapshots {
+        e.sample(name, &[("deployment", &s.id)], u8::from(s.drain.active));
+    }
+
+    let name = "wfhost_drain_budget_used_seconds";
+    e.family(
+        name,
+        "gauge",
+        "Drain budget used by the current or last drain.",
+    );
+    for (s, _) in snapshots {
+        e.sample(
+            name,
+            &[("deployment", &s.id)],
+            seconds(s.drain.used_ms(now)),
+        );
+    }
+
+    let name = "wfhost_drain_budget_seconds";
+    e.family(name, "gauge", "The drain budget in force.");
+    for (s, _) in snapshots {
+        e.sample(name, &[("deployment", &s.id)], seconds(s.drain.budget_ms()));
+    }
+
+    let name = "wfhost_drain_escalations_total";
+    e.family(
+        name,
+        "counter",
+        "Drain budgets that ran out and escalated to a signed cancel.",
+    );
+    for (s, _) in snapshots {
+        e.sample(name, &[("deployment", &s.id)], s.escalations);
+    }
+
+    let name = "wfhost_mail";
+    e.family(
+        name,
+        "gauge",
+        "Mail items in the durable store by state (inbox, processing, done).",
+    );
+    for (s, mail) in snapshots {
+        for (state, n) in [
+            ("inbox", mail.inbox),
+            ("processing", mail.processing),
+            ("done", mail.done),
+        ] {
+            e.sample(name, &[("deployment", &s.id), ("state", state)], n);
+        }
+    }
+
+    let name = "wfhost_protocol_violations_total";
+    e.family(
+        name,
+        "counter",
+        "Children killed for breaking the control protocol.",
+    );
+    for (s, _) in snapshots {
+        e.sample(name, &[("deployment", &s.id)], s.violations);
+    }
+
+    let name = "wfhost_cancels_pending";
+    e.family(
+        name,
+        "gauge",
+        "Signed cancels waiting for the journal to accept them.",
+    );
+    for (s, _) in snapshots {
+        e.sample(name, &[("deployment", &s.id)], s.cancels_pending);
+    }
+
+    e.out
+}

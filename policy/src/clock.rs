@@ -1,8 +1,9 @@
 //! The injected clock: where every decision in this crate gets "now".
 //!
 //! The decision types never read a clock themselves; they take `now` as an
-//! argument. The supervisor holds one `Arc<dyn Clock>` and reads it once per
-//! event; tests hold a [`ManualClock`] and move it by hand.
+//! argument. The supervisor reads the monotonic clock where an event
+//! arrives and hands that instant to every decision it makes of it; tests
+//! hold a [`ManualClock`] and move it by hand.
 //!
 //! - [`SystemClock`]: the real monotonic clock (`Instant::now()`).
 //! - [`ManualClock`]: a test clock that moves only when told to. Starts at the

@@ -34,6 +34,7 @@
     )
 )]
 
+pub mod backoff;
 pub mod clock;
 pub mod drain;
 pub mod fact;

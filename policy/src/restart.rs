@@ -63,14 +63,25 @@ pub struct RestartPolicy {
     pub healthy_after: Duration,
 }
 
+/// Default `backoff_initial`.
+pub const DEFAULT_BACKOFF_INITIAL: Duration = Duration::from_millis(100);
+/// Default `backoff_max`.
+pub const DEFAULT_BACKOFF_MAX: Duration = Duration::from_secs(30);
+/// Default `max_restarts`.
+pub const DEFAULT_MAX_RESTARTS: u32 = 5;
+/// Default `period`.
+pub const DEFAULT_PERIOD: Duration = Duration::from_secs(60);
+/// Default `healthy_after`.
+pub const DEFAULT_HEALTHY_AFTER: Duration = Duration::from_secs(10);
+
 impl Default for RestartPolicy {
     fn default() -> Self {
         Self {
-            backoff_initial: Duration::from_millis(100),
-            backoff_max: Duration::from_secs(30),
-            max_restarts: 5,
-            period: Duration::from_secs(60),
-            healthy_after: Duration::from_secs(10),
+            backoff_initial: DEFAULT_BACKOFF_INITIAL,
+            backoff_max: DEFAULT_BACKOFF_MAX,
+            max_restarts: DEFAULT_MAX_RESTARTS,
+            period: DEFAULT_PERIOD,
+            healthy_after: DEFAULT_HEALTHY_AFTER,
         }
     }
 }
@@ -80,17 +91,7 @@ impl RestartPolicy {
     ///
     /// 0 → immediate; n ≥ 1 → `backoff_initial × 2^(n−1)`, capped at `backoff_max`.
     pub fn backoff(&self, crashes_before: u32) -> Duration {
-        if crashes_before == 0 || self.backoff_initial.is_zero() || self.backoff_max.is_zero() {
-            return Duration::ZERO;
-        }
-        let mut delay = self.backoff_initial;
-        let mut doublings = crashes_before.saturating_sub(1);
-        // Terminates within ~100 doublings: a non-zero Duration saturates by then.
-        while doublings > 0 && delay < self.backoff_max {
-            delay = delay.saturating_mul(2);
-            doublings = doublings.saturating_sub(1);
-        }
-        delay.min(self.backoff_max)
+        crate::backoff::doubling(self.backoff_initial, self.backoff_max, crashes_before)
     }
 }
 

@@ -1,6 +1,10 @@
 use std::os::unix::fs::PermissionsExt;
 
-use super::resolve::CHILD_PROGRAM;
+use std::path::Path;
+use std::time::Duration;
+
+use super::error::line_column;
+use super::resolve::{CHILD_PROGRAM, Lookup};
 use super::*;
 
 /// A lookup that finds `sh` on the host's PATH and nothing beside the

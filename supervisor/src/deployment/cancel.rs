@@ -134,8 +134,7 @@ impl CancelQueue {
     /// attempt number and the delay.
     pub fn refused(&mut self, now: Instant) -> (u32, Duration) {
         self.failures = self.failures.saturating_add(1);
-        let doublings = self.failures.saturating_sub(1).min(16);
-        let delay = RETRY_INITIAL.saturating_mul(1 << doublings).min(RETRY_MAX);
+        let delay = wfhost_policy::backoff::doubling(RETRY_INITIAL, RETRY_MAX, self.failures);
         self.retry_at = Some(now + delay);
         (self.failures, delay)
     }

@@ -1,0 +1,347 @@
+//! Turning the raw tables into checked settings.
+
+use std::collections::{BTreeMap, HashMap};
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use toml::Spanned;
+
+use super::error::Problem;
+use super::raw::{RawCommon, RawDeployment, RawSupervisor};
+use super::resolve::{self, Lookup};
+use super::tunables::Tunables;
+use super::units;
+use super::*;
+
+/// A merged setting: its value and, when written in the file, where.
+#[derive(Debug, Clone)]
+pub(super) struct Setting<T> {
+    pub(super) value: T,
+    pub(super) span: Option<Range<usize>>,
+}
+
+impl<T> Setting<T> {
+    /// Where to point an error about this setting: at the value when it
+    /// was written, else at the deployment.
+    pub(super) fn at(&self, fallback: &Range<usize>) -> Range<usize> {
+        self.span.clone().unwrap_or_else(|| fallback.clone())
+    }
+}
+
+/// The deployment's own value, else `[defaults]`'s, else `builtin`.
+pub(super) fn pick<V, T>(
+    own: Option<Spanned<V>>,
+    defaults: &Option<Spanned<V>>,
+    builtin: T,
+    convert: impl Fn(&V) -> T,
+) -> Setting<T>
+where
+    V: Clone,
+{
+    match own.or_else(|| defaults.clone()) {
+        Some(s) => Setting {
+            value: convert(s.get_ref()),
+            span: Some(s.span()),
+        },
+        None => Setting {
+            value: builtin,
+            span: None,
+        },
+    }
+}
+
+/// [`pick`] for an optional setting with no built-in value.
+pub(super) fn pick_opt<V: Clone, T>(
+    own: Option<Spanned<V>>,
+    defaults: &Option<Spanned<V>>,
+    convert: impl Fn(&V) -> T,
+) -> Setting<Option<T>> {
+    pick(own, defaults, None, |v| Some(convert(v)))
+}
+
+/// A duration value.
+pub(super) fn dur(v: &units::DurationValue) -> Duration {
+    *v.get()
+}
+
+/// A size value.
+pub(super) fn size(v: &units::SizeValue) -> u64 {
+    *v.get()
+}
+
+/// Turns raw tables into checked settings.
+pub(super) struct Build<'a> {
+    pub(super) dir: &'a Path,
+    pub(super) lookup: &'a Lookup,
+}
+
+impl Build<'_> {
+    pub(super) fn supervisor(
+        &self,
+        raw: Option<RawSupervisor>,
+    ) -> Result<SupervisorSettings, Problem> {
+        let Some(raw) = raw else {
+            return Ok(SupervisorSettings {
+                state_dir: PathBuf::from(DEFAULT_STATE_DIR),
+                signing_key: None,
+                policy_interval: defaults::POLICY_INTERVAL,
+                admin_group: None,
+                metrics_listen: None,
+                event_retention: defaults::EVENT_RETENTION,
+                mail_retention: defaults::MAIL_RETENTION,
+            });
+        };
+        let state_dir = match raw.state_dir {
+            Some(s) => self.path(&s, "state_dir")?,
+            None => PathBuf::from(DEFAULT_STATE_DIR),
+        };
+        let signing_key = raw
+            .signing_key
+            .map(|s| self.path(&s, "signing_key"))
+            .transpose()?;
+        let policy_interval = match raw.policy_interval {
+            Some(s) => {
+                let d = dur(s.get_ref());
+                if d < Duration::from_millis(10) || d > Duration::from_secs(86_400) {
+                    return Err(Problem::new(
+                        s.span(),
+                        format!("policy_interval {} is out of range", format_duration(d)),
+                        "choose between \"10ms\" and \"1d\" (the default is \"60s\")",
+                    ));
+                }
+                d
+            }
+            None => defaults::POLICY_INTERVAL,
+        };
+        let admin_group = match raw.admin_group {
+            Some(s) => {
+                let name = s.get_ref().0.clone();
+                resolve::group(&name).map_err(|f| Problem::failure(s.span(), f))?;
+                Some(name)
+            }
+            None => None,
+        };
+        let event_retention = match raw.event_retention {
+            Some(s) => {
+                let n = *s.get_ref();
+                if !(1..=1_000_000_000).contains(&n) {
+                    return Err(Problem::new(
+                        s.span(),
+                        format!("event_retention {n} is out of range"),
+                        "keep between 1 and 1000000000 events (the default is 100000)",
+                    ));
+                }
+                n
+            }
+            None => defaults::EVENT_RETENTION,
+        };
+        let mail_retention = match raw.mail_retention {
+            Some(s) => {
+                let d = dur(s.get_ref());
+                if d < Duration::from_secs(1) {
+                    return Err(Problem::new(
+                        s.span(),
+                        format!("mail_retention {} is too short", format_duration(d)),
+                        "keep done mail at least \"1s\" (the default is \"7d\"; a retried `send --key` is idempotent for that long)",
+                    ));
+                }
+                d
+            }
+            None => defaults::MAIL_RETENTION,
+        };
+        Ok(SupervisorSettings {
+            state_dir,
+            signing_key,
+            policy_interval,
+            admin_group,
+            metrics_listen: raw.metrics_listen.map(|s| s.get_ref().0),
+            event_retention,
+            mail_retention,
+        })
+    }
+
+    /// A path setting, absolute against the config file's directory.
+    pub(super) fn path(
+        &self,
+        s: &Spanned<raw::Text<{ raw::PATH_MAX }>>,
+        key: &str,
+    ) -> Result<PathBuf, Problem> {
+        let text = &s.get_ref().0;
+        if text.is_empty() {
+            return Err(Problem::new(
+                s.span(),
+                format!("{key} is empty"),
+                "write a path, or remove the key to use the default",
+            ));
+        }
+        Ok(resolve::relative_to(self.dir, text))
+    }
+
+    pub(super) fn deployment(
+        &self,
+        dep: Spanned<RawDeployment>,
+        defaults: &RawCommon,
+        seen: &mut HashMap<String, Range<usize>>,
+    ) -> Result<DeploymentConfig, Problem> {
+        let table = dep.span();
+        let (id, command, mut own) = dep.into_inner().split();
+        let id_span = id.span();
+        let id = id.into_inner().0;
+        if let Some(first) = seen.get(&id) {
+            return Err(Problem::new(
+                id_span,
+                format!("deployment id {id:?} is used twice"),
+                format!(
+                    "give each [[deployment]] its own id (the first {id:?} starts at byte {})",
+                    first.start
+                ),
+            ));
+        }
+        seen.insert(id.clone(), id_span.clone());
+
+        let command = self.command(command)?;
+        let env = merge_env(own.env.take(), &defaults.env)?;
+
+        let user = pick_opt(own.user.take(), &defaults.user, |t| t.0.clone());
+        let group = pick_opt(own.group.take(), &defaults.group, |t| t.0.clone());
+        let (mut uid, mut gid) = (None, None);
+        if let Some(name) = &user.value {
+            let (u, g) = resolve::user(name).map_err(|f| Problem::failure(user.at(&table), f))?;
+            uid = Some(u);
+            gid = Some(g);
+        }
+        if let Some(name) = &group.value {
+            gid = Some(resolve::group(name).map_err(|f| Problem::failure(group.at(&table), f))?);
+        }
+
+        let working_dir = pick_opt(own.working_dir.take(), &defaults.working_dir, |t| {
+            t.0.clone()
+        });
+        let working_dir = match &working_dir.value {
+            Some(text) => {
+                let span = working_dir.at(&table);
+                if text.is_empty() {
+                    return Err(Problem::new(
+                        span,
+                        "working_dir is empty",
+                        "write a directory, or remove the key",
+                    ));
+                }
+                let path = resolve::relative_to(self.dir, text);
+                resolve::directory(&path).map_err(|f| Problem::failure(span, f))?;
+                Some(path)
+            }
+            None => None,
+        };
+        let grants = pick_opt(own.grants_file.take(), &defaults.grants_file, |t| {
+            t.0.clone()
+        });
+        let grants_file = match &grants.value {
+            Some(text) if text.is_empty() => {
+                return Err(Problem::new(
+                    grants.at(&table),
+                    "grants_file is empty",
+                    "write a path, or remove the key",
+                ));
+            }
+            Some(text) => Some(resolve::relative_to(self.dir, text)),
+            None => None,
+        };
+
+        let limits = Tunables::merge(own, defaults);
+        limits.check(&table, grants_file.is_some())?;
+
+        Ok(DeploymentConfig {
+            id,
+            command,
+            env,
+            user: user.value,
+            group: group.value,
+            uid,
+            gid,
+            working_dir,
+            grants_file,
+            recycle: RecycleSettings {
+                max_uptime: limits.max_uptime.value,
+                max_rss: limits.max_rss.value,
+                max_grants_age: limits.max_grants_age.value,
+                jitter_percent: limits.jitter.value,
+            },
+            restart: RestartSettings {
+                backoff_initial: limits.backoff_initial.value,
+                backoff_max: limits.backoff_max.value,
+                max_restarts: limits.max_restarts.value,
+                period: limits.period.value,
+            },
+            drain_timeout: limits.drain_timeout.value,
+            drain_deadline: limits.drain_deadline.value,
+            kill_timeout: limits.kill_timeout.value,
+            ready_timeout: limits.ready_timeout.value,
+            liveness_interval: limits.liveness_interval.value,
+            liveness_timeout: limits.liveness_timeout.value,
+            // Both checked to be at most MAX_FRAME_BYTES (64 MiB) above.
+            max_frame_bytes: u32::try_from(limits.max_frame_bytes.value).unwrap_or(u32::MAX),
+            max_mail_bytes: u32::try_from(limits.max_mail_bytes.value).unwrap_or(u32::MAX),
+            max_inbox: limits.max_inbox.value,
+        })
+    }
+
+    /// The command, its program resolved to an absolute path.
+    pub(super) fn command(
+        &self,
+        command: Spanned<Vec<Spanned<raw::Text<{ raw::ARG_MAX }>>>>,
+    ) -> Result<Vec<String>, Problem> {
+        let span = command.span();
+        let args = command.into_inner();
+        let Some(program) = args.first() else {
+            return Err(Problem::new(
+                span,
+                "command is empty",
+                "name the program and its arguments, e.g. command = [\"/usr/local/bin/worker\", \"--flag\"]",
+            ));
+        };
+        let total: usize = args.iter().map(|a| a.get_ref().0.len()).sum();
+        if args.len() > MAX_ARGS || total > MAX_COMMAND_BYTES {
+            return Err(Problem::new(
+                span,
+                format!("command has {} arguments and {total} bytes", args.len()),
+                format!(
+                    "keep it within {MAX_ARGS} arguments and {MAX_COMMAND_BYTES} bytes; pass bulk data in a file"
+                ),
+            ));
+        }
+        let resolved = resolve::program(&program.get_ref().0, self.dir, self.lookup)
+            .map_err(|f| Problem::failure(program.span(), f))?;
+        let mut out = Vec::with_capacity(args.len());
+        out.push(resolved.to_string_lossy().into_owned());
+        out.extend(args.iter().skip(1).map(|a| a.get_ref().0.clone()));
+        Ok(out)
+    }
+}
+
+/// `[defaults]`'s environment overlaid by the deployment's, key by key.
+fn merge_env(
+    own: Option<Spanned<BTreeMap<raw::EnvKey, raw::Text<{ raw::ENV_VALUE_MAX }>>>>,
+    defaults: &Option<Spanned<BTreeMap<raw::EnvKey, raw::Text<{ raw::ENV_VALUE_MAX }>>>>,
+) -> Result<BTreeMap<String, String>, Problem> {
+    let mut env = BTreeMap::new();
+    let mut span = 0..0;
+    for table in [defaults.as_ref(), own.as_ref()].into_iter().flatten() {
+        span = table.span();
+        for (k, v) in table.get_ref() {
+            env.insert(k.0.clone(), v.0.clone());
+        }
+    }
+    let bytes: usize = env.iter().map(|(k, v)| k.len() + v.len() + 2).sum();
+    if env.len() > MAX_ENV_VARS || bytes > MAX_ENV_BYTES {
+        return Err(Problem::new(
+            span,
+            format!("env has {} variables and {bytes} bytes", env.len()),
+            format!(
+                "keep it within {MAX_ENV_VARS} variables and {MAX_ENV_BYTES} bytes; pass bulk data in a file"
+            ),
+        ));
+    }
+    Ok(env)
+}

@@ -1,0 +1,120 @@
+//! Why a config was refused: the error, and the problem behind it with
+//! where it is (file, line, column), what is wrong and what to do.
+
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+use super::units::HINT_SEP;
+use super::*;
+
+use thiserror::Error;
+
+/// Why a config was refused.
+#[derive(Debug, Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error(
+        "{}: cannot read the config file: {source}\n  help: check the path and that this user may read the file",
+        path.display()
+    )]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The file is too big to be a config.
+    #[error(
+        "{}: the file is larger than {} bytes, too large for a config\n  help: check that this is the right file",
+        path.display(), MAX_CONFIG_BYTES
+    )]
+    TooLarge {
+        /// The file.
+        path: PathBuf,
+    },
+    /// The file has a syntax error, an unknown key, or a value out of bounds.
+    #[error("{}:{line}:{column}: {message}\n  help: {hint}", path.display())]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// 1-based line of the offending text.
+        line: usize,
+        /// 1-based column (in characters) of the offending text.
+        column: usize,
+        /// What is wrong.
+        message: String,
+        /// What to do about it.
+        hint: String,
+    },
+}
+
+/// A refused value: where it is, what is wrong, what to do.
+#[derive(Debug)]
+pub(super) struct Problem {
+    span: Range<usize>,
+    message: String,
+    hint: String,
+}
+
+impl Problem {
+    pub(super) fn new(
+        span: Range<usize>,
+        message: impl Into<String>,
+        hint: impl Into<String>,
+    ) -> Self {
+        Self {
+            span,
+            message: message.into(),
+            hint: hint.into(),
+        }
+    }
+
+    /// A problem from a TOML or serde message: our own values carry their
+    /// hint after [`HINT_SEP`]; toml's own messages get one by their kind.
+    pub(super) fn from_message(span: Range<usize>, message: &str) -> Self {
+        if let Some((message, hint)) = message.split_once(HINT_SEP) {
+            return Self::new(span, message, hint);
+        }
+        let message = message.trim_end();
+        let hint = if message.starts_with("unknown field") {
+            "remove the key or fix its spelling: unknown keys are refused so a typo never goes unnoticed"
+        } else if message.starts_with("missing field") {
+            "add the key (see examples/wfhost.toml for a complete config)"
+        } else if message.starts_with("invalid type") {
+            "give the value the type shown in examples/wfhost.toml (durations and sizes are quoted strings such as \"90s\" and \"512MiB\"; command is a list of strings)"
+        } else if message.starts_with("duplicate key") {
+            "each key may appear once per table: remove one"
+        } else {
+            "fix the TOML syntax here (strings need double quotes; tables are [supervisor], [defaults] and [[deployment]])"
+        };
+        Self::new(span, message, hint)
+    }
+
+    pub(super) fn failure(span: Range<usize>, (message, hint): resolve::Failure) -> Self {
+        Self::new(span, message, hint)
+    }
+
+    pub(super) fn into_error(self, text: &str, path: &Path) -> ConfigError {
+        let (line, column) = line_column(text, self.span.start);
+        ConfigError::Invalid {
+            path: path.to_path_buf(),
+            line,
+            column,
+            message: self.message,
+            hint: self.hint,
+        }
+    }
+}
+
+/// 1-based line and column (in characters) of byte `offset` in `text`.
+pub(super) fn line_column(text: &str, offset: usize) -> (usize, usize) {
+    let mut offset = offset.min(text.len());
+    while !text.is_char_boundary(offset) {
+        offset -= 1;
+    }
+    let before = &text[..offset];
+    let line = before.matches('\n').count() + 1;
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    let column = before[line_start..].chars().count() + 1;
+    (line, column)
+}

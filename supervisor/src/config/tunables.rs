@@ -1,0 +1,284 @@
+//! The scalar settings of a deployment (timeouts, sizes, limits, the
+//! recycle and restart tables), merged key by key and checked against
+//! each other.
+
+use std::ops::Range;
+use std::time::Duration;
+
+use super::build::{Setting, dur, pick, pick_opt, size};
+use super::error::Problem;
+use super::raw::RawCommon;
+use super::*;
+
+/// The scalar (non-path, non-identity) settings of a deployment, merged.
+pub(super) struct Tunables {
+    pub(super) drain_timeout: Setting<Duration>,
+    pub(super) drain_deadline: Setting<Duration>,
+    pub(super) kill_timeout: Setting<Duration>,
+    pub(super) ready_timeout: Setting<Duration>,
+    pub(super) liveness_interval: Setting<Duration>,
+    pub(super) liveness_timeout: Setting<Duration>,
+    pub(super) max_frame_bytes: Setting<u64>,
+    pub(super) max_mail_bytes: Setting<u64>,
+    pub(super) max_inbox: Setting<u64>,
+    pub(super) max_uptime: Setting<Option<Duration>>,
+    pub(super) max_rss: Setting<Option<u64>>,
+    pub(super) max_grants_age: Setting<Option<Duration>>,
+    pub(super) jitter: Setting<u32>,
+    pub(super) backoff_initial: Setting<Duration>,
+    pub(super) backoff_max: Setting<Duration>,
+    pub(super) max_restarts: Setting<u32>,
+    pub(super) period: Setting<Duration>,
+}
+
+impl Tunables {
+    /// Merges the deployment's own scalar keys with `[defaults]`.
+    pub(super) fn merge(own: RawCommon, d: &RawCommon) -> Self {
+        let own_recycle = own.recycle.unwrap_or_default();
+        let def_recycle = d.recycle.clone().unwrap_or_default();
+        let own_restart = own.restart.unwrap_or_default();
+        let def_restart = d.restart.clone().unwrap_or_default();
+        Self {
+            drain_timeout: pick(
+                own.drain_timeout,
+                &d.drain_timeout,
+                defaults::DRAIN_TIMEOUT,
+                dur,
+            ),
+            drain_deadline: pick(
+                own.drain_deadline,
+                &d.drain_deadline,
+                defaults::DRAIN_DEADLINE,
+                dur,
+            ),
+            kill_timeout: pick(
+                own.kill_timeout,
+                &d.kill_timeout,
+                defaults::KILL_TIMEOUT,
+                dur,
+            ),
+            ready_timeout: pick(
+                own.ready_timeout,
+                &d.ready_timeout,
+                defaults::READY_TIMEOUT,
+                dur,
+            ),
+            liveness_interval: pick(
+                own.liveness_interval,
+                &d.liveness_interval,
+                defaults::LIVENESS_INTERVAL,
+                dur,
+            ),
+            liveness_timeout: pick(
+                own.liveness_timeout,
+                &d.liveness_timeout,
+                defaults::LIVENESS_TIMEOUT,
+                dur,
+            ),
+            max_frame_bytes: pick(
+                own.max_frame_bytes,
+                &d.max_frame_bytes,
+                defaults::MAX_FRAME_BYTES,
+                size,
+            ),
+            max_mail_bytes: pick(
+                own.max_mail_bytes,
+                &d.max_mail_bytes,
+                defaults::MAX_MAIL_BYTES,
+                size,
+            ),
+            max_inbox: pick(own.max_inbox, &d.max_inbox, defaults::MAX_INBOX, |n| *n),
+            max_uptime: pick_opt(own_recycle.max_uptime, &def_recycle.max_uptime, dur),
+            max_rss: pick_opt(own_recycle.max_rss, &def_recycle.max_rss, size),
+            max_grants_age: pick_opt(own_recycle.max_grants_age, &def_recycle.max_grants_age, dur),
+            jitter: pick(own_recycle.jitter, &def_recycle.jitter, 0, |p| *p.get()),
+            backoff_initial: pick(
+                own_restart.backoff_initial,
+                &def_restart.backoff_initial,
+                defaults::BACKOFF_INITIAL,
+                dur,
+            ),
+            backoff_max: pick(
+                own_restart.backoff_max,
+                &def_restart.backoff_max,
+                defaults::BACKOFF_MAX,
+                dur,
+            ),
+            max_restarts: pick(
+                own_restart.max_restarts,
+                &def_restart.max_restarts,
+                defaults::MAX_RESTARTS,
+                |n| *n,
+            ),
+            period: pick(
+                own_restart.period,
+                &def_restart.period,
+                defaults::RESTART_PERIOD,
+                dur,
+            ),
+        }
+    }
+
+    /// Checks every bound; errors point at the value that breaks it.
+    pub(super) fn check(&self, table: &Range<usize>, has_grants_file: bool) -> Result<(), Problem> {
+        let positive = [
+            ("drain_timeout", &self.drain_timeout),
+            ("drain_deadline", &self.drain_deadline),
+            ("kill_timeout", &self.kill_timeout),
+            ("ready_timeout", &self.ready_timeout),
+            ("liveness_interval", &self.liveness_interval),
+            ("liveness_timeout", &self.liveness_timeout),
+            ("restart.backoff_initial", &self.backoff_initial),
+            ("restart.backoff_max", &self.backoff_max),
+            ("restart.period", &self.period),
+        ];
+        for (key, s) in positive {
+            if s.value.is_zero() {
+                return Err(Problem::new(
+                    s.at(table),
+                    format!("{key} is zero"),
+                    "give it a positive duration, e.g. \"10s\"",
+                ));
+            }
+        }
+        for (key, s) in [
+            ("recycle.max_uptime", &self.max_uptime),
+            ("recycle.max_grants_age", &self.max_grants_age),
+        ] {
+            if s.value.is_some_and(|d| d.is_zero()) {
+                return Err(Problem::new(
+                    s.at(table),
+                    format!("{key} is zero, which would recycle on every policy tick"),
+                    "give it a positive duration such as \"6h\", or remove it to disable this bound",
+                ));
+            }
+        }
+        if self.drain_deadline.value < self.drain_timeout.value {
+            let s = if self.drain_deadline.span.is_some() {
+                &self.drain_deadline
+            } else {
+                &self.drain_timeout
+            };
+            return Err(Problem::new(
+                s.at(table),
+                format!(
+                    "drain_deadline ({}) is shorter than drain_timeout ({})",
+                    format_duration(self.drain_deadline.value),
+                    format_duration(self.drain_timeout.value)
+                ),
+                "a recycle would kill the child before its drain budget could escalate to a signed cancel: make drain_deadline at least drain_timeout",
+            ));
+        }
+        if self.liveness_timeout.value <= self.liveness_interval.value {
+            let s = if self.liveness_timeout.span.is_some() {
+                &self.liveness_timeout
+            } else {
+                &self.liveness_interval
+            };
+            return Err(Problem::new(
+                s.at(table),
+                format!(
+                    "liveness_timeout ({}) must be longer than liveness_interval ({})",
+                    format_duration(self.liveness_timeout.value),
+                    format_duration(self.liveness_interval.value)
+                ),
+                "allow at least one missed ping, e.g. liveness_interval = \"10s\", liveness_timeout = \"30s\"",
+            ));
+        }
+        let frame = self.max_frame_bytes.value;
+        let mail = self.max_mail_bytes.value;
+        if frame > MAX_FRAME_BYTES {
+            return Err(Problem::new(
+                self.max_frame_bytes.at(table),
+                format!(
+                    "max_frame_bytes {} is above the protocol's limit",
+                    format_size(frame)
+                ),
+                "use at most \"64MiB\" (the default is \"1MiB\")",
+            ));
+        }
+        if mail == 0 {
+            return Err(Problem::new(
+                self.max_mail_bytes.at(table),
+                "max_mail_bytes is zero, so no mail could ever be sent",
+                "allow at least one byte (the default is \"256KiB\")",
+            ));
+        }
+        if frame < mail.saturating_add(FRAME_HEADROOM) {
+            let s = if self.max_frame_bytes.span.is_some() {
+                &self.max_frame_bytes
+            } else {
+                &self.max_mail_bytes
+            };
+            return Err(Problem::new(
+                s.at(table),
+                format!(
+                    "max_frame_bytes ({}) leaves no room for a max_mail_bytes ({}) payload",
+                    format_size(frame),
+                    format_size(mail)
+                ),
+                format!(
+                    "make max_frame_bytes at least max_mail_bytes + 4KiB ({} bytes), or lower max_mail_bytes",
+                    mail.saturating_add(FRAME_HEADROOM)
+                ),
+            ));
+        }
+        if !(1..=100_000_000).contains(&self.max_inbox.value) {
+            return Err(Problem::new(
+                self.max_inbox.at(table),
+                format!("max_inbox {} is out of range", self.max_inbox.value),
+                "keep between 1 and 100000000 messages (the default is 10000)",
+            ));
+        }
+        if let Some(rss) = self.max_rss.value
+            && rss < 1 << 20
+        {
+            return Err(Problem::new(
+                self.max_rss.at(table),
+                format!("recycle.max_rss {} is below 1MiB", format_size(rss)),
+                "no process runs in less: the child would be recycled on every tick; use e.g. \"512MiB\"",
+            ));
+        }
+        if self.max_grants_age.value.is_some() && !has_grants_file {
+            return Err(Problem::new(
+                self.max_grants_age.at(table),
+                "recycle.max_grants_age is set but the deployment has no grants_file",
+                "set grants_file, or remove max_grants_age",
+            ));
+        }
+        if self.jitter.value > 50 {
+            return Err(Problem::new(
+                self.jitter.at(table),
+                format!("recycle.jitter {}% is above 50%", self.jitter.value),
+                "use at most \"50%\": more would let a bound be overshot by half again",
+            ));
+        }
+        if self.backoff_initial.value > self.backoff_max.value {
+            let s = if self.backoff_initial.span.is_some() {
+                &self.backoff_initial
+            } else {
+                &self.backoff_max
+            };
+            return Err(Problem::new(
+                s.at(table),
+                format!(
+                    "restart.backoff_initial ({}) is longer than restart.backoff_max ({})",
+                    format_duration(self.backoff_initial.value),
+                    format_duration(self.backoff_max.value)
+                ),
+                "make backoff_initial at most backoff_max",
+            ));
+        }
+        if !(1..=10_000).contains(&self.max_restarts.value) {
+            return Err(Problem::new(
+                self.max_restarts.at(table),
+                format!(
+                    "restart.max_restarts {} is out of range",
+                    self.max_restarts.value
+                ),
+                "allow between 1 and 10000 restarts per period (the default is 5)",
+            ));
+        }
+        Ok(())
+    }
+}

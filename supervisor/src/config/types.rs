@@ -1,0 +1,108 @@
+//! What a loaded config holds: the supervisor's settings and each
+//! deployment's, with `[defaults]` merged in.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// A loaded, validated config: what the supervisor runs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// The file it came from (absolute), for reloads and messages.
+    pub source: PathBuf,
+    /// `[supervisor]`.
+    pub supervisor: SupervisorSettings,
+    /// Every `[[deployment]]`, in file order, with `[defaults]` merged in.
+    pub deployments: Vec<DeploymentConfig>,
+}
+
+/// `[supervisor]`: settings of the supervisor process itself.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SupervisorSettings {
+    /// Holds the SQLite store, the default signing key and the control socket.
+    pub state_dir: PathBuf,
+    /// The signing key file; `None` means `state_dir/supervisor.key`, created on first start.
+    pub signing_key: Option<PathBuf>,
+    /// How often recycle bounds are checked.
+    pub policy_interval: Duration,
+    /// A group whose members may use the control socket, besides root and the service user.
+    pub admin_group: Option<String>,
+    /// Where the Prometheus endpoint listens, if anywhere.
+    pub metrics_listen: Option<SocketAddr>,
+    /// How many events `wfhost events` keeps.
+    pub event_retention: u64,
+    /// How long done mail (and so its idempotency key) is kept.
+    pub mail_retention: Duration,
+}
+
+/// One deployment: a workflow child to keep running, with `[defaults]` merged in.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeploymentConfig {
+    /// Unique name, `[A-Za-z0-9_.-]{1,64}`.
+    pub id: String,
+    /// Program (resolved to an absolute path) and arguments.
+    pub command: Vec<String>,
+    /// Environment besides `WFHOST_*` (children start from an empty one).
+    pub env: BTreeMap<String, String>,
+    /// User name to run as, if any.
+    pub user: Option<String>,
+    /// Group name to run as, if any.
+    pub group: Option<String>,
+    /// Resolved uid of `user`.
+    pub uid: Option<u32>,
+    /// Resolved gid: of `group`, else `user`'s primary group.
+    pub gid: Option<u32>,
+    /// Working directory (absolute); `None` inherits the supervisor's.
+    pub working_dir: Option<PathBuf>,
+    /// Credential grants read fresh at every spawn (absolute).
+    pub grants_file: Option<PathBuf>,
+    /// When the policy recycles the child.
+    pub recycle: RecycleSettings,
+    /// How crashes are restarted.
+    pub restart: RestartSettings,
+    /// Drain budget: cancel-behaviour time allowed before a signed cancel.
+    pub drain_timeout: Duration,
+    /// How long a recycle waits for `Drained` before killing.
+    pub drain_deadline: Duration,
+    /// SIGTERM to SIGKILL.
+    pub kill_timeout: Duration,
+    /// Spawn to `Ready`, else the spawn failed.
+    pub ready_timeout: Duration,
+    /// How often a ready child is pinged.
+    pub liveness_interval: Duration,
+    /// Silence after which a child is hung and killed.
+    pub liveness_timeout: Duration,
+    /// Largest frame on the control channel, either way.
+    pub max_frame_bytes: u32,
+    /// Largest mail payload accepted.
+    pub max_mail_bytes: u32,
+    /// Most mail waiting in the inbox before senders are told it is full.
+    pub max_inbox: u64,
+}
+
+/// The recycle bounds of one deployment (DESIGN §5); `None` is unbounded.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecycleSettings {
+    /// Recycle after this much uptime.
+    pub max_uptime: Option<Duration>,
+    /// Recycle above this RSS, in bytes.
+    pub max_rss: Option<u64>,
+    /// Recycle when the grants snapshot is older than this.
+    pub max_grants_age: Option<Duration>,
+    /// Spreads policy recycles by up to this percentage of the bound.
+    pub jitter_percent: u32,
+}
+
+/// Restart backoff and intensity of one deployment (DESIGN §3).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RestartSettings {
+    /// Delay before the second restart of a crash series (the first is immediate).
+    pub backoff_initial: Duration,
+    /// Longest delay between restarts.
+    pub backoff_max: Duration,
+    /// More restarts than this within `period` marks the deployment failed.
+    pub max_restarts: u32,
+    /// The window `max_restarts` is counted in.
+    pub period: Duration,
+}

@@ -52,6 +52,14 @@ pub enum Fact {
         /// How the last child ended.
         after: String,
     },
+    /// A child that keeps asking to be recycled gets its successor after a
+    /// delay, as a crashing child would.
+    RecycleDelayed {
+        /// The delay before the successor is spawned.
+        delay: Duration,
+        /// Which quick self-recycle in a row this is, from 1.
+        attempt: u32,
+    },
     /// Too many restarts within the period: not restarted until resumed.
     Failed {
         /// Restarts within the period, had this one been granted.
@@ -179,6 +187,13 @@ pub enum Fact {
         /// How many bytes it carried.
         bytes: usize,
     },
+    /// A child published more steps, runs and custom events than the rate
+    /// allows: this many were left out of the event log (counted, not lost
+    /// from the child's bookkeeping).
+    EventsSuppressed {
+        /// How many.
+        dropped: u64,
+    },
     /// Mail was accepted into the inbox (written with the mail itself).
     MailAccepted {
         /// The mail's id.
@@ -235,6 +250,7 @@ impl Fact {
             Self::Ready { .. } => "ready",
             Self::Exited { .. } => "exited",
             Self::Restarting { .. } => "restarting",
+            Self::RecycleDelayed { .. } => "recycle_delayed",
             Self::Failed { .. } => "failed",
             Self::DrainStarted { .. } => "drain_started",
             Self::DrainPaused { .. } => "drain_paused",
@@ -251,6 +267,7 @@ impl Fact {
             Self::StepFinished { .. } => "step_finished",
             Self::RunTerminal { .. } => "run_terminal",
             Self::Custom { .. } => "custom",
+            Self::EventsSuppressed { .. } => "events_suppressed",
             Self::MailAccepted { .. } => "mail_accepted",
             Self::MailDone { .. } => "mail_done",
             Self::ConfigReloaded { .. } => "config_reloaded",
@@ -292,6 +309,9 @@ impl Fact {
                 delay,
                 after,
             } => json!({"attempt": attempt, "delay_ms": ms(*delay), "after": after}),
+            Self::RecycleDelayed { delay, attempt } => {
+                json!({"delay_ms": ms(*delay), "attempt": attempt})
+            }
             Self::Failed {
                 restarts,
                 period,
@@ -361,6 +381,7 @@ impl Fact {
                 json!({"run": run, "outcome": outcome_text(outcome)})
             }
             Self::Custom { kind, bytes } => json!({"kind": kind, "bytes": bytes}),
+            Self::EventsSuppressed { dropped } => json!({"dropped": dropped}),
             Self::MailAccepted { id } => json!({"id": id}),
             Self::MailDone { id, outcome } => json!({"id": id, "outcome": outcome}),
             Self::ConfigReloaded {

@@ -144,16 +144,75 @@ impl<W> Life<W> {
                 self.park_drained(pid, o)
             }
             (Some(Purpose::Recycle(trigger)), _) => {
-                let grants = trigger.grants.clone();
+                let spawned_at = child.as_ref().map_or(now, |c| c.spawned_at);
+                // A child that asks before doing any work may be looping.
+                let asked_by_idle_child = trigger.cause == RecycleCause::Child
+                    && !child.as_ref().is_some_and(|c| c.worked);
                 self.recycling = Some(Recycling {
                     trigger,
                     old_pid: pid,
                     old_channel_id: child.map(|c| c.channel_id),
                 });
-                self.spawn(grants, o);
+                if asked_by_idle_child {
+                    self.child_recycled(spawned_at, now, o);
+                } else {
+                    self.self_recycles.reset();
+                    self.respawn_recycled(o);
+                }
             }
             (None, _) => self.crashed(cause, child, now, o),
         }
+    }
+
+    /// A child that asks to be recycled without having done any work is
+    /// held to the restart policy as a crash is (in a count of its own): if
+    /// it does so again soon after every start (before `healthy_after`), its
+    /// successor comes after a growing delay, and more than `max_restarts`
+    /// such requests within the period fail the deployment instead of
+    /// recycling in a tight loop. One that served `healthy_after` or longer
+    /// asked for an ordinary recycle, and clears the count.
+    pub(super) fn child_recycled(&mut self, spawned_at: Instant, now: Instant, o: &mut Out<W>) {
+        let policy = self.settings.restart;
+        if now.saturating_duration_since(spawned_at) >= policy.healthy_after {
+            self.self_recycles.reset();
+            return self.respawn_recycled(o);
+        }
+        match self.self_recycles.on_exit(&policy, spawned_at, now) {
+            RestartDecision::Restart { delay, attempt } if !delay.is_zero() => {
+                o.push(Action::Record(Fact::RecycleDelayed { delay, attempt }));
+                match now.checked_add(delay) {
+                    Some(until) => self.phase = Phase::Backoff { until },
+                    None => self.respawn_recycled(o),
+                }
+            }
+            RestartDecision::Restart { .. } => self.respawn_recycled(o),
+            RestartDecision::GiveUp { restarts, period } => {
+                let last = format!(
+                    "the child asked to be recycled {restarts} times within {}",
+                    crate::format::format_duration(period)
+                );
+                if let Some(r) = self.recycling.take() {
+                    let why = format!("not recycled: {}: {last}", self.id);
+                    self.refuse_all(r.trigger.waiters, &why, o);
+                }
+                o.push(Action::Record(Fact::Failed {
+                    restarts,
+                    period,
+                    last,
+                }));
+                self.phase = Phase::Failed;
+                o.push(Action::Started);
+            }
+        }
+    }
+
+    /// Spawns the successor of a recycle, with the grants it checked.
+    pub(super) fn respawn_recycled(&mut self, o: &mut Out<W>) {
+        let grants = self
+            .recycling
+            .as_ref()
+            .and_then(|r| r.trigger.grants.clone());
+        self.spawn(grants, o);
     }
 
     /// An end nobody asked for: the restart policy decides.

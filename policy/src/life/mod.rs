@@ -40,6 +40,8 @@ pub struct Child {
     pub spawned_at: Instant,
     /// It completed its handshake.
     pub was_ready: bool,
+    /// It finished a step or a mail item since.
+    pub worked: bool,
 }
 
 /// A recycle whose old child is gone and whose new one is on its way.
@@ -68,6 +70,8 @@ pub struct Life<W> {
     start_pending: Option<Purpose<W>>,
     recycling: Option<Recycling<W>>,
     restarts: RestartTracker,
+    /// Recycles the child asked for, held to the restart policy too.
+    self_recycles: RestartTracker,
     ever_ready: bool,
 }
 
@@ -105,6 +109,7 @@ impl<W> Life<W> {
             start_pending: None,
             recycling: None,
             restarts: RestartTracker::default(),
+            self_recycles: RestartTracker::default(),
             ever_ready: false,
         };
         (life, vec![Action::Spawn { grants: None }])
@@ -184,6 +189,11 @@ impl<W> Life<W> {
             (P::Ready, I::Vetted(result)) => self.vetted(result, now, o),
             (P::Draining, I::Drained) => self.child_drained(now, o),
             (P::Draining, I::StepsInFlight(any)) => self.steps_changed(any, now, o),
+            (_, I::Worked) => {
+                if let Some(c) = self.child.as_mut() {
+                    c.worked = true;
+                }
+            }
             (P::Draining, I::Tick) => self.drain_deadline(now, o),
             (_, I::StepsInFlight(any)) => self.steps_in_flight = any,
             // Misconduct and a child on its way out.

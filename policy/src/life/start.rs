@@ -20,6 +20,7 @@ impl<W> Life<W> {
             channel_id,
             spawned_at: now,
             was_ready: false,
+            worked: false,
         });
     }
 
@@ -124,7 +125,8 @@ impl<W> Life<W> {
         if let Phase::Backoff { until } = self.phase
             && now >= until
         {
-            self.spawn(None, o);
+            // A delayed recycle's successor, or a crashed child's.
+            self.respawn_recycled(o);
         }
     }
 

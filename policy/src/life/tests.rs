@@ -169,6 +169,7 @@ fn input(name: &str) -> Input<u32> {
         "steps_on" => Input::StepsInFlight(true),
         "steps_off" => Input::StepsInFlight(false),
         "recycle_asked" => Input::RecycleAsked("served enough".into()),
+        "worked" => Input::Worked,
         "violation" => Input::Misbehaved(Misconduct::Violation("garbage".into())),
         "hung" => Input::Misbehaved(Misconduct::Hung),
         "closed" => Input::ChannelClosed,
@@ -203,7 +204,8 @@ const PHASES: [&str; 10] = [
     "exited", "vetting",
 ];
 
-const INPUTS: [&str; 22] = [
+const INPUTS: [&str; 23] = [
+    "worked",
     "spawned",
     "spawn_failed",
     "ready",
@@ -253,6 +255,16 @@ fn cell(phase: &str, input_name: &str) -> (String, String) {
 /// `vetting` is `ready` with a recycle's successor being checked;
 /// `closing` is `stopping` after the child closed its channel.
 const TABLE: &[(&str, &str, &str, &str)] = &[
+    ("starting", "worked", "starting", ""),
+    ("ready", "worked", "ready", ""),
+    ("draining", "worked", "draining", ""),
+    ("stopping", "worked", "stopping", ""),
+    ("closing", "worked", "stopping", ""),
+    ("backoff", "worked", "backoff", ""),
+    ("drained", "worked", "drained", ""),
+    ("failed", "worked", "failed", ""),
+    ("exited", "worked", "exited", ""),
+    ("vetting", "worked", "ready", ""),
     ("starting", "spawned", "starting", "spawned"),
     (
         "starting",
@@ -930,4 +942,54 @@ fn a_stop_of_a_child_killed_for_misconduct_is_not_lost() {
     at.on(input("stop"));
     at.on(input("reaped"));
     assert_eq!(at.phase(), "exited");
+}
+
+#[test]
+fn a_child_asking_to_be_recycled_again_and_again_is_slowed_then_failed() {
+    let mut at = At::to("ready");
+    let mut delays = Vec::new();
+    loop {
+        at.later(Duration::from_millis(10));
+        at.on(Input::RecycleAsked("again".into()));
+        at.on(Input::Vetted(Ok(None)));
+        at.on(Input::Drained);
+        let a = at.on(Input::Reaped(ExitStatus::Code(0)));
+        if let Some(Fact::Failed { last, .. }) = facts(&a)
+            .into_iter()
+            .find(|f| matches!(f, Fact::Failed { .. }))
+        {
+            assert_eq!(last, "the child asked to be recycled 6 times within 1m");
+            break;
+        }
+        match facts(&a).into_iter().find_map(|f| match f {
+            Fact::RecycleDelayed { delay, .. } => Some(*delay),
+            _ => None,
+        }) {
+            Some(delay) => {
+                assert_eq!(at.phase(), "backoff");
+                delays.push(delay);
+                at.later(delay);
+                assert_eq!(names(&at.on(Input::Tick)), "spawn");
+            }
+            None => {
+                assert_eq!(at.phase(), "starting", "{}", names(&a));
+                delays.push(Duration::ZERO);
+            }
+        }
+        at.ready();
+    }
+    assert_eq!(delays, [0, 100, 200, 400, 800].map(Duration::from_millis));
+    assert_eq!(at.phase(), "failed");
+    // A child that works between its requests is never slowed.
+    let mut at = At::to("ready");
+    for _ in 0..10 {
+        at.later(Duration::from_millis(10));
+        at.on(Input::Worked);
+        at.on(Input::RecycleAsked("served enough".into()));
+        at.on(Input::Vetted(Ok(None)));
+        at.on(Input::Drained);
+        let a = at.on(Input::Reaped(ExitStatus::Code(0)));
+        assert_eq!(names(&a), "exited replay spawn");
+        at.ready();
+    }
 }

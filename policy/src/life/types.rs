@@ -376,6 +376,9 @@ pub enum Input<W> {
     StepsInFlight(bool),
     /// The child asked to be recycled.
     RecycleAsked(String),
+    /// The child finished work (a step or a mail item) for the first time
+    /// since it was ready: a recycle it asks for from now on is not a loop.
+    Worked,
     /// The child misbehaved: it is killed.
     Misbehaved(Misconduct),
     /// The child closed its control channel.

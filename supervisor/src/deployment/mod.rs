@@ -14,6 +14,7 @@
 //! | `spawn.rs` | the spawner thread and a child's environment |
 //! | `grants.rs` | the grants file |
 //! | `output.rs` | a child's stdout and stderr into the log |
+//! | `throttle.rs` | how many observational facts a child may publish |
 
 mod cancel;
 mod child;
@@ -24,6 +25,7 @@ mod mail;
 mod output;
 pub mod recycle;
 pub mod spawn;
+mod throttle;
 
 use std::sync::{Arc, Mutex};
 

@@ -20,6 +20,10 @@ pub fn log(deployment: &str, fact: &Fact) {
         Fact::Restarting { attempt, delay, .. } => {
             info!(deployment, delay = %format_duration(*delay), attempt, "restarting")
         }
+        Fact::RecycleDelayed { delay, attempt } => {
+            warn!(deployment, delay = %format_duration(*delay), attempt,
+                "the child asks to be recycled again and again; its successor waits")
+        }
         Fact::Failed {
             restarts,
             period,
@@ -64,6 +68,13 @@ pub fn log(deployment: &str, fact: &Fact) {
         Fact::StepStarted { .. } | Fact::StepFinished { .. } | Fact::Custom { .. } => {}
         Fact::RunTerminal { run, outcome } => {
             debug!(deployment, run = %run, outcome = %outcome_text(outcome), "run ended")
+        }
+        Fact::EventsSuppressed { dropped } => {
+            warn!(
+                deployment,
+                dropped,
+                "the child reports faster than the event log takes; some of its step and custom events were left out"
+            )
         }
         Fact::MailAccepted { .. } | Fact::MailDone { .. } => {}
         Fact::ConfigReloaded { .. } => {}

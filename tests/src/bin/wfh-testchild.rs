@@ -15,6 +15,9 @@
 //! | `ignore-term` | ignores SIGTERM, handshake and `Ready`, answers `Ping`, runs forever |
 //! | `outlive` | like `ignore-term`, and clears its parent-death signal so it outlives a killed supervisor |
 //! | `well-behaved` | handshake and `Ready`, answers `Ping`, acks mail, `Drained` on drain, exits 0 on `Shutdown`, EOF or SIGTERM |
+//! | `recycle-loop` | like `well-behaved`, and sends `RecycleRequest` right after every `Ready` |
+//! | `step-flood` | like `well-behaved`, after `Ready` first sends `WFH_FLOOD` (9000) `StepStarted` of one run, names `WFH_NAME_CHARS` (8) long |
+//! | `custom-flood` | like `well-behaved`, after `Ready` first sends `WFH_FLOOD` (9000) `Custom` events, kinds `WFH_NAME_CHARS` (8) long |
 //! | `slow-ready` | like `well-behaved`, but sends `Ready` only 1 s after `Welcome` |
 //! | `last-words` | handshake and `Ready`; on its first mail reports run `mail-ID` (step `work` started and finished, run terminal), acks it, and exits 0 at once |
 
@@ -30,7 +33,7 @@ use wfhost_ipc::{
     Outcome, PROTOCOL_VERSION,
 };
 
-const USAGE: &str = "usage: wfh-testchild garbage|protocol-1|wrong-channel|no-ready|ignore-term|outlive|well-behaved|slow-ready|last-words";
+const USAGE: &str = "usage: wfh-testchild garbage|protocol-1|wrong-channel|no-ready|ignore-term|recycle-loop|step-flood|custom-flood|outlive|well-behaved|slow-ready|last-words";
 
 /// A frame with a valid length (4) whose body cannot decode: sequence 1,
 /// then variant 200 of an enum with ten.
@@ -84,8 +87,11 @@ fn main() -> ExitCode {
             "no-ready" => no_ready().await,
             "ignore-term" => ignore_term().await,
             "outlive" => outlive().await,
-            "well-behaved" => well_behaved(Duration::ZERO).await,
-            "slow-ready" => well_behaved(SLOW_READY).await,
+            "well-behaved" => well_behaved(Duration::ZERO, Vec::new()).await,
+            "recycle-loop" => well_behaved(Duration::ZERO, recycle_loop()).await,
+            "step-flood" => well_behaved(Duration::ZERO, step_flood()).await,
+            "custom-flood" => well_behaved(Duration::ZERO, custom_flood()).await,
+            "slow-ready" => well_behaved(SLOW_READY, Vec::new()).await,
             "last-words" => last_words().await,
             _ => Err(format!("unknown mode {mode:?}\n{USAGE}")),
         }
@@ -247,7 +253,49 @@ async fn outlive() -> Result<(), Failure> {
     ignore_term().await
 }
 
-async fn well_behaved(ready_after: Duration) -> Result<(), Failure> {
+/// `RecycleRequest` right after `Ready`, every time: a child in a loop.
+fn recycle_loop() -> Vec<Event> {
+    vec![Event::RecycleRequest {
+        reason: "again".into(),
+    }]
+}
+
+/// How many frames a flood sends (`WFH_FLOOD`), and how long each name
+/// is (`WFH_NAME_CHARS`).
+fn flood_size() -> (usize, usize) {
+    let var = |name: &str, default: usize| {
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    };
+    (var("WFH_FLOOD", 9_000), var("WFH_NAME_CHARS", 8))
+}
+
+/// Many valid `StepStarted` frames (one run, distinct steps) after `Ready`.
+fn step_flood() -> Vec<Event> {
+    let (n, chars) = flood_size();
+    (0..n)
+        .map(|i| Event::StepStarted {
+            run: "flood".into(),
+            step: format!("{i:0>chars$}"),
+            drain: DrainBehavior::Wait,
+        })
+        .collect()
+}
+
+/// Many small `Custom` frames after `Ready`.
+fn custom_flood() -> Vec<Event> {
+    let (n, chars) = flood_size();
+    (0..n)
+        .map(|i| Event::Custom {
+            kind: format!("{i:0>chars$}"),
+            bytes: vec![1, 2, 3],
+        })
+        .collect()
+}
+
+async fn well_behaved(ready_after: Duration, after_ready: Vec<Event>) -> Result<(), Failure> {
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(|e| format!("cannot watch SIGTERM: {e}"))?;
     let (mut reader, mut writer) = handshake(false).await?;
@@ -257,6 +305,21 @@ async fn well_behaved(ready_after: Duration) -> Result<(), Failure> {
         "wfh-testchild well-behaved ready pid={}",
         std::process::id()
     );
+    for event in after_ready {
+        writer
+            .queue(event)
+            .map_err(|e| format!("cannot queue: {e}"))?;
+        if writer.queued_bytes() > 64 << 10 {
+            writer
+                .flush()
+                .await
+                .map_err(|e| format!("send failed: {e}"))?;
+        }
+    }
+    writer
+        .flush()
+        .await
+        .map_err(|e| format!("send failed: {e}"))?;
     loop {
         let message = tokio::select! {
             _ = term.recv() => return Ok(()),

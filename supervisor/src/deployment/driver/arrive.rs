@@ -12,6 +12,7 @@ use wfhost_policy::life::{Input, Misconduct};
 
 use super::{Driver, MAX_REASON_CHARS};
 use crate::deployment::child::{self, Arrived, Frame};
+use crate::deployment::throttle::Verdict;
 use crate::deployment::{Waiter, cancel, drain, mail};
 
 impl Driver {
@@ -43,6 +44,7 @@ impl Driver {
         let id = &self.cfg.id;
         let pid = w.io.pid;
         let mut facts = Vec::new();
+        let mut worked = false;
         match event {
             Event::Pong { nonce } => {
                 if let Some(l) = w.liveness.as_mut() {
@@ -60,6 +62,7 @@ impl Driver {
             Event::StepFinished { run, step, outcome } => {
                 w.budget.step_finished(&run, &step, now);
                 facts.push(Fact::StepFinished { run, step, outcome });
+                worked = true;
             }
             Event::RunTerminal { run, outcome } => {
                 w.budget.run_terminal(&run, now);
@@ -71,6 +74,7 @@ impl Driver {
             } => {
                 if mail::record_ack(&self.shared, id, mail_id, &outcome).await {
                     w.dispatch.acked();
+                    worked = true;
                 }
             }
             Event::Drained => {
@@ -92,13 +96,29 @@ impl Driver {
             // The handshake's frames are taken by `LiveChild::frame`.
             Event::Hello(_) | Event::Ready => {}
         }
+        if worked && !w.worked_told {
+            w.worked_told = true;
+            self.inputs.push_back(Input::Worked);
+        }
         let any = w.budget.steps_in_flight();
         if any != w.steps_told {
             w.steps_told = any;
             self.inputs.push_back(Input::StepsInFlight(any));
         }
-        facts.extend(w.budget.transition(now));
+        // The child's own reports are rate-limited; the budget's are not.
+        let mut admitted = Vec::with_capacity(facts.len() + 1);
         for fact in facts {
+            match w.throttle.admit(now) {
+                Verdict::Publish => admitted.push(fact),
+                Verdict::PublishAfterDropped(dropped) => {
+                    admitted.push(Fact::EventsSuppressed { dropped });
+                    admitted.push(fact);
+                }
+                Verdict::Drop => {}
+            }
+        }
+        admitted.extend(w.budget.transition(now));
+        for fact in admitted {
             self.record(fact);
         }
     }
@@ -115,6 +135,10 @@ impl Driver {
         let Some(mut w) = self.wired.take() else {
             return;
         };
+        let dropped = w.throttle.take_dropped();
+        if dropped > 0 {
+            self.record(Fact::EventsSuppressed { dropped });
+        }
         w.io.reap_group();
         w.cancels
             .abandon("the child ended before the cancel was committed");
@@ -180,6 +204,18 @@ impl Driver {
                 debug!(deployment = %self.cfg.id, pid = w.io.pid, error = %e, "ping not sent");
             }
         }
+        // A flood that went quiet: say how much of it was left out.
+        if let Some(dropped) = w.throttle.report_due(now) {
+            self.record(Fact::EventsSuppressed { dropped });
+        }
+        self.escalate_if_due(now);
+    }
+
+    /// The budget ran out: the escalation's signed cancels are queued.
+    fn escalate_if_due(&mut self, now: Instant) {
+        let Some(w) = self.wired.as_mut() else {
+            return;
+        };
         if let Some(escalation) = w.budget.poll(now) {
             let (reason, signed) =
                 drain::escalation_cancels(&escalation, &self.shared.key, &self.cfg.id);

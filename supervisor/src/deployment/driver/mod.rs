@@ -21,6 +21,7 @@ use super::cancel::{self, CancelQueue, Commit};
 use super::child::{Arrived, LiveChild};
 use super::drain::Budget;
 use super::mail::{self, Dispatch};
+use super::throttle::Throttle;
 use super::{Ask, ConfigSlot, Waiter};
 use crate::config::DeploymentConfig;
 use crate::observe::status::Status;
@@ -46,6 +47,10 @@ struct Wired {
     steps_told: bool,
     /// The machine was told the child stopped reading its channel.
     stall_told: bool,
+    /// The machine was told the child finished some work.
+    worked_told: bool,
+    /// How many step and custom facts it may publish.
+    throttle: Throttle,
 }
 
 /// What arrived.
@@ -68,6 +73,8 @@ impl Wired {
             dispatch: Dispatch::default(),
             steps_told: false,
             stall_told: false,
+            worked_told: false,
+            throttle: Throttle::new(Instant::now()),
         }
     }
 
@@ -248,6 +255,7 @@ impl Driver {
                 )));
             }
             wakes.push(w.budget.deadline());
+            wakes.push(w.throttle.report_at());
             if w.commit.is_none() {
                 wakes.push(w.cancels.wake());
             }

@@ -14,6 +14,7 @@ mod shared;
 mod signing_key;
 mod store;
 mod store_handle;
+mod unwritten;
 
 use std::process::ExitCode;
 

@@ -15,12 +15,16 @@ use tracing::{error, info};
 
 use wfhost_policy::Fact;
 
+use wfhost_policy::fact::outcome_text;
+
 use crate::deployment::spawn::Spawner;
+use crate::deployment::writes::Ack;
 use crate::host::policy_tick::Watchlist;
 use crate::journal::NewJournalEntry;
 use crate::procfs;
 use crate::store::{ChildRecord, NewEvent, Store, StoreError};
 use crate::store_handle::StoreHandle;
+use crate::unwritten::{AckRecord, Record, Unwritten};
 
 /// State shared by the supervisor's tasks.
 pub struct Shared {
@@ -54,6 +58,8 @@ pub struct Shared {
 pub struct Backlog {
     journal: Mutex<VecDeque<NewJournalEntry>>,
     events: Mutex<Vec<NewEvent>>,
+    /// Mail acknowledgements stopped deployments still owed the store.
+    acks: Mutex<Vec<AckRecord>>,
     /// The last write failed: log once per streak, and once on recovery.
     failing: AtomicBool,
 }
@@ -260,6 +266,37 @@ impl Shared {
             .is_empty()
         {
             self.flush_events();
+        }
+    }
+
+    /// Keeps the acknowledgements a stopped deployment still owed the
+    /// store, for [`Self::take_unwritten`].
+    pub fn unwritten_acks(&self, deployment: &str, acks: Vec<Ack>) {
+        if acks.is_empty() {
+            return;
+        }
+        let at_ms = unix_ms();
+        let mut kept = self.backlog.acks.lock().unwrap_or_else(|p| p.into_inner());
+        kept.extend(acks.into_iter().map(|a| AckRecord {
+            deployment: deployment.to_owned(),
+            id: a.id,
+            outcome: outcome_text(&a.outcome),
+            at_ms,
+        }));
+    }
+
+    /// Everything the store has not taken, emptied out (the supervisor is
+    /// about to exit).
+    pub fn take_unwritten(&self) -> Unwritten {
+        fn take<T: Default>(m: &Mutex<T>) -> T {
+            std::mem::take(&mut *m.lock().unwrap_or_else(|p| p.into_inner()))
+        }
+        let journal = take(&self.backlog.journal);
+        let events = take(&self.backlog.events);
+        Unwritten {
+            journal: journal.iter().map(Record::from).collect(),
+            events: events.iter().map(Record::from).collect(),
+            acks: take(&self.backlog.acks),
         }
     }
 

@@ -25,6 +25,7 @@ use crate::shared::Shared;
 use crate::signing_key;
 use crate::store::SqliteStore;
 use crate::store_handle::StoreHandle;
+use crate::unwritten;
 
 /// Arguments of `wfhost supervise`.
 #[derive(Debug, clap::Args)]
@@ -158,6 +159,7 @@ async fn supervise(config: Config, config_path: &Path) -> anyhow::Result<()> {
     host::kill_orphans(&shared)
         .await
         .context("cannot read the children table")?;
+    recover_unwritten(&shared, &settings.state_dir).await;
     let replayed = shared.store.call(|s| s.replay_all_mail()).await??;
     if replayed > 0 {
         info!(
@@ -281,8 +283,61 @@ async fn supervise(config: Config, config_path: &Path) -> anyhow::Result<()> {
     // (one last try for any the store refused).
     shared.retry_backlog();
     let _ = shared.store.call(|_| ()).await;
+    keep_unwritten(&shared, &settings.state_dir)?;
     info!("all children stopped; exiting");
     Ok(())
+}
+
+/// What the store never took is kept outside it for the next start, and
+/// the exit says so: a stop that lost records in silence would leave a
+/// gap `journal verify` cannot see.
+fn keep_unwritten(shared: &Shared, state_dir: &Path) -> anyhow::Result<()> {
+    let left = shared.take_unwritten();
+    if left.is_empty() {
+        return Ok(());
+    }
+    let what = left.describe();
+    match unwritten::keep(state_dir, &left, crate::shared::unix_ms()) {
+        Ok(file) => {
+            error!(file = %file.display(), "the store did not take {what}; they are kept in this file and written by the next start");
+            anyhow::bail!(
+                "the store did not take {what}: kept in {}, written by the next start",
+                file.display()
+            )
+        }
+        Err(e) => {
+            error!(error = %e, "the store did not take {what}, and no file could keep them; here they are in full");
+            for r in left.journal.iter().chain(&left.events) {
+                error!(at_ms = r.at_ms, kind = %r.kind, deployment = r.deployment.as_deref().unwrap_or("-"), body = %r.body, "unwritten record");
+            }
+            for a in &left.acks {
+                error!(deployment = %a.deployment, mail = a.id, outcome = %a.outcome, "unwritten mail acknowledgement");
+            }
+            anyhow::bail!("the store did not take {what}, and they could not be kept: see the log")
+        }
+    }
+}
+
+/// Writes what a previous supervisor of this state dir could not (its
+/// kept files), before mail in processing is replayed, and says so.
+async fn recover_unwritten(shared: &Arc<Shared>, state_dir: &Path) {
+    for file in unwritten::found(state_dir) {
+        let key = shared.key.clone();
+        let path = file.clone();
+        let recovered = shared
+            .store
+            .call(move |s| unwritten::recover(s, &key, &path))
+            .await
+            .map_err(|e| e.to_string())
+            .and_then(|r| r);
+        match recovered {
+            Ok(left) => {
+                info!(file = %file.display(), "recovered {} the previous supervisor could not write", left.describe())
+            }
+            Err(e) => error!(file = %file.display(), error = %e,
+                "cannot write what the previous supervisor kept; the file stays for the next start"),
+        }
+    }
 }
 
 /// SIGHUP: re-reads the config; a bad file is refused and the running

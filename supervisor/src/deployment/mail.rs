@@ -3,7 +3,7 @@
 //! ends a child, its unacknowledged mail back at the head of the inbox
 //! (DESIGN §6).
 
-use tracing::{debug, error, info};
+use tracing::{debug, info};
 use wfhost_ipc::{Control, Outcome};
 use wfhost_policy::fact::outcome_text;
 
@@ -58,34 +58,24 @@ impl Dispatch {
     }
 }
 
-/// Sends what the window has room for from the head of the inbox.
+/// Sends what the window has room for from the head of the inbox; a take
+/// the store refuses leaves the window wanting (the caller retries).
 pub async fn deliver(
     dispatch: &mut Dispatch,
     child: &mut LiveChild,
     cfg: &DeploymentConfig,
     shared: &Shared,
-) {
+) -> Result<(), String> {
     let Some(n) = dispatch.to_take() else {
-        return;
+        return Ok(());
     };
     let deployment = cfg.id.clone();
-    let items = match shared
+    let items = shared
         .store
         .call(move |s| s.take_mail(&deployment, n))
         .await
-    {
-        Ok(Ok(items)) => items,
-        Ok(Err(e)) => {
-            error!(deployment = %cfg.id, error = %e, "cannot take mail from the inbox");
-            dispatch.took(0, n);
-            return;
-        }
-        Err(e) => {
-            error!(deployment = %cfg.id, error = %e, "cannot take mail from the inbox");
-            dispatch.took(0, n);
-            return;
-        }
-    };
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())?;
     let got = items.len();
     for item in items {
         // A failed send ends the wiring soon; the item is in processing
@@ -101,59 +91,54 @@ pub async fn deliver(
         }
     }
     dispatch.took(got, n);
+    Ok(())
 }
 
-/// Moves acknowledged mail to done; true when it was in processing.
-pub async fn record_ack(shared: &Shared, deployment: &str, id: u64, outcome: &Outcome) -> bool {
+/// Moves acknowledged mail to done: true when it was in processing (false
+/// for a duplicate or unknown ack), or why the store refused.
+pub async fn write_ack(
+    shared: &Shared,
+    deployment: &str,
+    id: u64,
+    outcome: &Outcome,
+) -> Result<bool, String> {
     let (owner, text, at) = (deployment.to_owned(), outcome_text(outcome), unix_ms());
-    match shared
+    let landed = shared
         .store
         .call(move |s| s.ack_mail(&owner, id, &text, at))
         .await
-    {
-        Ok(Ok(true)) => {
-            // The store wrote the `mail_done` event with the ack.
-            shared.events_written();
-            true
-        }
-        Ok(Ok(false)) => {
-            debug!(
-                deployment,
-                mail = id,
-                "ack for mail not in processing; ignored"
-            );
-            false
-        }
-        Ok(Err(e)) => {
-            error!(deployment, mail = id, error = %e, "cannot record a mail ack");
-            false
-        }
-        Err(e) => {
-            error!(deployment, mail = id, error = %e, "cannot record a mail ack");
-            false
-        }
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())?;
+    if landed {
+        // The store wrote the `mail_done` event with the ack.
+        shared.events_written();
+    } else {
+        debug!(
+            deployment,
+            mail = id,
+            "ack for mail not in processing; ignored"
+        );
     }
+    Ok(landed)
 }
 
 /// Returns a gone child's unacknowledged mail to the head of the inbox.
-pub async fn replay(shared: &Shared, deployment: &str) {
+pub async fn replay(shared: &Shared, deployment: &str) -> Result<(), String> {
     let owner = deployment.to_owned();
-    match shared.store.call(move |s| s.replay_mail(&owner)).await {
-        Ok(Ok(0)) => {}
-        Ok(Ok(n)) => {
-            info!(
-                deployment,
-                items = n,
-                "unacknowledged mail returned to the head of the inbox"
-            )
-        }
-        Ok(Err(e)) => {
-            error!(deployment, error = %e, "cannot return unacknowledged mail to the inbox")
-        }
-        Err(e) => {
-            error!(deployment, error = %e, "cannot return unacknowledged mail to the inbox")
-        }
+    let n = shared
+        .store
+        .call(move |s| s.replay_mail(&owner))
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())?;
+    if n > 0 {
+        info!(
+            deployment,
+            items = n,
+            "unacknowledged mail returned to the head of the inbox"
+        );
     }
+    Ok(())
 }
 
 #[cfg(test)]

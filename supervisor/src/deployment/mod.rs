@@ -15,6 +15,7 @@
 //! | `grants.rs` | the grants file |
 //! | `output.rs` | a child's stdout and stderr into the log |
 //! | `throttle.rs` | how many observational facts a child may publish |
+//! | `writes.rs` | the mail writes owed to the store, retried in order |
 
 mod cancel;
 mod child;
@@ -26,6 +27,7 @@ mod output;
 pub mod recycle;
 pub mod spawn;
 mod throttle;
+pub mod writes;
 
 use std::sync::{Arc, Mutex};
 

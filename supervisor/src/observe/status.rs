@@ -184,6 +184,10 @@ pub struct Status {
     pub cancels_pending: usize,
     /// Why the journal refused the last cancel commit, while it refuses.
     pub journal_error: Option<String>,
+    /// Why the store refused the last mail write, while it refuses.
+    pub store_error: Option<String>,
+    /// Mail acknowledgements waiting for the store to take them.
+    pub acks_pending: usize,
     /// Steps in flight (the first of them, when there are many).
     pub steps: Vec<StepView>,
     /// How many steps are in flight.
@@ -224,6 +228,8 @@ impl Status {
             drain_purpose: None,
             cancels_pending: 0,
             journal_error: None,
+            store_error: None,
+            acks_pending: 0,
             steps: Vec::new(),
             steps_in_flight: 0,
             last_exit: None,
@@ -314,6 +320,8 @@ impl Status {
             },
             "cancels_pending": self.cancels_pending,
             "journal_error": self.journal_error,
+            "store_error": self.store_error,
+            "acks_pending": self.acks_pending,
             "steps": self.steps,
             "steps_in_flight": self.steps_in_flight,
             "mail": {

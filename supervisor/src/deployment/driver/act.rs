@@ -11,7 +11,7 @@ use wfhost_policy::{Fact, format_duration};
 
 use super::{Driver, Wired, settings};
 use crate::deployment::child::LiveChild;
-use crate::deployment::{Waiter, cancel, mail, recycle};
+use crate::deployment::{Waiter, cancel, recycle};
 use crate::host::policy_tick::Watched;
 use crate::observe::record;
 use crate::observe::status::{State, Status};
@@ -76,7 +76,7 @@ impl Driver {
                 w.io.kill();
             }
             Action::Cancel { run, to } => self.operator_cancel(run, to),
-            Action::ReplayMail => mail::replay(&self.shared, &id).await,
+            Action::ReplayMail => self.writes.replay(),
             Action::Answer { to, answer } => {
                 // An operator told "done" reads a status that says so.
                 self.publish();
@@ -184,6 +184,8 @@ impl Driver {
         let now = Instant::now();
         let mut st = self.status_mut();
         st.state = State::of(self.life.phase());
+        st.store_error = self.writes.error.clone();
+        st.acks_pending = self.writes.acks_owed();
         st.drain_purpose = self.life.phase().purpose();
         st.ever_ready = self.life.ever_ready();
         let Some(w) = &self.wired else {

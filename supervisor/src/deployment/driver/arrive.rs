@@ -13,7 +13,8 @@ use wfhost_policy::life::{Input, Misconduct};
 use super::{Driver, MAX_REASON_CHARS};
 use crate::deployment::child::{self, Arrived, Frame};
 use crate::deployment::throttle::Verdict;
-use crate::deployment::{Waiter, cancel, drain, mail};
+use crate::deployment::writes::Ack;
+use crate::deployment::{Waiter, cancel, drain};
 
 impl Driver {
     pub(super) async fn frame(&mut self, arrived: Arrived) {
@@ -72,10 +73,14 @@ impl Driver {
                 id: mail_id,
                 outcome,
             } => {
-                if mail::record_ack(&self.shared, id, mail_id, &outcome).await {
-                    w.dispatch.acked();
-                    worked = true;
-                }
+                // Written in order with every other mail write this
+                // deployment owes, retried until it lands.
+                self.writes.ack(Ack {
+                    pid,
+                    id: mail_id,
+                    outcome,
+                });
+                worked = true;
             }
             Event::Drained => {
                 facts.push(Fact::ChildDrained { pid });

@@ -13,6 +13,8 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
 use tokio::time::sleep_until;
+use tracing::{error, info};
+use wfhost_policy::format_duration;
 use wfhost_policy::life::{Action, Input, Life, Misconduct, Request, Settings};
 use wfhost_policy::liveness::Liveness;
 use wfhost_policy::restart::RestartPolicy;
@@ -22,6 +24,7 @@ use super::child::{Arrived, LiveChild};
 use super::drain::Budget;
 use super::mail::{self, Dispatch};
 use super::throttle::Throttle;
+use super::writes::{Next, Writes};
 use super::{Ask, ConfigSlot, Waiter};
 use crate::config::DeploymentConfig;
 use crate::observe::status::Status;
@@ -102,6 +105,8 @@ pub struct Driver {
     wired: Option<Wired>,
     /// The budget of the child just reaped, for the drain it ended.
     retired: Option<Budget>,
+    /// Mail writes owed to the store.
+    writes: Writes,
     inputs: VecDeque<Input<Waiter>>,
     actions: VecDeque<Action<Waiter>>,
     asks_open: bool,
@@ -146,6 +151,7 @@ impl Driver {
             life,
             wired: None,
             retired: None,
+            writes: Writes::default(),
             inputs: VecDeque::new(),
             actions: first.into(),
             asks_open: true,
@@ -159,6 +165,10 @@ impl Driver {
         loop {
             self.settle().await;
             if self.finished {
+                // What the store would not take by now is the stopping
+                // supervisor's to keep for the next start.
+                self.shared
+                    .unwritten_acks(&self.cfg.id, self.writes.take_acks());
                 return;
             }
             let raw = self.next().await;
@@ -197,6 +207,7 @@ impl Driver {
     /// What the state asks for besides the machine's actions; true when
     /// that produced new inputs.
     async fn follow_up(&mut self) -> bool {
+        self.write_mail().await;
         let Some(w) = self.wired.as_mut() else {
             return false;
         };
@@ -205,13 +216,70 @@ impl Driver {
             self.inputs.push_back(Input::Misbehaved(Misconduct::Hung));
             return true;
         }
-        if self.life.takes_mail() {
-            mail::deliver(&mut w.dispatch, &mut w.io, &self.cfg, &self.shared).await;
+        let now = Instant::now();
+        if self.life.takes_mail() && self.writes.clear(now) {
+            let took = mail::deliver(&mut w.dispatch, &mut w.io, &self.cfg, &self.shared).await;
+            match took {
+                Ok(()) => self.writes.took(),
+                Err(e) => self.refused("taking mail from the inbox", e, now),
+            }
         }
+        let Some(w) = self.wired.as_mut() else {
+            return !self.inputs.is_empty();
+        };
         if w.commit.is_none() {
             w.commit = cancel::start_commit(&w.cancels, &self.shared, &self.cfg.id);
         }
         !self.inputs.is_empty()
+    }
+
+    /// Writes what this deployment owes the store, in order, until one is
+    /// refused (then everything waits for the retry).
+    async fn write_mail(&mut self) {
+        let id = self.cfg.id.clone();
+        loop {
+            let now = Instant::now();
+            let written = match self.writes.next(now) {
+                None => return,
+                Some(Next::Ack(ack)) => {
+                    let (pid, mail, outcome) = (ack.pid, ack.id, ack.outcome.clone());
+                    match mail::write_ack(&self.shared, &id, mail, &outcome).await {
+                        Ok(landed) => {
+                            // The window of the child that acked frees.
+                            if let Some(w) = self.wired.as_mut().filter(|w| w.io.pid == pid)
+                                && landed
+                            {
+                                w.dispatch.acked();
+                            }
+                            Ok("a mail acknowledgement")
+                        }
+                        Err(e) => Err(("recording a mail acknowledgement", e)),
+                    }
+                }
+                Some(Next::Replay) => match mail::replay(&self.shared, &id).await {
+                    Ok(()) => Ok("the replay of unacknowledged mail"),
+                    Err(e) => Err(("returning unacknowledged mail to the inbox", e)),
+                },
+            };
+            match written {
+                Ok(what) => {
+                    if self.writes.error.is_some() {
+                        info!(deployment = %id, "the store accepts mail writes again: {what} landed");
+                    }
+                    self.writes.landed();
+                }
+                Err((what, e)) => return self.refused(what, e, now),
+            }
+        }
+    }
+
+    /// A mail write the store refused: kept, retried, shown in status.
+    fn refused(&mut self, what: &str, error: String, now: Instant) {
+        let (attempt, delay) = self.writes.refused(error.clone(), now);
+        if attempt == 1 || attempt.is_multiple_of(10) {
+            error!(deployment = %self.cfg.id, attempt, retry_in = %format_duration(delay), error = %error,
+                "the store refused {what}; it is kept and retried, nothing is lost");
+        }
     }
 
     /// Waits for the next thing to arrive.
@@ -245,7 +313,7 @@ impl Driver {
     /// The earliest deadline: the machine's, the child's pings, its drain
     /// budget, a cancel's retry.
     fn wake(&self) -> Option<Instant> {
-        let mut wakes = vec![self.life.deadline()];
+        let mut wakes = vec![self.life.deadline(), self.writes.wake()];
         if let Some(w) = &self.wired {
             let now = Instant::now();
             if let Some(l) = &w.liveness {

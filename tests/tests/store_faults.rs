@@ -1,0 +1,189 @@
+//! Nothing lost when the store refuses writes (issue 13, store faults): a
+//! full disk or a read-only store injected into the live supervisor with
+//! strace (`-e inject=pwrite64:error=…`: SQLite's writes fail, nothing
+//! else does), then taken away again.
+
+use std::process::{Child, Command, Stdio};
+
+use serde_json::Value;
+use wfhost_tests::{LONG, Supervisor, demo, deployment, describe, mail_counts, query, wait_for};
+
+/// Makes every `pwrite64` of process `pid` (all its threads) fail with
+/// `errno` until dropped.
+struct Fault(Child);
+
+impl Fault {
+    fn inject(pid: u32, errno: &str) -> Self {
+        let strace = Command::new("strace")
+            .args(["-f", "-p", &pid.to_string(), "-o", "/dev/null"])
+            .args(["-e", "trace=pwrite64"])
+            .args(["-e", &format!("inject=pwrite64:error={errno}")])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("strace is missing: install it (apt-get install strace); .ci/run does");
+        // Attached once strace says so on stderr.
+        let mut strace = strace;
+        let stderr = strace.stderr.take().expect("stderr");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(stderr)
+                .lines()
+                .map_while(Result::ok)
+            {
+                if line.contains("attached") {
+                    let _ = tx.send(());
+                }
+            }
+        });
+        rx.recv_timeout(LONG).expect("strace did not attach");
+        Self(strace)
+    }
+}
+
+impl Drop for Fault {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn send(sup: &Supervisor, payload: &str) {
+    let out = sup.client(&["send", "orders", payload]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+}
+
+/// `(id, state, deliveries)` of every mail row.
+fn rows(sup: &Supervisor) -> Vec<(u64, String, u64)> {
+    let rows = query(
+        &sup.db(),
+        "SELECT id, state, deliveries FROM mail ORDER BY id",
+    );
+    serde_json::from_value(Value::Array(rows)).expect("mail rows")
+}
+
+fn demo_orders(step_ms: &str) -> String {
+    deployment(
+        "orders",
+        &demo(&["--step-ms", step_ms, "--approve-ms", "1"]),
+        "",
+    )
+}
+
+/// Before: each ack the store refused was logged and forgotten; the item
+/// stayed `processing` for good, and 32 of them stopped the deployment's
+/// mail. Now refused acks are kept, shown in status, and land once the
+/// store takes writes again: every item done once, none delivered twice.
+#[test]
+fn acks_refused_by_a_full_disk_land_once_it_is_freed() {
+    let sup = Supervisor::start(&demo_orders("300"));
+    sup.ready_pid("orders", LONG);
+    for i in 0..10 {
+        send(&sup, &format!("order {i}"));
+    }
+    let fault = Fault::inject(sup.pid(), "ENOSPC");
+    let d = sup.wait_deployment("orders", "refused acks kept", LONG, |d| {
+        d["acks_pending"].as_u64() > Some(0) && d["store_error"].is_string()
+    });
+    assert!(
+        d["store_error"].as_str().unwrap_or("").contains("full"),
+        "the error says the disk is full: {d}"
+    );
+    drop(fault);
+    let d = sup.wait_deployment("orders", "every item done", LONG, |d| {
+        mail_counts(d) == (0, 0, 10) && d["acks_pending"] == 0
+    });
+    assert!(d["store_error"].is_null(), "{d}");
+    for (id, state, deliveries) in rows(&sup) {
+        assert_eq!((state.as_str(), deliveries), ("done", 1), "mail {id}");
+    }
+    assert!(
+        sup.plain_log()
+            .contains("the store accepts mail writes again")
+    );
+}
+
+/// Before: a take that hit a full disk was never retried; the inbox waited
+/// until someone sent more mail. Now the take is retried on its own.
+#[test]
+fn a_take_refused_by_a_full_disk_is_retried_without_new_mail() {
+    let sup = Supervisor::start(&demo_orders("1"));
+    sup.ready_pid("orders", LONG);
+    let out = sup.client(&["drain", "orders"]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    sup.wait_deployment("orders", "drained", LONG, |d| d["state"] == "drained");
+    for i in 0..5 {
+        send(&sup, &format!("order {i}"));
+    }
+    let fault = Fault::inject(sup.pid(), "ENOSPC");
+    let out = sup.client(&["resume", "orders"]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    sup.wait_deployment("orders", "the take refused", LONG, |d| {
+        d["state"] == "ready" && d["store_error"].is_string()
+    });
+    drop(fault);
+    sup.wait_deployment("orders", "the inbox delivered", LONG, |d| {
+        mail_counts(d) == (0, 0, 5)
+    });
+}
+
+/// Before: with the store read-only, SIGTERM ended with exit 0 and the
+/// journal silently lacked that window's drain and exit records. Now what
+/// the store would not take is kept in a file, the exit is non-zero, and
+/// the next start writes it: the journal has the records and verifies.
+#[test]
+fn records_a_read_only_store_refused_at_stop_are_kept_and_written_by_the_next_start() {
+    let mut sup = Supervisor::start(&demo_orders("1"));
+    let state = sup.dir().join("state");
+    let pid = sup.ready_pid("orders", LONG);
+    let fault = Fault::inject(sup.pid(), "EROFS");
+    sup.signal(nix::sys::signal::Signal::SIGTERM);
+    let status = sup.wait_exit(LONG);
+    drop(fault);
+    assert_eq!(
+        status.code(),
+        Some(1),
+        "a lossy stop is not a clean exit:\n{}",
+        sup.log()
+    );
+    let log = sup.plain_log();
+    assert!(
+        log.contains("they are kept in this file and written by the next start"),
+        "{log}"
+    );
+    let kept: Vec<_> = std::fs::read_dir(&state)
+        .expect("state dir")
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("unwritten-"))
+        .collect();
+    assert_eq!(kept.len(), 1, "one kept file");
+
+    let (dir, config) = sup.into_parts();
+    let next = Supervisor::start_in(dir, config);
+    wait_for("the kept records written", LONG, || {
+        next.plain_log()
+            .contains("the previous supervisor could not write")
+            .then_some(())
+    });
+    let journal = next.journal();
+    let of_pid = |kind: &str| {
+        journal
+            .iter()
+            .any(|r| r["kind"] == kind && r["body"]["pid"].as_u64() == Some(u64::from(pid)))
+    };
+    assert!(of_pid("drain_started") && of_pid("exited"), "{journal:#?}");
+    let out = next.client(&["journal", "verify"]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let kept_after: Vec<_> = std::fs::read_dir(&state)
+        .expect("state dir")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("unwritten-"))
+        .collect();
+    assert!(
+        kept_after.iter().all(|n| n.ends_with(".recovered")),
+        "{kept_after:?}"
+    );
+}

@@ -142,7 +142,14 @@ fn long_step_names_do_not_break_status() {
     let d = sup.wait_deployment("verbose", "4000 steps", LONG, |d| {
         d["steps_in_flight"] == 4000
     });
-    assert_eq!(d["steps"].as_array().map(Vec::len), Some(64));
+    let steps = d["steps"].as_array().expect("steps");
+    assert_eq!(steps.len(), 64);
+    assert!(
+        steps
+            .iter()
+            .all(|s| s["step"].as_str().is_some_and(|n| n.chars().count() == 257)),
+        "names cut to 256 characters and marked: {d}"
+    );
     let out = sup.client(&["status"]);
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
 }

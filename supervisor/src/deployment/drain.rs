@@ -20,6 +20,18 @@ pub const MAX_STEPS_IN_FLIGHT: usize = 10_000;
 /// Most steps listed in status; the rest are counted.
 pub const LISTED_STEPS: usize = 64;
 
+/// Longest run or step name shown in status (a frame may carry a name of
+/// up to `max_frame_bytes`; 64 of those must not outgrow an answer).
+pub const SHOWN_NAME_CHARS: usize = 256;
+
+/// `name` cut to [`SHOWN_NAME_CHARS`], marked with `…` when cut.
+fn shown(name: &str) -> std::borrow::Cow<'_, str> {
+    match name.char_indices().nth(SHOWN_NAME_CHARS) {
+        Some((at, _)) => format!("{}…", &name[..at]).into(),
+        None => name.into(),
+    }
+}
+
 /// The steps and budget of one child.
 #[derive(Debug, Default)]
 pub struct Budget {
@@ -124,7 +136,7 @@ impl Budget {
             .steps()
             .iter()
             .take(LISTED_STEPS)
-            .map(|(run, step, b)| StepView::new(run, step, b))
+            .map(|(run, step, b)| StepView::new(&shown(run), &shown(step), b))
             .collect();
         (view, steps, self.tracker.steps().len())
     }

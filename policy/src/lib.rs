@@ -36,6 +36,7 @@
 
 pub mod backoff;
 pub mod clock;
+pub mod crew;
 pub mod drain;
 pub mod fact;
 mod format;

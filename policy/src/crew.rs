@@ -243,11 +243,11 @@ impl<W> Crew<W> {
     }
 
     fn retire(&mut self, index: u32, out: &mut Out<W>) {
-        if let Some(slot) = self.slots.iter_mut().find(|s| s.index == index) {
-            if !slot.retiring {
-                slot.retiring = true;
-                out.push(Action::Retire { index });
-            }
+        if let Some(slot) = self.slots.iter_mut().find(|s| s.index == index)
+            && !slot.retiring
+        {
+            slot.retiring = true;
+            out.push(Action::Retire { index });
         }
     }
 
@@ -424,7 +424,7 @@ impl<W> Crew<W> {
                 self.add(None, out);
             }
         } else {
-            let extra = usize::try_from(have - self.target).unwrap_or(usize::MAX);
+            let extra = usize::try_from(have.saturating_sub(self.target)).unwrap_or(usize::MAX);
             let busy = match self.step() {
                 Some(Step::InPlace(i)) => Some(i),
                 Some(Step::Successor { old, .. }) => Some(old),

@@ -80,7 +80,8 @@ pub enum Fact {
         /// For a recycle: who asked and why.
         recycle: Option<(RecycleCause, String)>,
     },
-    /// The drain budget paused: only wait-behaviour steps are in flight.
+    /// The drain budget paused: no cancel-behaviour step is in flight (only
+    /// wait-behaviour steps, or none).
     DrainPaused {
         /// Budget used so far.
         used: Duration,

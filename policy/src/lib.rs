@@ -12,7 +12,6 @@
 //! | [`steps`] | which steps are in flight and when the budget ticks ([`InFlightSteps`], [`DrainTracker`]) | §4 |
 //! | [`restart`] | whether and when to restart a crashed child ([`RestartTracker`]) | §3 |
 //! | [`recycle`] | whether a child has passed a recycle bound ([`RecycleBounds`]) | §5 |
-//! | [`kill`] | when SIGTERM turns into SIGKILL ([`KillEscalation`]) | §3 |
 //! | [`liveness`] | when to ping and when a silent child is hung ([`Liveness`]) | §3 |
 //! | [`life`] | a deployment's whole life: phases, inputs, actions ([`Life`]) | §3–§5 |
 //! | [`fact`] | the vocabulary of journaled and published facts ([`Fact`]) | §7 |
@@ -40,7 +39,6 @@ pub mod crew;
 pub mod drain;
 pub mod fact;
 mod format;
-pub mod kill;
 pub mod life;
 pub mod liveness;
 pub mod recycle;
@@ -51,7 +49,7 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use drain::{BudgetState, DEFAULT_DRAIN_TIMEOUT, DrainBudget};
 pub use fact::Fact;
 pub use format::format_duration;
-pub use kill::{DEFAULT_KILL_TIMEOUT, KillEscalation};
+pub use life::DEFAULT_KILL_TIMEOUT;
 pub use life::Life;
 pub use liveness::{
     DEFAULT_LIVENESS_INTERVAL, DEFAULT_LIVENESS_TIMEOUT, Liveness, MAX_OUTSTANDING_PINGS,

@@ -13,6 +13,10 @@ use crate::restart::RestartPolicy;
 /// Grants read from the deployment's `grants_file`, and when.
 pub type Fresh = (Grants, Instant);
 
+/// The default grace between SIGTERM and SIGKILL (`kill_timeout`), 10 s;
+/// a closed channel gets as long to turn into an exit.
+pub const DEFAULT_KILL_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// The settings the machine decides with (a reload applies them to the
 /// next child).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

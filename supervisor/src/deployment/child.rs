@@ -184,7 +184,11 @@ impl LiveChild {
             }
             Arrived::Hello(Err(e)) | Arrived::Ready(Err(e)) => {
                 self.reading = false;
-                Frame::Violation(e.to_string())
+                Frame::Violation(match e {
+                    // Said once: the exit cause already reads "protocol violation".
+                    HandshakeError::Transport(t) => transport(t),
+                    other => other.to_string(),
+                })
             }
             Arrived::Frame(Ok(Some(event @ (Event::Hello(_) | Event::Ready)))) => {
                 Frame::Violation(unexpected_in(event.name(), "ready"))

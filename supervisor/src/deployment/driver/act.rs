@@ -40,8 +40,13 @@ impl Driver {
                 w.budget.begin(now, budget);
                 info!(deployment = %id, pid = w.io.pid, purpose = purpose.as_str(), budget = %format_duration(budget), "draining");
                 let budget_ms = u64::try_from(budget.as_millis()).unwrap_or(u64::MAX);
+                // A drain that starts with nothing to cancel starts paused.
+                let paused = w.budget.transition(now);
                 if let Err(e) = w.io.send(&self.cfg, Control::Drain { budget_ms }).await {
                     debug!(deployment = %id, pid = w.io.pid, error = %e, "drain not sent");
+                }
+                if let Some(fact) = paused {
+                    self.record(fact);
                 }
             }
             Action::EndDrain { purpose, why } => {

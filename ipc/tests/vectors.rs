@@ -579,7 +579,7 @@ fn invalid_frames() -> Vec<Value> {
         invalid(
             "option tag other than 0 or 1",
             "down",
-            framed(&[1, 2, 0, 0, 7, b'b', b'i', b'l', b'l', b'i', b'n', b'g', 2]),
+            framed(&[1, 2, 0, 7, b'b', b'i', b'l', b'l', b'i', b'n', b'g', 2]),
             "Cancel whose run option tag is 2",
         ),
         invalid(

@@ -20,7 +20,7 @@ use crate::notify::Notifier;
 use crate::shared::Shared;
 use crate::signing_key;
 use crate::spawn::{self, Spawner};
-use crate::store::SqliteStore;
+use crate::store::{SqliteStore, guard};
 use crate::store_handle::StoreHandle;
 use crate::supervisor::{self, Supervisor};
 
@@ -117,10 +117,17 @@ fn notify(
 async fn supervise(config: Config, config_path: &Path) -> anyhow::Result<()> {
     let notifier = Notifier::from_env();
     let settings = &config.supervisor;
-    let store = SqliteStore::open(&settings.state_dir)
+    let mut store = SqliteStore::open(&settings.state_dir)
         .with_context(|| format!("cannot open the store in {}", settings.state_dir.display()))?;
     let (key, key_path) = signing_key::load_or_create(settings)?;
     info!(key = %key_path.display(), key_id = %wfhost_ipc::KeyId::of(&key.verifying_key()), "signing key loaded");
+    // Nothing is appended to a journal that does not verify.
+    guard::check_at_start(&mut store, &key.verifying_key()).with_context(|| {
+        format!(
+            "refusing to start on the store in {}",
+            settings.state_dir.display()
+        )
+    })?;
     let spawner = Spawner::start(tokio::runtime::Handle::current())
         .context("cannot start the spawner thread")?;
     let reader = SqliteStore::open_existing(&settings.state_dir).with_context(|| {

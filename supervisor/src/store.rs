@@ -5,7 +5,8 @@
 //! Layout: the trait (`api`), its errors (`error`), and one file per kind
 //! of thing stored (`children`, `mail`, `events`, `journal_row`) hold
 //! what every backend shares, rules included; `sqlite` holds the SQLite
-//! backend; `guard` checks the journal when a supervisor starts and stops.
+//! backend, `postgres` the PostgreSQL one (`[store] url`); `guard` checks
+//! the journal when a supervisor starts and stops.
 
 mod api;
 mod children;
@@ -14,6 +15,9 @@ mod events;
 pub mod guard;
 mod journal_row;
 pub mod mail;
+#[cfg(test)]
+mod measure;
+mod postgres;
 mod sqlite;
 #[cfg(test)]
 mod suite;
@@ -23,4 +27,56 @@ pub use children::ChildRecord;
 pub use error::StoreError;
 pub use events::{EventRecord, NewEvent};
 pub use mail::{Accepted, MailCounts, MailItem};
+pub use postgres::PostgresStore;
 pub use sqlite::SqliteStore;
+
+use std::path::{Path, PathBuf};
+
+/// Which backend holds a supervisor's store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Backend {
+    /// SQLite in `state_dir/wfhost.db` (the default).
+    Sqlite(PathBuf),
+    /// PostgreSQL at this connection string (`[store] url`).
+    Postgres(String),
+}
+
+impl Backend {
+    /// The backend a config names: `[store] url` if set, else SQLite in
+    /// `state_dir`.
+    pub fn of(state_dir: &Path, url: Option<&str>) -> Self {
+        match url {
+            Some(url) => Self::Postgres(url.to_owned()),
+            None => Self::Sqlite(state_dir.to_path_buf()),
+        }
+    }
+
+    /// Opens the store, creating it (and its schema) on first use. The
+    /// PostgreSQL client blocks on a runtime of its own: call this off any
+    /// tokio runtime thread.
+    pub fn open(&self) -> Result<Box<dyn Store>, StoreError> {
+        Ok(match self {
+            Self::Sqlite(dir) => Box::new(SqliteStore::open(dir)?),
+            Self::Postgres(url) => Box::new(PostgresStore::open(url)?),
+        })
+    }
+
+    /// Opens a store that exists, never creating one (the journal
+    /// commands); the same thread rule as [`Backend::open`].
+    pub fn open_existing(&self) -> Result<Box<dyn Store>, StoreError> {
+        Ok(match self {
+            Self::Sqlite(dir) => Box::new(SqliteStore::open_existing(dir)?),
+            Self::Postgres(url) => Box::new(PostgresStore::open_existing(url)?),
+        })
+    }
+
+    /// Where the store lives, for messages (never a password).
+    pub fn describe(&self) -> String {
+        match self {
+            Self::Sqlite(dir) => dir.join(sqlite::DB_FILE).display().to_string(),
+            Self::Postgres(url) => postgres::parse_url(url)
+                .map(|c| postgres::describe(&c))
+                .unwrap_or_else(|_| "the [store] url".into()),
+        }
+    }
+}

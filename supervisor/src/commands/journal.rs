@@ -15,7 +15,7 @@ use crate::exit;
 use crate::journal::{JournalHead, JournalRecord, Verifier};
 use crate::signing_key;
 use crate::store::guard::PAGE;
-use crate::store::{SqliteStore, Store};
+use crate::store::{Backend, Store};
 
 /// Journal subcommands.
 #[derive(Debug, clap::Subcommand)]
@@ -35,10 +35,12 @@ or lacks the saved head, 2 on a usage or config error."
 #[derive(Debug, clap::Args)]
 #[group(required = true, multiple = true)]
 pub struct Location {
-    /// The supervisor's config file: gives state_dir and signing_key.
+    /// The supervisor's config file: gives state_dir, signing_key and
+    /// [store] url (a PostgreSQL store).
     #[arg(long, value_name = "PATH")]
     pub config: Option<PathBuf>,
-    /// The supervisor's state directory (overrides the config's state_dir).
+    /// The supervisor's state directory: read the SQLite store there
+    /// (overrides the config's state_dir and [store] url).
     #[arg(long, value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
 }
@@ -106,20 +108,27 @@ impl Failure {
     }
 }
 
-/// The store's state directory and, when a config was given, its
-/// configured signing key.
-fn locate(location: &Location) -> Result<(PathBuf, Option<PathBuf>), Failure> {
+/// Where the store and the key are: the state directory, the configured
+/// signing key (when a config was given) and the store's backend.
+fn locate(location: &Location) -> Result<(PathBuf, Option<PathBuf>, Backend), Failure> {
+    let usage = |e: config::ConfigError| Failure {
+        code: exit::USAGE,
+        message: e.to_string(),
+    };
     let cfg = match &location.config {
-        Some(path) => Some(config::locations_of(path).map_err(|e| Failure {
-            code: exit::USAGE,
-            message: e.to_string(),
-        })?),
+        Some(path) => Some((
+            config::locations_of(path).map_err(usage)?,
+            config::store_url_of(path).map_err(usage)?,
+        )),
         None => None,
     };
-    let configured_key = cfg.as_ref().and_then(|c| c.signing_key.clone());
-    let state_dir = match (&location.state_dir, cfg) {
-        (Some(dir), _) => dir.clone(),
-        (None, Some(cfg)) => cfg.state_dir,
+    let configured_key = cfg.as_ref().and_then(|(c, _)| c.signing_key.clone());
+    let (state_dir, backend) = match (&location.state_dir, cfg) {
+        (Some(dir), _) => (dir.clone(), Backend::Sqlite(dir.clone())),
+        (None, Some((cfg, url))) => {
+            let backend = Backend::of(&cfg.state_dir, url.as_deref());
+            (cfg.state_dir, backend)
+        }
         // clap requires one of the two.
         (None, None) => {
             return Err(Failure {
@@ -128,12 +137,12 @@ fn locate(location: &Location) -> Result<(PathBuf, Option<PathBuf>), Failure> {
             });
         }
     };
-    Ok((state_dir, configured_key))
+    Ok((state_dir, configured_key, backend))
 }
 
-/// The store in `state_dir`, never created.
-fn open(state_dir: &Path) -> Result<SqliteStore, Failure> {
-    SqliteStore::open_existing(state_dir).map_err(Failure::failed)
+/// The store, never created.
+fn open(backend: &Backend) -> Result<Box<dyn Store>, Failure> {
+    backend.open_existing().map_err(Failure::failed)
 }
 
 /// The public key to verify with.
@@ -165,11 +174,11 @@ fn trusted_key(
 }
 
 fn verify(args: &VerifyArgs) -> Result<u8, Failure> {
-    let (state_dir, configured) = locate(&args.location)?;
-    let mut store = open(&state_dir)?;
+    let (state_dir, configured, backend) = locate(&args.location)?;
+    let mut store = open(&backend)?;
     let key = trusted_key(args, &state_dir, configured)?;
-    let checked = check(&mut store, &key, args.expect_head)?;
-    let db = store.path().display();
+    let checked = check(&mut *store, &key, args.expect_head)?;
+    let db = backend.describe();
     let verdict = match &checked.verdict {
         Ok(n) => {
             let noun = if *n == 1 { "record" } else { "records" };
@@ -276,8 +285,8 @@ fn check(
 }
 
 fn show(args: &ShowArgs) -> Result<u8, Failure> {
-    let (state_dir, _) = locate(&args.location)?;
-    let records = open(&state_dir)?
+    let (_, _, backend) = locate(&args.location)?;
+    let records = open(&backend)?
         .journal(args.deployment.as_deref())
         .map_err(Failure::failed)?;
     let mut out = std::io::stdout().lock();

@@ -14,7 +14,6 @@ pub enum Location {
     /// A database file (SQLite).
     File(PathBuf),
     /// A database server, as a connection string with any password removed.
-    #[allow(dead_code, reason = "the PostgreSQL backend (phase 2)")]
     Server(String),
 }
 
@@ -45,7 +44,6 @@ pub enum ErrorKind {
     /// The operating system reported an I/O error.
     Io,
     /// The store cannot be reached (a server down, a connection lost).
-    #[allow(dead_code, reason = "the PostgreSQL backend (phase 2)")]
     Unavailable,
     /// Anything else.
     Other,

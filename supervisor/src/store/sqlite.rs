@@ -88,6 +88,7 @@ impl SqliteStore {
     }
 
     /// The database file.
+    #[cfg(test)]
     pub fn path(&self) -> &Path {
         &self.path
     }

@@ -1,0 +1,166 @@
+//! The journal in PostgreSQL: `journal` rows and the one-row
+//! `journal_head`. An append locks the head row (`FOR UPDATE`) for its
+//! transaction, so appends from every connection and host are serialized
+//! and make one chain.
+
+use super::{PostgresStore, signed, unsigned};
+use crate::journal::{JournalHead, JournalHeads, JournalRecord};
+use crate::store::StoreError;
+use crate::store::journal_row::{self, JournalRow};
+
+/// What an append found, beyond the server's own errors.
+enum Appended {
+    Done(JournalRecord),
+    /// The head row, or the record it names, is missing or mangled.
+    BadHead(String),
+    /// The seq after the head is already taken by a row wfhost did not
+    /// append.
+    Taken(u64),
+}
+
+/// Reads the head under a row lock, seals the next record with `seal`,
+/// inserts it and makes it the head, in one transaction.
+pub(super) fn append(
+    store: &mut PostgresStore,
+    seal: &dyn Fn(JournalHead) -> JournalRecord,
+) -> Result<JournalRecord, StoreError> {
+    let client = store.client()?;
+    let result = (|| -> Result<Appended, postgres::Error> {
+        let mut tx = client.transaction()?;
+        let Some(row) = tx.query_opt(
+            "SELECT seq, hash FROM journal_head WHERE id = 1 FOR UPDATE",
+            &[],
+        )?
+        else {
+            return Ok(Appended::BadHead(
+                "the journal's head row is missing".into(),
+            ));
+        };
+        let hash: Vec<u8> = row.get(1);
+        let head = match journal_row::head("the journal's head", row.get(0), &hash) {
+            Ok(head) => head,
+            Err(what) => return Ok(Appended::BadHead(what)),
+        };
+        // The record chained onto must at least be readable.
+        let tip = tx.query_opt(
+            "SELECT hash FROM journal WHERE seq = $1",
+            &[&signed(head.seq)],
+        )?;
+        if let Some(Err(what)) =
+            tip.map(|r| journal_row::check_tip(head.seq, &r.get::<_, Vec<u8>>(0)))
+        {
+            return Ok(Appended::BadHead(what));
+        }
+        let record = seal(head);
+        let inserted = tx.execute(
+            "INSERT INTO journal (seq, at_ms, kind, deployment, body, prev_hash, hash, key_id, signature)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT (seq) DO NOTHING",
+            &[
+                &signed(record.seq),
+                &signed(record.at_ms),
+                &record.kind,
+                &record.deployment,
+                &record.body,
+                &record.prev_hash.as_slice(),
+                &record.hash.as_slice(),
+                &record.key_id.0.as_slice(),
+                &record.signature,
+            ],
+        )?;
+        if inserted == 0 {
+            return Ok(Appended::Taken(record.seq));
+        }
+        tx.execute(
+            "UPDATE journal_head SET seq = $1, hash = $2 WHERE id = 1",
+            &[&signed(record.seq), &record.hash.as_slice()],
+        )?;
+        tx.commit()?;
+        Ok(Appended::Done(record))
+    })();
+    match result.map_err(|e| store.fail("appending to the journal", &e))? {
+        Appended::Done(record) => Ok(record),
+        Appended::BadHead(what) => Err(store.corrupt(what)),
+        Appended::Taken(seq) => Err(store.corrupt(format!(
+            "journal record {seq} already exists though the journal's head is record {}: something other than wfhost wrote to the journal",
+            seq.saturating_sub(1)
+        ))),
+    }
+}
+
+/// At most `limit` records after seq `after`, ascending: all of them, or
+/// one deployment's.
+pub(super) fn read(
+    store: &mut PostgresStore,
+    deployment: Option<&str>,
+    after: u64,
+    limit: usize,
+) -> Result<Vec<JournalRecord>, StoreError> {
+    // No stored seq is above i64::MAX.
+    let Ok(after) = i64::try_from(after) else {
+        return Ok(Vec::new());
+    };
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let rows = store.client()?.query(
+        "SELECT seq, at_ms, kind, deployment, body, prev_hash, hash, key_id, signature
+         FROM journal WHERE ($1::TEXT IS NULL OR deployment = $1) AND seq > $2
+         ORDER BY seq LIMIT $3",
+        &[&deployment, &after, &limit],
+    );
+    let rows = rows.map_err(|e| store.fail("reading the journal", &e))?;
+    rows.iter()
+        .map(|r| {
+            let seq: i64 = r.get(0);
+            let what = format!("journal record {seq}");
+            JournalRow {
+                seq: unsigned(&what, seq)?,
+                at_ms: unsigned(&what, r.get(1))?,
+                kind: r.get(2),
+                deployment: r.get(3),
+                body: r.get(4),
+                prev_hash: r.get(5),
+                hash: r.get(6),
+                key_id: r.get(7),
+                signature: r.get(8),
+            }
+            .into_record()
+        })
+        .collect::<Result<_, String>>()
+        .map_err(|what| store.corrupt(what))
+}
+
+/// The head and the last verified head.
+pub(super) fn heads(store: &mut PostgresStore) -> Result<JournalHeads, StoreError> {
+    let row = store.client()?.query_opt(
+        "SELECT seq, hash, verified_seq, verified_hash FROM journal_head WHERE id = 1",
+        &[],
+    );
+    let row = row.map_err(|e| store.fail("reading the journal's head", &e))?;
+    let Some(row) = row else {
+        return Err(store.corrupt("the journal's head row is missing".into()));
+    };
+    let hash: Vec<u8> = row.get(1);
+    let head =
+        journal_row::head("the journal's head", row.get(0), &hash).map_err(|w| store.corrupt(w))?;
+    let verified = match (
+        row.get::<_, Option<i64>>(2),
+        row.get::<_, Option<Vec<u8>>>(3),
+    ) {
+        (Some(seq), Some(hash)) => Some(
+            journal_row::head("the journal's verified head", seq, &hash)
+                .map_err(|w| store.corrupt(w))?,
+        ),
+        _ => None,
+    };
+    Ok(JournalHeads { head, verified })
+}
+
+/// Records `head` as the last verified one.
+pub(super) fn set_verified(store: &mut PostgresStore, head: JournalHead) -> Result<(), StoreError> {
+    let result = store.client()?.execute(
+        "UPDATE journal_head SET verified_seq = $1, verified_hash = $2 WHERE id = 1",
+        &[&signed(head.seq), &head.hash.as_slice()],
+    );
+    result
+        .map(drop)
+        .map_err(|e| store.fail("recording the verified journal head", &e))
+}

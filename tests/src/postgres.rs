@@ -1,5 +1,6 @@
 //! A throwaway PostgreSQL server for tests: `initdb` and `pg_ctl` (from
-//! `/usr/lib/postgresql/15/bin` or PATH) in a short temp dir, listening
+//! `/usr/lib/postgresql/15/bin`, else the newest `/usr/lib/postgresql/*/bin`,
+//! else PATH) in a short temp dir, listening
 //! only on a Unix socket in that dir, run as an unprivileged user when the
 //! tests run as root (PostgreSQL refuses root), and always stopped with
 //! `pg_ctl stop -m fast` when dropped, even when the test fails.
@@ -11,8 +12,10 @@ use std::process::{Command, Output, Stdio};
 
 use crate::TempDir;
 
-/// Where Debian's PostgreSQL 15 server binaries live.
-const DEBIAN_BIN: &str = "/usr/lib/postgresql/15/bin";
+/// Where Debian keeps each PostgreSQL version's server binaries.
+const DEBIAN_LIB: &str = "/usr/lib/postgresql";
+/// The version this machine has and the store was written against.
+const PREFERRED: u32 = 15;
 /// The superuser the cluster is made with (trust auth on its socket).
 pub const USER: &str = "wfhost";
 /// The user that runs the server when the tests run as root: the
@@ -28,16 +31,26 @@ pub struct PgServer {
 
 /// The directory holding `initdb`, `pg_ctl` and `psql`.
 fn bin_dir() -> PathBuf {
-    let debian = Path::new(DEBIAN_BIN);
-    if debian.join("initdb").exists() {
-        return debian.to_path_buf();
+    let mut versions: Vec<(u32, PathBuf)> = std::fs::read_dir(DEBIAN_LIB)
+        .into_iter()
+        .flatten()
+        .filter_map(|e| {
+            let e = e.ok()?;
+            let version = e.file_name().to_str()?.parse().ok()?;
+            let bin = e.path().join("bin");
+            bin.join("initdb").exists().then_some((version, bin))
+        })
+        .collect();
+    versions.sort_by_key(|(v, _)| (*v == PREFERRED, *v));
+    if let Some((_, bin)) = versions.pop() {
+        return bin;
     }
     let path = std::env::var_os("PATH").unwrap_or_default();
     std::env::split_paths(&path)
         .find(|d| d.join("initdb").exists() && d.join("pg_ctl").exists())
         .unwrap_or_else(|| {
             panic!(
-                "PostgreSQL server binaries (initdb, pg_ctl) are neither in {DEBIAN_BIN} nor on PATH: \
+                "PostgreSQL server binaries (initdb, pg_ctl) are neither in {DEBIAN_LIB}/*/bin nor on PATH: \
                  install them (apt-get install -y postgresql)"
             )
         })

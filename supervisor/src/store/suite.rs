@@ -63,6 +63,7 @@ macro_rules! backend_suite {
             events::the_log_survives_a_reopen,
             events::two_connections_share_one_sequence,
             events::a_mangled_body_is_reported_as_corruption_naming_the_event,
+            events::a_follower_misses_nothing_while_connections_append_at_once,
         );
     };
     (@each $fixture:expr; $($module:ident :: $name:ident),* $(,)?) => {

@@ -4,7 +4,7 @@
 use serde_json::json;
 
 use super::Fixture;
-use crate::store::{EventRecord, Store, StoreError};
+use crate::store::{EventRecord, NewEvent, Store, StoreError};
 
 /// Appends events numbered `from..to` in their body.
 fn append_n(store: &mut dyn Store, from: u64, to: u64) -> Vec<u64> {
@@ -123,4 +123,53 @@ pub fn a_mangled_body_is_reported_as_corruption_naming_the_event(f: &dyn Fixture
     );
     // Reading before it still works.
     assert_eq!(seqs(&store.events_after(0, 1).unwrap()), [1]);
+}
+
+pub fn a_follower_misses_nothing_while_connections_append_at_once(f: &dyn Fixture) {
+    const WRITERS: u64 = 3;
+    const BATCHES: u64 = 20;
+    const BATCH: u64 = 5;
+    let total = WRITERS * BATCHES * BATCH;
+    let writers: Vec<_> = (0..WRITERS)
+        .map(|w| {
+            let mut store = f.open();
+            std::thread::spawn(move || {
+                for b in 0..BATCHES {
+                    let batch: Vec<NewEvent> = (0..BATCH)
+                        .map(|i| NewEvent {
+                            at_ms: w * 1_000_000 + b * 1_000 + i,
+                            deployment: None,
+                            kind: "k".into(),
+                            body: json!(i),
+                        })
+                        .collect();
+                    store.append_events(&batch).unwrap();
+                }
+            })
+        })
+        .collect();
+    // A follower pages from its cursor while they write: a seq committed
+    // after a larger one would be skipped for good.
+    let mut follower = f.open();
+    let mut seen = Vec::new();
+    let mut cursor = 0;
+    while !writers.iter().all(|w| w.is_finished()) {
+        let page = follower.events_after(cursor, 7).unwrap();
+        match page.last() {
+            Some(last) => cursor = last.seq,
+            None => std::thread::yield_now(),
+        }
+        seen.extend(page.iter().map(|e| e.seq));
+    }
+    for w in writers {
+        w.join().unwrap();
+    }
+    seen.extend(
+        follower
+            .events_after(cursor, usize::MAX)
+            .unwrap()
+            .iter()
+            .map(|e| e.seq),
+    );
+    assert_eq!(seen, (1..=total).collect::<Vec<_>>());
 }

@@ -10,6 +10,7 @@
 
 mod api;
 mod children;
+mod delegate;
 pub mod error;
 mod events;
 pub mod guard;

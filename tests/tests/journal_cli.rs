@@ -6,10 +6,12 @@
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+
+mod support;
 
 use nix::sys::signal::Signal;
 use serde_json::Value;
+use support::supervise_until_exit;
 use wfhost_ipc::signed::{Canonical, Signable, Signed, signing_bytes};
 use wfhost_tests::{
     LONG, Supervisor, TempDir, demo, deployment, exec, keygen, ok, python, stderr, stdout, wfhost,
@@ -372,32 +374,6 @@ impl Signable for Forged {
             .str(&self.body)
             .bytes(&self.prev_hash);
     }
-}
-
-/// Runs `wfhost supervise` on `config` until it exits (at most [`LONG`]);
-/// returns its exit code and everything it wrote.
-fn supervise_until_exit(config: &Path) -> (Option<i32>, String) {
-    let mut child = Command::new(wfhost_tests::bin("wfhost"))
-        .args(["supervise", "--config", s(config)])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn wfhost supervise");
-    let deadline = Instant::now() + LONG;
-    while child.try_wait().expect("try_wait").is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("wfhost supervise did not refuse to start");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let out = child.wait_with_output().expect("output");
-    (
-        out.status.code(),
-        format!("{}{}", stdout(&out), stderr(&out)),
-    )
 }
 
 #[test]

@@ -4,15 +4,14 @@
 //! the start-up check, the event log), and a bad or unreachable url is
 //! named.
 
-use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+mod support;
 
 use nix::sys::signal::Signal;
+use support::supervise_until_exit;
 use wfhost_tests::postgres::PgServer;
 use wfhost_tests::{
-    LONG, Supervisor, TempDir, bin, demo, deployment, describe, mail_counts, ok, stderr, stdout,
-    wfhost, write_config,
+    LONG, Supervisor, TempDir, demo, deployment, describe, mail_counts, ok, stderr, wfhost,
+    write_config,
 };
 
 /// A config body with `[store] url` and a mail-taking deployment `orders`.
@@ -168,33 +167,6 @@ fn a_restarted_supervisor_checks_the_journal_from_where_it_left_off() {
             &sup.client(&["journal", "verify", "--expect-head", head]),
         );
     }
-}
-
-/// Runs `wfhost supervise` on `config` until it exits (at most [`LONG`]);
-/// returns its exit code and everything it wrote.
-fn supervise_until_exit(config: &Path) -> (Option<i32>, String) {
-    let mut child = Command::new(bin("wfhost"))
-        .args(["supervise", "--config"])
-        .arg(config)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn wfhost supervise");
-    let deadline = Instant::now() + LONG;
-    while child.try_wait().expect("try_wait").is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("wfhost supervise kept running on an unreachable store");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let out = child.wait_with_output().expect("output");
-    (
-        out.status.code(),
-        format!("{}{}", stdout(&out), stderr(&out)),
-    )
 }
 
 #[test]

@@ -4,6 +4,8 @@
 
 use wfhost_ipc::KeyId;
 
+use super::StoreError;
+use super::error::Location;
 use crate::journal::{JournalHead, JournalRecord};
 
 /// A journal row as stored, before its blobs are checked.
@@ -65,4 +67,33 @@ pub fn head(what: &str, seq: i64, hash: &[u8]) -> Result<JournalHead, String> {
 /// onto, is readable.
 pub fn check_tip(seq: u64, hash: &[u8]) -> Result<(), String> {
     fixed::<32>(&format!("journal record {seq}: hash"), hash).map(drop)
+}
+
+/// What a backend's append found, besides its own errors.
+pub enum Appended {
+    /// The record was written and is the head.
+    Done(JournalRecord),
+    /// The head row, or the record it names, is missing or mangled.
+    BadHead(String),
+    /// The seq after the head is already taken by a row wfhost did not
+    /// append.
+    Taken(u64),
+}
+
+impl Appended {
+    /// The record, or what was found, as an error about `location`.
+    pub fn into_result(self, location: &Location) -> Result<JournalRecord, StoreError> {
+        let corrupt = |what| StoreError::Corrupt {
+            location: location.clone(),
+            what,
+        };
+        match self {
+            Self::Done(record) => Ok(record),
+            Self::BadHead(what) => Err(corrupt(what)),
+            Self::Taken(seq) => Err(corrupt(format!(
+                "journal record {seq} already exists though the journal's head is record {}: something other than wfhost wrote to the journal",
+                seq.saturating_sub(1)
+            ))),
+        }
+    }
 }

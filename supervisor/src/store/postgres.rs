@@ -25,11 +25,9 @@ use std::time::Duration;
 use postgres::config::Host;
 use postgres::{Client, NoTls};
 
+use super::StoreError;
+use super::delegate::delegate_store;
 use super::error::Location;
-use super::{
-    Accepted, ChildRecord, EventRecord, MailCounts, MailItem, NewEvent, Store, StoreError,
-};
-use crate::journal::{JournalHead, JournalHeads, JournalRecord};
 
 /// How long a statement waits for another session's lock before failing.
 const LOCK_TIMEOUT: &str = "5s";
@@ -170,106 +168,4 @@ fn signed(value: u64) -> i64 {
     i64::try_from(value).unwrap_or(i64::MAX)
 }
 
-impl Store for PostgresStore {
-    fn record_child(&mut self, child: &ChildRecord) -> Result<(), StoreError> {
-        children::record(self, child)
-    }
-
-    fn forget_child(&mut self, deployment: &str, pid: u32) -> Result<(), StoreError> {
-        children::forget(self, deployment, pid)
-    }
-
-    fn children(&mut self) -> Result<Vec<ChildRecord>, StoreError> {
-        children::all(self)
-    }
-
-    fn append_sealed(
-        &mut self,
-        seal: &dyn Fn(JournalHead) -> JournalRecord,
-    ) -> Result<JournalRecord, StoreError> {
-        journal::append(self, seal)
-    }
-
-    fn journal(&mut self, deployment: Option<&str>) -> Result<Vec<JournalRecord>, StoreError> {
-        journal::read(self, deployment, 0, usize::MAX)
-    }
-
-    fn journal_after(
-        &mut self,
-        after: u64,
-        limit: usize,
-    ) -> Result<Vec<JournalRecord>, StoreError> {
-        journal::read(self, None, after, limit)
-    }
-
-    fn journal_heads(&mut self) -> Result<JournalHeads, StoreError> {
-        journal::heads(self)
-    }
-
-    fn set_verified_head(&mut self, head: JournalHead) -> Result<(), StoreError> {
-        journal::set_verified(self, head)
-    }
-
-    fn enqueue_mail(
-        &mut self,
-        deployment: &str,
-        key: Option<&str>,
-        payload: &[u8],
-        max_inbox: u64,
-        at_ms: u64,
-    ) -> Result<Accepted, StoreError> {
-        mail::enqueue(self, deployment, key, payload, max_inbox, at_ms)
-    }
-
-    fn take_mail(&mut self, deployment: &str, limit: usize) -> Result<Vec<MailItem>, StoreError> {
-        mail::take(self, deployment, limit)
-    }
-
-    fn ack_mail(
-        &mut self,
-        deployment: &str,
-        id: u64,
-        outcome: &str,
-        at_ms: u64,
-    ) -> Result<bool, StoreError> {
-        mail::ack(self, deployment, id, outcome, at_ms)
-    }
-
-    fn replay_mail(&mut self, deployment: &str) -> Result<u64, StoreError> {
-        mail::replay(self, Some(deployment))
-    }
-
-    fn replay_all_mail(&mut self) -> Result<u64, StoreError> {
-        mail::replay(self, None)
-    }
-
-    fn prune_done_mail(&mut self, done_before_ms: u64) -> Result<u64, StoreError> {
-        mail::prune_done(self, done_before_ms)
-    }
-
-    fn mail_counts(&mut self, deployment: &str) -> Result<MailCounts, StoreError> {
-        mail::counts(self, deployment)
-    }
-
-    #[cfg(test)]
-    fn mail_done_ids(&mut self, deployment: &str) -> Result<Vec<u64>, StoreError> {
-        mail::done_ids(self, deployment)
-    }
-
-    fn append_events(&mut self, new: &[NewEvent]) -> Result<Vec<u64>, StoreError> {
-        events::append(self, new)
-    }
-
-    fn events_after(&mut self, after: u64, limit: usize) -> Result<Vec<EventRecord>, StoreError> {
-        events::after(self, after, limit)
-    }
-
-    fn prune_events(&mut self, keep: u64) -> Result<u64, StoreError> {
-        events::prune(self, keep)
-    }
-
-    #[cfg(test)]
-    fn last_event_seq(&mut self) -> Result<u64, StoreError> {
-        events::last_seq(self)
-    }
-}
+delegate_store!(PostgresStore);

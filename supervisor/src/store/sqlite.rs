@@ -18,11 +18,9 @@ use std::time::Duration;
 
 use rusqlite::{Connection, OpenFlags};
 
+use super::StoreError;
+use super::delegate::delegate_store;
 use super::error::Location;
-use super::{
-    Accepted, ChildRecord, EventRecord, MailCounts, MailItem, NewEvent, Store, StoreError,
-};
-use crate::journal::{JournalHead, JournalHeads, JournalRecord};
 #[cfg(test)]
 pub use schema::{MIGRATIONS, SCHEMA_VERSION};
 
@@ -190,106 +188,4 @@ fn private_sidecars(db: &Path) {
     }
 }
 
-impl Store for SqliteStore {
-    fn record_child(&mut self, child: &ChildRecord) -> Result<(), StoreError> {
-        children::record(self, child)
-    }
-
-    fn forget_child(&mut self, deployment: &str, pid: u32) -> Result<(), StoreError> {
-        children::forget(self, deployment, pid)
-    }
-
-    fn children(&mut self) -> Result<Vec<ChildRecord>, StoreError> {
-        children::all(self)
-    }
-
-    fn append_sealed(
-        &mut self,
-        seal: &dyn Fn(JournalHead) -> JournalRecord,
-    ) -> Result<JournalRecord, StoreError> {
-        journal::append(self, seal)
-    }
-
-    fn journal(&mut self, deployment: Option<&str>) -> Result<Vec<JournalRecord>, StoreError> {
-        journal::read(self, deployment, 0, usize::MAX)
-    }
-
-    fn journal_after(
-        &mut self,
-        after: u64,
-        limit: usize,
-    ) -> Result<Vec<JournalRecord>, StoreError> {
-        journal::read(self, None, after, limit)
-    }
-
-    fn journal_heads(&mut self) -> Result<JournalHeads, StoreError> {
-        journal::heads(self)
-    }
-
-    fn set_verified_head(&mut self, head: JournalHead) -> Result<(), StoreError> {
-        journal::set_verified(self, head)
-    }
-
-    fn enqueue_mail(
-        &mut self,
-        deployment: &str,
-        key: Option<&str>,
-        payload: &[u8],
-        max_inbox: u64,
-        at_ms: u64,
-    ) -> Result<Accepted, StoreError> {
-        mail::enqueue(self, deployment, key, payload, max_inbox, at_ms)
-    }
-
-    fn take_mail(&mut self, deployment: &str, limit: usize) -> Result<Vec<MailItem>, StoreError> {
-        mail::take(self, deployment, limit)
-    }
-
-    fn ack_mail(
-        &mut self,
-        deployment: &str,
-        id: u64,
-        outcome: &str,
-        at_ms: u64,
-    ) -> Result<bool, StoreError> {
-        mail::ack(self, deployment, id, outcome, at_ms)
-    }
-
-    fn replay_mail(&mut self, deployment: &str) -> Result<u64, StoreError> {
-        mail::replay(self, Some(deployment))
-    }
-
-    fn replay_all_mail(&mut self) -> Result<u64, StoreError> {
-        mail::replay(self, None)
-    }
-
-    fn prune_done_mail(&mut self, done_before_ms: u64) -> Result<u64, StoreError> {
-        mail::prune_done(self, done_before_ms)
-    }
-
-    fn mail_counts(&mut self, deployment: &str) -> Result<MailCounts, StoreError> {
-        mail::counts(self, deployment)
-    }
-
-    #[cfg(test)]
-    fn mail_done_ids(&mut self, deployment: &str) -> Result<Vec<u64>, StoreError> {
-        mail::done_ids(self, deployment)
-    }
-
-    fn append_events(&mut self, new: &[NewEvent]) -> Result<Vec<u64>, StoreError> {
-        events::append(self, new)
-    }
-
-    fn events_after(&mut self, after: u64, limit: usize) -> Result<Vec<EventRecord>, StoreError> {
-        events::after(self, after, limit)
-    }
-
-    fn prune_events(&mut self, keep: u64) -> Result<u64, StoreError> {
-        events::prune(self, keep)
-    }
-
-    #[cfg(test)]
-    fn last_event_seq(&mut self) -> Result<u64, StoreError> {
-        events::last_seq(self)
-    }
-}
+delegate_store!(SqliteStore);

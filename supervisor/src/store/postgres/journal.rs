@@ -6,17 +6,7 @@
 use super::{PostgresStore, signed, unsigned};
 use crate::journal::{JournalHead, JournalHeads, JournalRecord};
 use crate::store::StoreError;
-use crate::store::journal_row::{self, JournalRow};
-
-/// What an append found, beyond the server's own errors.
-enum Appended {
-    Done(JournalRecord),
-    /// The head row, or the record it names, is missing or mangled.
-    BadHead(String),
-    /// The seq after the head is already taken by a row wfhost did not
-    /// append.
-    Taken(u64),
-}
+use crate::store::journal_row::{self, Appended, JournalRow};
 
 /// Reads the head under a row lock, seals the next record with `seal`,
 /// inserts it and makes it the head, in one transaction.
@@ -77,14 +67,9 @@ pub(super) fn append(
         tx.commit()?;
         Ok(Appended::Done(record))
     })();
-    match result.map_err(|e| store.fail("appending to the journal", &e))? {
-        Appended::Done(record) => Ok(record),
-        Appended::BadHead(what) => Err(store.corrupt(what)),
-        Appended::Taken(seq) => Err(store.corrupt(format!(
-            "journal record {seq} already exists though the journal's head is record {}: something other than wfhost wrote to the journal",
-            seq.saturating_sub(1)
-        ))),
-    }
+    result
+        .map_err(|e| store.fail("appending to the journal", &e))?
+        .into_result(&store.location)
 }
 
 /// At most `limit` records after seq `after`, ascending: all of them, or

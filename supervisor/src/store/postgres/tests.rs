@@ -9,6 +9,7 @@ use wfhost_tests::postgres::PgServer;
 use super::schema::SCHEMA_VERSION;
 use super::*;
 use crate::journal::NewJournalEntry;
+use crate::store::Store;
 use crate::store::error::ErrorKind;
 use crate::store::suite::Fixture;
 

@@ -10,6 +10,7 @@ use serde_json::json;
 
 use super::*;
 use crate::journal::{JournalHead, JournalRecord, NewJournalEntry};
+use crate::store::Store;
 use crate::store::error::ErrorKind;
 use crate::store::suite::Fixture;
 

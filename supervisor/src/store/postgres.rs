@@ -157,6 +157,16 @@ impl PostgresStore {
     }
 }
 
+/// Column `idx` of `row`, or what is wrong with it (a value of another
+/// type: the schema was changed by hand).
+fn col<'a, T: postgres::types::FromSql<'a>>(
+    row: &'a postgres::Row,
+    idx: usize,
+) -> Result<T, String> {
+    row.try_get(idx)
+        .map_err(|e| format!("a stored value has the wrong type: {e}"))
+}
+
 /// A stored BIGINT that must not be negative, or what is wrong.
 fn unsigned(what: &str, value: i64) -> Result<u64, String> {
     u64::try_from(value).map_err(|_| format!("{what}: a stored value has the wrong sign: {value}"))

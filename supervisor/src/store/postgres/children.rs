@@ -1,6 +1,6 @@
 //! The children table in PostgreSQL: one row per live child, keyed by pid.
 
-use super::{PostgresStore, signed, unsigned};
+use super::{PostgresStore, col, signed, unsigned};
 use crate::store::{ChildRecord, StoreError};
 
 /// Remembers `child`, replacing any record of the same pid.
@@ -50,13 +50,13 @@ pub(super) fn all(store: &mut PostgresStore) -> Result<Vec<ChildRecord>, StoreEr
     rows.iter()
         .map(|r| {
             let what = "the children table";
-            let pid = unsigned(what, r.get(1))?;
+            let pid = unsigned(what, col(r, 1)?)?;
             Ok(ChildRecord {
-                deployment: r.get(0),
+                deployment: col(r, 0)?,
                 pid: u32::try_from(pid).map_err(|_| format!("{what}: pid {pid} is too big"))?,
-                start_time: unsigned(what, r.get(2))?,
-                channel_id: r.get(3),
-                spawned_at_ms: unsigned(what, r.get(4))?,
+                start_time: unsigned(what, col(r, 2)?)?,
+                channel_id: col(r, 3)?,
+                spawned_at_ms: unsigned(what, col(r, 4)?)?,
             })
         })
         .collect::<Result<_, String>>()

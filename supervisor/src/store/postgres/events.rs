@@ -7,7 +7,7 @@
 
 use postgres::Transaction;
 
-use super::{PostgresStore, signed, unsigned};
+use super::{PostgresStore, col, signed, unsigned};
 use crate::store::events::parse_body;
 use crate::store::{EventRecord, NewEvent, StoreError};
 
@@ -16,18 +16,17 @@ pub(super) const EVENTS_LOCK: i64 = 0x7766_686f_7374_0002;
 
 /// Inserts `event` in `tx`, which holds [`EVENTS_LOCK`]; returns its seq.
 pub(super) fn insert(tx: &mut Transaction<'_>, event: &NewEvent) -> Result<i64, postgres::Error> {
-    Ok(tx
-        .query_one(
-            "INSERT INTO events (at_ms, deployment, kind, body) VALUES ($1, $2, $3, $4)
+    tx.query_one(
+        "INSERT INTO events (at_ms, deployment, kind, body) VALUES ($1, $2, $3, $4)
              RETURNING seq",
-            &[
-                &signed(event.at_ms),
-                &event.deployment,
-                &event.kind,
-                &event.body.to_string(),
-            ],
-        )?
-        .get(0))
+        &[
+            &signed(event.at_ms),
+            &event.deployment,
+            &event.kind,
+            &event.body.to_string(),
+        ],
+    )?
+    .try_get(0)
 }
 
 /// Appends events in one transaction; returns their seqs.
@@ -75,13 +74,13 @@ pub(super) fn after(
     let rows = rows.map_err(|e| store.fail("reading the event log", &e))?;
     rows.iter()
         .map(|r| {
-            let seq = unsigned("event", r.get(0))?;
-            let body: String = r.get(4);
+            let seq = unsigned("event", col(r, 0)?)?;
+            let body: String = col(r, 4)?;
             Ok(EventRecord {
                 seq,
-                at_ms: unsigned(&format!("event {seq}"), r.get(1))?,
-                deployment: r.get(2),
-                kind: r.get(3),
+                at_ms: unsigned(&format!("event {seq}"), col(r, 1)?)?,
+                deployment: col(r, 2)?,
+                kind: col(r, 3)?,
                 body: parse_body(seq, &body)?,
             })
         })

@@ -3,7 +3,7 @@
 //! transaction, so appends from every connection and host are serialized
 //! and make one chain.
 
-use super::{PostgresStore, signed, unsigned};
+use super::{PostgresStore, col, signed, unsigned};
 use crate::journal::{JournalHead, JournalHeads, JournalRecord};
 use crate::store::StoreError;
 use crate::store::journal_row::{self, Appended, JournalRow};
@@ -26,8 +26,8 @@ pub(super) fn append(
                 "the journal's head row is missing".into(),
             ));
         };
-        let hash: Vec<u8> = row.get(1);
-        let head = match journal_row::head("the journal's head", row.get(0), &hash) {
+        let hash: Vec<u8> = row.try_get(1)?;
+        let head = match journal_row::head("the journal's head", row.try_get(0)?, &hash) {
             Ok(head) => head,
             Err(what) => return Ok(Appended::BadHead(what)),
         };
@@ -36,8 +36,8 @@ pub(super) fn append(
             "SELECT hash FROM journal WHERE seq = $1",
             &[&signed(head.seq)],
         )?;
-        if let Some(Err(what)) =
-            tip.map(|r| journal_row::check_tip(head.seq, &r.get::<_, Vec<u8>>(0)))
+        if let Some(tip) = tip
+            && let Err(what) = journal_row::check_tip(head.seq, &tip.try_get::<_, Vec<u8>>(0)?)
         {
             return Ok(Appended::BadHead(what));
         }
@@ -94,18 +94,18 @@ pub(super) fn read(
     let rows = rows.map_err(|e| store.fail("reading the journal", &e))?;
     rows.iter()
         .map(|r| {
-            let seq: i64 = r.get(0);
+            let seq: i64 = col(r, 0)?;
             let what = format!("journal record {seq}");
             JournalRow {
                 seq: unsigned(&what, seq)?,
-                at_ms: unsigned(&what, r.get(1))?,
-                kind: r.get(2),
-                deployment: r.get(3),
-                body: r.get(4),
-                prev_hash: r.get(5),
-                hash: r.get(6),
-                key_id: r.get(7),
-                signature: r.get(8),
+                at_ms: unsigned(&what, col(r, 1)?)?,
+                kind: col(r, 2)?,
+                deployment: col(r, 3)?,
+                body: col(r, 4)?,
+                prev_hash: col(r, 5)?,
+                hash: col(r, 6)?,
+                key_id: col(r, 7)?,
+                signature: col(r, 8)?,
             }
             .into_record()
         })
@@ -123,20 +123,23 @@ pub(super) fn heads(store: &mut PostgresStore) -> Result<JournalHeads, StoreErro
     let Some(row) = row else {
         return Err(store.corrupt("the journal's head row is missing".into()));
     };
-    let hash: Vec<u8> = row.get(1);
-    let head =
-        journal_row::head("the journal's head", row.get(0), &hash).map_err(|w| store.corrupt(w))?;
-    let verified = match (
-        row.get::<_, Option<i64>>(2),
-        row.get::<_, Option<Vec<u8>>>(3),
-    ) {
-        (Some(seq), Some(hash)) => Some(
-            journal_row::head("the journal's verified head", seq, &hash)
-                .map_err(|w| store.corrupt(w))?,
-        ),
-        _ => None,
+    let read = || -> Result<JournalHeads, String> {
+        let hash: Vec<u8> = col(&row, 1)?;
+        let head = journal_row::head("the journal's head", col(&row, 0)?, &hash)?;
+        let verified = match (
+            col::<Option<i64>>(&row, 2)?,
+            col::<Option<Vec<u8>>>(&row, 3)?,
+        ) {
+            (Some(seq), Some(hash)) => Some(journal_row::head(
+                "the journal's verified head",
+                seq,
+                &hash,
+            )?),
+            _ => None,
+        };
+        Ok(JournalHeads { head, verified })
     };
-    Ok(JournalHeads { head, verified })
+    read().map_err(|what| store.corrupt(what))
 }
 
 /// Records `head` as the last verified one.

@@ -6,7 +6,7 @@
 //! (see `events`).
 
 use super::events::{EVENTS_LOCK, insert};
-use super::{PostgresStore, signed, unsigned};
+use super::{PostgresStore, col, signed, unsigned};
 use crate::store::mail::{self, Admission, Earlier};
 use crate::store::{Accepted, MailCounts, MailItem, StoreError};
 
@@ -33,17 +33,20 @@ pub(super) fn enqueue(
                 "SELECT inbox + processing FROM mail_counts WHERE deployment = $1 FOR UPDATE",
                 &[&deployment],
             )?
-            .get(0);
+            .try_get(0)?;
         let earlier = match key {
             Some(key) => tx
                 .query_opt(
                     "SELECT id, payload_sha256 FROM mail WHERE deployment = $1 AND idempotency_key = $2",
                     &[&deployment, &key],
                 )?
-                .map(|r| Earlier {
-                    id: u64::try_from(r.get::<_, i64>(0)).unwrap_or(0),
-                    payload_sha256: r.get(1),
-                }),
+                .map(|r| -> Result<Earlier, postgres::Error> {
+                    Ok(Earlier {
+                        id: u64::try_from(r.try_get::<_, i64>(0)?).unwrap_or(0),
+                        payload_sha256: r.try_get(1)?,
+                    })
+                })
+                .transpose()?,
             None => None,
         };
         let pending = u64::try_from(pending).unwrap_or(0);
@@ -67,7 +70,7 @@ pub(super) fn enqueue(
                  VALUES ($1, 'inbox', $2, $3, $4, $5) RETURNING id",
                 &[&deployment, &payload, &signed(at_ms), &key, &digest],
             )?
-            .get(0);
+            .try_get(0)?;
         let id = u64::try_from(id).unwrap_or(0);
         insert(&mut tx, &mail::accepted_event(deployment, id, at_ms))?;
         tx.commit()?;
@@ -95,10 +98,10 @@ pub(super) fn take(
              WHERE deployment = $1 AND state = 'inbox' ORDER BY id LIMIT $2 FOR UPDATE",
             &[&deployment, &limit],
         )?;
-        let items: Vec<(i64, Vec<u8>, i64)> = rows
+        let items = rows
             .iter()
-            .map(|r| (r.get(0), r.get(1), r.get(2)))
-            .collect();
+            .map(|r| Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?)))
+            .collect::<Result<Vec<(i64, Vec<u8>, i64)>, postgres::Error>>()?;
         if let Some(last) = items.last() {
             // Exactly the rows just read and locked: the head of the inbox.
             tx.execute(
@@ -217,9 +220,9 @@ pub(super) fn counts(
     let what = "mail_counts";
     (|| {
         Ok(MailCounts {
-            inbox: unsigned(what, row.get(0))?,
-            processing: unsigned(what, row.get(1))?,
-            done: unsigned(what, row.get(2))?,
+            inbox: unsigned(what, col(&row, 0)?)?,
+            processing: unsigned(what, col(&row, 1)?)?,
+            done: unsigned(what, col(&row, 2)?)?,
         })
     })()
     .map_err(|what| store.corrupt(what))

@@ -112,7 +112,7 @@ impl PostgresStore {
         let row = self
             .client()?
             .query_one("SELECT to_regclass('wfhost_schema') IS NOT NULL", &[]);
-        row.map(|r| r.get(0))
+        row.and_then(|r| r.try_get(0))
             .map_err(|e| self.fail("looking for wfhost's schema", &e))
     }
 
@@ -124,7 +124,7 @@ impl PostgresStore {
         let row = self
             .client()?
             .query_opt("SELECT version FROM wfhost_schema WHERE id = 1", &[]);
-        row.map(|r| r.map(|r| r.get(0)))
+        row.and_then(|r| r.map(|r| r.try_get(0)).transpose())
             .map_err(|e| self.fail("reading the schema version", &e))
     }
 
@@ -147,7 +147,7 @@ impl PostgresStore {
             )?;
             let found: i64 = tx
                 .query_one("SELECT version FROM wfhost_schema WHERE id = 1", &[])?
-                .get(0);
+                .try_get(0)?;
             if !(0..=SCHEMA_VERSION).contains(&found) {
                 return Ok(Err(found));
             }

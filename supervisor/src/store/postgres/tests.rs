@@ -196,3 +196,18 @@ fn a_read_only_server_is_named_read_only() {
     );
     assert!(msg.contains("point [store] url at the primary"), "{msg}");
 }
+
+#[test]
+fn a_column_changed_by_hand_is_named_not_a_crash() {
+    let pg = fresh();
+    let mut store = pg.open();
+    store.append_event(1, None, "spawned", &json!({})).unwrap();
+    pg.exec("ALTER TABLE events ALTER COLUMN at_ms TYPE TEXT");
+    let err = store.events_after(0, 10).unwrap_err();
+    assert!(matches!(err, StoreError::Corrupt { .. }), "{err}");
+    assert!(
+        err.to_string()
+            .contains("a stored value has the wrong type"),
+        "{err}"
+    );
+}

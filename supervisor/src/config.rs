@@ -29,6 +29,7 @@
 //! | `recycle.jitter` | 0% | ≤ 50% |
 //! | `restart.backoff_initial` / `backoff_max` | 100ms / 30s | 0 < initial ≤ max |
 //! | `restart.max_restarts` in `restart.period` | 5 in 60s | 1 to 10000; period > 0 |
+//! | `[store] url` | none: SQLite in `state_dir` | a PostgreSQL URL or `key=value` string naming a server and database |
 
 mod build;
 pub mod defaults;
@@ -44,7 +45,7 @@ use std::io::Read;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
-use raw::RawFile;
+use raw::{RawFile, RawStore};
 use resolve::Lookup;
 pub use units::{format_duration, format_size};
 
@@ -118,6 +119,29 @@ pub fn locations_of(path: &Path) -> Result<Locations, ConfigError> {
     })
 }
 
+/// The `[store] url` a config names (`None`: SQLite in `state_dir`), read
+/// leniently like [`locations_of`]: a missing or well-formed url needs no
+/// full load; anything else gets the full load's error.
+pub fn store_url_of(path: &Path) -> Result<Option<String>, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let full = || load(path).map(|c| c.store_url);
+    let Ok(table) = toml::from_str::<toml::Table>(&text) else {
+        return full();
+    };
+    let Some(store) = table.get("store") else {
+        return Ok(None);
+    };
+    match store.get("url").and_then(|u| u.as_str()) {
+        Some(url) if store.is_table() && resolve::store_url(url).is_ok() => {
+            Ok(Some(url.to_owned()))
+        }
+        _ => full(),
+    }
+}
+
 /// Reads, parses and validates the config file at `path`.
 pub fn load(path: &Path) -> Result<Config, ConfigError> {
     let read_err = |source| ConfigError::Read {
@@ -167,6 +191,7 @@ fn parse_with(text: &str, path: &Path, lookup: &Lookup) -> Result<Config, Config
     let supervisor = build
         .supervisor(raw.supervisor)
         .map_err(|p| p.into_error(text, path))?;
+    let store_url = store_url(raw.store).map_err(|p| p.into_error(text, path))?;
     let defaults = raw.defaults.unwrap_or_default();
     let mut seen: HashMap<String, Range<usize>> = HashMap::new();
     let mut deployments = Vec::with_capacity(raw.deployment.len());
@@ -179,8 +204,19 @@ fn parse_with(text: &str, path: &Path, lookup: &Lookup) -> Result<Config, Config
     Ok(Config {
         source: std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf()),
         supervisor,
+        store_url,
         deployments,
     })
+}
+
+/// `[store] url`, checked.
+fn store_url(raw: Option<RawStore>) -> Result<Option<String>, Problem> {
+    let Some(url) = raw.and_then(|s| s.url) else {
+        return Ok(None);
+    };
+    let text = &url.get_ref().0;
+    resolve::store_url(text).map_err(|f| Problem::failure(url.span(), f))?;
+    Ok(Some(text.clone()))
 }
 
 #[cfg(test)]

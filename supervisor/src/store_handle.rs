@@ -1,7 +1,9 @@
-//! The store runs on its own thread: SQLite calls block (a commit with
-//! `synchronous=FULL`, a lock held by another process), and the async loop
-//! that answers pings and drives drains must never wait on them. Calls are
-//! queued in order, so journal records keep the order they were made in.
+//! The store runs on its own thread: store calls block (a SQLite commit
+//! with `synchronous=FULL`, a lock held by another process, a round trip
+//! to PostgreSQL, whose client blocks on a runtime of its own and so must
+//! not run on the supervisor's), and the async loop that answers pings and
+//! drives drains must never wait on them. Calls are queued in order, so
+//! journal records keep the order they were made in.
 
 use std::sync::mpsc;
 

@@ -3,6 +3,8 @@
 //! operator reads (command output, the journal, the event log, the store).
 //! Tests drive only the binaries.
 
+pub mod postgres;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};

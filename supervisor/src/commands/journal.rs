@@ -12,17 +12,19 @@ use wfhost_ipc::key::public_from_hex;
 
 use crate::config;
 use crate::exit;
-use crate::journal::{self, JournalRecord};
+use crate::journal::{JournalHead, JournalRecord, Verifier};
 use crate::signing_key;
-use crate::store::{SqliteStore, Store};
+use crate::store::guard::PAGE;
+use crate::store::{Backend, Store};
 
 /// Journal subcommands.
 #[derive(Debug, clap::Subcommand)]
 pub enum Command {
     /// Check every signature and the hash chain; name the first bad record.
     #[command(
-        after_help = "Exit status: 0 if every record verifies, 1 if the journal is \
-broken or cannot be read, 2 on a usage or config error."
+        after_help = "Exit status: 0 if every record verifies (and, with --expect-head, \
+the saved head is present and unchanged), 1 if the journal is broken, cannot be read, \
+or lacks the saved head, 2 on a usage or config error."
     )]
     Verify(VerifyArgs),
     /// List journal records as a table, or as JSON lines with --json.
@@ -33,10 +35,12 @@ broken or cannot be read, 2 on a usage or config error."
 #[derive(Debug, clap::Args)]
 #[group(required = true, multiple = true)]
 pub struct Location {
-    /// The supervisor's config file: gives state_dir and signing_key.
+    /// The supervisor's config file: gives state_dir, signing_key and
+    /// [store] url (a PostgreSQL store).
     #[arg(long, value_name = "PATH")]
     pub config: Option<PathBuf>,
-    /// The supervisor's state directory (overrides the config's state_dir).
+    /// The supervisor's state directory: read the SQLite store there
+    /// (overrides the config's state_dir and [store] url).
     #[arg(long, value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
 }
@@ -54,6 +58,11 @@ pub struct VerifyArgs {
     /// prints it) instead of reading the private key file.
     #[arg(long, value_name = "HEX")]
     pub public_key: Option<String>,
+    /// A head saved earlier (as `verify` and the supervisor's start and
+    /// stop logs print it): check that record SEQ is still there with this
+    /// hash, so a cut or rewritten tail shows.
+    #[arg(long, value_name = "SEQ:HASH", value_parser = JournalHead::parse)]
+    pub expect_head: Option<JournalHead>,
 }
 
 /// Arguments of `wfhost journal show`.
@@ -99,20 +108,27 @@ impl Failure {
     }
 }
 
-/// The store's state directory and, when a config was given, its
-/// configured signing key.
-fn locate(location: &Location) -> Result<(PathBuf, Option<PathBuf>), Failure> {
+/// Where the store and the key are: the state directory, the configured
+/// signing key (when a config was given) and the store's backend.
+fn locate(location: &Location) -> Result<(PathBuf, Option<PathBuf>, Backend), Failure> {
+    let usage = |e: config::ConfigError| Failure {
+        code: exit::USAGE,
+        message: e.to_string(),
+    };
     let cfg = match &location.config {
-        Some(path) => Some(config::locations_of(path).map_err(|e| Failure {
-            code: exit::USAGE,
-            message: e.to_string(),
-        })?),
+        Some(path) => Some((
+            config::locations_of(path).map_err(usage)?,
+            config::store_url_of(path).map_err(usage)?,
+        )),
         None => None,
     };
-    let configured_key = cfg.as_ref().and_then(|c| c.signing_key.clone());
-    let state_dir = match (&location.state_dir, cfg) {
-        (Some(dir), _) => dir.clone(),
-        (None, Some(cfg)) => cfg.state_dir,
+    let configured_key = cfg.as_ref().and_then(|(c, _)| c.signing_key.clone());
+    let (state_dir, backend) = match (&location.state_dir, cfg) {
+        (Some(dir), _) => (dir.clone(), Backend::Sqlite(dir.clone())),
+        (None, Some((cfg, url))) => {
+            let backend = Backend::of(&cfg.state_dir, url.as_deref());
+            (cfg.state_dir, backend)
+        }
         // clap requires one of the two.
         (None, None) => {
             return Err(Failure {
@@ -121,18 +137,12 @@ fn locate(location: &Location) -> Result<(PathBuf, Option<PathBuf>), Failure> {
             });
         }
     };
-    Ok((state_dir, configured_key))
+    Ok((state_dir, configured_key, backend))
 }
 
-/// All journal records of the store in `state_dir` (or one deployment's),
-/// and the database file they came from.
-fn records(
-    state_dir: &Path,
-    deployment: Option<&str>,
-) -> Result<(Vec<JournalRecord>, PathBuf), Failure> {
-    let mut store = SqliteStore::open_existing(state_dir).map_err(Failure::failed)?;
-    let records = store.journal(deployment).map_err(Failure::failed)?;
-    Ok((records, store.path().to_path_buf()))
+/// The store, never created.
+fn open(backend: &Backend) -> Result<Box<dyn Store>, Failure> {
+    backend.open_existing().map_err(Failure::failed)
 }
 
 /// The public key to verify with.
@@ -164,31 +174,121 @@ fn trusted_key(
 }
 
 fn verify(args: &VerifyArgs) -> Result<u8, Failure> {
-    let (state_dir, configured) = locate(&args.location)?;
-    let (records, db) = records(&state_dir, None)?;
+    let (state_dir, configured, backend) = locate(&args.location)?;
+    let mut store = open(&backend)?;
     let key = trusted_key(args, &state_dir, configured)?;
-    match journal::verify(&records, &key) {
+    let checked = check(&mut *store, &key, args.expect_head)?;
+    let db = backend.describe();
+    let verdict = match &checked.verdict {
         Ok(n) => {
-            let noun = if n == 1 { "record" } else { "records" };
+            let noun = if *n == 1 { "record" } else { "records" };
             println!("journal ok: {n} {noun}");
             println!("key id: {}", KeyId::of(&key));
-            if let Some(last) = records.last() {
-                // Truncating the newest records cannot be seen from the
-                // chain alone; keeping the head elsewhere makes it visible.
-                println!("head: seq {} hash {}", last.seq, hex::encode(last.hash));
+            if checked.head.seq > 0 {
+                // A cut or rewritten tail with the head row rewritten to
+                // match cannot be seen from the store alone; a head kept
+                // elsewhere makes it visible.
+                let head = checked.head;
+                println!("head: seq {} hash {}", head.seq, hex::encode(head.hash));
+                println!("save this head and check it later with --expect-head {head}");
             }
-            Ok(exit::OK)
+            Ok(())
         }
-        Err(broken) => Err(Failure::failed(format!(
-            "{broken}\n  help: {} was tampered with or damaged at this record (every record before it verified); keep a copy of it for investigation",
-            db.display()
-        ))),
+        Err(broken) => Err(format!(
+            "error: {broken}\n  help: {db} was tampered with or damaged at this record (every record before it verified); keep a copy of it for investigation"
+        )),
+    };
+    let expected = match (args.expect_head, &checked.expected) {
+        (None, _) => Ok(()),
+        (Some(want), Some(found)) if found.hash == want.hash => {
+            println!("expected head {}: present and unchanged", want.seq);
+            Ok(())
+        }
+        (Some(want), Some(found)) => Err(format!(
+            "error: expected head {want}: record {} has changed: its hash is now {}",
+            want.seq,
+            hex::encode(found.hash)
+        )),
+        (Some(want), None) if !checked.read_all => Err(format!(
+            "error: expected head {want}: not reached: the journal is broken before record {}",
+            want.seq
+        )),
+        (Some(want), None) => Err(format!(
+            "error: expected head {want}: record {} is missing (the journal's head is record {}): its tail was cut or replaced",
+            want.seq, checked.head.seq
+        )),
+    };
+    let errors: Vec<String> = [verdict, expected]
+        .into_iter()
+        .filter_map(Result::err)
+        .collect();
+    if errors.is_empty() {
+        Ok(exit::OK)
+    } else {
+        Err(Failure {
+            code: exit::FAILED,
+            message: errors.join("\n"),
+        })
     }
 }
 
+/// What checking a whole journal found.
+struct Check {
+    /// The head the store recorded.
+    head: JournalHead,
+    /// How many records verified, or the first broken one.
+    verdict: Result<u64, crate::journal::JournalBroken>,
+    /// The stored record at the expected head's seq, if it was reached.
+    expected: Option<JournalHead>,
+    /// Whether every record was read (not stopped at a broken one).
+    read_all: bool,
+}
+
+/// Verifies every record page by page (bounded memory on a long
+/// journal), then the end against the store's head, noting the record at
+/// `expect`'s seq on the way.
+fn check(
+    store: &mut dyn Store,
+    key: &VerifyingKey,
+    expect: Option<JournalHead>,
+) -> Result<Check, Failure> {
+    let heads = store.journal_heads().map_err(Failure::failed)?;
+    let keys = [*key];
+    let mut verifier = Verifier::from_genesis(&keys);
+    let mut expected = None;
+    let mut after = 0;
+    let mut read_all = false;
+    let verdict = 'pages: loop {
+        let page = store.journal_after(after, PAGE).map_err(Failure::failed)?;
+        for record in &page {
+            if expect.is_some_and(|e| e.seq == record.seq) {
+                expected = Some(record.head());
+            }
+            if let Err(broken) = verifier.check(record) {
+                break 'pages Err(broken);
+            }
+        }
+        match page.last() {
+            Some(last) if page.len() == PAGE => after = last.seq,
+            _ => {
+                read_all = true;
+                break verifier.finish(&heads.head);
+            }
+        }
+    };
+    Ok(Check {
+        head: heads.head,
+        verdict,
+        expected,
+        read_all,
+    })
+}
+
 fn show(args: &ShowArgs) -> Result<u8, Failure> {
-    let (state_dir, _) = locate(&args.location)?;
-    let (records, _) = records(&state_dir, args.deployment.as_deref())?;
+    let (_, _, backend) = locate(&args.location)?;
+    let records = open(&backend)?
+        .journal(args.deployment.as_deref())
+        .map_err(Failure::failed)?;
     let mut out = std::io::stdout().lock();
     // A closed pipe (`| head`) just ends the listing.
     let _ = if args.json {

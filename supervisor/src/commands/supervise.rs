@@ -14,6 +14,7 @@ use tracing::{error, info, warn};
 
 use wfhost_policy::{Fact, format_duration};
 
+use crate::config::SupervisorSettings;
 use crate::config::{self, Config};
 use crate::control::server;
 use crate::deployment::spawn::Spawner;
@@ -23,7 +24,7 @@ use crate::logging::{self, LogFormat};
 use crate::observe::notify::Notifier;
 use crate::shared::Shared;
 use crate::signing_key;
-use crate::store::SqliteStore;
+use crate::store::{Backend, Store, guard};
 use crate::store_handle::StoreHandle;
 use crate::unwritten;
 
@@ -120,21 +121,13 @@ fn notify(
 async fn supervise(config: Config, config_path: &Path) -> anyhow::Result<()> {
     let notifier = Notifier::from_env();
     let settings = &config.supervisor;
-    let store = SqliteStore::open(&settings.state_dir)
-        .with_context(|| format!("cannot open the store in {}", settings.state_dir.display()))?;
-    let (key, key_path) = signing_key::load_or_create(settings)?;
-    info!(key = %key_path.display(), key_id = %wfhost_ipc::KeyId::of(&key.verifying_key()), "signing key loaded");
+    let backend = Backend::of(&settings.state_dir, config.store_url.as_deref());
+    let (store, reader, key) = open_store(&backend, settings)?;
     let spawner = Spawner::start(tokio::runtime::Handle::current())
         .context("cannot start the spawner thread")?;
-    let reader = SqliteStore::open_existing(&settings.state_dir).with_context(|| {
-        format!(
-            "cannot open a read connection to the store in {}",
-            settings.state_dir.display()
-        )
-    })?;
-    let store = StoreHandle::start("wfhost-store", Box::new(store))
-        .context("cannot start the store thread")?;
-    let reader = StoreHandle::start("wfhost-store-read", Box::new(reader))
+    let store =
+        StoreHandle::start("wfhost-store", store).context("cannot start the store thread")?;
+    let reader = StoreHandle::start("wfhost-store-read", reader)
         .context("cannot start the store reader thread")?;
     let (events, _) = watch::channel(());
     let shared = Arc::new(Shared {
@@ -282,7 +275,11 @@ async fn supervise(config: Config, config_path: &Path) -> anyhow::Result<()> {
     // Let queued journal records and events reach the disk before exiting
     // (one last try for any the store refused).
     shared.retry_backlog();
-    let _ = shared.store.call(|_| ()).await;
+    let verifying = shared.key.verifying_key();
+    let _ = shared
+        .store
+        .call(move |s| guard::log_head_at_stop(s, &verifying))
+        .await;
     keep_unwritten(&shared, &settings.state_dir)?;
     info!("all children stopped; exiting");
     Ok(())
@@ -338,6 +335,38 @@ async fn recover_unwritten(shared: &Arc<Shared>, state_dir: &Path) {
                 "cannot write what the previous supervisor kept; the file stays for the next start"),
         }
     }
+}
+
+/// The store, its read connection and the signing key.
+type Opened = (Box<dyn Store>, Box<dyn Store>, ed25519_dalek::SigningKey);
+
+/// The store, a second connection for reads, and the signing key, once
+/// the journal verified (nothing is appended to one that does not). Done
+/// on a thread of its own: the PostgreSQL client blocks on a runtime of
+/// its own, which cannot run on this runtime's thread.
+fn open_store(backend: &Backend, settings: &SupervisorSettings) -> anyhow::Result<Opened> {
+    let open = || -> anyhow::Result<_> {
+        let at = backend.describe();
+        let mut store = backend
+            .open()
+            .with_context(|| format!("cannot open the store {at}"))?;
+        let (key, key_path) = signing_key::load_or_create(settings)?;
+        info!(key = %key_path.display(), key_id = %wfhost_ipc::KeyId::of(&key.verifying_key()), "signing key loaded");
+        guard::check_at_start(&mut *store, &key.verifying_key())
+            .with_context(|| format!("refusing to start on the store {at}"))?;
+        let reader = backend
+            .open_existing()
+            .with_context(|| format!("cannot open a read connection to the store {at}"))?;
+        Ok((store, reader, key))
+    };
+    std::thread::scope(|scope| {
+        std::thread::Builder::new()
+            .name("wfhost-store-open".into())
+            .spawn_scoped(scope, open)
+            .context("cannot start a thread to open the store")?
+            .join()
+            .map_err(|_| anyhow::anyhow!("opening the store panicked"))?
+    })
 }
 
 /// SIGHUP: re-reads the config; a bad file is refused and the running

@@ -152,6 +152,8 @@ pub struct RawFile {
     pub supervisor: Option<RawSupervisor>,
     /// `[defaults]`.
     pub defaults: Option<RawCommon>,
+    /// `[store]`.
+    pub store: Option<RawStore>,
     /// Every `[[deployment]]`.
     #[serde(default)]
     pub deployment: Vec<Spanned<RawDeployment>>,
@@ -175,6 +177,14 @@ pub struct RawSupervisor {
     pub event_retention: Option<Spanned<u64>>,
     /// How long done mail is kept.
     pub mail_retention: Option<Spanned<DurationValue>>,
+}
+
+/// `[store]`: where the durable store lives.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawStore {
+    /// A PostgreSQL connection string; none means SQLite in `state_dir`.
+    pub url: Option<Spanned<Text<PATH_MAX>>>,
 }
 
 /// `recycle = { .. }`: each key merged on its own with `[defaults]`.

@@ -174,6 +174,33 @@ pub fn directory(path: &Path) -> Result<(), Failure> {
     }
 }
 
+/// Checks a PostgreSQL connection string (`postgresql://…` or `key=value`
+/// pairs) the way the store will read it: it must parse and name a server
+/// and a database.
+pub fn store_url(url: &str) -> Result<(), Failure> {
+    let example =
+        "e.g. \"postgresql://wfhost@db.example/wfhost\" or \"host=/run/postgresql dbname=wfhost\"";
+    let config = <postgres::Config as std::str::FromStr>::from_str(url).map_err(|e| {
+        (
+            format!("[store] url is not a PostgreSQL connection string: {e}"),
+            format!("write a postgresql:// URL or key=value pairs, {example}"),
+        )
+    })?;
+    if config.get_hosts().is_empty() {
+        return Err((
+            "[store] url names no server".into(),
+            format!("add the host or socket directory, {example}"),
+        ));
+    }
+    if config.get_dbname().is_none() {
+        return Err((
+            "[store] url names no database".into(),
+            format!("add the database name, {example}"),
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use std::os::unix::fs::PermissionsExt;

@@ -13,6 +13,9 @@ pub struct Config {
     pub source: PathBuf,
     /// `[supervisor]`.
     pub supervisor: SupervisorSettings,
+    /// `[store] url`: the PostgreSQL store's connection string; `None`
+    /// keeps the store in SQLite in `state_dir`.
+    pub store_url: Option<String>,
     /// Every `[[deployment]]`, in file order, with `[defaults]` merged in.
     pub deployments: Vec<DeploymentConfig>,
 }

@@ -31,3 +31,8 @@ pub struct NewEvent {
     /// The details.
     pub body: serde_json::Value,
 }
+
+/// An event body as stored (JSON text), or what is wrong with it.
+pub fn parse_body(seq: u64, text: &str) -> Result<serde_json::Value, String> {
+    serde_json::from_str(text).map_err(|e| format!("event {seq}: body is not JSON: {e}"))
+}

@@ -1,7 +1,19 @@
 //! Mail as the store sees it (DESIGN §6): each item is in the inbox, in
-//! processing (sent to a child, not yet acknowledged) or done.
+//! processing (sent to a child, not yet acknowledged) or done. The rules
+//! every backend follows live here: an item moves inbox → processing (a
+//! take), processing → done (an ack) or processing → inbox (a replay: its
+//! child is gone), nothing else; the inbox is ordered by id and a take
+//! always removes its head, so every processing id is below every inbox
+//! id and a replay puts items back at the head in their original order;
+//! how an offered item is admitted (idempotency keys, the inbox limit),
+//! how deliveries are counted, and the events written with the mail.
+//! Backends keep only the storage: one transaction per operation.
 
 use serde::Serialize;
+use sha2::{Digest, Sha256};
+use wfhost_policy::Fact;
+
+use super::{NewEvent, StoreError};
 
 /// One mail item handed out by [`Store::take_mail`](super::Store::take_mail)
 /// for delivery to a child.
@@ -38,4 +50,125 @@ pub struct Accepted {
     /// False when its idempotency key named an item accepted earlier: that
     /// item's id is returned and nothing was written.
     pub new: bool,
+}
+
+/// An earlier item found under the offered idempotency key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Earlier {
+    /// Its id.
+    pub id: u64,
+    /// The SHA-256 of the payload it was accepted with.
+    pub payload_sha256: Option<Vec<u8>>,
+}
+
+/// What to do with an offered item, decided by [`admit`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admission {
+    /// Insert it into the inbox (and write its `mail_accepted` event).
+    Insert,
+    /// A retry of item `id`: answer with it, write nothing.
+    Existing(u64),
+}
+
+/// The SHA-256 a keyed item is stored with, so a retry can be told from a
+/// different payload under the same key (a done item's payload is cleared).
+pub fn payload_digest(key: Option<&str>, payload: &[u8]) -> Option<[u8; 32]> {
+    key.map(|_| Sha256::digest(payload).into())
+}
+
+/// Admits an offered item or refuses it, given what the backend read in
+/// its write transaction: the item already under the key, and how many of
+/// the deployment's items wait in inbox or processing. A key already used
+/// answers with the earlier item (whatever its state) before the limit is
+/// looked at, so a retry of accepted mail is never refused as busy.
+pub fn admit(
+    deployment: &str,
+    key: Option<&str>,
+    digest: Option<&[u8; 32]>,
+    earlier: Option<Earlier>,
+    pending: u64,
+    max_inbox: u64,
+) -> Result<Admission, StoreError> {
+    if let Some(earlier) = earlier {
+        return if earlier.payload_sha256.as_deref() == digest.map(|d| &d[..]) {
+            Ok(Admission::Existing(earlier.id))
+        } else {
+            Err(StoreError::KeyReused {
+                deployment: deployment.to_owned(),
+                key: key.unwrap_or_default().to_owned(),
+                id: earlier.id,
+            })
+        };
+    }
+    if pending >= max_inbox {
+        return Err(StoreError::InboxFull {
+            deployment: deployment.to_owned(),
+            limit: max_inbox,
+        });
+    }
+    Ok(Admission::Insert)
+}
+
+/// The delivery number of a take, from how many takes came before it.
+pub fn attempt(earlier_deliveries: i64) -> u32 {
+    u32::try_from(earlier_deliveries.saturating_add(1)).unwrap_or(u32::MAX)
+}
+
+/// The event written in the same transaction as an accepted item, so the
+/// event log can never miss or invent one, whatever kills the supervisor.
+pub fn accepted_event(deployment: &str, id: u64, at_ms: u64) -> NewEvent {
+    fact_event(deployment, Fact::MailAccepted { id }, at_ms)
+}
+
+/// The event written in the same transaction as an acknowledgement.
+pub fn done_event(deployment: &str, id: u64, outcome: &str, at_ms: u64) -> NewEvent {
+    let outcome = outcome.to_owned();
+    fact_event(deployment, Fact::MailDone { id, outcome }, at_ms)
+}
+
+/// One of the fact vocabulary's mail facts as an event row.
+fn fact_event(deployment: &str, fact: Fact, at_ms: u64) -> NewEvent {
+    NewEvent {
+        at_ms,
+        deployment: Some(deployment.to_owned()),
+        kind: fact.kind().into(),
+        body: fact.body(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_key_answers_before_the_limit_and_a_new_payload_under_it_is_refused() {
+        let digest = payload_digest(Some("k"), b"a");
+        let earlier = || Earlier {
+            id: 7,
+            payload_sha256: digest.map(|d| d.to_vec()),
+        };
+        assert_eq!(
+            admit("d", Some("k"), digest.as_ref(), Some(earlier()), 9, 1).unwrap(),
+            Admission::Existing(7)
+        );
+        let other = payload_digest(Some("k"), b"b");
+        let err = admit("d", Some("k"), other.as_ref(), Some(earlier()), 0, 9).unwrap_err();
+        assert!(matches!(err, StoreError::KeyReused { id: 7, .. }), "{err}");
+        assert!(matches!(
+            admit("d", None, None, None, 2, 2),
+            Err(StoreError::InboxFull { limit: 2, .. })
+        ));
+        assert_eq!(
+            admit("d", None, None, None, 1, 2).unwrap(),
+            Admission::Insert
+        );
+    }
+
+    #[test]
+    fn attempts_count_from_one_and_saturate() {
+        assert_eq!(attempt(0), 1);
+        assert_eq!(attempt(2), 3);
+        assert_eq!(attempt(i64::MAX), u32::MAX);
+        assert_eq!(payload_digest(None, b"x"), None);
+    }
 }

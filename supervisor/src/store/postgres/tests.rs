@@ -1,0 +1,213 @@
+//! The PostgreSQL backend on a throwaway server: the whole backend suite,
+//! then what only PostgreSQL has (connection strings, its schema table,
+//! lost sessions, a read-only server).
+
+use ed25519_dalek::SigningKey;
+use serde_json::json;
+use wfhost_tests::postgres::PgServer;
+
+use super::schema::SCHEMA_VERSION;
+use super::*;
+use crate::journal::NewJournalEntry;
+use crate::store::Store;
+use crate::store::error::ErrorKind;
+use crate::store::suite::Fixture;
+
+/// A fresh server of its own; the store is in its `postgres` database.
+struct Pg {
+    server: PgServer,
+    url: String,
+}
+
+fn pg() -> Box<dyn Fixture> {
+    Box::new(fresh())
+}
+
+fn fresh() -> Pg {
+    let server = PgServer::start();
+    let url = server.url("postgres");
+    PostgresStore::open(&url).expect("a fresh database migrates");
+    Pg { server, url }
+}
+
+impl Pg {
+    fn client(&self) -> Client {
+        postgres::Client::connect(&self.url, NoTls).expect("connect")
+    }
+}
+
+impl Fixture for Pg {
+    fn open(&self) -> Box<dyn Store> {
+        Box::new(PostgresStore::open(&self.url).expect("open"))
+    }
+
+    fn exec(&self, sql: &str) {
+        self.client().batch_execute(sql).expect("exec");
+    }
+
+    fn count(&self, sql: &str) -> i64 {
+        self.client()
+            .query_one(&format!("SELECT ({sql})::BIGINT"), &[])
+            .expect("count")
+            .get(0)
+    }
+
+    fn blob(&self, hex: &str) -> String {
+        format!("'\\x{hex}'::bytea")
+    }
+}
+
+mod suite {
+    use super::pg;
+    use crate::store::suite::backend_suite;
+
+    backend_suite!(pg());
+}
+
+fn entry() -> NewJournalEntry {
+    NewJournalEntry {
+        at_ms: 1,
+        kind: "spawn".into(),
+        deployment: None,
+        body: json!({}),
+    }
+}
+
+#[test]
+fn connection_strings_are_checked_and_shown_without_the_password() {
+    let config = parse_url("postgresql://app:secret@db.example:6543/wfhost").unwrap();
+    assert_eq!(describe(&config), "postgresql://app@db.example:6543/wfhost");
+    let config = parse_url("host=/run/postgresql user=wfhost dbname=w password=x").unwrap();
+    assert_eq!(describe(&config), "postgresql://wfhost@/run/postgresql/w");
+    let err = parse_url("dbname=w").unwrap_err();
+    assert!(err.contains("names no server"), "{err}");
+    let err = parse_url("host=/run/postgresql").unwrap_err();
+    assert!(err.contains("names no database"), "{err}");
+    assert!(parse_url("postgresql://h:notaport/db").is_err());
+}
+
+#[test]
+fn a_uri_with_a_socket_dir_works_like_key_value_pairs() {
+    let pg = fresh();
+    let mut store = PostgresStore::open(&pg.server.uri("postgres")).unwrap();
+    let k = SigningKey::from_bytes(&[1; 32]);
+    assert_eq!(store.append_journal(&k, entry()).unwrap().seq, 1);
+    assert_eq!(pg.open().journal(None).unwrap().len(), 1);
+}
+
+#[test]
+fn open_existing_never_creates_a_store() {
+    let pg = fresh();
+    pg.server.create_database("empty");
+    let url = pg.server.url("empty");
+    let err = PostgresStore::open_existing(&url).err().expect("refused");
+    assert!(matches!(err, StoreError::Missing { .. }), "{err}");
+    assert!(
+        err.to_string().starts_with("no journal at postgresql://"),
+        "{err}"
+    );
+    assert_eq!(
+        pg.server.psql(
+            "empty",
+            "SELECT count(*) FROM pg_tables WHERE schemaname = 'public'"
+        ),
+        "0"
+    );
+    assert!(PostgresStore::open_existing(&pg.url).is_ok());
+}
+
+#[test]
+fn a_store_from_a_newer_wfhost_is_refused() {
+    let pg = fresh();
+    pg.exec("UPDATE wfhost_schema SET version = version + 1");
+    let err = PostgresStore::open(&pg.url).err().expect("refused");
+    assert!(matches!(err, StoreError::TooNew { .. }), "{err}");
+    assert!(
+        err.to_string().contains("help: run the newer wfhost"),
+        "{err}"
+    );
+}
+
+#[test]
+fn hosts_migrating_at_once_apply_each_step_once() {
+    let server = PgServer::start();
+    let url = server.url("postgres");
+    let opened: Vec<_> = (0..4)
+        .map(|_| {
+            let url = url.clone();
+            std::thread::spawn(move || PostgresStore::open(&url).map(drop))
+        })
+        .collect();
+    for t in opened {
+        t.join().unwrap().unwrap();
+    }
+    assert_eq!(
+        server.psql("postgres", "SELECT version FROM wfhost_schema"),
+        SCHEMA_VERSION.to_string()
+    );
+}
+
+#[test]
+fn a_server_that_cannot_be_reached_is_named_unavailable() {
+    let pg = fresh();
+    pg.server.stop();
+    let err = PostgresStore::open(&pg.url).err().expect("refused");
+    assert_eq!(err.kind(), Some(ErrorKind::Unavailable), "{err}");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("connecting to the database failed: unavailable"),
+        "{msg}"
+    );
+    assert!(msg.contains("pg_isready"), "{msg}");
+}
+
+#[test]
+fn a_lost_session_is_made_again_on_the_next_call() {
+    let pg = fresh();
+    let mut store = PostgresStore::open(&pg.url).unwrap();
+    let k = SigningKey::from_bytes(&[1; 32]);
+    store.append_journal(&k, entry()).unwrap();
+    pg.exec(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+         WHERE application_name = 'wfhost' AND pid <> pg_backend_pid()",
+    );
+    // The call that finds the session gone fails, naming it...
+    let first = store.append_journal(&k, entry());
+    if let Err(e) = &first {
+        assert_eq!(e.kind(), Some(ErrorKind::Unavailable), "{e}");
+    }
+    // ...and the store carries on without anyone reopening it.
+    let next = store.append_journal(&k, entry()).unwrap();
+    assert_eq!(next.seq, if first.is_ok() { 3 } else { 2 });
+}
+
+#[test]
+fn a_read_only_server_is_named_read_only() {
+    let pg = fresh();
+    pg.exec("ALTER DATABASE postgres SET default_transaction_read_only = on");
+    let mut store = PostgresStore::open(&pg.url).unwrap();
+    let k = SigningKey::from_bytes(&[1; 32]);
+    let err = store.append_journal(&k, entry()).unwrap_err();
+    assert_eq!(err.kind(), Some(ErrorKind::ReadOnly), "{err}");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("appending to the journal failed: the store is read-only"),
+        "{msg}"
+    );
+    assert!(msg.contains("point [store] url at the primary"), "{msg}");
+}
+
+#[test]
+fn a_column_changed_by_hand_is_named_not_a_crash() {
+    let pg = fresh();
+    let mut store = pg.open();
+    store.append_event(1, None, "spawned", &json!({})).unwrap();
+    pg.exec("ALTER TABLE events ALTER COLUMN at_ms TYPE TEXT");
+    let err = store.events_after(0, 10).unwrap_err();
+    assert!(matches!(err, StoreError::Corrupt { .. }), "{err}");
+    assert!(
+        err.to_string()
+            .contains("a stored value has the wrong type"),
+        "{err}"
+    );
+}

@@ -6,7 +6,8 @@
 //!
 //! A fact is *journaled* (a signed, chained journal record) when it is a
 //! decision an auditor must be able to prove afterwards: spawns and exits,
-//! restarts and failures, drains, cancels, recycles, resumes and reloads.
+//! restarts and failures, drains, cancels, recycles, resumes, reloads and
+//! quarantined mail.
 //! Every fact, journaled or not, is also published on the event log under
 //! the same name.
 
@@ -207,6 +208,18 @@ pub enum Fact {
         /// How processing ended.
         outcome: String,
     },
+    /// Mail that failed `max_deliveries` deliveries was quarantined: moved
+    /// to the dead state instead of being delivered again.
+    MailDead {
+        /// The mail's id.
+        id: u64,
+        /// How many deliveries failed.
+        failures: u32,
+        /// How the last holder ended (an exit cause, e.g. "killed by signal 9").
+        cause: String,
+        /// The last holder's pid.
+        pid: u32,
+    },
     /// The configuration was reloaded, or a reload refused.
     ConfigReloaded {
         /// Whether the new file was taken.
@@ -271,6 +284,7 @@ impl Fact {
             Self::EventsSuppressed { .. } => "events_suppressed",
             Self::MailAccepted { .. } => "mail_accepted",
             Self::MailDone { .. } => "mail_done",
+            Self::MailDead { .. } => "mail_dead",
             Self::ConfigReloaded { .. } => "config_reloaded",
         }
     }
@@ -288,6 +302,7 @@ impl Fact {
                 | Self::Resumed { .. }
                 | Self::CancelCommitted { .. }
                 | Self::Recycled { .. }
+                | Self::MailDead { .. }
                 | Self::ConfigReloaded { .. }
         )
     }
@@ -385,6 +400,12 @@ impl Fact {
             Self::EventsSuppressed { dropped } => json!({"dropped": dropped}),
             Self::MailAccepted { id } => json!({"id": id}),
             Self::MailDone { id, outcome } => json!({"id": id, "outcome": outcome}),
+            Self::MailDead {
+                id,
+                failures,
+                cause,
+                pid,
+            } => json!({"id": id, "failures": failures, "cause": cause, "pid": pid}),
             Self::ConfigReloaded {
                 accepted,
                 added,

@@ -14,6 +14,7 @@
 //! | [`recycle`] | whether a child has passed a recycle bound ([`RecycleBounds`]) | §5 |
 //! | [`liveness`] | when to ping and when a silent child is hung ([`Liveness`]) | §3 |
 //! | [`life`] | a deployment's whole life: phases, inputs, actions ([`Life`]) | §3–§5 |
+//! | [`schedule`] | when the clock recycles a child (`recycle.at`, [`schedule::Schedule`]) | §5 |
 //! | [`fact`] | the vocabulary of journaled and published facts ([`Fact`]) | §7 |
 //!
 //! Every type tolerates every input: transitions that make no sense are
@@ -43,6 +44,7 @@ pub mod life;
 pub mod liveness;
 pub mod recycle;
 pub mod restart;
+pub mod schedule;
 pub mod steps;
 
 pub use clock::{Clock, ManualClock, SystemClock};

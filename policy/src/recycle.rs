@@ -19,6 +19,15 @@
 //!   handed to the child is this old, so credentials are re-read. A sample
 //!   without grant age (the deployment has no `grants_file`) skips this bound.
 //!   Jittered.
+//! - **`max_mail`** (default none): recycle once the child has acknowledged
+//!   this many mail items since it became ready (gunicorn's
+//!   `max_requests`). Counted by the deployment's task as acks land, so it
+//!   is checked at once, not at the tick. Jittered like the time bounds.
+//! - **schedule** (`recycle.at`, [`crate::schedule`]): recycle at clock
+//!   times; the supervisor works out each child's moment when it becomes
+//!   ready (the first scheduled time after that, delayed by its jitter ×
+//!   the gap to the following scheduled time) and the tick reports in
+//!   [`Sample::scheduled`] whether it has come.
 //! - **`jitter`** (`jitter_percent`, default 0, clamped to 100): spreads
 //!   recycles of many deployments apart. Each child gets a [`Jitter`], a
 //!   factor in `[0, 1)` derived deterministically from a 64-bit seed
@@ -43,15 +52,22 @@ pub enum RecycleReason {
     MaxRss,
     /// The child's grants snapshot is older than `max_grants_age` (jittered).
     MaxGrantsAge,
+    /// The child acknowledged `max_mail` items since it became ready (jittered).
+    MaxMail,
+    /// The child's scheduled time (`recycle.at`, jittered) came.
+    Schedule,
 }
 
 impl RecycleReason {
-    /// The name used in the journal, logs and status: `max_uptime`, `max_rss`, `max_grants_age`.
+    /// The name used in the journal, logs and status: `max_uptime`,
+    /// `max_rss`, `max_grants_age`, `max_mail`, `schedule`.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::MaxUptime => "max_uptime",
             Self::MaxRss => "max_rss",
             Self::MaxGrantsAge => "max_grants_age",
+            Self::MaxMail => "max_mail",
+            Self::Schedule => "schedule",
         }
     }
 }
@@ -71,6 +87,8 @@ pub struct Sample {
     pub rss_bytes: Option<u64>,
     /// Age of the grants snapshot the child holds; `None` when the deployment has no grants.
     pub grants_age: Option<Duration>,
+    /// The child's scheduled recycle time has come.
+    pub scheduled: bool,
 }
 
 /// A per-child factor in `[0, 1)` that shortens time-based bounds, so recycles spread out.
@@ -109,6 +127,19 @@ impl Jitter {
             .map_or(0, |scaled| scaled / 100);
         bound.saturating_sub(duration_from_nanos(cut))
     }
+
+    /// A count bound shortened the same way, never below 1.
+    pub fn shorten_count(self, bound: u64, percent: u32) -> u64 {
+        let cut = u128::from(bound)
+            .saturating_mul(u128::from(self.fraction))
+            .checked_shr(32)
+            .unwrap_or(0)
+            .saturating_mul(u128::from(percent.min(100)))
+            / 100;
+        bound
+            .saturating_sub(u64::try_from(cut).unwrap_or(u64::MAX))
+            .max(1)
+    }
 }
 
 /// The limits past which a live child is recycled, plus how much to jitter them.
@@ -120,12 +151,15 @@ pub struct RecycleBounds {
     pub max_rss: Option<u64>,
     /// Recycle when the grants snapshot is this old (jittered); `None`: never.
     pub max_grants_age: Option<Duration>,
+    /// Recycle after this many acknowledged items (jittered); `None`: never.
+    pub max_mail: Option<u64>,
     /// Time bounds are shortened by up to this percentage (clamped to 100).
     pub jitter_percent: u32,
 }
 
 impl RecycleBounds {
-    /// The first bound `sample` passed, in the order uptime, RSS, grant age; `None` if none.
+    /// The first bound `sample` passed, in the order uptime, RSS, grant
+    /// age, schedule; `None` if none. (`max_mail` is [`Self::mail_passed`]'s.)
     pub fn check(&self, sample: &Sample, jitter: Jitter) -> Option<RecycleReason> {
         if self
             .effective_max_uptime(jitter)
@@ -143,7 +177,19 @@ impl RecycleBounds {
         {
             return Some(RecycleReason::MaxGrantsAge);
         }
-        None
+        sample.scheduled.then_some(RecycleReason::Schedule)
+    }
+
+    /// Whether `done` acknowledged items reach the jittered `max_mail`.
+    pub fn mail_passed(&self, done: u64, jitter: Jitter) -> bool {
+        self.effective_max_mail(jitter)
+            .is_some_and(|max| done >= max)
+    }
+
+    /// The mail bound after jitter, as this child experiences it.
+    pub fn effective_max_mail(&self, jitter: Jitter) -> Option<u64> {
+        self.max_mail
+            .map(|bound| jitter.shorten_count(bound, self.jitter_percent))
     }
 
     /// The uptime bound after jitter, as this child experiences it.
@@ -156,11 +202,6 @@ impl RecycleBounds {
     pub fn effective_max_grants_age(&self, jitter: Jitter) -> Option<Duration> {
         self.max_grants_age
             .map(|bound| jitter.shorten(bound, self.jitter_percent))
-    }
-
-    /// Whether any bound is set (no bounds: the policy tick can skip this deployment).
-    pub fn is_unbounded(&self) -> bool {
-        self.max_uptime.is_none() && self.max_rss.is_none() && self.max_grants_age.is_none()
     }
 }
 
@@ -193,6 +234,7 @@ mod tests {
             max_uptime: Some(secs(3600)),
             max_rss: Some(512 << 20),
             max_grants_age: Some(secs(600)),
+            max_mail: None,
             jitter_percent: 0,
         }
     }
@@ -207,14 +249,13 @@ mod tests {
     #[test]
     fn no_bounds_never_recycle() {
         let b = RecycleBounds::default();
-        assert!(b.is_unbounded());
         let s = Sample {
             uptime: Duration::MAX,
             rss_bytes: Some(u64::MAX),
             grants_age: Some(Duration::MAX),
+            scheduled: false,
         };
         assert_eq!(b.check(&s, Jitter::from_seed(7)), None);
-        assert!(!all_bounds().is_unbounded());
     }
 
     #[test]
@@ -223,6 +264,7 @@ mod tests {
             uptime: secs(3599),
             rss_bytes: Some((512 << 20) - 1),
             grants_age: Some(secs(599)),
+            scheduled: false,
         };
         assert_eq!(all_bounds().check(&s, Jitter::NONE), None);
     }
@@ -234,6 +276,7 @@ mod tests {
             uptime: secs(1),
             rss_bytes: Some(1),
             grants_age: Some(secs(1)),
+            scheduled: false,
         };
         let up = Sample {
             uptime: secs(3600),
@@ -262,6 +305,7 @@ mod tests {
             uptime: secs(9999),
             rss_bytes: Some(u64::MAX),
             grants_age: Some(secs(9999)),
+            scheduled: false,
         };
         assert_eq!(b.check(&all, Jitter::NONE), Some(RecycleReason::MaxUptime));
         let rss_and_age = Sample {
@@ -281,6 +325,7 @@ mod tests {
             uptime: secs(0),
             rss_bytes: None,
             grants_age: None,
+            scheduled: false,
         };
         assert_eq!(b.check(&s, Jitter::NONE), None);
     }
@@ -366,6 +411,7 @@ mod tests {
             uptime: up,
             rss_bytes: None,
             grants_age: None,
+            scheduled: false,
         };
         assert_eq!(b.check(&s, j), Some(RecycleReason::MaxUptime));
         assert_eq!(b.check(&s, Jitter::NONE), None);
@@ -373,6 +419,7 @@ mod tests {
             uptime: secs(0),
             rss_bytes: Some((512 << 20) - 1),
             grants_age: Some(age),
+            scheduled: false,
         };
         assert_eq!(b.check(&rss, j), Some(RecycleReason::MaxGrantsAge));
         let rss_only = Sample {
@@ -386,5 +433,53 @@ mod tests {
     fn splitmix_reference_values() {
         // First outputs of the reference splitmix64 generator seeded with 0.
         assert_eq!(splitmix64(0), 0xE220_A839_7B1D_CDAF);
+    }
+
+    #[test]
+    fn max_mail_is_reached_at_the_count_and_jitter_shortens_it_never_below_one() {
+        let b = RecycleBounds {
+            max_mail: Some(25),
+            ..RecycleBounds::default()
+        };
+        assert!(!b.mail_passed(24, Jitter::NONE));
+        assert!(b.mail_passed(25, Jitter::NONE));
+        let jittered = RecycleBounds {
+            jitter_percent: 20,
+            ..b
+        };
+        for seed in 0..200 {
+            let j = Jitter::from_seed(seed);
+            let max = jittered.effective_max_mail(j).unwrap();
+            assert!((20..=25).contains(&max), "seed {seed}: {max}");
+            assert!(jittered.mail_passed(max, j) && !jittered.mail_passed(max - 1, j));
+        }
+        let one = RecycleBounds {
+            max_mail: Some(1),
+            jitter_percent: 100,
+            ..RecycleBounds::default()
+        };
+        assert_eq!(one.effective_max_mail(Jitter::from_seed(7)), Some(1));
+    }
+
+    #[test]
+    fn a_schedule_that_came_is_the_last_reason_checked() {
+        let sample = Sample {
+            scheduled: true,
+            ..Sample::default()
+        };
+        assert_eq!(
+            RecycleBounds::default().check(&sample, Jitter::NONE),
+            Some(RecycleReason::Schedule)
+        );
+        let up = Sample {
+            uptime: secs(7200),
+            ..sample
+        };
+        assert_eq!(
+            all_bounds().check(&up, Jitter::NONE),
+            Some(RecycleReason::MaxUptime)
+        );
+        assert_eq!(RecycleReason::Schedule.as_str(), "schedule");
+        assert_eq!(RecycleReason::MaxMail.as_str(), "max_mail");
     }
 }

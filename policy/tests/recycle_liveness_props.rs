@@ -26,7 +26,7 @@ proptest! {
         rss in prop::option::of(0u64..1_200_000),
         age in prop::option::of((0u64..12_000).prop_map(Duration::from_secs)),
     ) {
-        let bounds = RecycleBounds { max_uptime, max_rss, max_grants_age, jitter_percent };
+        let bounds = RecycleBounds { max_uptime, max_rss, max_grants_age, max_mail: None, jitter_percent };
         let jitter = Jitter::from_seed(seed);
         let pct = f64::from(jitter_percent.min(100)) / 100.0;
         let shorten = |d: Duration| {
@@ -46,7 +46,7 @@ proptest! {
         } else {
             None
         };
-        let sample = Sample { uptime, rss_bytes: rss, grants_age: age };
+        let sample = Sample { uptime, rss_bytes: rss, grants_age: age, scheduled: false };
         prop_assert_eq!(bounds.check(&sample, jitter), want);
         // Without jitter, the bounds apply exactly.
         let exact = RecycleBounds { jitter_percent: 0, ..bounds };

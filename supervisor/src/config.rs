@@ -27,6 +27,10 @@
 //! | `recycle.max_uptime`, `.max_grants_age` | none | > 0; grant age needs `grants_file` |
 //! | `recycle.max_rss` | none | ≥ 1MiB |
 //! | `recycle.jitter` | 0% | ≤ 50% |
+//! | `recycle.max_mail` | none | 1 to 10⁹ items acknowledged since `Ready` |
+//! | `recycle.at` | none | `"HH:MM[:SS]"` or five cron fields, local time; must fire within 8 years |
+//! | `recycle.overlap` | false | true: the successor is ready before the old child drains |
+//! | `replicas` | 1 | 1 to 256 children sharing the inbox |
 //! | `restart.backoff_initial` / `backoff_max` | 100ms / 30s | 0 < initial ≤ max |
 //! | `restart.max_restarts` in `restart.period` | 5 in 60s | 1 to 10000; period > 0 |
 //! | `[store] url` | none: SQLite in `state_dir` | a PostgreSQL URL or `key=value` string naming a server and database |

@@ -6,6 +6,7 @@ mod control;
 mod deployment;
 mod host;
 mod journal;
+mod localtime;
 mod logging;
 mod mail_retention;
 mod observe;

@@ -786,3 +786,87 @@ fn drain_to_ready_ms(sup: &Supervisor) -> Vec<f64> {
     }
     ms
 }
+
+#[test]
+fn max_mail_recycles_each_child_after_that_many_items_and_loses_none() {
+    let sup = Supervisor::start(&deployment(
+        "batch",
+        &demo(&["--step-ms", "1", "--approve-ms", "1"]),
+        "recycle = { max_mail = 10 }",
+    ));
+    sup.ready_pid("batch", LONG);
+    let sent: Vec<u64> = (0..35)
+        .map(|i| {
+            let out = sup.client(&["send", "batch", &format!("item-{i}")]);
+            assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+            stdout(&out)
+                .split_whitespace()
+                .nth(2)
+                .and_then(|n| n.parse().ok())
+                .unwrap_or_else(|| panic!("{}", describe(&out)))
+        })
+        .collect();
+    sup.wait_deployment("batch", "all 35 items done", LONG, |d| {
+        d["mail"]["done"] == 35 && d["state"] == "ready"
+    });
+    // Each child acknowledges 10 (and finishes the one in hand while it
+    // drains): 35 items take three recycles.
+    let recs = recycle_records(&sup, "batch");
+    assert_eq!(recs.len(), 3, "{recs:#?}");
+    for r in &recs {
+        assert_eq!(r["body"]["origin"], "policy", "{r}");
+        let reason = r["body"]["reason"].as_str().unwrap_or("");
+        assert!(
+            reason.starts_with("max_mail: 10 items acknowledged since ready, bound 10"),
+            "{r}"
+        );
+    }
+    let mut done: Vec<u64> = sup
+        .events()
+        .iter()
+        .filter(|e| e["kind"] == "mail_done")
+        .filter_map(|e| e["body"]["id"].as_u64())
+        .collect();
+    done.sort_unstable();
+    assert_eq!(done, sent, "every item done exactly once");
+}
+
+#[test]
+fn a_schedule_a_few_seconds_ahead_recycles_once_with_its_reason() {
+    // The supervisor reads local time as this test does (same TZ).
+    let out = Command::new("date")
+        .args(["-d", "+5 seconds", "+%H:%M:%S"])
+        .output()
+        .expect("date");
+    let at = stdout(&out).trim().to_owned();
+    let sup = Supervisor::start_with_settings(
+        FAST_POLICY,
+        &deployment(
+            "nightly",
+            &exec("exec sleep 1000"),
+            &format!("recycle = {{ at = [\"{at}\"] }}"),
+        ),
+    );
+    let (pid0, chan0) = ready_child(&sup, "nightly");
+    let recs = wait_recycle_records(&sup, "nightly", 1);
+    let new_pid = check_record(
+        &sup,
+        &recs[0],
+        "policy",
+        |r| r.starts_with("schedule: recycle.at came at ") && r.contains(&at),
+        pid0,
+        &chan0,
+    );
+    // The new child's next scheduled time is tomorrow's.
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(recycle_records(&sup, "nightly").len(), 1);
+    assert_eq!(sup.deployment("nightly")["pid"], new_pid);
+    let last = &sup.deployment("nightly")["last_recycle"];
+    assert!(
+        last["reason"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("schedule"),
+        "{last}"
+    );
+}

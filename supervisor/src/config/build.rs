@@ -251,6 +251,7 @@ impl Build<'_> {
 
         let limits = Tunables::merge(own, defaults);
         limits.check(&table, grants_file.is_some())?;
+        let at = limits.schedule(&table)?;
 
         Ok(DeploymentConfig {
             id,
@@ -267,7 +268,11 @@ impl Build<'_> {
                 max_rss: limits.max_rss.value,
                 max_grants_age: limits.max_grants_age.value,
                 jitter_percent: limits.jitter.value,
+                max_mail: limits.max_mail.value,
+                at,
+                overlap: limits.overlap.value,
             },
+            replicas: limits.replicas.value,
             restart: RestartSettings {
                 backoff_initial: limits.backoff_initial.value,
                 backoff_max: limits.backoff_max.value,

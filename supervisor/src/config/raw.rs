@@ -199,7 +199,16 @@ pub struct RawRecycle {
     pub max_grants_age: Option<Spanned<DurationValue>>,
     /// Spread of policy recycles.
     pub jitter: Option<Spanned<PercentValue>>,
+    /// Mail bound: items acknowledged since `Ready`.
+    pub max_mail: Option<Spanned<u64>>,
+    /// Clock times (`"HH:MM"` or five cron fields), local time.
+    pub at: Option<Spanned<Vec<Text<SCHEDULE_ENTRY_MAX>>>>,
+    /// Make-before-break: the successor is ready before the old child drains.
+    pub overlap: Option<Spanned<bool>>,
 }
+
+/// Longest `recycle.at` entry.
+pub const SCHEDULE_ENTRY_MAX: usize = 256;
 
 /// `restart = { .. }`: each key merged on its own with `[defaults]`.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -281,4 +290,6 @@ deployment_keys! {
     max_mail_bytes: Spanned<SizeValue>,
     /// Most mail waiting in the inbox.
     max_inbox: Spanned<u64>,
+    /// How many children share the deployment's inbox.
+    replicas: Spanned<u32>,
 }

@@ -93,9 +93,13 @@ fn a_minimal_deployment_gets_every_documented_default() {
             max_uptime: None,
             max_rss: None,
             max_grants_age: None,
-            jitter_percent: 0
+            jitter_percent: 0,
+            max_mail: None,
+            at: wfhost_policy::schedule::Schedule::parse::<&str>(&[]).unwrap(),
+            overlap: false,
         }
     );
+    assert_eq!(d.replicas, 1);
     assert_eq!(
         d.restart,
         RestartSettings {
@@ -718,4 +722,34 @@ fn locations_are_read_even_when_the_rest_would_not_load() {
     assert!(e.contains("wfhost.toml:2:15"), "{e}");
     std::fs::write(&path, "[supervisor\n").unwrap();
     assert!(locations_of(&path).is_err());
+}
+
+#[test]
+fn replicas_overlap_max_mail_and_schedules_parse_and_bad_ones_are_pointed_at() {
+    let c = ok(&one(
+        "replicas = 3\nrecycle = { overlap = true, max_mail = 25, at = [\"03:00\", \"0 */6 * * *\"] }",
+    ));
+    let d = find(&c, "a");
+    assert_eq!(d.replicas, 3);
+    assert!(d.recycle.overlap);
+    assert_eq!(d.recycle.max_mail, Some(25));
+    assert!(!d.recycle.at.is_empty());
+    for (extra, says) in [
+        ("replicas = 0", "replicas 0 is out of range"),
+        ("replicas = 1000", "replicas 1000 is out of range"),
+        (
+            "recycle = { max_mail = 0 }",
+            "recycle.max_mail 0 is out of range",
+        ),
+        (
+            "recycle = { at = [\"25:00\"] }",
+            "recycle.at \"25:00\": hour",
+        ),
+        ("recycle = { at = [\"0 0 31 2 *\"] }", "never fires"),
+    ] {
+        let (line, _, message, hint) = bad(&one(extra));
+        assert_eq!(line, 4, "{extra}: {message}");
+        assert!(message.contains(says), "{extra}: {message}");
+        assert!(!hint.is_empty(), "{extra}");
+    }
 }

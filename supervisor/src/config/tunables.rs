@@ -25,13 +25,34 @@ pub(super) struct Tunables {
     pub(super) max_rss: Setting<Option<u64>>,
     pub(super) max_grants_age: Setting<Option<Duration>>,
     pub(super) jitter: Setting<u32>,
+    pub(super) max_mail: Setting<Option<u64>>,
+    pub(super) at: Setting<Vec<String>>,
+    pub(super) overlap: Setting<bool>,
+    pub(super) replicas: Setting<u32>,
     pub(super) backoff_initial: Setting<Duration>,
     pub(super) backoff_max: Setting<Duration>,
     pub(super) max_restarts: Setting<u32>,
     pub(super) period: Setting<Duration>,
 }
 
+/// Most children one deployment may run side by side.
+const MAX_REPLICAS: u32 = 256;
+
 impl Tunables {
+    /// `recycle.at`, parsed; the error points at the list.
+    pub(super) fn schedule(
+        &self,
+        table: &Range<usize>,
+    ) -> Result<wfhost_policy::schedule::Schedule, Problem> {
+        wfhost_policy::schedule::Schedule::parse(&self.at.value).map_err(|why| {
+            Problem::new(
+                self.at.at(table),
+                why,
+                "write \"HH:MM\" (local time) or five cron fields, e.g. at = [\"03:00\"] or [\"0 */6 * * *\"]",
+            )
+        })
+    }
+
     /// Merges the deployment's own scalar keys with `[defaults]`.
     pub(super) fn merge(own: RawCommon, d: &RawCommon) -> Self {
         let own_recycle = own.recycle.unwrap_or_default();
@@ -92,6 +113,12 @@ impl Tunables {
             max_rss: pick_opt(own_recycle.max_rss, &def_recycle.max_rss, size),
             max_grants_age: pick_opt(own_recycle.max_grants_age, &def_recycle.max_grants_age, dur),
             jitter: pick(own_recycle.jitter, &def_recycle.jitter, 0, |p| *p.get()),
+            max_mail: pick_opt(own_recycle.max_mail, &def_recycle.max_mail, |n| *n),
+            at: pick(own_recycle.at, &def_recycle.at, Vec::new(), |v| {
+                v.iter().map(|t| t.0.clone()).collect()
+            }),
+            overlap: pick(own_recycle.overlap, &def_recycle.overlap, false, |b| *b),
+            replicas: pick(own.replicas, &d.replicas, 1, |n| *n),
             backoff_initial: pick(
                 own_restart.backoff_initial,
                 &def_restart.backoff_initial,
@@ -244,6 +271,22 @@ impl Tunables {
                 self.max_grants_age.at(table),
                 "recycle.max_grants_age is set but the deployment has no grants_file",
                 "set grants_file, or remove max_grants_age",
+            ));
+        }
+        if let Some(n) = self.max_mail.value
+            && !(1..=1_000_000_000).contains(&n)
+        {
+            return Err(Problem::new(
+                self.max_mail.at(table),
+                format!("recycle.max_mail {n} is out of range"),
+                "recycle after 1 to 1000000000 acknowledged items, e.g. 1000, or remove it",
+            ));
+        }
+        if !(1..=MAX_REPLICAS).contains(&self.replicas.value) {
+            return Err(Problem::new(
+                self.replicas.at(table),
+                format!("replicas {} is out of range", self.replicas.value),
+                format!("run 1 to {MAX_REPLICAS} children per deployment (the default is 1)"),
             ));
         }
         if self.jitter.value > 50 {

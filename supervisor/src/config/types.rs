@@ -62,6 +62,8 @@ pub struct DeploymentConfig {
     pub grants_file: Option<PathBuf>,
     /// When the policy recycles the child.
     pub recycle: RecycleSettings,
+    /// How many children share the inbox (each a replica, `DEP/N`).
+    pub replicas: u32,
     /// How crashes are restarted.
     pub restart: RestartSettings,
     /// Drain budget: cancel-behaviour time allowed before a signed cancel.
@@ -95,6 +97,13 @@ pub struct RecycleSettings {
     pub max_grants_age: Option<Duration>,
     /// Spreads policy recycles by up to this percentage of the bound.
     pub jitter_percent: u32,
+    /// Recycle after this many acknowledged items.
+    pub max_mail: Option<u64>,
+    /// Recycle at these clock times (empty: never).
+    pub at: wfhost_policy::schedule::Schedule,
+    /// Start the successor and wait for its `Ready` before draining the
+    /// child it replaces.
+    pub overlap: bool,
 }
 
 /// Restart backoff and intensity of one deployment (DESIGN §3).

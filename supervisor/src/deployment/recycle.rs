@@ -22,13 +22,14 @@
 //! 7. **install**: the `recycled` fact, the waiters get the new pid, and
 //!    mail flows again (the machine's `became_ready` cell).
 
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use wfhost_policy::life::Fresh;
 use wfhost_policy::recycle::{Jitter, RecycleBounds, Sample};
 
 use super::grants;
 use crate::config::DeploymentConfig;
+use crate::localtime;
 
 /// What a new child needs that can be checked before the old one drains:
 /// an executable program, and grants (read now, if the deployment has a
@@ -51,8 +52,49 @@ pub fn bounds(cfg: &DeploymentConfig) -> RecycleBounds {
         max_uptime: cfg.recycle.max_uptime,
         max_rss: cfg.recycle.max_rss,
         max_grants_age: cfg.recycle.max_grants_age,
+        max_mail: cfg.recycle.max_mail,
         jitter_percent: cfg.recycle.jitter_percent,
     }
+}
+
+/// A child's moment to be recycled by the clock, and the reason it names.
+#[derive(Debug, Clone)]
+pub struct Planned {
+    /// When.
+    pub at: SystemTime,
+    /// `schedule: …`, for the journal and status.
+    pub reason: String,
+}
+
+/// When `recycle.at` recycles a child ready at `ready_at`: the first
+/// scheduled minute after it, delayed by the child's jitter share of the
+/// gap to the scheduled minute after that (so with `jitter = "10%"` a
+/// daily 03:00 spreads a fleet over 03:00–05:24).
+pub fn planned(cfg: &DeploymentConfig, jitter: Jitter, ready_at: SystemTime) -> Option<Planned> {
+    let schedule = &cfg.recycle.at;
+    if schedule.is_empty() {
+        return None;
+    }
+    let first = schedule.next_after(localtime::civil_of(ready_at)?)?;
+    let at = localtime::time_of(first)?;
+    let gap = schedule
+        .next_after(first)
+        .and_then(localtime::time_of)
+        .and_then(|next| next.duration_since(at).ok())
+        .unwrap_or_default();
+    let delay = gap.saturating_sub(jitter.shorten(gap, cfg.recycle.jitter_percent));
+    let reason = if delay.is_zero() {
+        format!("schedule: recycle.at came at {first} local time")
+    } else {
+        format!(
+            "schedule: recycle.at came at {first} local time (+{} jitter)",
+            wfhost_policy::format_duration(delay)
+        )
+    };
+    Some(Planned {
+        at: at + delay,
+        reason,
+    })
 }
 
 /// The per-child jitter: seeded by the channel id so each child of a fleet
@@ -69,12 +111,14 @@ pub fn sample(
     started_at: Instant,
     rss_bytes: Option<u64>,
     grants_read_at: Option<Instant>,
+    planned: Option<&Planned>,
     now: Instant,
 ) -> Sample {
     Sample {
         uptime: now.saturating_duration_since(started_at),
         rss_bytes,
         grants_age: grants_read_at.map(|t| now.saturating_duration_since(t)),
+        scheduled: planned.is_some_and(|p| SystemTime::now() >= p.at),
     }
 }
 
@@ -83,6 +127,7 @@ pub fn policy_reason(
     reason: wfhost_policy::recycle::RecycleReason,
     sample: &Sample,
     bounds: &RecycleBounds,
+    planned: Option<&Planned>,
 ) -> String {
     use wfhost_policy::recycle::RecycleReason::*;
     let ms = |d: Option<Duration>| d.map(|d| d.as_millis()).unwrap_or(0);
@@ -102,5 +147,23 @@ pub fn policy_reason(
             ms(sample.grants_age),
             ms(bounds.max_grants_age)
         ),
+        MaxMail => format!(
+            "max_mail: {} items acknowledged since ready",
+            bounds.max_mail.unwrap_or(0)
+        ),
+        Schedule => planned.map_or_else(|| "schedule".to_owned(), |p| p.reason.clone()),
+    }
+}
+
+/// The reason text of a `max_mail` recycle.
+pub fn mail_reason(done: u64, bounds: &RecycleBounds, jitter: Jitter) -> String {
+    let max = bounds.max_mail.unwrap_or(0);
+    match bounds.effective_max_mail(jitter) {
+        Some(effective) if effective != max => {
+            format!(
+                "max_mail: {done} items acknowledged since ready, bound {max} (jittered to {effective})"
+            )
+        }
+        _ => format!("max_mail: {done} items acknowledged since ready, bound {max}"),
     }
 }

@@ -34,6 +34,8 @@ pub struct Watched {
     pub bounds: RecycleBounds,
     /// This child's jitter.
     pub jitter: Jitter,
+    /// Its moment by `recycle.at`, if the deployment has a schedule.
+    pub planned: Option<recycle::Planned>,
     /// Kept-open reader of its process tree's RSS.
     pub rss: Mutex<Option<RssReader>>,
     /// Where RSS is shown.
@@ -61,11 +63,18 @@ impl Watched {
         if self.asked.load(Ordering::Relaxed) {
             return;
         }
-        let sample = recycle::sample(self.started_at, rss_bytes, self.grants_read_at, now);
+        let planned = self.planned.as_ref();
+        let sample = recycle::sample(
+            self.started_at,
+            rss_bytes,
+            self.grants_read_at,
+            planned,
+            now,
+        );
         let Some(bound) = self.bounds.check(&sample, self.jitter) else {
             return;
         };
-        let reason = recycle::policy_reason(bound, &sample, &self.bounds);
+        let reason = recycle::policy_reason(bound, &sample, &self.bounds, planned);
         let Some(asks) = self.asks.upgrade() else {
             return;
         };

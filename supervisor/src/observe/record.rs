@@ -77,6 +77,13 @@ pub fn log(deployment: &str, fact: &Fact) {
             )
         }
         Fact::MailAccepted { .. } | Fact::MailDone { .. } => {}
+        Fact::MailDead {
+            id,
+            failures,
+            cause,
+            pid,
+        } => warn!(deployment, mail = id, failures, last_pid = pid, last_cause = %cause,
+            "mail quarantined as dead after failing every delivery; see `wfhost mail show {id}`, retry with `wfhost mail retry {id}`"),
         Fact::ConfigReloaded { .. } => {}
     }
 }

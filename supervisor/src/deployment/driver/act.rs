@@ -89,8 +89,14 @@ impl Driver {
             }
             Action::Record(fact) => self.record(fact),
             Action::RearmPolicy => {
-                if let Some(w) = &self.wired {
+                if let Some(w) = self.wired.as_mut() {
                     self.shared.watchlist.rearm(w.io.pid);
+                    // A refused `max_mail` recycle asks again after as
+                    // many items more, not on every ack.
+                    if w.mail_bound_asked {
+                        w.mail_bound_asked = false;
+                        w.mail_done = 0;
+                    }
                 }
             }
             Action::Started => self.shared.started.notify_one(),
@@ -173,6 +179,11 @@ impl Driver {
             grants_read_at: w.io.grants_read_at,
             bounds: recycle::bounds(&self.cfg),
             jitter: recycle::jitter(&w.io.channel_id),
+            planned: recycle::planned(
+                &self.cfg,
+                recycle::jitter(&w.io.channel_id),
+                std::time::SystemTime::now(),
+            ),
             rss: std::sync::Mutex::new(RssReader::open(w.io.pid).ok()),
             status: self.status.clone(),
             asks: self.me.clone(),

@@ -15,14 +15,16 @@ use tokio::sync::mpsc;
 use tokio::time::sleep_until;
 use tracing::{error, info};
 use wfhost_policy::format_duration;
-use wfhost_policy::life::{Action, Input, Life, Misconduct, Request, Settings};
+use wfhost_policy::life::{Action, Input, Life, Misconduct, RecycleCause, Request, Settings};
 use wfhost_policy::liveness::Liveness;
+use wfhost_policy::recycle::RecycleReason;
 use wfhost_policy::restart::RestartPolicy;
 
 use super::cancel::{self, CancelQueue, Commit};
 use super::child::{Arrived, LiveChild};
 use super::drain::Budget;
 use super::mail::{self, Dispatch};
+use super::recycle;
 use super::throttle::Throttle;
 use super::writes::{Next, Writes};
 use super::{Ask, ConfigSlot, Waiter};
@@ -54,6 +56,10 @@ struct Wired {
     worked_told: bool,
     /// How many step and custom facts it may publish.
     throttle: Throttle,
+    /// Mail it acknowledged (landed in the store), for `recycle.max_mail`.
+    mail_done: u64,
+    /// Its `max_mail` recycle was asked for.
+    mail_bound_asked: bool,
 }
 
 /// What arrived.
@@ -78,6 +84,8 @@ impl Wired {
             stall_told: false,
             worked_told: false,
             throttle: Throttle::new(Instant::now()),
+            mail_done: 0,
+            mail_bound_asked: false,
         }
     }
 
@@ -250,6 +258,10 @@ impl Driver {
                                 && landed
                             {
                                 w.dispatch.acked();
+                                w.mail_done = w.mail_done.saturating_add(1);
+                                if let Some(ask) = mail_bound(w, &self.cfg) {
+                                    self.inputs.push_back(ask);
+                                }
                             }
                             Ok("a mail acknowledgement")
                         }
@@ -350,6 +362,24 @@ impl Driver {
             Raw::Wake => self.woke().await,
         }
     }
+}
+
+/// The recycle `recycle.max_mail` asks for once the child's acknowledged
+/// mail reaches it (jittered per child), once per child.
+fn mail_bound(w: &mut Wired, cfg: &DeploymentConfig) -> Option<Input<Waiter>> {
+    let bounds = recycle::bounds(cfg);
+    let jitter = recycle::jitter(&w.io.channel_id);
+    if w.mail_bound_asked || !bounds.mail_passed(w.mail_done, jitter) {
+        return None;
+    }
+    w.mail_bound_asked = true;
+    let reason = recycle::mail_reason(w.mail_done, &bounds, jitter);
+    info!(deployment = %cfg.id, pid = w.io.pid, reason = %reason, "recycle bound passed");
+    Some(Input::Request(Request::Recycle {
+        cause: RecycleCause::Bound(RecycleReason::MaxMail),
+        reason,
+        waiter: None,
+    }))
 }
 
 /// `at` rounded up to the next tenth of `interval` counted from one

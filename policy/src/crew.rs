@@ -103,6 +103,19 @@ pub enum Action<W> {
         /// Why.
         reason: String,
     },
+    /// An overlapping recycle's successor is ready and takes over from
+    /// the slot it replaces (which is retired next): the recycle is done
+    /// for that slot, to be recorded as such.
+    Replaced {
+        /// The slot retired.
+        old: u32,
+        /// Its successor.
+        new: u32,
+        /// Who asked.
+        cause: RecycleCause,
+        /// Why.
+        reason: String,
+    },
     /// Drain and stop a slot for good; it goes once its child has ended.
     Retire {
         /// The slot.
@@ -354,6 +367,12 @@ impl<W> Crew<W> {
                     ready: true,
                 });
                 roll.pids.push(pid);
+                out.push(Action::Replaced {
+                    old,
+                    new,
+                    cause: roll.cause,
+                    reason: roll.reason.clone(),
+                });
             }
             if let Some(slot) = self.slots.iter_mut().find(|s| s.index == new) {
                 slot.replaces = None;

@@ -164,11 +164,21 @@ fn the_python_example_serves_200_items_across_5_self_recycles_each_done_once() {
     unique.dedup();
     assert_eq!(unique.len(), 200, "200 distinct ids: {ids:?}");
 
+    // Each child asks after serving 35 and serves what it holds while it
+    // drains, so 200 items take 4 or 5 recycles (5 when the supervisor
+    // keeps up with every ack, 4 when a busy disk lets a child finish
+    // more of its window before the ask is read).
     let d = sup.wait_deployment(
         "orders-py",
-        "200 done after 5 self recycles",
+        "200 done after 4 or 5 self recycles",
         LONG * 4,
-        |d| d["mail"]["done"] == 200 && d["recycles"]["self"] == 5 && d["state"] == "ready",
+        |d| {
+            d["mail"]["done"] == 200
+                && d["recycles"]["self"]
+                    .as_u64()
+                    .is_some_and(|n| (4..=5).contains(&n))
+                && d["state"] == "ready"
+        },
     );
     assert_eq!(d["implementation"], "wfhost-python/0.1.0", "{d}");
     assert_eq!(d["takes_mail"], true, "{d}");

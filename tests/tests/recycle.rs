@@ -795,10 +795,15 @@ fn max_mail_recycles_each_child_after_that_many_items_and_loses_none() {
         "recycle = { max_mail = 10 }",
     ));
     sup.ready_pid("batch", LONG);
+    // One item at a time, each done before the next is sent, so every
+    // child has acknowledged exactly its 10 when it is recycled.
     let sent: Vec<u64> = (0..35)
         .map(|i| {
             let out = sup.client(&["send", "batch", &format!("item-{i}")]);
             assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+            sup.wait_deployment("batch", "the item done", LONG, |d| {
+                d["mail"]["done"] == i + 1 && d["state"] == "ready"
+            });
             stdout(&out)
                 .split_whitespace()
                 .nth(2)
@@ -806,11 +811,7 @@ fn max_mail_recycles_each_child_after_that_many_items_and_loses_none() {
                 .unwrap_or_else(|| panic!("{}", describe(&out)))
         })
         .collect();
-    sup.wait_deployment("batch", "all 35 items done", LONG, |d| {
-        d["mail"]["done"] == 35 && d["state"] == "ready"
-    });
-    // Each child acknowledges 10 (and finishes the one in hand while it
-    // drains): 35 items take three recycles.
+    // 10 per child: 35 items take three recycles.
     let recs = recycle_records(&sup, "batch");
     assert_eq!(recs.len(), 3, "{recs:#?}");
     for r in &recs {

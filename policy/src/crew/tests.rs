@@ -8,6 +8,7 @@ fn names(out: &[Action<u32>]) -> String {
             Action::Add { index } => format!("add {index}"),
             Action::Recycle { index, .. } => format!("recycle {index}"),
             Action::Retire { index } => format!("retire {index}"),
+            Action::Replaced { old, new, .. } => format!("{new} replaces {old}"),
             Action::Answer { to, answer } => match answer {
                 Ok(pids) => format!("ok:{to} {pids:?}"),
                 Err(e) => format!("err:{to} {e}"),
@@ -67,14 +68,14 @@ fn with_overlap_a_successor_is_ready_before_the_old_slot_retires() {
     assert_eq!(crew.slots().len(), 3, "one extra child at most");
     assert_eq!(
         names(&crew.on(Input::Ready { index: 3, pid: 30 })),
-        "retire 1"
+        "3 replaces 1, retire 1"
     );
     // The next step waits until the old slot has ended: still one extra.
     assert_eq!(names(&crew.on(Input::Ready { index: 2, pid: 99 })), "");
     assert_eq!(names(&crew.on(Input::Ended { index: 1 })), "add 4");
     assert_eq!(
         names(&crew.on(Input::Ready { index: 4, pid: 40 })),
-        "retire 2"
+        "4 replaces 2, retire 2"
     );
     assert_eq!(names(&crew.on(Input::Ended { index: 2 })), "ok:7 [30, 40]");
     let left: Vec<u32> = crew.slots().iter().map(|s| s.index).collect();

@@ -9,7 +9,8 @@ use crate::control::protocol::Request;
 pub struct Args {
     #[command(flatten)]
     target: Target,
-    /// The deployment to recycle.
+    /// The deployment to recycle (every replica, one at a time), or one
+    /// replica of it as `DEP/N`.
     deployment: String,
     /// Why, for the journal and status.
     #[arg(long)]
@@ -23,10 +24,25 @@ pub fn run(args: Args) -> u8 {
         reason: args.reason,
     };
     client::run(&args.target, request, |data| {
-        let old = data["old_pid"]
-            .as_u64()
-            .map(|p| p.to_string())
-            .unwrap_or_else(|| "-".into());
-        println!("recycled {}: pid {old} -> {}", args.deployment, data["pid"]);
+        let list = |key: &str| -> Vec<String> {
+            data[key]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|p| p.as_u64().map(|p| p.to_string()))
+                .collect()
+        };
+        let (old, new) = (list("old_pids"), list("pids"));
+        if new.len() > 1 || old.len() > 1 {
+            println!(
+                "recycled {}: pids {} -> {}",
+                args.deployment,
+                old.join(", "),
+                new.join(", ")
+            );
+        } else {
+            let old = old.first().map_or("-", String::as_str);
+            println!("recycled {}: pid {old} -> {}", args.deployment, data["pid"]);
+        }
     })
 }

@@ -417,7 +417,7 @@ fn dump_status(sup: &Supervisor) {
             .started_at
             .map_or(0, |t| now.saturating_duration_since(t).as_millis() as u64);
         let rss_bytes = s
-            .rss_bytes
+            .rss_bytes()
             .map_or_else(|| "-".to_owned(), |b| b.to_string());
         info!(deployment = %s.id, state = s.state.as_str(), pid = %pid, restarts = s.restarts,
             uptime_ms, rss_bytes = %rss_bytes, drain_active = s.drain.active, drain_used_ms = s.drain.used_ms(now),

@@ -4,11 +4,9 @@
 //! (DESIGN §6).
 
 use tracing::{debug, info};
-use wfhost_ipc::{Control, Outcome};
+use wfhost_ipc::Outcome;
 use wfhost_policy::fact::outcome_text;
 
-use super::child::LiveChild;
-use crate::config::DeploymentConfig;
 use crate::shared::{Shared, unix_ms};
 
 /// Most mail items in flight to one child at once.
@@ -32,6 +30,11 @@ impl Default for Dispatch {
 }
 
 impl Dispatch {
+    /// Items in flight to the child.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight
+    }
+
     /// New mail may be waiting (accepted, acked, or replayed).
     pub fn want(&mut self) {
         self.wanted = true;
@@ -56,42 +59,6 @@ impl Dispatch {
         self.in_flight = self.in_flight.saturating_sub(1);
         self.wanted = true;
     }
-}
-
-/// Sends what the window has room for from the head of the inbox; a take
-/// the store refuses leaves the window wanting (the caller retries).
-pub async fn deliver(
-    dispatch: &mut Dispatch,
-    child: &mut LiveChild,
-    cfg: &DeploymentConfig,
-    shared: &Shared,
-) -> Result<(), String> {
-    let Some(n) = dispatch.to_take() else {
-        return Ok(());
-    };
-    let deployment = cfg.id.clone();
-    let items = shared
-        .store
-        .call(move |s| s.take_mail(&deployment, n))
-        .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| e.to_string())?;
-    let got = items.len();
-    for item in items {
-        // A failed send ends the wiring soon; the item is in processing
-        // and goes back to the inbox then.
-        let mail = Control::Mail {
-            id: item.id,
-            attempt: item.attempt,
-            payload: item.payload,
-        };
-        if let Err(e) = child.send(cfg, mail).await {
-            debug!(deployment = %cfg.id, pid = child.pid, error = %e, "mail not sent");
-            break;
-        }
-    }
-    dispatch.took(got, n);
-    Ok(())
 }
 
 /// Moves acknowledged mail to done: true when it was in processing (false

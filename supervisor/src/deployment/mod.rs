@@ -1,15 +1,18 @@
-//! A deployment: one task that lives the deployment's life (the pure state
-//! machine `wfhost_policy::life::Life`) and drives its one live child. The
+//! A deployment: one task that drives its replicas (each a child living
+//! its own pure `wfhost_policy::life::Life`, `replicas = N`, with
+//! `wfhost_policy::crew::Crew` deciding what spans them: rolling and
+//! overlapping recycles, scaling) and shares its inbox among them. The
 //! task turns what arrives (frames, exits, operator requests, timers,
-//! commit results) into the machine's inputs and carries out its actions.
+//! commit results) into the machines' inputs and carries out their actions.
 //!
 //! | file | holds |
 //! |---|---|
-//! | `driver/` | the task: what arrives in (`arrive.rs`), the machine's actions out (`act.rs`) |
+//! | `driver/` | the task: its replicas (`replica.rs`), what arrives in (`arrive.rs`), the machine's actions out (`act.rs`), answers gathered from several replicas (`gather.rs`) |
 //! | `child.rs` | the live child's I/O: process, channel, handshake |
 //! | `drain.rs` | steps in flight and the drain budget |
 //! | `cancel.rs` | signed cancels on their way through the journal |
 //! | `mail.rs` | mail delivery, acknowledgement and replay |
+//! | `spread.rs` | which replica gets how much of the inbox |
 //! | `recycle.rs` | the recycle sequence and its checks |
 //! | `spawn.rs` | the spawner thread and a child's environment |
 //! | `grants.rs` | the grants file |
@@ -26,6 +29,7 @@ mod mail;
 mod output;
 pub mod recycle;
 pub mod spawn;
+mod spread;
 mod throttle;
 pub mod writes;
 
@@ -33,6 +37,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
+use wfhost_policy::crew::Which;
 use wfhost_policy::life::{self, Answer};
 
 use crate::config::DeploymentConfig;
@@ -42,8 +47,35 @@ use crate::shared::Shared;
 /// What a deployment's task can be asked.
 #[derive(Debug)]
 pub enum Ask {
-    /// A request of its life (stop, kill, drain, resume, recycle, cancel).
+    /// A request of every replica's life (stop, kill, drain, resume,
+    /// cancel), or a recycle of them all (rolling, one at a time).
     Life(life::Request<Waiter>),
+    /// A request about the child with this pid only (a recycle bound it
+    /// passed).
+    ForChild {
+        /// The child.
+        pid: u32,
+        /// What of it.
+        request: life::Request<Waiter>,
+    },
+    /// A recycle of one replica (`DEP/N`) or of all.
+    Recycle {
+        /// Which.
+        which: Which,
+        /// Who asked.
+        cause: life::RecycleCause,
+        /// Why.
+        reason: String,
+        /// Who waits for the new pids.
+        waiter: Option<Waiter>,
+    },
+    /// The configuration was replaced (a reload): the replica count and
+    /// overlap apply now; `recycle` when anything else changed, so every
+    /// child is replaced (rolling) to pick it up.
+    Reconfigured {
+        /// Replace every child.
+        recycle: bool,
+    },
     /// Mail was accepted into its inbox.
     MailArrived,
 }
@@ -53,10 +85,13 @@ pub enum Ask {
 pub enum Waiter {
     /// A drain or resume: a message to print.
     Said(oneshot::Sender<Result<String, String>>),
-    /// A recycle: the new child's pid.
-    Pid(oneshot::Sender<Result<u32, String>>),
+    /// A recycle: the new children's pids, in the order they came up.
+    Pids(oneshot::Sender<Result<Vec<u32>, String>>),
     /// A cancel: its journal record, once committed and sent.
     Journaled(oneshot::Sender<Result<u64, String>>),
+    /// The deployment's crew, waiting for replica `index` to finish the
+    /// recycle it was asked for (the answer never leaves the task).
+    Crew(u32),
 }
 
 impl Waiter {
@@ -64,8 +99,18 @@ impl Waiter {
     pub fn answer(self, answer: Result<Answer, String>) {
         match (self, answer) {
             (Self::Said(tx), Ok(Answer::Said(text))) => drop(tx.send(Ok(text))),
-            (Self::Pid(tx), Ok(Answer::Recycled { pid })) => drop(tx.send(Ok(pid))),
+            (Self::Pids(tx), Ok(Answer::Recycled { pid })) => drop(tx.send(Ok(vec![pid]))),
             (waiter, Ok(other)) => waiter.fail(format!("unexpected answer {other:?}")),
+            (waiter, Err(e)) => waiter.fail(e),
+        }
+    }
+
+    /// Delivers a rolling recycle's answer: the new pids, in the order
+    /// they came up.
+    pub fn recycled(self, answer: Result<Vec<u32>, String>) {
+        match (self, answer) {
+            (Self::Pids(tx), answer) => drop(tx.send(answer)),
+            (waiter, Ok(pids)) => waiter.fail(format!("unexpected answer {pids:?}")),
             (waiter, Err(e)) => waiter.fail(e),
         }
     }
@@ -74,8 +119,9 @@ impl Waiter {
     pub fn fail(self, error: String) {
         match self {
             Self::Said(tx) => drop(tx.send(Err(error))),
-            Self::Pid(tx) => drop(tx.send(Err(error))),
+            Self::Pids(tx) => drop(tx.send(Err(error))),
             Self::Journaled(tx) => drop(tx.send(Err(error))),
+            Self::Crew(_) => {}
         }
     }
 }

@@ -111,13 +111,14 @@ impl Supervisor {
                     summary.added.push(d.id.clone());
                 }
                 Some(handle) if *handle.config() != *d => {
+                    // Only the replica count or overlap changed: scale,
+                    // and leave the running children alone.
+                    let mut same = (*handle.config()).clone();
+                    same.replicas = d.replicas;
+                    same.recycle.overlap = d.recycle.overlap;
+                    let recycle = same != *d;
                     handle.reconfigure(Arc::new(d.clone()));
-                    let request = Request::Recycle {
-                        cause: RecycleCause::Operator,
-                        reason: "config reload".into(),
-                        waiter: None,
-                    };
-                    handle.tell(Ask::Life(request)).await;
+                    handle.tell(Ask::Reconfigured { recycle }).await;
                     summary.changed.push(d.id.clone());
                 }
                 Some(_) => {}

@@ -17,7 +17,7 @@ use wfhost_policy::recycle::{Jitter, RecycleBounds};
 use wfhost_policy::life::{RecycleCause, Request};
 
 use crate::deployment::{Ask, recycle};
-use crate::observe::status::Status;
+use crate::observe::status::RssCell;
 use crate::procfs::RssReader;
 
 /// One live child under the policy's eye.
@@ -39,7 +39,7 @@ pub struct Watched {
     /// Kept-open reader of its process tree's RSS.
     pub rss: Mutex<Option<RssReader>>,
     /// Where RSS is shown.
-    pub status: Arc<Mutex<Status>>,
+    pub rss_bytes: RssCell,
     /// Where a recycle is asked for (weak: the deployment's task owns the
     /// channel's life).
     pub asks: mpsc::WeakSender<Ask>,
@@ -56,10 +56,7 @@ impl Watched {
             .unwrap_or_else(|p| p.into_inner())
             .as_mut()
             .and_then(|r| r.tree_rss(now).ok());
-        self.status
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .rss_bytes = rss_bytes;
+        self.rss_bytes.set(rss_bytes);
         if self.asked.load(Ordering::Relaxed) {
             return;
         }
@@ -84,7 +81,11 @@ impl Watched {
             waiter: None,
         };
         // A full queue is tried again at the next tick.
-        if asks.try_send(Ask::Life(request)).is_ok() {
+        let ask = Ask::ForChild {
+            pid: self.pid,
+            request,
+        };
+        if asks.try_send(ask).is_ok() {
             self.asked.store(true, Ordering::Relaxed);
             info!(deployment = %self.deployment, pid = self.pid, reason = %reason, "recycle bound passed");
         }

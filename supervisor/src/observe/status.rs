@@ -3,6 +3,8 @@
 //! (restarts, recycles, exits), kept current by the deployment's task and
 //! read by `wfhost status`, metrics and the signal dump.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
@@ -146,6 +148,89 @@ pub struct RecycleCounts {
     pub self_: u64,
 }
 
+/// Resident memory of one child's process tree, written by the policy
+/// tick and read by status and metrics without waking the deployment.
+#[derive(Debug, Clone)]
+pub struct RssCell(Arc<AtomicU64>);
+
+/// What the cell holds before the first read.
+const UNREAD: u64 = u64::MAX;
+
+impl Default for RssCell {
+    fn default() -> Self {
+        Self(Arc::new(AtomicU64::new(UNREAD)))
+    }
+}
+
+impl RssCell {
+    /// The last reading, if any.
+    pub fn get(&self) -> Option<u64> {
+        Some(self.0.load(Ordering::Relaxed)).filter(|&b| b != UNREAD)
+    }
+
+    /// A new reading (`None`: the read failed).
+    pub fn set(&self, bytes: Option<u64>) {
+        self.0.store(bytes.unwrap_or(UNREAD), Ordering::Relaxed);
+    }
+}
+
+/// What a replica is to its deployment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Takes mail.
+    Serving,
+    /// Started to replace another (an overlapping recycle), not ready yet.
+    Successor,
+    /// Being drained and stopped for good (replaced, or scaled away).
+    Retiring,
+}
+
+/// One replica as `status` lists it.
+#[derive(Debug, Clone)]
+pub struct ReplicaView {
+    /// Its index (`DEP/INDEX`).
+    pub index: u32,
+    /// Serving, successor or retiring.
+    pub role: Role,
+    /// Its life's state.
+    pub state: State,
+    /// Its live child's pid.
+    pub pid: Option<u32>,
+    /// Its live child's channel id.
+    pub channel_id: Option<String>,
+    /// When its child was spawned.
+    pub started_at: Option<Instant>,
+    /// Its child's resident memory.
+    pub rss: Option<RssCell>,
+    /// Mail items its child holds.
+    pub in_hand: usize,
+    /// Mail its child acknowledged.
+    pub mail_done: u64,
+    /// Steps in flight in its child.
+    pub steps_in_flight: usize,
+    /// Its child is draining.
+    pub draining: bool,
+}
+
+impl ReplicaView {
+    fn to_json(&self, now: Instant) -> serde_json::Value {
+        serde_json::json!({
+            "index": self.index,
+            "role": self.role,
+            "state": self.state,
+            "pid": self.pid,
+            "channel_id": self.channel_id,
+            "uptime_ms": self.started_at.map(|t| now.saturating_duration_since(t).as_millis() as u64),
+            "rss_bytes": self.rss.as_ref().and_then(RssCell::get),
+            "in_hand": self.in_hand,
+            "mail_done": self.mail_done,
+            "steps_in_flight": self.steps_in_flight,
+            "draining": self.draining,
+        })
+    }
+}
+
 /// The live facts of one deployment.
 #[derive(Debug, Clone)]
 pub struct Status {
@@ -161,8 +246,6 @@ pub struct Status {
     pub started_at: Option<Instant>,
     /// When the live child's grants were read.
     pub grants_read_at: Option<Instant>,
-    /// Resident memory of the child's process tree at the last policy tick.
-    pub rss_bytes: Option<u64>,
     /// Restarts after unexpected exits, over the supervisor's life.
     pub restarts: u32,
     /// Recycles by origin.
@@ -202,6 +285,9 @@ pub struct Status {
     /// A child of this deployment has been ready at least once (systemd's
     /// `READY=1` waits for every deployment to get there or fail).
     pub ever_ready: bool,
+    /// Every replica, by index (one, unless `replicas` is more or an
+    /// overlapping recycle runs a successor beside the child it replaces).
+    pub replicas: Vec<ReplicaView>,
 }
 
 impl Status {
@@ -214,7 +300,6 @@ impl Status {
             channel_id: None,
             started_at: None,
             grants_read_at: None,
-            rss_bytes: None,
             restarts: 0,
             recycles: RecycleCounts::default(),
             recycle_reasons: Default::default(),
@@ -236,7 +321,17 @@ impl Status {
             takes_mail: None,
             implementation: None,
             ever_ready: false,
+            replicas: Vec::new(),
         }
+    }
+
+    /// Resident memory of every live child's process tree at the last
+    /// policy tick, summed over the replicas; `None` before any reading.
+    pub fn rss_bytes(&self) -> Option<u64> {
+        self.replicas
+            .iter()
+            .filter_map(|r| r.rss.as_ref()?.get())
+            .reduce(u64::saturating_add)
     }
 
     /// Counts what a recorded fact adds to the deployment's history
@@ -304,7 +399,7 @@ impl Status {
             "pid": self.pid,
             "channel_id": self.channel_id,
             "uptime_ms": since(self.started_at),
-            "rss_bytes": self.rss_bytes,
+            "rss_bytes": self.rss_bytes(),
             "grants_age_ms": since(self.grants_read_at),
             "restarts": self.restarts,
             "recycles": self.recycles,
@@ -333,6 +428,7 @@ impl Status {
             "last_exit": self.last_exit,
             "implementation": self.implementation,
             "takes_mail": self.takes_mail,
+            "replicas": self.replicas.iter().map(|r| r.to_json(now)).collect::<Vec<_>>(),
         })
     }
 }

@@ -1,5 +1,6 @@
-//! The machine's actions carried out, and what the deployment shows:
-//! facts recorded and the status projected from the life and the child.
+//! A replica's machine's actions carried out, and what it shows: facts
+//! recorded (and told to the deployment where its crew must hear them)
+//! and the status projected from its life and its child.
 
 use std::time::{Duration, Instant};
 
@@ -9,20 +10,20 @@ use wfhost_policy::life::{Action, Fresh, Input, KillWhy};
 use wfhost_policy::liveness::Liveness;
 use wfhost_policy::{Fact, format_duration};
 
-use super::{Driver, Wired, settings};
+use super::replica::{Replica, Told, Wired, settings};
 use crate::deployment::child::LiveChild;
 use crate::deployment::{Waiter, cancel, recycle};
 use crate::host::policy_tick::Watched;
 use crate::observe::record;
-use crate::observe::status::{State, Status};
+use crate::observe::status::{ReplicaView, Role, State, Status};
 use crate::procfs::RssReader;
 use crate::shared::unix_ms;
 
-impl Driver {
+impl Replica {
     /// Carries out one of the machine's actions.
     pub(super) async fn act(&mut self, action: Action<Waiter>) {
         let now = Instant::now();
-        let id = self.cfg.id.clone();
+        let id = self.label.clone();
         match action {
             Action::Spawn { grants } => self.spawn(grants).await,
             Action::Dispatch => {
@@ -81,12 +82,9 @@ impl Driver {
                 w.io.kill();
             }
             Action::Cancel { run, to } => self.operator_cancel(run, to),
-            Action::ReplayMail => self.writes.replay(),
-            Action::Answer { to, answer } => {
-                // An operator told "done" reads a status that says so.
-                self.publish();
-                to.answer(answer)
-            }
+            Action::ReplayMail => self.replay = true,
+            // The deployment answers once its status says so.
+            Action::Answer { to, answer } => self.answers.push((to, answer)),
             Action::Record(fact) => self.record(fact),
             Action::RearmPolicy => {
                 if let Some(w) = self.wired.as_mut() {
@@ -100,7 +98,10 @@ impl Driver {
                 }
             }
             Action::Started => self.shared.started.notify_one(),
-            Action::Finish => self.finished = true,
+            Action::Finish => {
+                self.finished = true;
+                self.told.push(Told::Finished);
+            }
         }
     }
 
@@ -115,7 +116,7 @@ impl Driver {
                 self.inputs.push_back(Input::Spawned { pid, channel_id });
             }
             Err(e) => {
-                error!(deployment = %self.cfg.id, reason = %e, "cannot start a child");
+                error!(deployment = %self.label, reason = %e, "cannot start a child");
                 self.inputs.push_back(Input::SpawnFailed(e));
             }
         }
@@ -124,7 +125,7 @@ impl Driver {
     /// An operator's signed cancel of one run, or of every run.
     pub(super) fn operator_cancel(&mut self, run: Option<String>, to: Waiter) {
         let Some(w) = self.wired.as_mut() else {
-            return to.fail(format!("{} has no live child", self.cfg.id));
+            return to.fail(format!("{} has no live child", self.label));
         };
         if let Some(r) = &run
             && let Err(in_flight) = w.budget.run_in_flight(r)
@@ -136,7 +137,7 @@ impl Driver {
             };
             return to.fail(format!(
                 "run {r:?} has no step in flight in {}; runs in flight: {listed}",
-                self.cfg.id
+                self.label
             ));
         }
         let signed = cancel::sign(
@@ -150,15 +151,32 @@ impl Driver {
     }
 
     /// Records a fact: logged, counted in status, journaled if it is a
-    /// decision, published on the event log.
+    /// decision, published on the event log; what the crew must hear of
+    /// it is told to the deployment.
     pub(super) fn record(&mut self, fact: Fact) {
-        let id = self.cfg.id.clone();
-        record::log(&id, &fact);
-        if let Fact::Ready { .. } = fact {
-            self.child_ready();
+        record::log(&self.label, &fact);
+        match &fact {
+            Fact::Ready { pid, .. } => {
+                self.child_ready();
+                self.told.push(Told::Ready { pid: *pid });
+            }
+            Fact::Restarting { after, .. } if self.successor && !self.life.ever_ready() => {
+                self.told.push(Told::Refused {
+                    why: format!(
+                        "not recycled: the new child of {} never became ready: {after}",
+                        self.label
+                    ),
+                })
+            }
+            Fact::Failed { last, .. } if self.successor && !self.life.ever_ready() => {
+                self.told.push(Told::Refused {
+                    why: format!("not recycled: {} failed: {last}", self.label),
+                })
+            }
+            _ => {}
         }
         self.status_mut().count(&fact, unix_ms());
-        self.shared.record(Some(&id), &fact);
+        self.shared.record(Some(&self.cfg.id), &fact);
     }
 
     /// The child is ready: pings begin and the policy watches it.
@@ -173,7 +191,7 @@ impl Driver {
             now,
         ));
         self.shared.watchlist.add(Watched {
-            deployment: self.cfg.id.clone(),
+            deployment: self.label.clone(),
             pid: w.io.pid,
             started_at: w.io.started_at,
             grants_read_at: w.io.grants_read_at,
@@ -185,7 +203,7 @@ impl Driver {
                 std::time::SystemTime::now(),
             ),
             rss: std::sync::Mutex::new(RssReader::open(w.io.pid).ok()),
-            status: self.status.clone(),
+            rss_bytes: w.rss.clone(),
             asks: self.me.clone(),
             asked: Default::default(),
         });
@@ -195,31 +213,19 @@ impl Driver {
         self.status.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Copies the life's phase and the live child's facts into the status.
-    pub(super) fn publish(&self) {
-        let now = Instant::now();
-        let mut st = self.status_mut();
+    /// Copies the life's phase and the live child's facts into the
+    /// deployment's status, as the deployment's own (this replica serves
+    /// first).
+    pub(super) fn publish_into(&self, st: &mut Status, now: Instant) {
         st.state = State::of(self.life.phase());
-        st.store_error = self.writes.error.clone();
-        st.acks_pending = self.writes.acks_owed();
         st.drain_purpose = self.life.phase().purpose();
-        st.ever_ready = self.life.ever_ready();
+        st.ever_ready |= self.life.ever_ready();
         let Some(w) = &self.wired else {
-            st.pid = None;
-            st.channel_id = None;
-            st.started_at = None;
-            st.grants_read_at = None;
-            st.rss_bytes = None;
-            st.drain.active = false;
-            st.steps.clear();
-            st.steps_in_flight = 0;
-            st.cancels_pending = 0;
-            return;
+            return Self::publish_none(st);
         };
         if st.pid != Some(w.io.pid) {
             st.pid = Some(w.io.pid);
             st.channel_id = Some(w.io.channel_id.clone());
-            st.rss_bytes = None;
         }
         st.started_at = Some(w.io.started_at);
         st.grants_read_at = w.io.grants_read_at;
@@ -228,13 +234,41 @@ impl Driver {
         st.steps = steps;
         st.steps_in_flight = n;
         st.cancels_pending = w.cancels.len();
-        if let Some(hello) = &w.io.hello
-            && st.implementation.as_deref() != Some(hello.implementation.as_str())
-        {
+        if let Some(hello) = &w.io.hello {
             st.takes_mail = Some(hello.takes_mail);
-            st.implementation = Some(hello.implementation.clone());
-        } else if let Some(hello) = &w.io.hello {
-            st.takes_mail = Some(hello.takes_mail);
+            if st.implementation.as_deref() != Some(hello.implementation.as_str()) {
+                st.implementation = Some(hello.implementation.clone());
+            }
+        }
+    }
+
+    /// No live child to show.
+    pub(super) fn publish_none(st: &mut Status) {
+        st.pid = None;
+        st.channel_id = None;
+        st.started_at = None;
+        st.grants_read_at = None;
+        st.drain.active = false;
+        st.steps.clear();
+        st.steps_in_flight = 0;
+        st.cancels_pending = 0;
+    }
+
+    /// This replica as `status` lists it.
+    pub(super) fn view(&self, role: Role, now: Instant) -> ReplicaView {
+        let w = self.wired.as_ref();
+        ReplicaView {
+            index: self.index,
+            role,
+            state: State::of(self.life.phase()),
+            pid: w.map(|w| w.io.pid),
+            channel_id: w.map(|w| w.io.channel_id.clone()),
+            started_at: w.map(|w| w.io.started_at),
+            rss: w.map(|w| w.rss.clone()),
+            in_hand: w.map_or(0, |w| w.dispatch.in_flight()),
+            mail_done: w.map_or(0, |w| w.mail_done),
+            steps_in_flight: w.map_or(0, |w| w.budget.view(now, self.cfg.drain_timeout).2),
+            draining: matches!(self.life.phase().name(), "draining"),
         }
     }
 }

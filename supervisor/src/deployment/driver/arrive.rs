@@ -1,6 +1,6 @@
-//! What arrives from the live child (its frames and events, its exit, a
-//! cancel's commit, a deadline), turned into the machine's inputs and the
-//! facts they record.
+//! What arrives from a replica's live child (its frames and events, its
+//! exit, a cancel's commit, a deadline), turned into its machine's inputs
+//! and the facts they record.
 
 use std::time::Instant;
 
@@ -8,15 +8,16 @@ use tracing::{debug, error, info, warn};
 use wfhost_ipc::{Control, Event};
 use wfhost_policy::Fact;
 use wfhost_policy::format_duration;
-use wfhost_policy::life::{Input, Misconduct};
+use wfhost_policy::life::{Input, Misconduct, RecycleCause};
 
-use super::{Driver, MAX_REASON_CHARS};
+use super::MAX_REASON_CHARS;
+use super::replica::{Replica, Told};
 use crate::deployment::child::{self, Arrived, Frame};
 use crate::deployment::throttle::Verdict;
 use crate::deployment::writes::Ack;
 use crate::deployment::{Waiter, cancel, drain};
 
-impl Driver {
+impl Replica {
     pub(super) async fn frame(&mut self, arrived: Arrived) {
         let Some(w) = self.wired.as_mut() else {
             return;
@@ -25,7 +26,7 @@ impl Driver {
             Frame::Handshake => {}
             Frame::Ready => self.inputs.push_back(Input::Ready),
             Frame::Closed => {
-                debug!(deployment = %self.cfg.id, pid = w.io.pid, "child closed its control channel");
+                debug!(deployment = %self.label, pid = w.io.pid, "child closed its control channel");
                 self.inputs.push_back(Input::ChannelClosed)
             }
             Frame::Violation(v) => self
@@ -42,7 +43,7 @@ impl Driver {
             return;
         };
         let now = Instant::now();
-        let id = &self.cfg.id;
+        let id = &self.label;
         let pid = w.io.pid;
         let mut facts = Vec::new();
         let mut worked = false;
@@ -75,7 +76,7 @@ impl Driver {
             } => {
                 // Written in order with every other mail write this
                 // deployment owes, retried until it lands.
-                self.writes.ack(Ack {
+                self.acks.push(Ack {
                     pid,
                     id: mail_id,
                     outcome,
@@ -89,7 +90,17 @@ impl Driver {
             Event::RecycleRequest { reason } => {
                 let reason: String = reason.chars().take(MAX_REASON_CHARS).collect();
                 info!(deployment = %id, pid, reason = %reason, "the child asked to be recycled");
-                self.inputs.push_back(Input::RecycleAsked(reason));
+                // With overlap, the crew starts its successor first; a
+                // child that asks before doing any work is recycled in
+                // place, where its machine holds a loop of such asks back.
+                if self.cfg.recycle.overlap && w.worked_told {
+                    self.told.push(Told::Recycle {
+                        cause: RecycleCause::Child,
+                        reason,
+                    });
+                } else {
+                    self.inputs.push_back(Input::RecycleAsked(reason));
+                }
             }
             Event::Custom { kind, bytes } => {
                 let kind = kind.chars().take(MAX_REASON_CHARS).collect();
@@ -206,7 +217,7 @@ impl Driver {
             } else if let Some(nonce) = l.ping_due(now)
                 && let Err(e) = w.io.send(&self.cfg, Control::Ping { nonce }).await
             {
-                debug!(deployment = %self.cfg.id, pid = w.io.pid, error = %e, "ping not sent");
+                debug!(deployment = %self.label, pid = w.io.pid, error = %e, "ping not sent");
             }
         }
         // A flood that went quiet: say how much of it was left out.
@@ -224,7 +235,7 @@ impl Driver {
         if let Some(escalation) = w.budget.poll(now) {
             let (reason, signed) =
                 drain::escalation_cancels(&escalation, &self.shared.key, &self.cfg.id);
-            warn!(deployment = %self.cfg.id, pid = w.io.pid, runs = %escalation.runs.join(", "), "{reason}; cancelling");
+            warn!(deployment = %self.label, pid = w.io.pid, runs = %escalation.runs.join(", "), "{reason}; cancelling");
             for s in signed {
                 w.cancels.push(s, None);
             }

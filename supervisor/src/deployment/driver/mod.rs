@@ -1,36 +1,36 @@
 //! The deployment's task. Its loop waits for the next thing to arrive (a
-//! frame or the exit of the live child, a cancel's journal commit, an
-//! operator's request, a deadline), turns it into inputs of the
-//! deployment's [`Life`], and carries out the actions the machine returns.
-//! Every decision is the machine's; this file does the I/O.
+//! frame or the exit of a replica's child, a cancel's journal commit, an
+//! operator's request, a deadline), hands it to the replica it concerns
+//! (whose [`Life`](wfhost_policy::Life) decides) or to the crew (what
+//! spans replicas: rolling and overlapping recycles, scaling), carries out
+//! what they decide, writes the mail the store is owed, and spreads the
+//! inbox over the replicas that take mail. Every decision is a machine's;
+//! this file does the I/O.
 
 mod act;
 mod arrive;
+mod asks;
+mod gather;
+mod inbox;
+mod replica;
+mod slots;
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
 use tokio::time::sleep_until;
-use tracing::{error, info};
-use wfhost_policy::format_duration;
-use wfhost_policy::life::{Action, Input, Life, Misconduct, RecycleCause, Request, Settings};
-use wfhost_policy::liveness::Liveness;
-use wfhost_policy::recycle::RecycleReason;
-use wfhost_policy::restart::RestartPolicy;
+use wfhost_policy::crew::{self, Crew};
+use wfhost_policy::life::Answer;
 
-use super::cancel::{self, CancelQueue, Commit};
-use super::child::{Arrived, LiveChild};
-use super::drain::Budget;
-use super::mail::{self, Dispatch};
-use super::recycle;
-use super::throttle::Throttle;
-use super::writes::{Next, Writes};
+use super::writes::Writes;
 use super::{Ask, ConfigSlot, Waiter};
 use crate::config::DeploymentConfig;
-use crate::observe::status::Status;
+use crate::observe::status::{ReplicaView, Role, Status};
 use crate::shared::Shared;
+use replica::{Parts, Raw, Replica};
 
 /// Longest reason or kind text taken from a child.
 const MAX_REASON_CHARS: usize = 512;
@@ -39,107 +39,37 @@ const MAX_REASON_CHARS: usize = 512;
 /// its channel delays no other deployment and not the control socket.
 const FRAMES_PER_TURN: u32 = 64;
 
-/// A live child with its bookkeeping.
-struct Wired {
-    io: LiveChild,
-    /// Pings, once the child is ready.
-    liveness: Option<Liveness>,
-    budget: Budget,
-    cancels: CancelQueue,
-    commit: Option<Commit>,
-    dispatch: Dispatch,
-    /// What the machine was last told about steps in flight.
-    steps_told: bool,
-    /// The machine was told the child stopped reading its channel.
-    stall_told: bool,
-    /// The machine was told the child finished some work.
-    worked_told: bool,
-    /// How many step and custom facts it may publish.
-    throttle: Throttle,
-    /// Mail it acknowledged (landed in the store), for `recycle.max_mail`.
-    mail_done: u64,
-    /// Its `max_mail` recycle was asked for.
-    mail_bound_asked: bool,
-}
-
-/// What arrived.
-enum Raw {
-    Child(Arrived),
-    Exit(std::io::Result<std::process::ExitStatus>),
-    Commit(Result<u64, String>),
+/// What arrived for the deployment.
+enum Arrival {
+    /// For the replica at this position.
+    Replica(usize, Raw),
     Ask(Option<Ask>),
     Wake,
 }
 
-impl Wired {
-    fn new(io: LiveChild) -> Self {
-        Self {
-            io,
-            liveness: None,
-            budget: Budget::default(),
-            cancels: CancelQueue::default(),
-            commit: None,
-            dispatch: Dispatch::default(),
-            steps_told: false,
-            stall_told: false,
-            worked_told: false,
-            throttle: Throttle::new(Instant::now()),
-            mail_done: 0,
-            mail_bound_asked: false,
-        }
-    }
-
-    /// The child's next frame, its exit, or a cancel's commit. Cancel-safe.
-    async fn next(&mut self) -> Raw {
-        tokio::select! {
-            arrived = self.io.next() => match arrived {
-                Arrived::Exit(status) => Raw::Exit(status),
-                other => Raw::Child(other),
-            },
-            result = cancel::wait_commit(&mut self.commit) => Raw::Commit(result),
-        }
-    }
-}
-
 /// One deployment's task.
 pub struct Driver {
-    cfg: Arc<DeploymentConfig>,
-    slot: ConfigSlot,
-    shared: Arc<Shared>,
+    id: String,
+    parts: Parts,
     asks: mpsc::Receiver<Ask>,
-    me: mpsc::WeakSender<Ask>,
-    status: Arc<Mutex<Status>>,
-    life: Life<Waiter>,
-    wired: Option<Wired>,
-    /// The budget of the child just reaped, for the drain it ended.
-    retired: Option<Budget>,
+    crew: Crew<Waiter>,
+    /// By index.
+    replicas: Vec<Replica>,
     /// Mail writes owed to the store.
     writes: Writes,
-    inputs: VecDeque<Input<Waiter>>,
-    actions: VecDeque<Action<Waiter>>,
+    crew_inputs: VecDeque<crew::Input<Waiter>>,
+    crew_actions: VecDeque<crew::Action<Waiter>>,
     asks_open: bool,
-    finished: bool,
-}
-
-/// The machine's settings from a deployment's config.
-fn settings(cfg: &DeploymentConfig) -> Settings {
-    Settings {
-        drain_timeout: cfg.drain_timeout,
-        drain_deadline: cfg.drain_deadline,
-        ready_timeout: cfg.ready_timeout,
-        kill_timeout: cfg.kill_timeout,
-        restart: RestartPolicy {
-            backoff_initial: cfg.restart.backoff_initial,
-            backoff_max: cfg.restart.backoff_max,
-            max_restarts: cfg.restart.max_restarts,
-            period: cfg.restart.period,
-            healthy_after: RestartPolicy::default().healthy_after,
-        },
-    }
+    stopping: bool,
+    /// Where the next poll of the replicas starts, so a flooding one
+    /// cannot starve the others.
+    turn: usize,
+    /// The replicas' answers, sent once the status says what they say.
+    answers: Vec<(Waiter, Result<Answer, String>)>,
 }
 
 impl Driver {
-    /// A task for `cfg`; its first child is spawned when it runs.
+    /// A task for `cfg`; its replicas are spawned when it runs.
     pub fn new(
         cfg: Arc<DeploymentConfig>,
         slot: ConfigSlot,
@@ -148,22 +78,25 @@ impl Driver {
         me: mpsc::WeakSender<Ask>,
         status: Arc<Mutex<Status>>,
     ) -> Self {
-        let (life, first) = Life::new(cfg.id.clone(), settings(&cfg));
+        let (crew, first) = Crew::new(cfg.replicas, cfg.recycle.overlap);
         Self {
-            cfg,
-            slot,
-            shared,
+            id: cfg.id.clone(),
+            parts: Parts {
+                slot,
+                shared,
+                me,
+                status,
+            },
             asks,
-            me,
-            status,
-            life,
-            wired: None,
-            retired: None,
+            crew,
+            replicas: Vec::new(),
             writes: Writes::default(),
-            inputs: VecDeque::new(),
-            actions: first.into(),
+            crew_inputs: VecDeque::new(),
+            crew_actions: first.into(),
             asks_open: true,
-            finished: false,
+            stopping: false,
+            turn: 0,
+            answers: Vec::new(),
         }
     }
 
@@ -172,15 +105,15 @@ impl Driver {
         let mut frames_in_a_row = 0;
         loop {
             self.settle().await;
-            if self.finished {
+            if self.stopping && self.replicas.is_empty() {
                 // What the store would not take by now is the stopping
                 // supervisor's to keep for the next start.
-                self.shared
-                    .unwritten_acks(&self.cfg.id, self.writes.take_acks());
+                let acks = self.writes.take_acks();
+                self.shared().unwritten_acks(&self.id, acks);
                 return;
             }
-            let raw = self.next().await;
-            if matches!(raw, Raw::Child(_)) {
+            let arrival = self.next().await;
+            if matches!(arrival, Arrival::Replica(_, Raw::Child(_))) {
                 frames_in_a_row += 1;
                 if frames_in_a_row >= FRAMES_PER_TURN {
                     frames_in_a_row = 0;
@@ -189,126 +122,117 @@ impl Driver {
             } else {
                 frames_in_a_row = 0;
             }
-            self.handle(raw).await;
+            self.handle(arrival).await;
         }
     }
 
-    /// Carries out every pending action and input, then what follows from
-    /// the new state (mail, cancel commits, status).
+    fn shared(&self) -> &Arc<Shared> {
+        &self.parts.shared
+    }
+
+    fn cfg(&self) -> Arc<DeploymentConfig> {
+        self.parts
+            .slot
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Carries out everything pending (the crew's actions, each replica's
+    /// actions and inputs, what they tell the deployment), then what
+    /// follows from the new state (mail writes and deliveries, cancel
+    /// commits, status), then the answers.
     async fn settle(&mut self) {
         loop {
-            if let Some(action) = self.actions.pop_front() {
-                self.act(action).await;
-            } else if let Some(input) = self.inputs.pop_front() {
-                let actions = self.life.on(input, Instant::now());
-                self.actions.extend(actions);
-            } else {
-                self.retired = None;
-                if !self.follow_up().await {
-                    break;
+            self.settle_once().await;
+            self.publish();
+            // An operator told "done" reads a status that says so; the
+            // crew's own answers may give it more to do.
+            for (to, answer) in std::mem::take(&mut self.answers) {
+                match to {
+                    Waiter::Crew(index) => {
+                        self.crew_inputs.push_back(slots::crew_heard(index, answer))
+                    }
+                    to => to.answer(answer),
                 }
             }
+            if self.crew_inputs.is_empty() {
+                return;
+            }
         }
-        self.publish();
     }
 
-    /// What the state asks for besides the machine's actions; true when
+    async fn settle_once(&mut self) {
+        loop {
+            if let Some(action) = self.crew_actions.pop_front() {
+                self.crew_act(action);
+                continue;
+            }
+            if let Some(input) = self.crew_inputs.pop_front() {
+                let actions = self.crew.on(input);
+                self.crew_actions.extend(actions);
+                continue;
+            }
+            let mut any = false;
+            for r in &mut self.replicas {
+                any |= r.settle().await;
+            }
+            self.collect();
+            if any || !self.crew_actions.is_empty() || !self.crew_inputs.is_empty() {
+                continue;
+            }
+            if !self.follow_up().await {
+                return;
+            }
+        }
+    }
+
+    /// What the state asks for besides the machines' actions; true when
     /// that produced new inputs.
     async fn follow_up(&mut self) -> bool {
         self.write_mail().await;
-        let Some(w) = self.wired.as_mut() else {
-            return false;
-        };
-        if w.io.stalled && !w.stall_told {
-            w.stall_told = true;
-            self.inputs.push_back(Input::Misbehaved(Misconduct::Hung));
-            return true;
+        let mut any = false;
+        for r in &mut self.replicas {
+            any |= r.follow_up();
         }
-        let now = Instant::now();
-        if self.life.takes_mail() && self.writes.clear(now) {
-            let took = mail::deliver(&mut w.dispatch, &mut w.io, &self.cfg, &self.shared).await;
-            match took {
-                Ok(()) => self.writes.took(),
-                Err(e) => self.refused("taking mail from the inbox", e, now),
-            }
-        }
-        let Some(w) = self.wired.as_mut() else {
-            return !self.inputs.is_empty();
-        };
-        if w.commit.is_none() {
-            w.commit = cancel::start_commit(&w.cancels, &self.shared, &self.cfg.id);
-        }
-        !self.inputs.is_empty()
-    }
-
-    /// Writes what this deployment owes the store, in order, until one is
-    /// refused (then everything waits for the retry).
-    async fn write_mail(&mut self) {
-        let id = self.cfg.id.clone();
-        loop {
-            let now = Instant::now();
-            let written = match self.writes.next(now) {
-                None => return,
-                Some(Next::Ack(ack)) => {
-                    let (pid, mail, outcome) = (ack.pid, ack.id, ack.outcome.clone());
-                    match mail::write_ack(&self.shared, &id, mail, &outcome).await {
-                        Ok(landed) => {
-                            // The window of the child that acked frees.
-                            if let Some(w) = self.wired.as_mut().filter(|w| w.io.pid == pid)
-                                && landed
-                            {
-                                w.dispatch.acked();
-                                w.mail_done = w.mail_done.saturating_add(1);
-                                if let Some(ask) = mail_bound(w, &self.cfg) {
-                                    self.inputs.push_back(ask);
-                                }
-                            }
-                            Ok("a mail acknowledgement")
-                        }
-                        Err(e) => Err(("recording a mail acknowledgement", e)),
-                    }
-                }
-                Some(Next::Replay) => match mail::replay(&self.shared, &id).await {
-                    Ok(()) => Ok("the replay of unacknowledged mail"),
-                    Err(e) => Err(("returning unacknowledged mail to the inbox", e)),
-                },
-            };
-            match written {
-                Ok(what) => {
-                    if self.writes.error.is_some() {
-                        info!(deployment = %id, "the store accepts mail writes again: {what} landed");
-                    }
-                    self.writes.landed();
-                }
-                Err((what, e)) => return self.refused(what, e, now),
-            }
-        }
-    }
-
-    /// A mail write the store refused: kept, retried, shown in status.
-    fn refused(&mut self, what: &str, error: String, now: Instant) {
-        let (attempt, delay) = self.writes.refused(error.clone(), now);
-        if attempt == 1 || attempt.is_multiple_of(10) {
-            error!(deployment = %self.cfg.id, attempt, retry_in = %format_duration(delay), error = %error,
-                "the store refused {what}; it is kept and retried, nothing is lost");
-        }
+        self.deliver_mail().await;
+        self.collect();
+        any || self.replicas.iter().any(|r| !r.inputs.is_empty()) || !self.crew_inputs.is_empty()
     }
 
     /// Waits for the next thing to arrive.
-    async fn next(&mut self) -> Raw {
-        let wake = self.wake();
+    async fn next(&mut self) -> Arrival {
+        let wake = self
+            .replicas
+            .iter()
+            .filter_map(Replica::wake)
+            .chain(self.writes.wake())
+            .min();
+        let n = self.replicas.len().max(1);
+        self.turn = (self.turn + 1) % n;
+        let turn = self.turn;
         let Self {
-            wired,
+            replicas,
             asks,
             asks_open,
             ..
         } = self;
-        let child = async {
-            match wired {
-                Some(w) => w.next().await,
-                None => std::future::pending().await,
+        let mut children: Vec<_> = replicas
+            .iter_mut()
+            .enumerate()
+            .filter_map(|(i, r)| Some((i, r.wired.as_mut()?)))
+            .map(|(i, w)| (i, Box::pin(w.next())))
+            .collect();
+        let shift = turn.min(children.len());
+        children.rotate_left(shift);
+        let child = std::future::poll_fn(|cx| {
+            for (i, fut) in children.iter_mut() {
+                if let Poll::Ready(raw) = fut.as_mut().poll(cx) {
+                    return Poll::Ready((*i, raw));
+                }
             }
-        };
+            Poll::Pending
+        });
         let sleep = async {
             match wake {
                 Some(at) => sleep_until(tokio::time::Instant::from_std(at)).await,
@@ -316,70 +240,76 @@ impl Driver {
             }
         };
         tokio::select! {
-            raw = child => raw,
-            ask = asks.recv(), if *asks_open => Raw::Ask(ask),
-            () = sleep => Raw::Wake,
+            (i, raw) = child => Arrival::Replica(i, raw),
+            ask = asks.recv(), if *asks_open => Arrival::Ask(ask),
+            () = sleep => Arrival::Wake,
         }
     }
 
-    /// The earliest deadline: the machine's, the child's pings, its drain
-    /// budget, a cancel's retry.
-    fn wake(&self) -> Option<Instant> {
-        let mut wakes = vec![self.life.deadline(), self.writes.wake()];
-        if let Some(w) = &self.wired {
-            let now = Instant::now();
-            if let Some(l) = &w.liveness {
-                wakes.push(Some(coalesced(
-                    l.next_wake(now),
-                    self.cfg.liveness_interval,
-                )));
-            }
-            wakes.push(w.budget.deadline());
-            wakes.push(w.throttle.report_at());
-            if w.commit.is_none() {
-                wakes.push(w.cancels.wake());
-            }
-        }
-        wakes.into_iter().flatten().min()
-    }
-
-    async fn handle(&mut self, raw: Raw) {
-        match raw {
-            Raw::Ask(None) => {
-                // Every handle is gone: nobody can stop it any more, so stop.
-                self.asks_open = false;
-                self.inputs.push_back(Input::Request(Request::Stop));
-            }
-            Raw::Ask(Some(Ask::MailArrived)) => {
-                if let Some(w) = self.wired.as_mut() {
-                    w.dispatch.want();
+    async fn handle(&mut self, arrival: Arrival) {
+        match arrival {
+            Arrival::Replica(i, raw) => {
+                if let Some(r) = self.replicas.get_mut(i) {
+                    r.handle(raw).await;
                 }
             }
-            Raw::Ask(Some(Ask::Life(request))) => self.inputs.push_back(Input::Request(request)),
-            Raw::Child(arrived) => self.frame(arrived).await,
-            Raw::Exit(status) => self.exited(status).await,
-            Raw::Commit(result) => self.committed(result).await,
-            Raw::Wake => self.woke().await,
+            Arrival::Ask(None) => {
+                // Every handle is gone: nobody can stop it any more, so stop.
+                self.asks_open = false;
+                self.stop();
+            }
+            Arrival::Ask(Some(ask)) => self.ask(ask),
+            Arrival::Wake => {
+                for r in &mut self.replicas {
+                    r.woke().await;
+                }
+            }
         }
     }
-}
 
-/// The recycle `recycle.max_mail` asks for once the child's acknowledged
-/// mail reaches it (jittered per child), once per child.
-fn mail_bound(w: &mut Wired, cfg: &DeploymentConfig) -> Option<Input<Waiter>> {
-    let bounds = recycle::bounds(cfg);
-    let jitter = recycle::jitter(&w.io.channel_id);
-    if w.mail_bound_asked || !bounds.mail_passed(w.mail_done, jitter) {
-        return None;
+    /// The deployment's status: its counters, the serving replica's child
+    /// as the deployment's, and every replica.
+    fn publish(&self) {
+        let now = Instant::now();
+        let mut st = self.parts.status.lock().unwrap_or_else(|p| p.into_inner());
+        st.store_error = self.writes.error.clone();
+        st.acks_pending = self.writes.acks_owed();
+        let roles: Vec<(u32, Role)> = self
+            .crew
+            .slots()
+            .iter()
+            .map(|s| {
+                let role = if s.retiring {
+                    Role::Retiring
+                } else if s.replaces.is_some() {
+                    Role::Successor
+                } else {
+                    Role::Serving
+                };
+                (s.index, role)
+            })
+            .collect();
+        let role_of = |index| {
+            roles
+                .iter()
+                .find(|(i, _)| *i == index)
+                .map_or(Role::Retiring, |(_, r)| *r)
+        };
+        let primary = self
+            .replicas
+            .iter()
+            .find(|r| role_of(r.index) == Role::Serving)
+            .or_else(|| self.replicas.first());
+        match primary {
+            Some(r) => r.publish_into(&mut st, now),
+            None => Replica::publish_none(&mut st),
+        }
+        st.replicas = self
+            .replicas
+            .iter()
+            .map(|r| r.view(role_of(r.index), now))
+            .collect::<Vec<ReplicaView>>();
     }
-    w.mail_bound_asked = true;
-    let reason = recycle::mail_reason(w.mail_done, &bounds, jitter);
-    info!(deployment = %cfg.id, pid = w.io.pid, reason = %reason, "recycle bound passed");
-    Some(Input::Request(Request::Recycle {
-        cause: RecycleCause::Bound(RecycleReason::MaxMail),
-        reason,
-        waiter: None,
-    }))
 }
 
 /// `at` rounded up to the next tenth of `interval` counted from one

@@ -80,7 +80,7 @@ pub fn render(snapshots: &[(Status, MailCounts)], now: Instant) -> String {
         "Resident memory of the child's process tree at the last policy check.",
     );
     for (s, _) in snapshots {
-        if let Some(rss) = s.rss_bytes {
+        if let Some(rss) = s.rss_bytes() {
             e.sample(name, &[("deployment", &s.id)], rss);
         }
     }

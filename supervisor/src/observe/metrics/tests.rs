@@ -7,7 +7,7 @@ use tokio::io::AsyncReadExt;
 use super::MAX_HEAD;
 use super::http::*;
 use super::render::*;
-use crate::observe::status::{State, Status};
+use crate::observe::status::{ReplicaView, Role, RssCell, State, Status};
 use crate::store::MailCounts;
 
 fn head(text: &str) -> Route {
@@ -127,7 +127,21 @@ fn renders_every_family_for_a_deployment() {
     s.state = State::Draining;
     s.pid = Some(4242);
     s.started_at = Some(start);
-    s.rss_bytes = Some(10_485_760);
+    let rss = RssCell::default();
+    rss.set(Some(10_485_760));
+    s.replicas = vec![ReplicaView {
+        index: 1,
+        role: Role::Serving,
+        state: State::Draining,
+        pid: Some(4242),
+        channel_id: None,
+        started_at: Some(start),
+        rss: Some(rss),
+        in_hand: 0,
+        mail_done: 0,
+        steps_in_flight: 0,
+        draining: true,
+    }];
     s.restarts = 2;
     s.recycles.policy = 3;
     s.recycles.operator = 1;

@@ -1,0 +1,185 @@
+//! What the deployment is asked (by operators, the policy tick, the
+//! host), routed to the crew (recycles, scaling) or to the replicas, and a
+//! request to every replica split so its waiter is answered once.
+
+use wfhost_policy::crew::{self, Which};
+use wfhost_policy::life::{Input, RecycleCause, Request};
+
+use super::{Driver, gather};
+use crate::deployment::{Ask, Waiter};
+
+impl Driver {
+    /// Stops every replica for good; the crew adds none from now on.
+    pub(super) fn stop(&mut self) {
+        self.stopping = true;
+        let answers = self.crew.stop();
+        self.crew_actions.extend(answers);
+        for r in &mut self.replicas {
+            r.inputs.push_back(Input::Request(Request::Stop));
+        }
+    }
+
+    /// An operator's, the policy's or the host's request.
+    pub(super) fn ask(&mut self, ask: Ask) {
+        match ask {
+            Ask::MailArrived => {
+                for w in self.replicas.iter_mut().filter_map(|r| r.wired.as_mut()) {
+                    w.dispatch.want();
+                }
+            }
+            Ask::Life(Request::Stop) => self.stop(),
+            Ask::Life(Request::Recycle {
+                cause,
+                reason,
+                waiter,
+            }) => self.recycle(Which::All, cause, reason, waiter),
+            Ask::Recycle {
+                which,
+                cause,
+                reason,
+                waiter,
+            } => self.recycle(which, cause, reason, waiter),
+            Ask::ForChild { pid, request } => match request {
+                Request::Recycle {
+                    cause,
+                    reason,
+                    waiter,
+                } => match self.replicas.iter().find(|r| r.pid() == Some(pid)) {
+                    Some(r) => {
+                        let which = Which::One(r.index);
+                        self.recycle(which, cause, reason, waiter);
+                    }
+                    None => {
+                        if let Some(w) = waiter {
+                            w.fail(format!("{}: no live child has pid {pid}", self.id));
+                        }
+                    }
+                },
+                other => {
+                    if let Some(r) = self.replicas.iter_mut().find(|r| r.pid() == Some(pid)) {
+                        r.inputs.push_back(Input::Request(other));
+                    }
+                }
+            },
+            Ask::Reconfigured { recycle } => {
+                let cfg = self.cfg();
+                let scaled = self.crew.reconfigure(cfg.replicas, cfg.recycle.overlap);
+                self.crew_actions.extend(scaled);
+                if recycle {
+                    self.recycle(
+                        Which::All,
+                        RecycleCause::Operator,
+                        "config reload".into(),
+                        None,
+                    );
+                }
+            }
+            Ask::Life(Request::Cancel { run, waiter }) => self.cancel(run, waiter),
+            Ask::Life(other) => self.ask_every_replica(other),
+        }
+    }
+
+    pub(super) fn recycle(
+        &mut self,
+        which: Which,
+        cause: RecycleCause,
+        reason: String,
+        waiter: Option<Waiter>,
+    ) {
+        if self.stopping {
+            if let Some(w) = waiter {
+                w.fail(format!(
+                    "{}: not recycled: the supervisor is stopping",
+                    self.id
+                ));
+            }
+            return;
+        }
+        self.crew_inputs.push_back(crew::Input::Recycle {
+            which,
+            cause,
+            reason,
+            waiter,
+        });
+    }
+
+    /// A cancel of one run goes to the replica running it; of every run,
+    /// to every replica.
+    pub(super) fn cancel(&mut self, run: Option<String>, to: Waiter) {
+        if let Some(run) = &run
+            && let Some(r) = self.replicas.iter_mut().find(|r| {
+                r.wired
+                    .as_ref()
+                    .is_some_and(|w| w.budget.run_in_flight(run).is_ok())
+            })
+        {
+            r.inputs.push_back(Input::Request(Request::Cancel {
+                run: Some(run.clone()),
+                waiter: to,
+            }));
+            return;
+        }
+        // Unknown runs are refused by a replica, with the runs in flight.
+        self.ask_every_replica(Request::Cancel { run, waiter: to });
+    }
+
+    /// A drain, resume, kill or cancel of every replica, answered once
+    /// when all have answered.
+    pub(super) fn ask_every_replica(&mut self, request: Request<Waiter>) {
+        if self.replicas.is_empty() {
+            if let Some(w) = waiter_of(request) {
+                w.fail(format!("{} has no replica running", self.id));
+            }
+            return;
+        }
+        let parts = split(request, self.replicas.len());
+        for (r, part) in self.replicas.iter_mut().zip(parts) {
+            r.inputs.push_back(Input::Request(part));
+        }
+    }
+}
+
+/// The waiter of a request, if it has one.
+fn waiter_of(request: Request<Waiter>) -> Option<Waiter> {
+    match request {
+        Request::Stop | Request::Kill => None,
+        Request::Drain(w) | Request::Resume(w) | Request::Cancel { waiter: w, .. } => Some(w),
+        Request::Recycle { waiter, .. } => waiter,
+    }
+}
+
+/// `request` for each of `n` replicas, its waiter answered once all are.
+fn split(request: Request<Waiter>, n: usize) -> Vec<Request<Waiter>> {
+    if n == 1 {
+        return vec![request];
+    }
+    match request {
+        Request::Stop => (0..n).map(|_| Request::Stop).collect(),
+        Request::Kill => (0..n).map(|_| Request::Kill).collect(),
+        Request::Drain(w) => gather::fan_out(w, n)
+            .into_iter()
+            .map(Request::Drain)
+            .collect(),
+        Request::Resume(w) => gather::fan_out(w, n)
+            .into_iter()
+            .map(Request::Resume)
+            .collect(),
+        Request::Cancel { run, waiter } => gather::fan_out(waiter, n)
+            .into_iter()
+            .map(|waiter| Request::Cancel {
+                run: run.clone(),
+                waiter,
+            })
+            .collect(),
+        // Recycles are the crew's, never split.
+        Request::Recycle {
+            cause,
+            reason,
+            waiter,
+        } => vec![Request::Recycle {
+            cause,
+            reason,
+            waiter,
+        }],
+    }
+}

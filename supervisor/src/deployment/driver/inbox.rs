@@ -1,0 +1,180 @@
+//! The deployment's mail: the writes it owes the store (acknowledgements,
+//! then replays, retried in order until they land) and the inbox's head
+//! spread over the replicas that take mail, the least loaded first.
+
+use std::time::Instant;
+
+use tracing::{error, info};
+use wfhost_ipc::Control;
+use wfhost_policy::crew::{self, Which};
+use wfhost_policy::format_duration;
+use wfhost_policy::life::RecycleCause;
+use wfhost_policy::recycle::RecycleReason;
+
+use super::Driver;
+use crate::deployment::spread::{self, Hand};
+use crate::deployment::writes::Next;
+use crate::deployment::{mail, recycle};
+
+impl Driver {
+    /// Spreads the head of the inbox over the replicas that take mail and
+    /// have room, the least loaded first; a take the store refuses leaves
+    /// them wanting (retried after the backoff).
+    pub(super) async fn deliver_mail(&mut self) {
+        let now = Instant::now();
+        if !self.writes.clear(now) {
+            return;
+        }
+        let hands: Vec<Hand> = self
+            .replicas
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.life.takes_mail())
+            .filter_map(|(who, r)| {
+                let d = &r.wired.as_ref()?.dispatch;
+                let room = d.to_take()?;
+                Some(Hand {
+                    who,
+                    held: d.in_flight(),
+                    room,
+                })
+            })
+            .collect();
+        if hands.is_empty() {
+            return;
+        }
+        let deployment = self.id.clone();
+        let single = hands.len() == 1;
+        // `hands` goes to the store thread and comes back.
+        let taken = self
+            .shared()
+            .store
+            .call(move |s| {
+                // One replica asks for all it has room for; several share
+                // what waits.
+                let plan = if single {
+                    hands.iter().map(|h| (h.who, h.room)).collect()
+                } else {
+                    spread::plan(s.mail_counts(&deployment)?.inbox, &hands)
+                };
+                let mut taken = Vec::with_capacity(plan.len());
+                for (who, n) in plan {
+                    taken.push((who, n, s.take_mail(&deployment, n)?));
+                }
+                Ok::<_, crate::store::StoreError>((hands, taken))
+            })
+            .await;
+        let (hands, taken) = match taken {
+            Ok(Ok(t)) => t,
+            Ok(Err(e)) => return self.refused("taking mail from the inbox", e.to_string(), now),
+            Err(e) => return self.refused("taking mail from the inbox", e.to_string(), now),
+        };
+        self.writes.took();
+        let total_room: usize = hands.iter().map(|h| h.room).sum();
+        let mut planned = 0;
+        let mut short = false;
+        for (who, asked, items) in taken {
+            planned += asked;
+            let Some(r) = self.replicas.get_mut(who) else {
+                continue;
+            };
+            let Some(w) = r.wired.as_mut() else { continue };
+            let got = items.len();
+            short |= got < asked;
+            for item in items {
+                // A failed send ends the wiring soon; the item is in
+                // processing and goes back to the inbox then.
+                let message = Control::Mail {
+                    id: item.id,
+                    attempt: item.attempt,
+                    payload: item.payload,
+                };
+                if let Err(e) = w.io.send(&r.cfg, message).await {
+                    tracing::debug!(deployment = %r.label, pid = w.io.pid, error = %e, "mail not sent");
+                    break;
+                }
+            }
+            w.dispatch.took(got, asked);
+        }
+        // Everything that waited was taken: nobody asks again until new
+        // mail arrives (or an ack frees room).
+        if short || planned < total_room {
+            for h in hands {
+                if let Some(w) = self.replicas.get_mut(h.who).and_then(|r| r.wired.as_mut()) {
+                    w.dispatch.took(0, 1);
+                }
+            }
+        }
+    }
+
+    /// Writes what this deployment owes the store, in order, until one is
+    /// refused (then everything waits for the retry).
+    pub(super) async fn write_mail(&mut self) {
+        let id = self.id.clone();
+        loop {
+            let now = Instant::now();
+            let written = match self.writes.next(now) {
+                None => return,
+                Some(Next::Ack(ack)) => {
+                    let (pid, mail, outcome) = (ack.pid, ack.id, ack.outcome.clone());
+                    match mail::write_ack(self.shared(), &id, mail, &outcome).await {
+                        Ok(landed) => {
+                            if landed {
+                                self.acked(pid);
+                            }
+                            Ok("a mail acknowledgement")
+                        }
+                        Err(e) => Err(("recording a mail acknowledgement", e)),
+                    }
+                }
+                Some(Next::Replay) => match mail::replay(self.shared(), &id).await {
+                    Ok(()) => Ok("the replay of unacknowledged mail"),
+                    Err(e) => Err(("returning unacknowledged mail to the inbox", e)),
+                },
+            };
+            match written {
+                Ok(what) => {
+                    if self.writes.error.is_some() {
+                        info!(deployment = %id, "the store accepts mail writes again: {what} landed");
+                    }
+                    self.writes.landed();
+                }
+                Err((what, e)) => return self.refused(what, e, now),
+            }
+        }
+    }
+
+    /// An acknowledgement of child `pid` landed: its window frees, and
+    /// its `max_mail` bound may be reached (once per child).
+    pub(super) fn acked(&mut self, pid: u32) {
+        let Some(r) = self.replicas.iter_mut().find(|r| r.pid() == Some(pid)) else {
+            return;
+        };
+        let Some(w) = r.wired.as_mut() else { return };
+        w.dispatch.acked();
+        w.mail_done = w.mail_done.saturating_add(1);
+        let bounds = recycle::bounds(&r.cfg);
+        let jitter = recycle::jitter(&w.io.channel_id);
+        if w.mail_bound_asked || !bounds.mail_passed(w.mail_done, jitter) {
+            return;
+        }
+        w.mail_bound_asked = true;
+        let reason = recycle::mail_reason(w.mail_done, &bounds, jitter);
+        info!(deployment = %r.label, pid, reason = %reason, "recycle bound passed");
+        self.crew_inputs.push_back(crew::Input::Recycle {
+            which: Which::One(r.index),
+            cause: RecycleCause::Bound(RecycleReason::MaxMail),
+            reason,
+            waiter: None,
+        });
+    }
+
+    /// A mail write the store refused: kept, retried, shown in status.
+    pub(super) fn refused(&mut self, what: &str, error: String, now: Instant) {
+        let (attempt, delay) = self.writes.refused(error.clone(), now);
+        if attempt == 1 || attempt.is_multiple_of(10) {
+            error!(deployment = %self.id, attempt, retry_in = %format_duration(delay), error = %error,
+                "the store refused {what}; it is kept and retried, nothing is lost");
+        }
+    }
+}

@@ -29,8 +29,11 @@
 //! | `recycle.jitter` | 0% | ≤ 50% |
 //! | `restart.backoff_initial` / `backoff_max` | 100ms / 30s | 0 < initial ≤ max |
 //! | `restart.max_restarts` in `restart.period` | 5 in 60s | 1 to 10000; period > 0 |
+//! | `cgroup_root` | the supervisor's own cgroup if delegated, else none | an absolute path, or `"none"` |
+//! | `limits.*` | none | see `containment.rs` |
 
 mod build;
+mod containment;
 pub mod defaults;
 mod error;
 mod raw;

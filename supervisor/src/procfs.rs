@@ -1,7 +1,10 @@
-//! Reads from `/proc` that identify and measure processes.
+//! Reads that identify and measure processes: `/proc`, and a child's
+//! cgroup `memory.current` where the memory controller is on.
 
 use std::io;
 use std::time::{Duration, Instant};
+
+use wfhost_process::Counter;
 
 /// The start time of `pid` in clock ticks since boot (field 22 of
 /// `/proc/PID/stat`). Together with the pid it names one process for good:
@@ -41,6 +44,39 @@ pub fn is_same_process(pid: u32, start_time: u64) -> bool {
 /// not stall a policy tick).
 const MAX_TREE: usize = 4096;
 
+/// The memory of one child for its recycle bound, read cheaply every
+/// policy tick: its cgroup's `memory.current` (one kept-open file, one
+/// `pread`: everything the child and all it started use, page cache and
+/// kernel memory included, however they forked), or, without the memory
+/// controller, the resident pages of its process tree.
+#[derive(Debug)]
+pub enum RssReader {
+    /// Resident pages of the process tree.
+    Tree(TreeRss),
+    /// The child's cgroup's `memory.current`.
+    Cgroup(Counter),
+}
+
+impl RssReader {
+    /// A reader of the tree led by `pid`.
+    pub fn open(pid: u32) -> io::Result<Self> {
+        TreeRss::open(pid).map(Self::Tree)
+    }
+
+    /// A reader of a cgroup's `memory.current`.
+    pub fn cgroup(counter: Counter) -> Self {
+        Self::Cgroup(counter)
+    }
+
+    /// The child's memory in bytes at `now`.
+    pub fn bytes(&mut self, now: Instant) -> io::Result<u64> {
+        match self {
+            Self::Tree(tree) => tree.tree_rss(now),
+            Self::Cgroup(counter) => counter.read(),
+        }
+    }
+}
+
 /// Resident memory of one process tree, read cheaply every policy tick:
 /// every process's `/proc/PID/statm` and its main thread's
 /// `/proc/PID/task/PID/children` stay open and are re-read with `pread`
@@ -49,10 +85,10 @@ const MAX_TREE: usize = 4096;
 /// [`RESCAN_PERIOD`] at most, and the tree is only reshaped when one
 /// changed.
 /// A command hosted by `wfhost-child exec` counts too. Children forked by
-/// other threads of a multi-threaded process are not seen; under systemd,
-/// cgroup `memory.current` is the complete answer.
+/// other threads of a multi-threaded process are not seen, nor are those
+/// that left the tree: cgroup `memory.current` is the complete answer.
 #[derive(Debug)]
-pub struct RssReader {
+pub struct TreeRss {
     root: Node,
     page_size: u64,
     last_rescan: Option<Instant>,
@@ -125,7 +161,7 @@ impl Node {
     }
 }
 
-impl RssReader {
+impl TreeRss {
     /// Opens the leader's files.
     pub fn open(pid: u32) -> io::Result<Self> {
         // SAFETY: sysconf has no preconditions.
@@ -194,7 +230,7 @@ mod tests {
             .args(["-c", "sleep 30 & sleep 30 & wait"])
             .spawn()
             .expect("spawn sh");
-        let mut reader = RssReader::open(sh.id()).expect("statm");
+        let mut reader = TreeRss::open(sh.id()).expect("statm");
         let alone = read_resident(&reader.root.statm).expect("read") * reader.page_size;
         let deadline = Instant::now() + Duration::from_secs(10);
         // Each read a rescan period after the last: the tree is re-read.
@@ -230,7 +266,7 @@ mod tests {
 
     #[test]
     fn the_tree_shape_is_reread_once_a_rescan_period_has_passed() {
-        let mut reader = RssReader::open(std::process::id()).expect("statm");
+        let mut reader = TreeRss::open(std::process::id()).expect("statm");
         let t0 = Instant::now();
         assert!(reader.rescan_due(t0), "the first read learns the tree");
         reader.tree_rss(t0).expect("tree");

@@ -175,6 +175,8 @@ pub struct RawSupervisor {
     pub event_retention: Option<Spanned<u64>>,
     /// How long done mail is kept.
     pub mail_retention: Option<Spanned<DurationValue>>,
+    /// Where children's cgroups are made, or `"none"`.
+    pub cgroup_root: Option<Spanned<Text<PATH_MAX>>>,
 }
 
 /// `recycle = { .. }`: each key merged on its own with `[defaults]`.
@@ -271,4 +273,6 @@ deployment_keys! {
     max_mail_bytes: Spanned<SizeValue>,
     /// Most mail waiting in the inbox.
     max_inbox: Spanned<u64>,
+    /// What the child may use (cgroup limits and rlimits).
+    limits: super::containment::RawLimits,
 }

@@ -34,7 +34,8 @@ pub struct Watched {
     pub bounds: RecycleBounds,
     /// This child's jitter.
     pub jitter: Jitter,
-    /// Kept-open reader of its process tree's RSS.
+    /// Kept-open reader of its memory (cgroup `memory.current`, or its
+    /// process tree's RSS).
     pub rss: Mutex<Option<RssReader>>,
     /// Where RSS is shown.
     pub status: Arc<Mutex<Status>>,
@@ -53,7 +54,7 @@ impl Watched {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .as_mut()
-            .and_then(|r| r.tree_rss(now).ok());
+            .and_then(|r| r.bytes(now).ok());
         self.status
             .lock()
             .unwrap_or_else(|p| p.into_inner())

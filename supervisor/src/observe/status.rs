@@ -198,6 +198,13 @@ pub struct Status {
     /// A child of this deployment has been ready at least once (systemd's
     /// `READY=1` waits for every deployment to get there or fail).
     pub ever_ready: bool,
+    /// What holds its last child and all it started: `cgroup` or
+    /// `process-tree` (`None` before the first spawn).
+    pub containment: Option<&'static str>,
+    /// The last child's cgroup.
+    pub cgroup: Option<String>,
+    /// The deployment's limits the last child does not get, and why.
+    pub limits_not_applied: Vec<crate::contain::NotApplied>,
 }
 
 impl Status {
@@ -230,7 +237,24 @@ impl Status {
             takes_mail: None,
             implementation: None,
             ever_ready: false,
+            containment: None,
+            cgroup: None,
+            limits_not_applied: Vec::new(),
         }
+    }
+
+    /// Shows how a freshly spawned child is contained.
+    pub fn contained(
+        &mut self,
+        (kind, cgroup, not_applied): (
+            &'static str,
+            Option<String>,
+            Vec<crate::contain::NotApplied>,
+        ),
+    ) {
+        self.containment = Some(kind);
+        self.cgroup = cgroup;
+        self.limits_not_applied = not_applied;
     }
 
     /// Counts what a recorded fact adds to the deployment's history
@@ -325,6 +349,9 @@ impl Status {
             "last_exit": self.last_exit,
             "implementation": self.implementation,
             "takes_mail": self.takes_mail,
+            "containment": self.containment,
+            "cgroup": self.cgroup,
+            "limits_not_applied": self.limits_not_applied,
         })
     }
 }

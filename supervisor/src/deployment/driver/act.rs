@@ -15,7 +15,6 @@ use crate::deployment::{Waiter, cancel, mail, recycle};
 use crate::host::policy_tick::Watched;
 use crate::observe::record;
 use crate::observe::status::{State, Status};
-use crate::procfs::RssReader;
 use crate::shared::unix_ms;
 
 impl Driver {
@@ -99,6 +98,7 @@ impl Driver {
         self.life.reconfigure(settings(&self.cfg));
         match LiveChild::spawn(&self.cfg, &self.shared, grants).await {
             Ok(io) => {
+                self.status_mut().contained(io.containment());
                 let (pid, channel_id) = (io.pid, io.channel_id.clone());
                 self.wired = Some(Wired::new(io));
                 self.inputs.push_back(Input::Spawned { pid, channel_id });
@@ -168,7 +168,7 @@ impl Driver {
             grants_read_at: w.io.grants_read_at,
             bounds: recycle::bounds(&self.cfg),
             jitter: recycle::jitter(&w.io.channel_id),
-            rss: std::sync::Mutex::new(RssReader::open(w.io.pid).ok()),
+            rss: std::sync::Mutex::new(w.io.rss_reader()),
             status: self.status.clone(),
             asks: self.me.clone(),
             asked: Default::default(),

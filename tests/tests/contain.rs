@@ -508,6 +508,56 @@ fn nothing_escapes_a_supervisor_sigkill_and_restart_without_cgroups() {
     sigkill_and_restart(Mode::ProcessTree);
 }
 
+#[test]
+fn a_cgroup_catches_what_hides_its_origin_after_a_supervisor_sigkill() {
+    let Some(mode) =
+        Mode::cgroup("a_cgroup_catches_what_hides_its_origin_after_a_supervisor_sigkill")
+    else {
+        return;
+    };
+    let markers = Markers::new();
+    let _strays = Strays(markers);
+    // `env -i`: the stray carries no WFHOST_ORIGIN, so only its cgroup
+    // still knows whose it is.
+    let script = format!(
+        "setsid /usr/bin/env -i /bin/sleep {} & exec /bin/sleep {}",
+        markers.stray(0),
+        markers.main(0)
+    );
+    let body = deployment(
+        "hidden",
+        &format!("['{{bin}}/wfhost-child', 'exec', '--', '/bin/sh', '-c', \"{script}\"]"),
+        QUICK,
+    );
+    let sup = Supervisor::start_with_settings(&mode.settings(), &body);
+    sup.ready_pid("hidden", LONG);
+    let stray = wait_for("the stray", LONG, || {
+        markers.live().get(&markers.stray(0)).map(|p| p[0])
+    });
+    let (dir, config) = sup.into_parts();
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(
+        !markers.surviving(&[stray]).is_empty(),
+        "the stray outlives the SIGKILLed supervisor until the restart"
+    );
+    let sup = Supervisor::start_in(dir, config);
+    sup.ready_pid("hidden", LONG);
+    let deadline = Instant::now() + GONE_WITHIN;
+    while !markers.surviving(&[stray]).is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        markers.surviving(&[stray]).is_empty(),
+        "the restart kills what was left in the child's cgroup\nlog:\n{}",
+        sup.log()
+    );
+    assert!(
+        sup.plain_log().contains("left by a previous supervisor"),
+        "{}",
+        sup.log()
+    );
+}
+
 /// The cgroup of the live child of `id`, from status.
 fn cgroup_of(sup: &Supervisor, id: &str) -> PathBuf {
     let d = sup.deployment(id);

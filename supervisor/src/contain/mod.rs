@@ -183,17 +183,17 @@ impl Containment {
 
     /// At the end, once every deployment has stopped: waits for the
     /// clean-ups under way, then kills and reaps whatever is left (nothing
-    /// has an owner any more) and removes every child cgroup.
+    /// has an owner any more: every child cgroup is emptied and removed,
+    /// every adopted orphan killed) and reaps it.
     pub async fn finish(&self, spawner: &Spawner) {
         let releases =
             std::mem::take(&mut *self.releases.lock().unwrap_or_else(|p| p.into_inner()));
         for r in releases {
             let _ = r.await;
         }
-        orphans::sweep(self, spawner);
         if let Some(root) = self.root() {
             cgroups::remove_all(root.kill_stale("still there at the end")).await;
         }
-        orphans::sweep(self, spawner);
+        orphans::end_all(spawner).await;
     }
 }

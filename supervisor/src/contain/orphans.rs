@@ -1,8 +1,10 @@
 //! The orphans the supervisor adopts as a child subreaper: processes that
 //! left a child's process group and lost their parent. Each descends from
 //! one child, named by its `WFHOST_ORIGIN`: it lives while that child
-//! lives and dies with it. An orphan whose child is gone (or that hid its
-//! origin) is killed by the next sweep; a dead one is reaped by pid.
+//! lives and dies with it. Without cgroups, an orphan whose child is gone
+//! (or that hid its origin, so none can vouch for it) is killed by the
+//! next sweep; with them, its cgroup holds it and dies with its child.
+//! A dead orphan is reaped by pid either way.
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
@@ -64,12 +66,16 @@ pub async fn until_gone(spawner: &Spawner, channel_id: &str, deployment: &str) {
     }
 }
 
-/// One look at every adopted orphan: reaps the dead, kills those whose
-/// child is gone or whose origin cannot be told.
+/// One look at every adopted orphan: reaps the dead and, without cgroups,
+/// kills those whose child is gone or whose origin cannot be told.
 pub fn sweep(host: &Containment, spawner: &Spawner) {
+    let by_origin = host.root().is_none();
     for pid in spawner.adopted() {
         if is_zombie(pid) {
             try_reap(pid);
+            continue;
+        }
+        if !by_origin {
             continue;
         }
         match origin_of(pid) {
@@ -83,6 +89,34 @@ pub fn sweep(host: &Containment, spawner: &Spawner) {
                 kill_tree(pid);
             }
         }
+    }
+}
+
+/// At the end, when no child is left to own anything: kills every adopted
+/// orphan and reaps it, until none is left.
+pub async fn end_all(spawner: &Spawner) {
+    let deadline = Instant::now() + GONE_WITHIN;
+    let mut told = HashSet::new();
+    loop {
+        let adopted = spawner.adopted();
+        if adopted.is_empty() || Instant::now() >= deadline {
+            return;
+        }
+        for pid in adopted {
+            if is_zombie(pid) {
+                try_reap(pid);
+                continue;
+            }
+            if told.insert(pid) {
+                warn!(
+                    pid,
+                    origin = origin_of(pid).as_deref().unwrap_or("unknown"),
+                    "killing an adopted process still there at the end"
+                );
+            }
+            kill_tree(pid);
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
     }
 }
 

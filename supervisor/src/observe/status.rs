@@ -161,7 +161,9 @@ pub struct Status {
     pub started_at: Option<Instant>,
     /// When the live child's grants were read.
     pub grants_read_at: Option<Instant>,
-    /// Resident memory of the child's process tree at the last policy tick.
+    /// Memory of the child at the last policy tick: its cgroup's
+    /// `memory.current` where the memory controller is on, else the
+    /// resident memory of its process tree.
     pub rss_bytes: Option<u64>,
     /// Restarts after unexpected exits, over the supervisor's life.
     pub restarts: u32,

@@ -48,14 +48,12 @@ impl Enclosure {
     pub fn prepare(cfg: &DeploymentConfig, channel_id: &str, spawner: &Spawner) -> Self {
         let host = host();
         let mut not_applied = Vec::new();
-        let mut cgroup = None;
-        let mut memory = false;
-        let mut procs = None;
+        let (mut cgroup, mut memory, mut procs) = (None, false, None);
         let without = match host.root() {
-            Some(root) => match root.child(&cfg.id, channel_id).and_then(|cg| {
-                let file = cg.procs_for_spawn()?;
-                Ok((cg, file))
-            }) {
+            None => host
+                .without_cgroups()
+                .map(|why| format!("no cgroups: {why}")),
+            Some(root) => match made(root, &cfg.id, channel_id) {
                 Ok((cg, file)) => {
                     memory = root.missing("memory").is_none();
                     write_limits(&cg, &cfg.limits, |c| root.missing(c), &mut not_applied);
@@ -63,16 +61,12 @@ impl Enclosure {
                     procs = Some(Arc::new(file));
                     None
                 }
-                Err(e) => {
-                    let why = format!("cannot make its cgroup in {}: {e}", root.path().display());
-                    warn!(deployment = %cfg.id, error = %e, root = %root.path().display(),
+                Err(why) => {
+                    warn!(deployment = %cfg.id, why = %why,
                         "cannot make the child's cgroup; this child is contained by its process tree only");
                     Some(why)
                 }
             },
-            None => host
-                .without_cgroups()
-                .map(|why| format!("no cgroups: {why}")),
         };
         if let Some(why) = without {
             for (limit, set) in cgroup_limits(&cfg.limits) {
@@ -207,6 +201,21 @@ impl Drop for Enclosure {
             }
         }
     }
+}
+
+/// A fresh cgroup for the child, with its `cgroup.procs` open for the
+/// spawn; or why not.
+fn made(
+    root: &cgroups::Root,
+    deployment: &str,
+    channel_id: &str,
+) -> Result<(Cgroup, File), String> {
+    root.child(deployment, channel_id)
+        .and_then(|cg| {
+            let procs = cg.procs_for_spawn()?;
+            Ok((cg, procs))
+        })
+        .map_err(|e| format!("cannot make its cgroup in {}: {e}", root.path().display()))
 }
 
 /// Each cgroup limit, and whether it is set.

@@ -10,7 +10,7 @@
 mod support;
 
 use serde_json::Value;
-use support::{Markers, Mode, QUICK, Strays, cgroup_of};
+use support::{Markers, Mode, QUICK, Strays, cgroup_of, limit_row, sleeper};
 use wfhost_tests::{LONG, Supervisor, deployment, ok, wait_for};
 
 #[test]
@@ -19,10 +19,7 @@ fn an_unusable_cgroup_root_falls_back_to_the_process_tree_and_says_why() {
     let _strays = Strays(markers);
     let body = deployment(
         "plain",
-        &format!(
-            "['{{bin}}/wfhost-child', 'exec', '--', '/bin/sleep', '{}']",
-            markers.main(0)
-        ),
+        &sleeper(markers),
         &format!("{QUICK}\nlimits = {{ memory_max = \"64MiB\", nofile = 512 }}"),
     );
     let sup = Supervisor::start_with_settings("cgroup_root = \"/tmp/wfh-not-a-cgroup\"", &body);
@@ -47,12 +44,8 @@ fn an_unusable_cgroup_root_falls_back_to_the_process_tree_and_says_why() {
         !not_applied.iter().any(|l| l["limit"] == "nofile"),
         "an rlimit applies without cgroups: {d}"
     );
-    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).expect("limits");
-    assert!(
-        limits.lines().any(|l| l.starts_with("Max open files")
-            && l.split_whitespace().filter(|w| *w == "512").count() == 2),
-        "nofile applies: {limits}"
-    );
+    let (nofile, limits) = limit_row(pid, "Max open files");
+    assert_eq!(nofile, ["512", "512"], "nofile applies: {limits}");
     // Said once, not at every spawn.
     ok("recycle", &sup.client(&["recycle", "plain"]));
     sup.ready_pid("plain", LONG);
@@ -75,10 +68,7 @@ fn rlimits_apply_in_the_child_before_it_runs() {
     let _strays = Strays(markers);
     let body = deployment(
         "limited",
-        &format!(
-            "['{{bin}}/wfhost-child', 'exec', '--', '/bin/sleep', '{}']",
-            markers.main(0)
-        ),
+        &sleeper(markers),
         &format!("{QUICK}\nlimits = {{ nofile = 300, core = 0, as = \"2GiB\" }}"),
     );
     let sup = Supervisor::start_with_settings("cgroup_root = \"none\"", &body);
@@ -87,27 +77,14 @@ fn rlimits_apply_in_the_child_before_it_runs() {
     let command = wait_for("the hosted sleep", LONG, || {
         markers.live().get(&markers.main(0)).map(|p| p[0])
     });
-    let limits = std::fs::read_to_string(format!("/proc/{command}/limits")).expect("limits");
-    let row = |name: &str| -> Vec<String> {
-        limits
-            .lines()
-            .find(|l| l.starts_with(name))
-            .map(|l| {
-                l[name.len()..]
-                    .split_whitespace()
-                    .take(2)
-                    .map(str::to_owned)
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
-    assert_eq!(row("Max open files"), ["300", "300"], "{limits}");
-    assert_eq!(row("Max core file size"), ["0", "0"], "{limits}");
-    assert_eq!(
-        row("Max address space"),
-        ["2147483648", "2147483648"],
-        "{limits}"
-    );
+    for (row, expected) in [
+        ("Max open files", "300"),
+        ("Max core file size", "0"),
+        ("Max address space", "2147483648"),
+    ] {
+        let (values, text) = limit_row(command, row);
+        assert_eq!(values, [expected, expected], "{row}: {text}");
+    }
 }
 
 #[test]
@@ -125,10 +102,7 @@ fn limits_the_hierarchy_cannot_enforce_are_named_in_status_and_the_log() {
     let _strays = Strays(markers);
     let body = deployment(
         "limited",
-        &format!(
-            "['{{bin}}/wfhost-child', 'exec', '--', '/bin/sleep', '{}']",
-            markers.main(0)
-        ),
+        &sleeper(markers),
         &format!(
             "{QUICK}\nlimits = {{ memory_max = \"256MiB\", memory_high = \"200MiB\", pids_max = 64, cpu_weight = 50 }}"
         ),

@@ -211,3 +211,29 @@ pub fn in_cgroup(cgroup: &Path, pid: u32) -> bool {
         .lines()
         .any(|l| l.trim() == pid.to_string())
 }
+
+/// `wfhost-child exec -- /bin/sleep M`, M the command marker of case 0.
+pub fn sleeper(markers: Markers) -> String {
+    format!(
+        "['{{bin}}/wfhost-child', 'exec', '--', '/bin/sleep', '{}']",
+        markers.main(0)
+    )
+}
+
+/// The soft and hard limit in row `name` (e.g. `Max open files`) of
+/// `/proc/PID/limits`, and the whole file for messages.
+pub fn limit_row(pid: u32, name: &str) -> (Vec<String>, String) {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap_or_default();
+    let row = text
+        .lines()
+        .find(|l| l.starts_with(name))
+        .map(|l| {
+            l[name.len()..]
+                .split_whitespace()
+                .take(2)
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default();
+    (row, text)
+}

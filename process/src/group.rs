@@ -23,18 +23,21 @@ pub fn signal_group(pgid: u32, signal: Signal) -> io::Result<bool> {
     }
 }
 
-/// SIGKILLs the tree of `pid`: its process group, and every descendant and
+/// SIGKILLs the tree of `pid`: `pid` itself and the process group it leads
+/// (if it leads one: an adopted orphan may not), and every descendant and
 /// the group each leads (a command hosted by `wfhost-child exec` runs in a
 /// group of its own, and its children would otherwise outlive it). The
 /// descendants are listed before anything is killed, since a killed parent's
 /// children are re-parented at once. Returns how many descendants were
 /// found. A process that left the group and the tree (`setsid` and a double
-/// fork) escapes: only a cgroup catches that.
+/// fork) escapes it: a cgroup ([`Cgroup::kill`](crate::Cgroup::kill)) or a
+/// subreaper that adopted it ([`crate::become_subreaper`]) catches that.
 pub fn kill_tree(pid: u32) -> usize {
     let Ok(raw) = checked_pid(pid) else {
         return 0;
     };
     let found = descendants(pid);
+    let _ = kill(Pid::from_raw(raw), Signal::SIGKILL);
     let _ = killpg(Pid::from_raw(raw), Signal::SIGKILL);
     for d in &found {
         if let Ok(d) = checked_pid(*d) {

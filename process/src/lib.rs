@@ -11,19 +11,34 @@
 //! - [`signal_group`] and [`kill_tree`]: signalling a child's process group,
 //!   and killing its whole tree (the group, every descendant found in
 //!   `/proc`, and the groups they lead);
-//! - [`raise_nofile_limit`]: room for many children's fds.
+//! - [`raise_nofile_limit`]: room for many children's fds;
+//! - [`Rlimits`]: what `setrlimit` bounds in a child before it runs;
+//! - [`Cgroup`]: cgroup v2 groups that hold a child and all it starts, and
+//!   `cgroup.kill` for all of it at once;
+//! - [`become_subreaper`] and the rest of `orphans`: containment without
+//!   cgroups, by adopting what escapes the process group and telling it
+//!   apart by its [`ENV_ORIGIN`].
 //!
 //! No policy lives here: when to signal and what to log is the caller's.
 
+mod cgroup;
 mod group;
 mod nofile;
+mod orphans;
+mod rlimits;
 mod setup;
 mod spawn;
 mod tree;
 
+pub use cgroup::{Cgroup, Counter, is_cgroup2, own_cgroup, unified_mount};
 pub use group::{kill_tree, signal_group};
 pub use nix::sys::signal::Signal;
 pub use nofile::{CHILD_NOFILE_SOFT, raise_nofile_limit};
+pub use orphans::{
+    ENV_ORIGIN, become_subreaper, is_subreaper, is_zombie, origin_of, own_children, processes_from,
+    try_reap,
+};
+pub use rlimits::{Capped, Rlimits};
 pub use setup::ChildSetup;
 pub use spawn::{ChildSpec, Spawned, Spawner, spawn_with_channel};
 pub use tree::descendants;

@@ -12,22 +12,26 @@ use std::process::Command;
 
 use crate::CONTROL_FD;
 use crate::nofile::{CHILD_NOFILE_SOFT, nofile_limit};
+use crate::rlimits::Rlimits;
 
 /// Most fds the fallback (kernels without `close_range(2)`) marks one by
 /// one.
 const FALLBACK_FD_SCAN: libc::rlim_t = 1 << 20;
 
-/// How a child is set up between `fork` and `exec`: the leader of its own
-/// process group, SIGKILLed when its parent's spawning thread dies (and not
-/// started at all if the parent is already gone), optionally its control
-/// channel at exactly fd 3, every fd above it (or above 2 without a
-/// channel) close-on-exec, and the soft `RLIMIT_NOFILE` back at
-/// [`CHILD_NOFILE_SOFT`].
+/// How a child is set up between `fork` and `exec`: optionally moved into
+/// its cgroup first, the leader of its own process group, SIGKILLed when
+/// its parent's spawning thread dies (and not started at all if the
+/// parent is already gone), optionally its control channel at exactly fd
+/// 3, every fd above it (or above 2 without a channel) close-on-exec, the
+/// soft `RLIMIT_NOFILE` back at [`CHILD_NOFILE_SOFT`], and any configured
+/// [`Rlimits`].
 #[derive(Debug, Clone, Copy)]
 pub struct ChildSetup {
     parent: libc::pid_t,
     control: Option<RawFd>,
+    cgroup: Option<RawFd>,
     nofile: libc::rlimit,
+    rlimits: Rlimits,
     scan_to: libc::rlim_t,
 }
 
@@ -39,10 +43,12 @@ impl ChildSetup {
         Ok(Self {
             parent: std::process::id() as libc::pid_t,
             control: None,
+            cgroup: None,
             nofile: libc::rlimit {
                 rlim_cur: CHILD_NOFILE_SOFT.min(limit.rlim_max),
                 rlim_max: limit.rlim_max,
             },
+            rlimits: Rlimits::default(),
             scan_to: limit.rlim_cur.min(FALLBACK_FD_SCAN),
         })
     }
@@ -54,6 +60,22 @@ impl ChildSetup {
     /// the channel never reads end of stream.
     pub fn control_fd(mut self, fd: RawFd) -> Self {
         self.control = Some(fd);
+        self
+    }
+
+    /// Moves the child into the cgroup whose `cgroup.procs` is open at
+    /// `procs` ([`Cgroup::procs_for_spawn`](crate::Cgroup::procs_for_spawn))
+    /// before anything else, so it never runs its program outside it; keep
+    /// the file open until the child is spawned.
+    pub fn cgroup(mut self, procs: RawFd) -> Self {
+        self.cgroup = Some(procs);
+        self
+    }
+
+    /// Applies `rlimits` ([`Rlimits::fitted`] first) last, after the
+    /// soft `RLIMIT_NOFILE` reset, which a configured `nofile` replaces.
+    pub fn rlimits(mut self, rlimits: Rlimits) -> Self {
+        self.rlimits = rlimits;
         self
     }
 
@@ -75,6 +97,13 @@ impl ChildSetup {
     fn run(&self) -> io::Result<()> {
         // SAFETY: raw syscalls on integers; each result is checked.
         unsafe {
+            // "0" moves the writing process: the child itself, before it
+            // can fork anything that would start outside the cgroup.
+            if let Some(procs) = self.cgroup
+                && libc::write(procs, b"0".as_ptr().cast(), 1) != 1
+            {
+                return Err(io::Error::last_os_error());
+            }
             if libc::prctl(
                 libc::PR_SET_PDEATHSIG,
                 libc::SIGKILL as libc::c_ulong,
@@ -108,7 +137,7 @@ impl ChildSetup {
                 return Err(io::Error::last_os_error());
             }
         }
-        Ok(())
+        self.rlimits.apply()
     }
 }
 

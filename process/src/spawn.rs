@@ -9,19 +9,27 @@
 //! as long as the process; [`spawn_with_channel`] forks on the calling
 //! thread, for callers whose thread outlives the child (a `main` thread
 //! running a current-thread runtime).
+//!
+//! The spawner also remembers which of this process's children it forked,
+//! so a subreaper can tell the orphans it adopted ([`Spawner::adopted`])
+//! from the children the runtime reaps.
 
+use std::collections::HashSet;
 use std::ffi::OsString;
+use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::PathBuf;
 use std::process::Stdio;
-use std::sync::mpsc;
+use std::sync::{Arc, Mutex, mpsc};
 
 use nix::sys::socket::{AddressFamily, SockFlag, SockType, socketpair};
 use tokio::net::UnixStream;
 use tokio::process::{Child, ChildStderr, ChildStdout, Command};
 use tokio::sync::oneshot;
 
+use crate::orphans::own_children;
+use crate::rlimits::Rlimits;
 use crate::setup::ChildSetup;
 
 /// Everything needed to start one child, built before the fork so nothing
@@ -40,6 +48,12 @@ pub struct ChildSpec {
     pub gid: Option<u32>,
     /// Working directory.
     pub working_dir: Option<PathBuf>,
+    /// The `cgroup.procs` of the cgroup the child starts in
+    /// ([`Cgroup::procs_for_spawn`](crate::Cgroup::procs_for_spawn)).
+    pub cgroup_procs: Option<Arc<File>>,
+    /// Resource limits set before it runs its program (already
+    /// [`fitted`](Rlimits::fitted)).
+    pub rlimits: Rlimits,
 }
 
 impl ChildSpec {
@@ -52,6 +66,8 @@ impl ChildSpec {
             uid: None,
             gid: None,
             working_dir: None,
+            cgroup_procs: None,
+            rlimits: Rlimits::default(),
         }
     }
 }
@@ -102,9 +118,13 @@ pub fn spawn_with_channel(spec: &ChildSpec) -> io::Result<Spawned> {
     if let Some(dir) = &spec.working_dir {
         std_cmd.current_dir(dir);
     }
-    ChildSetup::new()?
+    let mut setup = ChildSetup::new()?
         .control_fd(theirs.as_raw_fd())
-        .install(&mut std_cmd);
+        .rlimits(spec.rlimits);
+    if let Some(procs) = &spec.cgroup_procs {
+        setup = setup.cgroup(procs.as_raw_fd());
+    }
+    setup.install(&mut std_cmd);
     let mut cmd = Command::from(std_cmd);
     cmd.kill_on_drop(false);
 
@@ -136,6 +156,10 @@ type Request = (ChildSpec, oneshot::Sender<io::Result<Spawned>>);
 #[derive(Debug, Clone)]
 pub struct Spawner {
     tx: mpsc::Sender<Request>,
+    /// Pids of the children it forked that have not been
+    /// [`released`](Spawner::released). Held across each fork, so a
+    /// reader never sees a fresh child it does not know yet.
+    spawned: Arc<Mutex<HashSet<u32>>>,
 }
 
 impl Spawner {
@@ -143,15 +167,41 @@ impl Spawner {
     /// they can be awaited there.
     pub fn start(runtime: tokio::runtime::Handle) -> io::Result<Self> {
         let (tx, rx) = mpsc::channel::<Request>();
+        let spawned: Arc<Mutex<HashSet<u32>>> = Arc::default();
+        let known = spawned.clone();
         std::thread::Builder::new()
             .name("wfhost-spawner".into())
             .spawn(move || {
                 let _enter = runtime.enter();
                 for (spec, reply) in rx {
-                    let _ = reply.send(spawn_with_channel(&spec));
+                    let mut known = known.lock().unwrap_or_else(|p| p.into_inner());
+                    let result = spawn_with_channel(&spec);
+                    if let Ok(s) = &result {
+                        known.insert(s.pid);
+                    }
+                    drop(known);
+                    let _ = reply.send(result);
                 }
             })?;
-        Ok(Self { tx })
+        Ok(Self { tx, spawned })
+    }
+
+    /// This process's children that the spawner did not fork: orphans a
+    /// subreaper adopted (zombies included), never a child the runtime
+    /// is waiting for.
+    pub fn adopted(&self) -> Vec<u32> {
+        let known = self.spawned.lock().unwrap_or_else(|p| p.into_inner());
+        let mut children = own_children();
+        children.retain(|pid| !known.contains(pid));
+        children
+    }
+
+    /// Forgets child `pid` once it has been reaped (its pid may be reused).
+    pub fn released(&self, pid: u32) {
+        self.spawned
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&pid);
     }
 
     /// Spawns a child on the spawner thread.

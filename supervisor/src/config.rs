@@ -34,8 +34,11 @@
 //! | `restart.backoff_initial` / `backoff_max` | 100ms / 30s | 0 < initial ≤ max |
 //! | `restart.max_restarts` in `restart.period` | 5 in 60s | 1 to 10000; period > 0 |
 //! | `[store] url` | none: SQLite in `state_dir` | a PostgreSQL URL or `key=value` string naming a server and database |
+//! | `cgroup_root` | the supervisor's own cgroup if delegated, else none | an absolute path, or `"none"` |
+//! | `limits.*` | none | see `containment.rs` |
 
 mod build;
+mod containment;
 pub mod defaults;
 mod error;
 mod raw;

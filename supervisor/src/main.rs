@@ -2,6 +2,7 @@
 
 mod commands;
 mod config;
+mod contain;
 mod control;
 mod deployment;
 mod host;

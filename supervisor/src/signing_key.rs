@@ -239,6 +239,7 @@ mod tests {
             metrics_listen: None,
             event_retention: 100,
             mail_retention: Duration::from_secs(60),
+            cgroup_root: Default::default(),
         }
     }
 

@@ -1,16 +1,24 @@
 //! Starting the hosted command: its own process group, stdin from
-//! /dev/null, stdout and stderr inherited, killed if wfhost-child dies.
+//! /dev/null, stdout and stderr inherited, killed if wfhost-child dies;
+//! and what it leaves behind: wfhost-child is a child subreaper, so every
+//! descendant of the command that loses its parent (a daemon that double
+//! forked, a `setsid` child of a shell that exited) becomes its child, is
+//! reaped when it dies, and is killed once the command has exited.
 
 use std::ffi::OsString;
 use std::io;
 use std::os::unix::process::ExitStatusExt;
 use std::process::{ExitStatus, Stdio};
+use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 use tokio::process::{Child, Command};
 use wfhost_ipc::Outcome;
 use wfhost_ipc::handshake::ENV_ALL;
-use wfhost_process::ChildSetup;
+use wfhost_process::{ChildSetup, is_zombie, kill_tree, own_children, try_reap};
+
+/// How long what the command left behind may take to die.
+const LEFTOVERS_GONE_WITHIN: Duration = Duration::from_secs(5);
 
 /// Spawns `argv` as the leader of a new process group, SIGKILLed if
 /// wfhost-child dies, inheriting no fd above 2. The `WFHOST_*` variables
@@ -34,6 +42,55 @@ pub fn spawn(argv: &[OsString]) -> io::Result<Child> {
     }
     ChildSetup::new()?.install(cmd.as_std_mut());
     cmd.spawn()
+}
+
+/// Makes wfhost-child the reaper of the command's orphans (see the module
+/// docs); a kernel that refuses leaves them to the supervisor.
+pub fn adopt_orphans() {
+    if let Err(e) = wfhost_process::become_subreaper() {
+        eprintln!(
+            "wfhost-child: cannot become a child subreaper ({e}); what the command leaves behind is the supervisor's to kill"
+        );
+    }
+}
+
+/// Reaps the orphans that died, leaving `command` (the runtime's to reap)
+/// alone.
+pub fn reap_orphans(command: Option<u32>) {
+    for pid in own_children() {
+        if Some(pid) != command && is_zombie(pid) {
+            try_reap(pid);
+        }
+    }
+}
+
+/// Kills and reaps every process the exited command left behind (every
+/// child of wfhost-child now, with its tree), until none is left; returns
+/// how many were killed.
+pub async fn kill_leftovers() -> usize {
+    let deadline = Instant::now() + LEFTOVERS_GONE_WITHIN;
+    let mut killed = std::collections::HashSet::new();
+    loop {
+        let left = own_children();
+        if left.is_empty() {
+            return killed.len();
+        }
+        for pid in left {
+            if is_zombie(pid) {
+                try_reap(pid);
+            } else {
+                kill_tree(pid);
+                killed.insert(pid);
+            }
+        }
+        if Instant::now() >= deadline {
+            eprintln!(
+                "wfhost-child: processes the command left behind survive SIGKILL; the supervisor kills them with this child"
+            );
+            return killed.len();
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
 }
 
 /// Sends `signal` to process group `pgid`; a group already gone is fine.

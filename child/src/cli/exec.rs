@@ -12,9 +12,11 @@
 //! | control channel EOF | SIGTERM, SIGKILL 5 s later |
 //! | `Mail` | acknowledged `Failed` at once: a plain command takes no mail (during a drain it is not taken at all: the next child gets it) |
 //!
-//! When the command exits: `StepFinished` and `RunTerminal` (`Cancelled` if
-//! drain or a cancel stopped it, else from its status), then exit with its
-//! status.
+//! When the command exits: whatever it left behind outside its process
+//! group (adopted by wfhost-child, a child subreaper) is killed, then
+//! `StepFinished` and `RunTerminal` (`Cancelled` if drain or a cancel
+//! stopped it, else from its status), then exit with its status. Orphans
+//! that die while it runs are reaped.
 
 use std::time::Duration;
 
@@ -24,7 +26,9 @@ use tokio::time::{Instant, sleep_until};
 use wfhost_child::{CancelCause, CancelToken, DrainBehavior, Options, Outcome, Runtime};
 
 use super::ExecArgs;
-use super::command::{exit_code_of, outcome_of, signal_group, spawn};
+use super::command::{
+    adopt_orphans, exit_code_of, kill_leftovers, outcome_of, reap_orphans, signal_group, spawn,
+};
 
 /// How long the command gets between SIGTERM and SIGKILL once the
 /// supervisor is gone.
@@ -58,16 +62,18 @@ pub async fn run(args: ExecArgs) -> u8 {
         .unwrap_or_else(|| format!("exec-{}", std::process::id()));
 
     // Installed before the spawn, so a signal from here on is forwarded.
-    let (mut sigterm, mut sigint) = match (
+    let (mut sigterm, mut sigint, mut sigchld) = match (
         signal(SignalKind::terminate()),
         signal(SignalKind::interrupt()),
+        signal(SignalKind::child()),
     ) {
-        (Ok(t), Ok(i)) => (t, i),
-        (Err(e), _) | (_, Err(e)) => {
-            eprintln!("wfhost-child: cannot watch SIGTERM/SIGINT: {e}");
+        (Ok(t), Ok(i), Ok(c)) => (t, i, c),
+        (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => {
+            eprintln!("wfhost-child: cannot watch SIGTERM/SIGINT/SIGCHLD: {e}");
             return 1;
         }
     };
+    adopt_orphans();
 
     let mut child = match spawn(&args.command) {
         Ok(child) => child,
@@ -153,6 +159,7 @@ pub async fn run(args: ExecArgs) -> u8 {
                 signal_command(Signal::SIGKILL);
             }
             Some(()) = sigterm.recv() => signal_command(Signal::SIGTERM),
+            Some(()) = sigchld.recv() => reap_orphans(pgid),
             Some(()) = sigint.recv() => signal_command(Signal::SIGINT),
             next = mail.next(), if mail_open => match next {
                 Some(m) => {
@@ -162,9 +169,13 @@ pub async fn run(args: ExecArgs) -> u8 {
             },
         }
     };
-    // The command is gone; whatever it started in its group goes with it,
-    // so nothing it spawned outlives the step.
+    // The command is gone; whatever it started goes with it (its group,
+    // and every orphan adopted from it), so nothing outlives the step.
     signal_command(Signal::SIGKILL);
+    let left = kill_leftovers().await;
+    if left > 0 {
+        eprintln!("wfhost-child: killed {left} process(es) the command left behind");
+    }
 
     let status = match status {
         Ok(status) => status,

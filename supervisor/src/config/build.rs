@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use toml::Spanned;
 
+use super::containment;
 use super::error::Problem;
 use super::raw::{RawCommon, RawDeployment, RawSupervisor};
 use super::resolve::{self, Lookup};
@@ -90,6 +91,7 @@ impl Build<'_> {
                 metrics_listen: None,
                 event_retention: defaults::EVENT_RETENTION,
                 mail_retention: defaults::MAIL_RETENTION,
+                cgroup_root: CgroupRoot::default(),
             });
         };
         let state_dir = match raw.state_dir {
@@ -158,6 +160,7 @@ impl Build<'_> {
             metrics_listen: raw.metrics_listen.map(|s| s.get_ref().0),
             event_retention,
             mail_retention,
+            cgroup_root: containment::cgroup_root(raw.cgroup_root)?,
         })
     }
 
@@ -249,6 +252,7 @@ impl Build<'_> {
             None => None,
         };
 
+        let resources = containment::limits(own.limits.take(), &defaults.limits, &table)?;
         let limits = Tunables::merge(own, defaults);
         limits.check(&table, grants_file.is_some())?;
         let at = limits.schedule(&table)?;
@@ -289,6 +293,7 @@ impl Build<'_> {
             max_frame_bytes: u32::try_from(limits.max_frame_bytes.value).unwrap_or(u32::MAX),
             max_mail_bytes: u32::try_from(limits.max_mail_bytes.value).unwrap_or(u32::MAX),
             max_inbox: limits.max_inbox.value,
+            limits: resources,
         })
     }
 

@@ -177,6 +177,8 @@ pub struct RawSupervisor {
     pub event_retention: Option<Spanned<u64>>,
     /// How long done mail is kept.
     pub mail_retention: Option<Spanned<DurationValue>>,
+    /// Where children's cgroups are made, or `"none"`.
+    pub cgroup_root: Option<Spanned<Text<PATH_MAX>>>,
 }
 
 /// `[store]`: where the durable store lives.
@@ -292,4 +294,6 @@ deployment_keys! {
     max_inbox: Spanned<u64>,
     /// How many children share the deployment's inbox.
     replicas: Spanned<u32>,
+    /// What the child may use (cgroup limits and rlimits).
+    limits: super::containment::RawLimits,
 }

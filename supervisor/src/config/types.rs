@@ -6,6 +6,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+pub use super::containment::{CgroupRoot, ResourceLimits};
+
 /// A loaded, validated config: what the supervisor runs.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
@@ -37,6 +39,8 @@ pub struct SupervisorSettings {
     pub event_retention: u64,
     /// How long done mail (and so its idempotency key) is kept.
     pub mail_retention: Duration,
+    /// Where each child gets a cgroup of its own.
+    pub cgroup_root: CgroupRoot,
 }
 
 /// One deployment: a workflow child to keep running, with `[defaults]` merged in.
@@ -84,6 +88,8 @@ pub struct DeploymentConfig {
     pub max_mail_bytes: u32,
     /// Most mail waiting in the inbox before senders are told it is full.
     pub max_inbox: u64,
+    /// What the child may use.
+    pub limits: ResourceLimits,
 }
 
 /// The recycle bounds of one deployment (DESIGN §5); `None` is unbounded.

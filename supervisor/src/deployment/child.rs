@@ -1,5 +1,6 @@
-//! The live child's I/O: the process (spawned, signalled, reaped), its
-//! control channel (frames in, messages out with a bound on how long a
+//! The live child's I/O: the process (spawned into its enclosure,
+//! signalled, killed with everything it started, reaped), its control
+//! channel (frames in, messages out with a bound on how long a
 //! send may wait), and the handshake, read frame by frame like everything
 //! else so the deployment's loop never waits on the child alone.
 
@@ -21,6 +22,8 @@ use super::grants;
 use super::output;
 use super::spawn::{self, Spawned};
 use crate::config::DeploymentConfig;
+use crate::contain::{Enclosure, NotApplied};
+use crate::procfs::RssReader;
 use crate::shared::Shared;
 
 /// How long a stop waits to hand `Shutdown` to a child before signalling.
@@ -70,6 +73,8 @@ pub struct LiveChild {
     process: Child,
     /// Its pid.
     pub pid: u32,
+    /// What holds it and everything it starts.
+    enclosure: Enclosure,
     /// The channel id minted for this spawn.
     pub channel_id: String,
     end: SupervisorEnd,
@@ -90,8 +95,9 @@ pub struct LiveChild {
 impl LiveChild {
     /// Spawns a child for `cfg` with a fresh channel id and freshly read
     /// grants (or, if the file cannot be read, the `checked` ones a recycle
-    /// read as it began), and records it in the store so a later
-    /// supervisor can clean it up after a crash.
+    /// read as it began), in an enclosure of its own (its cgroup, its
+    /// rlimits), and records it in the store so a later supervisor can
+    /// clean it up after a crash.
     pub async fn spawn(
         cfg: &DeploymentConfig,
         shared: &Arc<Shared>,
@@ -114,24 +120,24 @@ impl LiveChild {
         };
         let channel_id =
             wfhost_ipc::new_channel_id().map_err(|e| format!("cannot mint a channel id: {e}"))?;
-        let spec = spawn::child_spec(
+        let mut spec = spawn::child_spec(
             cfg,
             &channel_id,
             &key::public_hex(&shared.key.verifying_key()),
         );
-        debug!(deployment = %cfg.id, channel = %channel_id, "spawning");
+        let mut enclosure = Enclosure::prepare(cfg, &channel_id, &shared.spawner);
+        enclosure.place(&mut spec);
+        debug!(deployment = %cfg.id, channel = %channel_id, containment = enclosure.kind(), "spawning");
         let program = cfg.command.first().map_or("", String::as_str);
+        let spawned = shared.spawner.spawn(spec).await;
+        enclosure.spawned(spawned.as_ref().ok().map(|s| s.pid));
         let Spawned {
             child,
             pid,
             control,
             stdout,
             stderr,
-        } = shared
-            .spawner
-            .spawn(spec)
-            .await
-            .map_err(|e| format!("{program}: {e}"))?;
+        } = spawned.map_err(|e| format!("{program}: {e}"))?;
         let started_at = Instant::now();
         if let Some(out) = stdout {
             tokio::spawn(output::log_lines(out, cfg.id.clone(), pid, "stdout"));
@@ -144,6 +150,7 @@ impl LiveChild {
         Ok(Self {
             process: child,
             pid,
+            enclosure,
             channel_id,
             end,
             grants,
@@ -255,9 +262,30 @@ impl LiveChild {
         let _ = wfhost_process::signal_group(self.pid, Signal::SIGTERM);
     }
 
-    /// SIGKILLs the whole tree.
+    /// SIGKILLs it and everything it started: its cgroup (`cgroup.kill`),
+    /// its tree, and what the supervisor adopted from it.
     pub fn kill(&self) {
-        wfhost_process::kill_tree(self.pid);
+        self.enclosure.kill(self.pid);
+    }
+
+    /// How it is contained: `cgroup` or `process-tree`, its cgroup, and
+    /// the deployment's limits it does not get.
+    pub fn containment(&self) -> (&'static str, Option<String>, Vec<NotApplied>) {
+        (
+            self.enclosure.kind(),
+            self.enclosure.cgroup_path(),
+            self.enclosure.not_applied().to_vec(),
+        )
+    }
+
+    /// A reader of its memory for the recycle bound: its cgroup's
+    /// `memory.current` where the memory controller is on (one read per
+    /// tick), else the resident pages of its process tree.
+    pub fn rss_reader(&self) -> Option<RssReader> {
+        match self.enclosure.memory_current() {
+            Some(counter) => Some(RssReader::cgroup(counter)),
+            None => RssReader::open(self.pid).ok(),
+        }
     }
 
     /// What the exited child wrote before it went (its last acks and step
@@ -278,9 +306,10 @@ impl LiveChild {
         events
     }
 
-    /// After the exit: stray grandchildren in its group die with it.
+    /// After the exit: whatever it left behind (its group, its cgroup,
+    /// the orphans adopted from it) dies with it.
     pub fn reap_group(&self) {
-        let _ = wfhost_process::signal_group(self.pid, Signal::SIGKILL);
+        self.enclosure.release(self.pid);
     }
 }
 

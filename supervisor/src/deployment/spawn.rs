@@ -16,7 +16,10 @@ use crate::config::DeploymentConfig;
 const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 /// The child's environment: configured variables, a default PATH, then the
-/// `WFHOST_*` contract (which configuration cannot override).
+/// `WFHOST_*` contract (which configuration cannot override) and its
+/// origin, which every process it starts inherits, so one that escapes it
+/// is still known to be its ([`wfhost_process::ENV_ORIGIN`]). Where it
+/// starts and its rlimits are its enclosure's to fill in.
 pub fn child_spec(cfg: &DeploymentConfig, channel_id: &str, public_key: &str) -> ChildSpec {
     let mut env: Vec<(String, String)> = cfg
         .env
@@ -31,6 +34,7 @@ pub fn child_spec(cfg: &DeploymentConfig, channel_id: &str, public_key: &str) ->
     env.push((ENV_PROTOCOL.into(), PROTOCOL_VERSION.to_string()));
     env.push((ENV_DEPLOYMENT.into(), cfg.id.clone()));
     env.push((ENV_SUPERVISOR_KEY.into(), public_key.into()));
+    env.push((wfhost_process::ENV_ORIGIN.into(), channel_id.into()));
     let (program, args) = match cfg.command.split_first() {
         Some((program, args)) => (program.as_str(), args),
         None => ("", &[][..]),
@@ -45,5 +49,7 @@ pub fn child_spec(cfg: &DeploymentConfig, channel_id: &str, public_key: &str) ->
         uid: cfg.uid,
         gid: cfg.gid,
         working_dir: cfg.working_dir.clone(),
+        cgroup_procs: None,
+        rlimits: Default::default(),
     }
 }

@@ -1,6 +1,7 @@
 //! The running supervisor: one task per deployment, configuration reloads,
-//! fleet-wide requests (recycle all, stop all), and clean-up of what a
-//! previous supervisor left behind.
+//! fleet-wide requests (recycle all, stop all), the containment of every
+//! child (set up before the first spawn, swept while running, emptied at
+//! the end), and clean-up of what a previous supervisor left behind.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
@@ -14,6 +15,7 @@ use tracing::{info, warn};
 use wfhost_policy::life::{RecycleCause, Request};
 
 use crate::config::Config;
+use crate::contain;
 use crate::deployment::{Ask, DeploymentHandle};
 use crate::observe::status::State;
 use crate::procfs;
@@ -29,6 +31,8 @@ pub struct Supervisor {
     shared: Arc<Shared>,
     registry: Registry,
     tasks: Vec<(String, JoinHandle<()>)>,
+    /// Reaps and kills the orphans the supervisor adopts.
+    sweeper: Option<JoinHandle<()>>,
 }
 
 /// What a reload changed.
@@ -49,11 +53,20 @@ impl Supervisor {
             shared: shared.clone(),
             registry: Arc::new(RwLock::new(BTreeMap::new())),
             tasks: Vec::new(),
+            sweeper: None,
         }
     }
 
-    /// Starts a task for every configured deployment.
+    /// Sets up containment (a subreaper, the cgroup root; what a previous
+    /// supervisor left in its cgroups is killed), then starts a task for
+    /// every configured deployment.
     pub fn start_all(&mut self, config: &Config) {
+        let containment = contain::init(&config.supervisor);
+        containment.clean_up_after_crash();
+        if self.sweeper.is_none() {
+            let spawner = self.shared.spawner.clone();
+            self.sweeper = Some(tokio::spawn(contain::orphans::watch(spawner)));
+        }
         for d in &config.deployments {
             self.add(d);
         }
@@ -209,7 +222,9 @@ impl Supervisor {
     }
 
     /// Awaits every task; a task already awaited to the end is skipped, so
-    /// an interrupted call can be repeated.
+    /// an interrupted call can be repeated. Then nothing any child started
+    /// is left: every cgroup is emptied and removed, every adopted orphan
+    /// killed and reaped.
     pub async fn join_all(&mut self) {
         for (id, task) in self.tasks.iter_mut() {
             if task.is_finished() {
@@ -219,13 +234,21 @@ impl Supervisor {
                 warn!(deployment = %id, error = %e, "deployment task ended abnormally");
             }
         }
+        contain::host().finish(&self.shared.spawner).await;
+        if let Some(sweeper) = self.sweeper.take() {
+            sweeper.abort();
+        }
     }
 }
 
 /// Kills every child a previous supervisor recorded that is still the same
-/// process (pid and start time both match), then forgets them all.
+/// process (pid and start time both match), and every process that
+/// descends from one of them (by its `WFHOST_ORIGIN`: what left the
+/// child's group and outlived it), then forgets them all.
 pub async fn kill_orphans(shared: &Shared) -> anyhow::Result<usize> {
     let children = shared.store.call(|s| s.children()).await??;
+    let channels: std::collections::HashSet<String> =
+        children.iter().map(|c| c.channel_id.clone()).collect();
     let mut killed = 0;
     for c in &children {
         if procfs::is_same_process(c.pid, c.start_time)
@@ -245,8 +268,12 @@ pub async fn kill_orphans(shared: &Shared) -> anyhow::Result<usize> {
         }
         shared.forget_child(&c.deployment, c.pid);
     }
-    if killed > 0 {
-        info!(killed, "cleaned up children of a previous supervisor");
+    let strays = contain::orphans::kill_left_behind(&channels).await;
+    if killed + strays > 0 {
+        info!(
+            killed,
+            strays, "cleaned up children of a previous supervisor and what they left behind"
+        );
     }
     Ok(killed)
 }

@@ -36,7 +36,8 @@ pub struct Watched {
     pub jitter: Jitter,
     /// Its moment by `recycle.at`, if the deployment has a schedule.
     pub planned: Option<recycle::Planned>,
-    /// Kept-open reader of its process tree's RSS.
+    /// Kept-open reader of its memory (cgroup `memory.current`, or its
+    /// process tree's RSS).
     pub rss: Mutex<Option<RssReader>>,
     /// Where RSS is shown.
     pub rss_bytes: RssCell,
@@ -55,7 +56,7 @@ impl Watched {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .as_mut()
-            .and_then(|r| r.tree_rss(now).ok());
+            .and_then(|r| r.bytes(now).ok());
         self.rss_bytes.set(rss_bytes);
         if self.asked.load(Ordering::Relaxed) {
             return;

@@ -288,6 +288,13 @@ pub struct Status {
     /// Every replica, by index (one, unless `replicas` is more or an
     /// overlapping recycle runs a successor beside the child it replaces).
     pub replicas: Vec<ReplicaView>,
+    /// What holds its last child and all it started: `cgroup` or
+    /// `process-tree` (`None` before the first spawn).
+    pub containment: Option<&'static str>,
+    /// The last child's cgroup.
+    pub cgroup: Option<String>,
+    /// The deployment's limits the last child does not get, and why.
+    pub limits_not_applied: Vec<crate::contain::NotApplied>,
 }
 
 impl Status {
@@ -322,16 +329,35 @@ impl Status {
             implementation: None,
             ever_ready: false,
             replicas: Vec::new(),
+            containment: None,
+            cgroup: None,
+            limits_not_applied: Vec::new(),
         }
     }
 
-    /// Resident memory of every live child's process tree at the last
-    /// policy tick, summed over the replicas; `None` before any reading.
+    /// Memory of every live child at the last policy tick, summed over
+    /// the replicas: its cgroup's `memory.current` where the memory
+    /// controller is on, else the resident memory of its process tree;
+    /// `None` before any reading.
     pub fn rss_bytes(&self) -> Option<u64> {
         self.replicas
             .iter()
             .filter_map(|r| r.rss.as_ref()?.get())
             .reduce(u64::saturating_add)
+    }
+
+    /// Shows how a freshly spawned child is contained.
+    pub fn contained(
+        &mut self,
+        (kind, cgroup, not_applied): (
+            &'static str,
+            Option<String>,
+            Vec<crate::contain::NotApplied>,
+        ),
+    ) {
+        self.containment = Some(kind);
+        self.cgroup = cgroup;
+        self.limits_not_applied = not_applied;
     }
 
     /// Counts what a recorded fact adds to the deployment's history
@@ -429,6 +455,9 @@ impl Status {
             "implementation": self.implementation,
             "takes_mail": self.takes_mail,
             "replicas": self.replicas.iter().map(|r| r.to_json(now)).collect::<Vec<_>>(),
+            "containment": self.containment,
+            "cgroup": self.cgroup,
+            "limits_not_applied": self.limits_not_applied,
         })
     }
 }

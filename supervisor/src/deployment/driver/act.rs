@@ -16,7 +16,6 @@ use crate::deployment::{Waiter, cancel, recycle};
 use crate::host::policy_tick::Watched;
 use crate::observe::record;
 use crate::observe::status::{ReplicaView, Role, State, Status};
-use crate::procfs::RssReader;
 use crate::shared::unix_ms;
 
 impl Replica {
@@ -111,6 +110,7 @@ impl Replica {
         self.life.reconfigure(settings(&self.cfg));
         match LiveChild::spawn(&self.cfg, &self.shared, grants).await {
             Ok(io) => {
+                self.status_mut().contained(io.containment());
                 let (pid, channel_id) = (io.pid, io.channel_id.clone());
                 self.wired = Some(Wired::new(io));
                 self.inputs.push_back(Input::Spawned { pid, channel_id });
@@ -202,7 +202,7 @@ impl Replica {
                 recycle::jitter(&w.io.channel_id),
                 std::time::SystemTime::now(),
             ),
-            rss: std::sync::Mutex::new(RssReader::open(w.io.pid).ok()),
+            rss: std::sync::Mutex::new(w.io.rss_reader()),
             rss_bytes: w.rss.clone(),
             asks: self.me.clone(),
             asked: Default::default(),

@@ -34,6 +34,9 @@
 //! | `restart.backoff_initial` / `backoff_max` | 100ms / 30s | 0 < initial ≤ max |
 //! | `restart.max_restarts` in `restart.period` | 5 in 60s | 1 to 10000; period > 0 |
 //! | `[store] url` | none: SQLite in `state_dir` | a PostgreSQL URL or `key=value` string naming a server and database |
+//! | `[fleet] host_id` | the hostname | 1 to 64 of `A-Za-z0-9_.-`; `[fleet]` needs `[store] url` |
+//! | `[fleet] lease_ttl` | 15s | 1s to 1h |
+//! | `[fleet] lease_renew` | 5s | ≥ 100ms, ≤ a third of `lease_ttl` |
 //! | `cgroup_root` | the supervisor's own cgroup if delegated, else none | an absolute path, or `"none"` |
 //! | `limits.*` | none | see `containment.rs` |
 
@@ -41,6 +44,7 @@ mod build;
 mod containment;
 pub mod defaults;
 mod error;
+mod fleet;
 mod raw;
 mod resolve;
 mod tunables;
@@ -199,6 +203,8 @@ fn parse_with(text: &str, path: &Path, lookup: &Lookup) -> Result<Config, Config
         .supervisor(raw.supervisor)
         .map_err(|p| p.into_error(text, path))?;
     let store_url = store_url(raw.store).map_err(|p| p.into_error(text, path))?;
+    let fleet = fleet::settings(raw.fleet, store_url.is_some(), &fleet::hostname)
+        .map_err(|p| p.into_error(text, path))?;
     let defaults = raw.defaults.unwrap_or_default();
     let mut seen: HashMap<String, Range<usize>> = HashMap::new();
     let mut deployments = Vec::with_capacity(raw.deployment.len());
@@ -212,6 +218,7 @@ fn parse_with(text: &str, path: &Path, lookup: &Lookup) -> Result<Config, Config
         source: std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf()),
         supervisor,
         store_url,
+        fleet,
         deployments,
     })
 }

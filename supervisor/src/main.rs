@@ -5,6 +5,7 @@ mod config;
 mod contain;
 mod control;
 mod deployment;
+mod fleet;
 mod host;
 mod journal;
 mod localtime;

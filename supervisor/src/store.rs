@@ -13,6 +13,7 @@ mod children;
 mod delegate;
 pub mod error;
 mod events;
+pub mod fence;
 pub mod guard;
 mod journal_row;
 pub mod mail;

@@ -154,6 +154,8 @@ pub struct RawFile {
     pub defaults: Option<RawCommon>,
     /// `[store]`.
     pub store: Option<RawStore>,
+    /// `[fleet]`: this host is one of several sharing the store.
+    pub fleet: Option<Spanned<RawFleet>>,
     /// Every `[[deployment]]`.
     #[serde(default)]
     pub deployment: Vec<Spanned<RawDeployment>>,
@@ -187,6 +189,18 @@ pub struct RawSupervisor {
 pub struct RawStore {
     /// A PostgreSQL connection string; none means SQLite in `state_dir`.
     pub url: Option<Spanned<Text<PATH_MAX>>>,
+}
+
+/// `[fleet]`: the host's name and its leases (`config/fleet.rs`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawFleet {
+    /// This host's name in the fleet (default: the hostname).
+    pub host_id: Option<Spanned<Text<PATH_MAX>>>,
+    /// How long a lease lasts unless renewed.
+    pub lease_ttl: Option<Spanned<DurationValue>>,
+    /// How often leases are renewed.
+    pub lease_renew: Option<Spanned<DurationValue>>,
 }
 
 /// `recycle = { .. }`: each key merged on its own with `[defaults]`.

@@ -18,8 +18,22 @@ pub struct Config {
     /// `[store] url`: the PostgreSQL store's connection string; `None`
     /// keeps the store in SQLite in `state_dir`.
     pub store_url: Option<String>,
+    /// `[fleet]`: this host shares the store's deployments with others.
+    pub fleet: Option<FleetSettings>,
     /// Every `[[deployment]]`, in file order, with `[defaults]` merged in.
     pub deployments: Vec<DeploymentConfig>,
+}
+
+/// `[fleet]`: one host of several that share one PostgreSQL store, each
+/// deployment owned by one host at a time through a lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FleetSettings {
+    /// This host's name, unique in the fleet.
+    pub host_id: String,
+    /// How long a lease lasts unless renewed (judged by the database).
+    pub lease_ttl: Duration,
+    /// How often this host renews its leases and heartbeats.
+    pub lease_renew: Duration,
 }
 
 /// `[supervisor]`: settings of the supervisor process itself.

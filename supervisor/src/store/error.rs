@@ -45,6 +45,9 @@ pub enum ErrorKind {
     Io,
     /// The store cannot be reached (a server down, a connection lost).
     Unavailable,
+    /// A fleet's fence refused the write: this host no longer holds the
+    /// deployment's lease at the epoch it wrote with (DESIGN §10b).
+    Fenced,
     /// Anything else.
     Other,
 }
@@ -60,6 +63,7 @@ impl ErrorKind {
             Self::Corrupt => "damaged",
             Self::Io => "I/O error",
             Self::Unavailable => "unavailable",
+            Self::Fenced => "fenced",
             Self::Other => return None,
         })
     }
@@ -116,6 +120,8 @@ pub fn hint(kind: ErrorKind, location: &Location) -> String {
                 ErrorKind::Unavailable | ErrorKind::Other => {
                     format!("check free space and permissions of {p}")
                 }
+                // Only a fleet's PostgreSQL store fences.
+                ErrorKind::Fenced => format!("{p} has no fence: this is a bug, please report it"),
             }
         }
         Location::Server(url) => match kind {
@@ -136,6 +142,9 @@ pub fn hint(kind: ErrorKind, location: &Location) -> String {
             ),
             ErrorKind::Io | ErrorKind::Unavailable => format!(
                 "cannot reach the database server of {url}: check that it is running and that this host can connect (pg_isready)"
+            ),
+            ErrorKind::Fenced => format!(
+                "this host no longer holds the deployment's lease in {url} (another host took it over, or it ran out), so its write was refused and the deployment stopped here; nothing to do: its new owner carries on (`wfhost status` names it)"
             ),
             ErrorKind::Other => format!("check the database server's log for {url}"),
         },
@@ -225,6 +234,12 @@ impl StoreError {
             _ => None,
         }
     }
+
+    /// Whether a fleet's fence refused the write: the lease is gone, so
+    /// the writer must stop, not retry.
+    pub fn is_fenced(&self) -> bool {
+        matches!(self, Self::Backend(f) if f.kind == ErrorKind::Fenced)
+    }
 }
 
 #[cfg(test)]
@@ -264,6 +279,7 @@ mod tests {
             ErrorKind::Corrupt,
             ErrorKind::Io,
             ErrorKind::Unavailable,
+            ErrorKind::Fenced,
             ErrorKind::Other,
         ];
         for kind in kinds {

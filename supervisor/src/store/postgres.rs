@@ -13,13 +13,18 @@
 mod children;
 mod errors;
 mod events;
+mod fence;
 mod journal;
+pub mod lease;
+mod lease_schema;
+pub mod listen;
 mod mail;
 mod schema;
 #[cfg(test)]
 mod tests;
 
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use postgres::config::Host;
@@ -28,6 +33,7 @@ use postgres::{Client, NoTls};
 use super::StoreError;
 use super::delegate::delegate_store;
 use super::error::Location;
+use super::fence::Fence;
 
 /// How long a statement waits for another session's lock before failing.
 const LOCK_TIMEOUT: &str = "5s";
@@ -39,6 +45,9 @@ pub struct PostgresStore {
     config: postgres::Config,
     client: Client,
     location: Location,
+    /// A fleet host's leases: its writes concerning a deployment are
+    /// conditioned on them (`fence.rs`); none on a single host.
+    fence: Option<Arc<Fence>>,
 }
 
 /// `url` (a `postgresql://` URL or `key=value` pairs) as a client config,
@@ -100,7 +109,32 @@ impl PostgresStore {
         Ok(store)
     }
 
+    /// Like [`PostgresStore::open`] for a fleet host: `tune` adjusts the
+    /// connection (timeouts that notice a partition within a lease), and
+    /// with a `fence` every write concerning a deployment is conditioned
+    /// on this host's lease of it.
+    pub fn open_fleet(
+        url: &str,
+        tune: &dyn Fn(&mut postgres::Config),
+        fence: Option<Arc<Fence>>,
+    ) -> Result<Self, StoreError> {
+        let mut store = Self::connect_with(url, tune)?;
+        store.migrate()?;
+        store.fence = fence;
+        Ok(store)
+    }
+
+    /// The host whose children rows this store reads and writes: the
+    /// fence's host, or none (`''`) on a single host.
+    fn host(&self) -> &str {
+        self.fence.as_deref().map_or("", Fence::host)
+    }
+
     fn connect(url: &str) -> Result<Self, StoreError> {
+        Self::connect_with(url, &|_| {})
+    }
+
+    fn connect_with(url: &str, tune: &dyn Fn(&mut postgres::Config)) -> Result<Self, StoreError> {
         let mut config = parse_url(url).map_err(|message| {
             StoreError::Backend(super::error::Failure {
                 location: Location::Server("[store] url".into()),
@@ -113,12 +147,14 @@ impl PostgresStore {
             config.connect_timeout(CONNECT_TIMEOUT);
         }
         config.application_name("wfhost");
+        tune(&mut config);
         let location = Location::Server(describe(&config));
         let client = Self::session(&config, &location)?;
         Ok(Self {
             config,
             client,
             location,
+            fence: None,
         })
     }
 

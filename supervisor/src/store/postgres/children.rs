@@ -1,27 +1,34 @@
-//! The children table in PostgreSQL: one row per live child, keyed by pid.
+//! The children table in PostgreSQL: one row per live child, keyed by the
+//! host that started it and its pid; each host reads only its own.
 
-use super::{PostgresStore, col, signed, unsigned};
+use super::{PostgresStore, col, fence, signed, unsigned};
 use crate::store::{ChildRecord, StoreError};
 
 /// Remembers `child`, replacing any record of the same pid.
 pub(super) fn record(store: &mut PostgresStore, child: &ChildRecord) -> Result<(), StoreError> {
-    let result = store.client()?.execute(
-        "INSERT INTO children (pid, deployment, start_time, channel_id, spawned_at_ms)
-         VALUES ($1, $2, $3, $4, $5)
-         ON CONFLICT (pid) DO UPDATE SET deployment = excluded.deployment,
-             start_time = excluded.start_time, channel_id = excluded.channel_id,
-             spawned_at_ms = excluded.spawned_at_ms",
-        &[
-            &i64::from(child.pid),
-            &child.deployment,
-            &signed(child.start_time),
-            &child.channel_id,
-            &signed(child.spawned_at_ms),
-        ],
-    );
-    result
-        .map(drop)
-        .map_err(|e| store.fail("recording a child", &e))
+    let (fenced, host) = (store.fence.clone(), store.host().to_owned());
+    let client = store.client()?;
+    let result = (|| -> Result<(), postgres::Error> {
+        let mut tx = client.transaction()?;
+        fence::check(&mut tx, fenced.as_deref(), &child.deployment)?;
+        tx.execute(
+            "INSERT INTO children (host, pid, deployment, start_time, channel_id, spawned_at_ms)
+             VALUES ($6, $1, $2, $3, $4, $5)
+             ON CONFLICT (host, pid) DO UPDATE SET deployment = excluded.deployment,
+                 start_time = excluded.start_time, channel_id = excluded.channel_id,
+                 spawned_at_ms = excluded.spawned_at_ms",
+            &[
+                &i64::from(child.pid),
+                &child.deployment,
+                &signed(child.start_time),
+                &child.channel_id,
+                &signed(child.spawned_at_ms),
+                &host,
+            ],
+        )?;
+        tx.commit()
+    })();
+    result.map_err(|e| store.fail("recording a child", &e))
 }
 
 /// Forgets `deployment`'s child `pid` (a stale forget is harmless).
@@ -30,9 +37,12 @@ pub(super) fn forget(
     deployment: &str,
     pid: u32,
 ) -> Result<(), StoreError> {
+    // Scoped to this host's own rows rather than fenced: a host that lost
+    // a lease still clears the rows of the children it killed.
+    let host = store.host().to_owned();
     let result = store.client()?.execute(
-        "DELETE FROM children WHERE deployment = $1 AND pid = $2",
-        &[&deployment, &i64::from(pid)],
+        "DELETE FROM children WHERE host = $3 AND deployment = $1 AND pid = $2",
+        &[&deployment, &i64::from(pid), &host],
     );
     result
         .map(drop)
@@ -41,10 +51,11 @@ pub(super) fn forget(
 
 /// Every remembered child, by deployment then pid.
 pub(super) fn all(store: &mut PostgresStore) -> Result<Vec<ChildRecord>, StoreError> {
+    let host = store.host().to_owned();
     let rows = store.client()?.query(
         "SELECT deployment, pid, start_time, channel_id, spawned_at_ms
-         FROM children ORDER BY deployment, pid",
-        &[],
+         FROM children WHERE host = $1 ORDER BY deployment, pid",
+        &[&host],
     );
     let rows = rows.map_err(|e| store.fail("reading the children table", &e))?;
     rows.iter()

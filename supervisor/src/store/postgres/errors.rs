@@ -15,6 +15,8 @@ pub fn kind_of_code(code: &str) -> ErrorKind {
         "XX001" | "XX002" => ErrorKind::Corrupt,
         "58030" => ErrorKind::Io,
         "53300" => ErrorKind::Unavailable,
+        // Raised by `wfhost_fence` (the fleet's migration).
+        super::fence::FENCED => ErrorKind::Fenced,
         c if c.starts_with("08") || c.starts_with("57P") => ErrorKind::Unavailable,
         _ => ErrorKind::Other,
     }
@@ -75,5 +77,6 @@ mod tests {
         assert_eq!(kind_of_code("57P01"), ErrorKind::Unavailable);
         assert_eq!(kind_of_code("XX001"), ErrorKind::Corrupt);
         assert_eq!(kind_of_code("23505"), ErrorKind::Other);
+        assert_eq!(kind_of_code("WF001"), ErrorKind::Fenced);
     }
 }

@@ -7,7 +7,7 @@
 
 use postgres::Transaction;
 
-use super::{PostgresStore, col, signed, unsigned};
+use super::{PostgresStore, col, fence, signed, unsigned};
 use crate::store::events::parse_body;
 use crate::store::{EventRecord, NewEvent, StoreError};
 
@@ -34,12 +34,19 @@ pub(super) fn append(
     store: &mut PostgresStore,
     events: &[NewEvent],
 ) -> Result<Vec<u64>, StoreError> {
+    let fenced = store.fence.clone();
     let client = store.client()?;
     let result = (|| -> Result<Vec<i64>, postgres::Error> {
         let mut tx = client.transaction()?;
+        // A fleet host's events for deployments it no longer holds are
+        // left out; the rest of the batch is written.
+        let writable = fence::writable(&mut tx, fenced.as_deref(), &named(events))?;
         tx.execute("SELECT pg_advisory_xact_lock($1)", &[&EVENTS_LOCK])?;
         let mut seqs = Vec::with_capacity(events.len());
         for e in events {
+            if e.deployment.as_ref().is_some_and(|d| !writable.contains(d)) {
+                continue;
+            }
             seqs.push(insert(&mut tx, e)?);
         }
         tx.commit()?;
@@ -50,6 +57,17 @@ pub(super) fn append(
         .into_iter()
         .map(|s| u64::try_from(s).unwrap_or(0))
         .collect())
+}
+
+/// The deployments `events` name, each once.
+fn named(events: &[NewEvent]) -> Vec<&str> {
+    let mut named: Vec<&str> = events
+        .iter()
+        .filter_map(|e| e.deployment.as_deref())
+        .collect();
+    named.sort_unstable();
+    named.dedup();
+    named
 }
 
 /// At most `limit` events after seq `after`, ascending.

@@ -3,7 +3,7 @@
 //! transaction, so appends from every connection and host are serialized
 //! and make one chain.
 
-use super::{PostgresStore, col, signed, unsigned};
+use super::{PostgresStore, col, fence, signed, unsigned};
 use crate::journal::{JournalHead, JournalHeads, JournalRecord};
 use crate::store::StoreError;
 use crate::store::journal_row::{self, Appended, JournalRow};
@@ -14,6 +14,7 @@ pub(super) fn append(
     store: &mut PostgresStore,
     seal: &dyn Fn(JournalHead) -> JournalRecord,
 ) -> Result<JournalRecord, StoreError> {
+    let fenced = store.fence.clone();
     let client = store.client()?;
     let result = (|| -> Result<Appended, postgres::Error> {
         let mut tx = client.transaction()?;
@@ -42,6 +43,9 @@ pub(super) fn append(
             return Ok(Appended::BadHead(what));
         }
         let record = seal(head);
+        if let Some(deployment) = &record.deployment {
+            fence::check(&mut tx, fenced.as_deref(), deployment)?;
+        }
         let inserted = tx.execute(
             "INSERT INTO journal (seq, at_ms, kind, deployment, body, prev_hash, hash, key_id, signature)
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT (seq) DO NOTHING",

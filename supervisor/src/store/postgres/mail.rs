@@ -6,7 +6,7 @@
 //! (see `events`).
 
 use super::events::{EVENTS_LOCK, insert};
-use super::{PostgresStore, col, signed, unsigned};
+use super::{PostgresStore, col, fence, signed, unsigned};
 use crate::store::mail::{self, Admission, Earlier};
 use crate::store::{Accepted, MailCounts, MailItem, StoreError};
 
@@ -90,9 +90,11 @@ pub(super) fn take(
         return Ok(Vec::new());
     }
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let fenced = store.fence.clone();
     let client = store.client()?;
     let result = (|| -> Result<Vec<(i64, Vec<u8>, i64)>, postgres::Error> {
         let mut tx = client.transaction()?;
+        fence::check(&mut tx, fenced.as_deref(), deployment)?;
         let rows = tx.query(
             "SELECT id, payload, deliveries FROM mail
              WHERE deployment = $1 AND state = 'inbox' ORDER BY id LIMIT $2 FOR UPDATE",
@@ -141,9 +143,11 @@ pub(super) fn ack(
     let Ok(row_id) = i64::try_from(id) else {
         return Ok(false);
     };
+    let fenced = store.fence.clone();
     let client = store.client()?;
     let result = (|| -> Result<bool, postgres::Error> {
         let mut tx = client.transaction()?;
+        fence::check(&mut tx, fenced.as_deref(), deployment)?;
         tx.execute("SELECT pg_advisory_xact_lock($1)", &[&EVENTS_LOCK])?;
         let changed = tx.execute(
             "UPDATE mail SET state = 'done', outcome = $3, done_at_ms = $4, payload = ''::bytea
@@ -166,17 +170,29 @@ pub(super) fn replay(
     store: &mut PostgresStore,
     deployment: Option<&str>,
 ) -> Result<u64, StoreError> {
+    let fenced = store.fence.clone();
     let client = store.client()?;
-    let changed = match deployment {
-        Some(deployment) => client.execute(
-            "UPDATE mail SET state = 'inbox' WHERE deployment = $1 AND state = 'processing'",
-            &[&deployment],
-        ),
-        None => client.execute(
-            "UPDATE mail SET state = 'inbox' WHERE state = 'processing'",
-            &[],
-        ),
-    };
+    let changed = (|| -> Result<u64, postgres::Error> {
+        let mut tx = client.transaction()?;
+        let changed = match deployment {
+            Some(deployment) => {
+                fence::check(&mut tx, fenced.as_deref(), deployment)?;
+                tx.execute(
+                    "UPDATE mail SET state = 'inbox' WHERE deployment = $1 AND state = 'processing'",
+                    &[&deployment],
+                )?
+            }
+            // A fleet host replays a deployment when it takes its lease;
+            // other hosts' children may be working on the rest.
+            None if fenced.is_some() => 0,
+            None => tx.execute(
+                "UPDATE mail SET state = 'inbox' WHERE state = 'processing'",
+                &[],
+            )?,
+        };
+        tx.commit()?;
+        Ok(changed)
+    })();
     changed.map_err(|e| store.fail("replaying unacknowledged mail", &e))
 }
 

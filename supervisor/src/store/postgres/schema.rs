@@ -101,6 +101,9 @@ const MIGRATIONS: &[&str] = &[
          kind TEXT NOT NULL,
          body TEXT NOT NULL
      );",
+    // 2: the fleet: hosts, leases with epochs, host keys, forwarded
+    // requests, children per host, the fence, notifications.
+    super::lease_schema::FLEET,
 ];
 
 /// The schema version this build writes.

@@ -1,0 +1,252 @@
+//! The rules, table by table: who counts as live, each lease row's claim,
+//! fair shares and shedding, the deadline and what a renewal lost.
+
+use super::*;
+
+const TIMING: Timing = Timing {
+    ttl: Duration::from_secs(15),
+    renew: Duration::from_secs(5),
+};
+const NOW: i64 = 1_000_000;
+
+fn host(id: &str, heartbeat_ago_ms: i64, stopping: bool) -> HostRow {
+    HostRow {
+        host: id.into(),
+        heartbeat_ms: NOW - heartbeat_ago_ms,
+        stopping,
+    }
+}
+
+fn lease(d: &str, epoch: i64, holder: Option<&str>, expires_in_ms: i64) -> LeaseRow {
+    LeaseRow {
+        deployment: d.into(),
+        epoch,
+        holder: holder.map(str::to_owned),
+        expires_ms: NOW + expires_in_ms,
+        reserved_for: None,
+    }
+}
+
+fn mine(host: &str, configured: &[&str], held: &[&str]) -> Mine {
+    Mine {
+        host: host.into(),
+        configured: configured.iter().map(|d| (*d).to_owned()).collect(),
+        held: held.iter().map(|d| ((*d).to_owned(), NOW - 60_000)).collect(),
+        ..Mine::default()
+    }
+}
+
+fn view(hosts: Vec<HostRow>, leases: Vec<LeaseRow>) -> View {
+    View {
+        now_ms: NOW,
+        hosts,
+        leases,
+    }
+}
+
+fn names(acquire: &[(String, Claim)]) -> Vec<&str> {
+    let mut v: Vec<&str> = acquire.iter().map(|(d, _)| d.as_str()).collect();
+    v.sort_unstable();
+    v
+}
+
+#[test]
+fn timing_follows_from_ttl_and_renew() {
+    assert_eq!(TIMING.grace(), Duration::from_millis(2500));
+    assert_eq!(TIMING.cooldown(), Duration::from_secs(15));
+    assert_eq!(TIMING.fence_after(), Duration::from_secs(10));
+    let t0 = Instant::now();
+    assert_eq!(TIMING.deadline(t0), t0 + Duration::from_secs(10));
+    // The old holder stops `renew` before the expiry; the next one starts
+    // `grace` after it: 7.5 s apart with the defaults.
+    let gap = TIMING.ttl - TIMING.fence_after() + TIMING.grace();
+    assert_eq!(gap, Duration::from_millis(7500));
+}
+
+#[test]
+fn live_hosts_heartbeated_within_the_ttl_and_are_not_stopping() {
+    let table = [
+        // (heartbeat ago ms, stopping, live)
+        (0, false, true),
+        (14_999, false, true),
+        (15_000, false, false),
+        (60_000, false, false),
+        (0, true, false),
+    ];
+    for (ago, stopping, live) in table {
+        let v = view(vec![host("b", ago, stopping)], vec![]);
+        let got = live_hosts(&v, "a", false, &TIMING);
+        assert_eq!(got.contains(&"b"), live, "heartbeat {ago} ms ago, stopping {stopping}");
+        assert!(got.contains(&"a"), "this host always counts");
+    }
+    let v = view(vec![host("a", 90_000, false)], vec![]);
+    assert_eq!(live_hosts(&v, "a", true, &TIMING), Vec::<&str>::new(), "a stopping host does not");
+}
+
+#[test]
+fn fair_shares_round_up() {
+    let table = [(6, 3, 2), (7, 3, 3), (6, 1, 6), (1, 3, 1), (0, 2, 0), (5, 0, 5)];
+    for (deployments, live, share) in table {
+        assert_eq!(fair_share(deployments, live), share, "{deployments} over {live}");
+    }
+}
+
+#[test]
+fn each_lease_row_is_claimed_by_its_rule() {
+    let grace = 2_500;
+    let reserved = |to: &str, expires_in: i64| LeaseRow {
+        reserved_for: Some(to.into()),
+        ..lease("d", 4, None, expires_in)
+    };
+    let table: Vec<(&str, Option<LeaseRow>, Result<Claim, Option<i64>>)> = vec![
+        ("never held", None, Ok(Claim::New)),
+        ("released", Some(lease("d", 4, None, 0)), Ok(Claim::Released { epoch: 4 })),
+        ("handed to me", Some(reserved("a", 10_000)), Ok(Claim::Released { epoch: 4 })),
+        ("handed to b", Some(reserved("b", 10_000)), Err(Some(NOW + 10_000))),
+        ("hand-off to b over", Some(reserved("b", -1)), Ok(Claim::Released { epoch: 4 })),
+        ("b holds it", Some(lease("d", 4, Some("b"), 5_000)), Err(Some(NOW + 7_501))),
+        ("b's ran out, in grace", Some(lease("d", 4, Some("b"), -2_500)), Err(Some(NOW + 1))),
+        (
+            "b's ran out, grace over",
+            Some(lease("d", 4, Some("b"), -2_501)),
+            Ok(Claim::Expired { epoch: 4, holder: "b".into() }),
+        ),
+        ("mine, not acted on", Some(lease("d", 4, Some("a"), 5_000)), Ok(Claim::Stale { epoch: 4 })),
+    ];
+    for (what, row, want) in table {
+        assert_eq!(claim(row.as_ref(), "a", NOW, grace), want, "{what}");
+    }
+}
+
+#[test]
+fn three_hosts_take_two_of_six_each_and_prefer_different_ones() {
+    let all = ["d1", "d2", "d3", "d4", "d5", "d6"];
+    let hosts = vec![host("a", 0, false), host("b", 0, false), host("c", 0, false)];
+    let v = view(hosts, vec![]);
+    let mut taken = BTreeSet::new();
+    for h in ["a", "b", "c"] {
+        let p = plan(&v, &mine(h, &all, &[]), &TIMING);
+        assert_eq!(p.acquire.len(), 2, "{h}: {p:?}");
+        assert!(p.acquire.iter().all(|(_, c)| *c == Claim::New));
+        assert!(p.shed.is_empty());
+        taken.extend(names(&p.acquire).into_iter().map(str::to_owned));
+    }
+    // Rendezvous ranks spread the first reach (the CAS settles the rest).
+    assert!(taken.len() >= 4, "{taken:?}");
+}
+
+#[test]
+fn a_host_fills_its_share_and_waits_for_leases_still_held() {
+    let all = ["d1", "d2", "d3", "d4"];
+    let leases = vec![
+        lease("d1", 1, Some("b"), 10_000),
+        lease("d2", 1, Some("b"), -5_000),
+        lease("d3", 2, None, 0),
+    ];
+    let v = view(vec![host("b", 0, false)], leases);
+    let p = plan(&v, &mine("a", &all, &[]), &TIMING);
+    // Share 2: of the claimable d2 (expired), d3 (released), d4 (new).
+    assert_eq!(p.acquire.len(), 2, "{p:?}");
+    assert_eq!(p.wake_ms, None, "the share is full: nothing to wait for");
+    let p = plan(&v, &mine("a", &all, &["d4"]), &TIMING);
+    assert_eq!(p.acquire.len(), 1, "{p:?}");
+
+    // Alone in its share with d1 still held by b: it wakes for d1's takeover.
+    let v = view(vec![], vec![lease("d1", 1, Some("b"), 10_000)]);
+    let p = plan(&v, &mine("a", &["d1"], &[]), &TIMING);
+    assert!(p.acquire.is_empty());
+    assert_eq!(p.wake_ms, Some(NOW + 12_501));
+}
+
+#[test]
+fn cooldown_busy_and_stopping_keep_a_host_off() {
+    let all = ["d1"];
+    let v = view(vec![], vec![lease("d1", 3, None, 0)]);
+    let mut m = mine("a", &all, &[]);
+    m.cooldown.insert("d1".into(), NOW + 1_000);
+    let p = plan(&v, &m, &TIMING);
+    assert!(p.acquire.is_empty());
+    assert_eq!(p.wake_ms, Some(NOW + 1_000), "wakes when the cooldown ends");
+    m.cooldown.insert("d1".into(), NOW);
+    assert_eq!(plan(&v, &m, &TIMING).acquire.len(), 1, "cooldown over");
+
+    let mut m = mine("a", &all, &[]);
+    m.busy.insert("d1".into());
+    assert!(plan(&v, &m, &TIMING).acquire.is_empty(), "its old task still ends");
+
+    let mut m = mine("a", &all, &[]);
+    m.stopping = true;
+    assert_eq!(plan(&v, &m, &TIMING), Plan::default(), "a stopping host takes nothing");
+}
+
+#[test]
+fn a_hand_off_is_taken_above_the_share_and_through_the_cooldown() {
+    let all = ["d1", "d2"];
+    let v = view(
+        vec![host("b", 0, false)],
+        vec![LeaseRow {
+            reserved_for: Some("a".into()),
+            ..lease("d2", 5, None, 10_000)
+        }],
+    );
+    let mut m = mine("a", &all, &["d1"]);
+    m.cooldown.insert("d2".into(), NOW + 60_000);
+    let p = plan(&v, &m, &TIMING);
+    assert_eq!(p.acquire, vec![("d2".to_owned(), Claim::Released { epoch: 5 })]);
+    // b may not take it meanwhile.
+    let p = plan(&v, &mine("b", &all, &[]), &TIMING);
+    assert!(names(&p.acquire).iter().all(|d| *d != "d2"), "{p:?}");
+}
+
+#[test]
+fn above_its_share_a_host_sheds_what_others_have_room_for() {
+    let all = ["d1", "d2", "d3", "d4", "d5", "d6"];
+    let held = vec![
+        lease("d1", 1, Some("a"), 10_000),
+        lease("d2", 1, Some("a"), 10_000),
+        lease("d3", 1, Some("a"), 10_000),
+        lease("d4", 1, Some("a"), 10_000),
+        lease("d5", 1, Some("b"), 10_000),
+        lease("d6", 1, Some("b"), 10_000),
+    ];
+    let table = [
+        // (live hosts besides a, shed count)
+        (vec![host("b", 0, false)], 1),
+        (vec![host("b", 0, false), host("c", 0, false)], 2),
+        (vec![host("b", 0, false), host("c", 90_000, false)], 1),
+        (vec![], 0),
+    ];
+    for (hosts, want) in table {
+        let n = hosts.len();
+        let v = view(hosts, held.clone());
+        let p = plan(&v, &mine("a", &all, &["d1", "d2", "d3", "d4"]), &TIMING);
+        assert_eq!(p.shed.len(), want, "{n} other hosts: {p:?}");
+        assert!(p.acquire.is_empty());
+    }
+    // Never one taken within the cooldown.
+    let v = view(vec![host("b", 0, false)], held);
+    let mut m = mine("a", &all, &["d1", "d2", "d3", "d4"]);
+    for t in m.held.values_mut() {
+        *t = NOW - 1_000;
+    }
+    assert!(plan(&v, &m, &TIMING).shed.is_empty());
+}
+
+#[test]
+fn a_renewal_loses_what_it_did_not_renew() {
+    let held = vec![("a".to_owned(), 1), ("b".to_owned(), 4), ("c".to_owned(), 2)];
+    let renewed = vec![("a".to_owned(), 1), ("b".to_owned(), 5)];
+    assert_eq!(lost(&held, &renewed), vec!["b".to_owned(), "c".to_owned()]);
+    assert!(lost(&held, &held).is_empty());
+}
+
+#[test]
+fn ranks_differ_by_host_and_are_stable() {
+    assert_eq!(rank("a", "d1"), rank("a", "d1"));
+    assert_ne!(rank("a", "d1"), rank("b", "d1"));
+    assert_ne!(rank("ab", "c"), rank("a", "bc"), "the separator keeps them apart");
+    assert_eq!(
+        [Claim::New.how(), Claim::Released { epoch: 1 }.how()],
+        ["unowned", "released"]
+    );
+}

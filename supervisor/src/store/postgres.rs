@@ -17,6 +17,8 @@ mod fence;
 mod journal;
 pub mod lease;
 mod lease_schema;
+#[cfg(test)]
+mod lease_tests;
 pub mod listen;
 mod mail;
 mod schema;

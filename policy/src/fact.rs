@@ -220,6 +220,40 @@ pub enum Fact {
         /// The last holder's pid.
         pid: u32,
     },
+    /// A fleet host took a deployment's lease (DESIGN §10b): it runs the
+    /// deployment from now on, and writes for it at this epoch.
+    LeaseAcquired {
+        /// The host.
+        host: String,
+        /// The lease's new epoch.
+        epoch: u64,
+        /// How it was free: `unowned`, `released`, `expired`, `stale`.
+        how: &'static str,
+        /// Who held it before, if anyone.
+        from: Option<String>,
+    },
+    /// A fleet host lost a deployment's lease: its children were killed at
+    /// once and it writes nothing more for it.
+    LeaseLost {
+        /// The host.
+        host: String,
+        /// The epoch it held.
+        epoch: u64,
+        /// Why.
+        why: String,
+    },
+    /// A fleet host released a deployment's lease once its child was
+    /// stopped (a graceful stop, a shed, a move), so another takes it at once.
+    LeaseReleased {
+        /// The host.
+        host: String,
+        /// The epoch it held.
+        epoch: u64,
+        /// Why: `stop`, `shed`, `move`, `removed`.
+        why: &'static str,
+        /// The host it was handed to (`wfhost move`), if any.
+        to: Option<String>,
+    },
     /// The configuration was reloaded, or a reload refused.
     ConfigReloaded {
         /// Whether the new file was taken.
@@ -285,6 +319,9 @@ impl Fact {
             Self::MailAccepted { .. } => "mail_accepted",
             Self::MailDone { .. } => "mail_done",
             Self::MailDead { .. } => "mail_dead",
+            Self::LeaseAcquired { .. } => "lease_acquired",
+            Self::LeaseLost { .. } => "lease_lost",
+            Self::LeaseReleased { .. } => "lease_released",
             Self::ConfigReloaded { .. } => "config_reloaded",
         }
     }
@@ -303,6 +340,9 @@ impl Fact {
                 | Self::CancelCommitted { .. }
                 | Self::Recycled { .. }
                 | Self::MailDead { .. }
+                | Self::LeaseAcquired { .. }
+                | Self::LeaseLost { .. }
+                | Self::LeaseReleased { .. }
                 | Self::ConfigReloaded { .. }
         )
     }
@@ -406,6 +446,21 @@ impl Fact {
                 cause,
                 pid,
             } => json!({"id": id, "failures": failures, "cause": cause, "pid": pid}),
+            Self::LeaseAcquired {
+                host,
+                epoch,
+                how,
+                from,
+            } => json!({"host": host, "epoch": epoch, "how": how, "from": from}),
+            Self::LeaseLost { host, epoch, why } => {
+                json!({"host": host, "epoch": epoch, "why": why})
+            }
+            Self::LeaseReleased {
+                host,
+                epoch,
+                why,
+                to,
+            } => json!({"host": host, "epoch": epoch, "why": why, "to": to}),
             Self::ConfigReloaded {
                 accepted,
                 added,

@@ -66,6 +66,8 @@ enum Command {
     Events(commands::events::Args),
     /// SIGKILL a deployment's child now, even one stuck stopping.
     Kill(commands::kill::Args),
+    /// In a fleet: hand a deployment to another host (drained, then taken at once).
+    Move(commands::move_to::Args),
     /// Validate a config file; errors name the file, line and column.
     CheckConfig(commands::check_config::Args),
     /// Write a new ed25519 signing key (PKCS#8 PEM, mode 0600).
@@ -112,6 +114,7 @@ fn main() -> ExitCode {
         Command::Send(args) => commands::send::run(args),
         Command::Events(args) => commands::events::run(args),
         Command::Kill(args) => commands::kill::run(args),
+        Command::Move(args) => commands::move_to::run(args),
         Command::CheckConfig(args) => commands::check_config::run(args),
         Command::Keygen(args) => commands::keygen::run(args),
         Command::Journal(cmd) => commands::journal::run(cmd),

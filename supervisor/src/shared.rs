@@ -51,6 +51,8 @@ pub struct Shared {
     /// Signalled when a deployment first gets a ready child or fails, so
     /// systemd hears `READY=1` without waiting for the next tick.
     pub started: tokio::sync::Notify,
+    /// The fleet this host is one of (`[fleet]`), if any.
+    pub fleet: Option<Arc<crate::fleet::Fleet>>,
 }
 
 /// Records waiting for the store, oldest first.
@@ -112,7 +114,15 @@ impl Backlog {
             else {
                 return Ok(());
             };
-            s.append_journal(key, next)?;
+            match s.append_journal(key, next) {
+                Ok(_) => {}
+                // A fleet host that lost the deployment's lease writes
+                // nothing more for it; the record is not retried.
+                Err(e) if e.is_fenced() => {
+                    tracing::debug!(error = %e, "journal record of a lease no longer held dropped")
+                }
+                Err(e) => return Err(e),
+            }
             self.journal
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())

@@ -19,7 +19,7 @@ mod journal_row;
 pub mod mail;
 #[cfg(test)]
 mod measure;
-mod postgres;
+pub mod postgres;
 mod sqlite;
 #[cfg(test)]
 mod suite;

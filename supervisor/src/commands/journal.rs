@@ -177,13 +177,20 @@ fn verify(args: &VerifyArgs) -> Result<u8, Failure> {
     let (state_dir, configured, backend) = locate(&args.location)?;
     let mut store = open(&backend)?;
     let key = trusted_key(args, &state_dir, configured)?;
-    let checked = check(&mut *store, &key, args.expect_head)?;
+    // A fleet's hosts each sign with their own key, registered in the store.
+    let hosts = crate::fleet::open::registered_keys(&backend).map_err(Failure::failed)?;
+    let mut keys = vec![key];
+    keys.extend(hosts.iter().map(|h| h.key).filter(|k| *k != key));
+    let checked = check(&mut *store, &keys, args.expect_head)?;
     let db = backend.describe();
     let verdict = match &checked.verdict {
         Ok(n) => {
             let noun = if *n == 1 { "record" } else { "records" };
             println!("journal ok: {n} {noun}");
             println!("key id: {}", KeyId::of(&key));
+            for h in &hosts {
+                println!("host {}: key id {}", h.host, KeyId::of(&h.key));
+            }
             if checked.head.seq > 0 {
                 // A cut or rewritten tail with the head row rewritten to
                 // match cannot be seen from the store alone; a head kept
@@ -249,18 +256,18 @@ struct Check {
 /// `expect`'s seq on the way.
 fn check(
     store: &mut dyn Store,
-    key: &VerifyingKey,
+    keys: &[VerifyingKey],
     expect: Option<JournalHead>,
 ) -> Result<Check, Failure> {
     let heads = store.journal_heads().map_err(Failure::failed)?;
-    let keys = [*key];
-    let mut verifier = Verifier::from_genesis(&keys);
+    let mut verifier = Verifier::from_genesis(keys);
     let mut expected = None;
     let mut after = 0;
     let mut read_all = false;
     let verdict = 'pages: loop {
         let page = store.journal_after(after, PAGE).map_err(Failure::failed)?;
-        for record in &page {
+        // Records other hosts append meanwhile are for the next check.
+        for record in page.iter().filter(|r| r.seq <= heads.head.seq) {
             if expect.is_some_and(|e| e.seq == record.seq) {
                 expected = Some(record.head());
             }
@@ -269,7 +276,7 @@ fn check(
             }
         }
         match page.last() {
-            Some(last) if page.len() == PAGE => after = last.seq,
+            Some(last) if page.len() == PAGE && last.seq < heads.head.seq => after = last.seq,
             _ => {
                 read_all = true;
                 break verifier.finish(&heads.head);

@@ -122,7 +122,17 @@ async fn supervise(config: Config, config_path: &Path) -> anyhow::Result<()> {
     let notifier = Notifier::from_env();
     let settings = &config.supervisor;
     let backend = Backend::of(&settings.state_dir, config.store_url.as_deref());
-    let (store, reader, key) = open_store(&backend, settings)?;
+    let (store, reader, key, fleet) = match (&config.fleet, &backend) {
+        (Some(f), Backend::Postgres(url)) => {
+            let (store, reader, key, started) =
+                crate::fleet::open::start(url, f, settings, &config.deployments)?;
+            (store, reader, key, Some(started))
+        }
+        _ => {
+            let (store, reader, key) = open_store(&backend, settings)?;
+            (store, reader, key, None)
+        }
+    };
     let spawner = Spawner::start(tokio::runtime::Handle::current())
         .context("cannot start the spawner thread")?;
     let store =
@@ -140,10 +150,14 @@ async fn supervise(config: Config, config_path: &Path) -> anyhow::Result<()> {
         backlog: Default::default(),
         watchlist: Default::default(),
         started: tokio::sync::Notify::new(),
+        fleet: fleet.as_ref().map(|f| f.fleet.clone()),
     });
     // The control socket first: a second supervisor on this state dir must
     // stop here, before it touches the first one's children.
     let mut sup = Supervisor::new(&shared);
+    if let Some(f) = fleet {
+        sup.join_fleet(f.leases, f.commands, f.refusals, f.heard);
+    }
     let control = server::Server::bind(settings, sup.registry(), shared.clone())?;
     let metrics = match settings.metrics_listen {
         Some(addr) => Some(crate::observe::metrics::bind(addr).await?),
@@ -275,10 +289,13 @@ async fn supervise(config: Config, config_path: &Path) -> anyhow::Result<()> {
     // Let queued journal records and events reach the disk before exiting
     // (one last try for any the store refused).
     shared.retry_backlog();
-    let verifying = shared.key.verifying_key();
+    let keys = match &shared.fleet {
+        Some(f) => crate::fleet::open::all_keys(f, &shared.key).await,
+        None => vec![shared.key.verifying_key()],
+    };
     let _ = shared
         .store
-        .call(move |s| guard::log_head_at_stop(s, &verifying))
+        .call(move |s| guard::log_head_at_stop_keys(s, &keys))
         .await;
     keep_unwritten(&shared, &settings.state_dir)?;
     info!("all children stopped; exiting");

@@ -2,6 +2,6 @@
 //! server with one handler per request, and the CLI's client.
 
 pub mod client;
-mod handlers;
+pub(crate) mod handlers;
 pub mod protocol;
 pub mod server;

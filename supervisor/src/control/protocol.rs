@@ -95,6 +95,15 @@ pub enum Request {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         key: Option<String>,
     },
+    /// A fleet: hand a deployment to another host (drained where it
+    /// runs, its lease released for that host only); answered once the
+    /// host holds it.
+    Move {
+        /// The deployment.
+        deployment: String,
+        /// The host to run it.
+        to: String,
+    },
     /// The durable event stream from a cursor, optionally followed live.
     Events {
         /// Print events with a sequence number above this.

@@ -78,6 +78,13 @@ pub enum Ask {
     },
     /// Mail was accepted into its inbox.
     MailArrived,
+    /// A fleet host renewed the deployment's lease: its children hear the
+    /// new deadline (`Lease`).
+    LeaseRenewed,
+    /// A fleet host lost the deployment's lease: every child is killed at
+    /// once, nothing is retried, and what it still owed the store is
+    /// dropped (no acknowledgement of a fenced host counts).
+    LeaseLost,
 }
 
 /// Someone waiting for the answer to a request.

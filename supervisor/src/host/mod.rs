@@ -21,6 +21,7 @@ use crate::observe::status::State;
 use crate::procfs;
 use crate::shared::Shared;
 
+pub mod fleet;
 pub mod policy_tick;
 
 /// Live deployments by id, shared with the control socket.
@@ -33,6 +34,15 @@ pub struct Supervisor {
     tasks: Vec<(String, JoinHandle<()>)>,
     /// Reaps and kills the orphans the supervisor adopts.
     sweeper: Option<JoinHandle<()>>,
+    /// In a fleet, the lease loop runs the deployments this host holds.
+    fleet: Option<FleetHost>,
+}
+
+/// A fleet host's lease loop, before and after it starts.
+struct FleetHost {
+    fleet: Arc<crate::fleet::Fleet>,
+    waiting: Option<fleet::Leases>,
+    task: Option<JoinHandle<()>>,
 }
 
 /// What a reload changed.
@@ -54,7 +64,36 @@ impl Supervisor {
             registry: Arc::new(RwLock::new(BTreeMap::new())),
             tasks: Vec::new(),
             sweeper: None,
+            fleet: None,
         }
+    }
+
+    /// Makes this supervisor a fleet host: from `start_all` on, the lease
+    /// loop on `db` runs exactly the deployments whose leases it holds.
+    pub fn join_fleet(
+        &mut self,
+        db: crate::fleet::db::Db,
+        commands: tokio::sync::mpsc::UnboundedReceiver<crate::fleet::Command>,
+        refusals: tokio::sync::mpsc::UnboundedReceiver<String>,
+        heard: tokio::sync::mpsc::UnboundedReceiver<crate::store::postgres::listen::Heard>,
+    ) {
+        let Some(fleet) = self.shared.fleet.clone() else {
+            return;
+        };
+        let leases = fleet::Leases::new(
+            fleet.clone(),
+            self.shared.clone(),
+            self.registry.clone(),
+            db,
+            commands,
+            refusals,
+            heard,
+        );
+        self.fleet = Some(FleetHost {
+            fleet,
+            waiting: Some(leases),
+            task: None,
+        });
     }
 
     /// Sets up containment (a subreaper, the cgroup root; what a previous
@@ -66,6 +105,12 @@ impl Supervisor {
         if self.sweeper.is_none() {
             let spawner = self.shared.spawner.clone();
             self.sweeper = Some(tokio::spawn(contain::orphans::watch(spawner)));
+        }
+        if let Some(f) = &mut self.fleet {
+            if let Some(leases) = f.waiting.take() {
+                f.task = Some(tokio::spawn(leases.run()));
+            }
+            return;
         }
         for d in &config.deployments {
             self.add(d);
@@ -101,6 +146,12 @@ impl Supervisor {
     /// their new settings (origin operator). Supervisor-wide settings other
     /// than the deployments take effect at the next start.
     pub async fn reload(&mut self, config: &Config) -> ReloadSummary {
+        if let Some(f) = &self.fleet {
+            let (reply, answer) = tokio::sync::oneshot::channel();
+            let deployments = config.deployments.clone();
+            f.fleet.tell(crate::fleet::Command::Reload { deployments, reply });
+            return answer.await.unwrap_or_default();
+        }
         let mut summary = ReloadSummary::default();
         let current: BTreeMap<String, DeploymentHandle> = self
             .registry
@@ -201,6 +252,11 @@ impl Supervisor {
     /// Asks every deployment to drain under its budget and stop; `join_all`
     /// then waits until every child is reaped.
     pub async fn request_stop(&self) {
+        if let Some(f) = &self.fleet {
+            // The lease loop drains each and releases its lease.
+            f.fleet.tell(crate::fleet::Command::Stop);
+            return;
+        }
         for d in self.handles() {
             d.tell(Ask::Life(Request::Stop)).await;
         }
@@ -226,6 +282,15 @@ impl Supervisor {
     /// is left: every cgroup is emptied and removed, every adopted orphan
     /// killed and reaped.
     pub async fn join_all(&mut self) {
+        if let Some(f) = &mut self.fleet {
+            f.fleet.tell(crate::fleet::Command::Stop);
+            if let Some(task) = f.task.as_mut()
+                && !task.is_finished()
+                && let Err(e) = task.await
+            {
+                warn!(error = %e, "the lease loop ended abnormally");
+            }
+        }
         for (id, task) in self.tasks.iter_mut() {
             if task.is_finished() {
                 continue;

@@ -84,6 +84,21 @@ pub fn log(deployment: &str, fact: &Fact) {
             pid,
         } => warn!(deployment, mail = id, failures, last_pid = pid, last_cause = %cause,
             "mail quarantined as dead after failing every delivery; see `wfhost mail show {id}`, retry with `wfhost mail retry {id}`"),
+        Fact::LeaseAcquired {
+            host,
+            epoch,
+            how,
+            from,
+        } => info!(deployment, host = %host, epoch, how, from = %from.as_deref().unwrap_or("-"), "lease acquired; running it here"),
+        Fact::LeaseLost { host, epoch, why } => {
+            warn!(deployment, host = %host, epoch, why = %why, "lease lost; its children were killed and nothing more is written for it here")
+        }
+        Fact::LeaseReleased {
+            host,
+            epoch,
+            why,
+            to,
+        } => info!(deployment, host = %host, epoch, why, to = %to.as_deref().unwrap_or("any host"), "lease released"),
         Fact::ConfigReloaded { .. } => {}
     }
 }

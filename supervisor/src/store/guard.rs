@@ -61,23 +61,31 @@ fn refusal(broken: &JournalBroken) -> String {
 
 /// Verifies the journal of `store` with `key` from the last verified
 /// head to its end, and records its head as verified.
+#[cfg(test)]
 pub fn check(store: &mut dyn Store, key: &VerifyingKey) -> Result<Checked, GuardError> {
+    check_keys(store, std::slice::from_ref(key))
+}
+
+/// [`check`] with every key that may have signed (a fleet's hosts each
+/// sign with their own): each record is checked with the key it names.
+/// Records appended after the head was read (by other hosts) are left
+/// for the next check.
+pub fn check_keys(store: &mut dyn Store, keys: &[VerifyingKey]) -> Result<Checked, GuardError> {
     let started = Instant::now();
     let heads = store.journal_heads()?;
-    let keys = [*key];
     let from = heads.verified.filter(|v| v.seq > 0);
     let mut verifier = match from {
-        Some(anchor) => Verifier::from_anchor(&keys, anchor, "verified by an earlier check"),
-        None => Verifier::from_genesis(&keys),
+        Some(anchor) => Verifier::from_anchor(keys, anchor, "verified by an earlier check"),
+        None => Verifier::from_genesis(keys),
     };
     let mut after = from.map_or(0, |v| v.seq - 1);
     loop {
         let page = store.journal_after(after, PAGE)?;
-        for record in &page {
+        for record in page.iter().filter(|r| r.seq <= heads.head.seq) {
             verifier.check(record).map_err(GuardError::Broken)?;
         }
         match page.last() {
-            Some(last) if page.len() == PAGE => after = last.seq,
+            Some(last) if page.len() == PAGE && last.seq < heads.head.seq => after = last.seq,
             _ => break,
         }
     }
@@ -96,7 +104,15 @@ pub fn check(store: &mut dyn Store, key: &VerifyingKey) -> Result<Checked, Guard
 /// The start-up check: call once the store is open, before anything is
 /// appended; an error is the reason to refuse to start. Logs the head.
 pub fn check_at_start(store: &mut dyn Store, key: &VerifyingKey) -> Result<Checked, GuardError> {
-    let checked = check(store, key)?;
+    check_at_start_keys(store, std::slice::from_ref(key))
+}
+
+/// [`check_at_start`] with every key that may have signed.
+pub fn check_at_start_keys(
+    store: &mut dyn Store,
+    keys: &[VerifyingKey],
+) -> Result<Checked, GuardError> {
+    let checked = check_keys(store, keys)?;
     info!(
         head = %checked.head,
         from_seq = checked.from.map_or(0, |h| h.seq),
@@ -108,11 +124,12 @@ pub fn check_at_start(store: &mut dyn Store, key: &VerifyingKey) -> Result<Check
 }
 
 /// At stop, once the last record is written: verifies what this run
-/// appended (so the next start need not), and logs the head so logs kept
+/// appended with every key that may have signed (so the next start need
+/// not), and logs the head so logs kept
 /// elsewhere anchor it. Never fails: a problem is logged, and the next
 /// start refuses.
-pub fn log_head_at_stop(store: &mut dyn Store, key: &VerifyingKey) {
-    match check(store, key) {
+pub fn log_head_at_stop_keys(store: &mut dyn Store, keys: &[VerifyingKey]) {
+    match check_keys(store, keys) {
         Ok(checked) => info!(
             head = %checked.head,
             records = checked.records,

@@ -4,6 +4,7 @@
 pub mod cancel;
 pub mod drain;
 pub mod events;
+pub mod fleet;
 pub mod kill;
 pub mod recycle;
 pub mod resume;
@@ -31,6 +32,11 @@ pub struct Context {
 
 /// Answers one (non-streaming) request.
 pub async fn answer(request: Request, stream: &mut UnixStream, ctx: &Context) -> Response {
+    // A fleet host answers for the whole fleet (owners elsewhere included).
+    let request = match fleet::route(request, stream, ctx).await {
+        Ok(response) => return response,
+        Err(request) => request,
+    };
     let answered = match request {
         Request::Status => status::answer(ctx).await,
         Request::Kill { deployment } => kill::answer(ctx, &deployment).await,
@@ -46,6 +52,10 @@ pub async fn answer(request: Request, stream: &mut UnixStream, ctx: &Context) ->
         Request::Events { .. } => Err(Response::failed(
             exit::USAGE,
             "events is a streaming request",
+        )),
+        Request::Move { .. } => Err(Response::failed(
+            exit::USAGE,
+            "move hands a deployment to another host of a fleet, and this supervisor is not in one\n  help: give every host the same [store] url and a [fleet] table (see README, Running a fleet)",
         )),
     };
     match answered {

@@ -62,7 +62,7 @@ pub async fn answer(
 /// Whether a deployment takes this mail, decided before its payload is
 /// read (the inbox limit is the store's, checked with the write): a valid
 /// key, a child that takes mail, a payload within `max_mail_bytes`.
-fn admit(
+pub(super) fn admit(
     cfg: &DeploymentConfig,
     status: &Status,
     payload_bytes: u64,

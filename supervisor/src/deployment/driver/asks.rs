@@ -19,6 +19,21 @@ impl Driver {
         }
     }
 
+    /// The lease is gone: SIGKILL every child's tree now, then stop for
+    /// good (the machines see the kill and the exits).
+    fn lease_lost(&mut self) {
+        self.lease_lost = true;
+        for r in &mut self.replicas {
+            if let Some(w) = r.wired.as_ref() {
+                w.io.kill();
+            }
+        }
+        self.stop();
+        for r in &mut self.replicas {
+            r.inputs.push_back(Input::Request(Request::Kill));
+        }
+    }
+
     /// An operator's, the policy's or the host's request.
     pub(super) fn ask(&mut self, ask: Ask) {
         match ask {
@@ -27,6 +42,8 @@ impl Driver {
                     w.dispatch.want();
                 }
             }
+            Ask::LeaseRenewed => self.lease_due = true,
+            Ask::LeaseLost => self.lease_lost(),
             Ask::Life(Request::Stop) => self.stop(),
             Ask::Life(Request::Recycle {
                 cause,

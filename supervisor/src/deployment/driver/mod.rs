@@ -12,6 +12,7 @@ mod arrive;
 mod asks;
 mod gather;
 mod inbox;
+mod lease;
 mod replica;
 mod slots;
 
@@ -66,6 +67,10 @@ pub struct Driver {
     turn: usize,
     /// The replicas' answers, sent once the status says what they say.
     answers: Vec<(Waiter, Result<Answer, String>)>,
+    /// A fleet lease was renewed: every child hears the new deadline.
+    lease_due: bool,
+    /// The fleet lease is gone: nothing owed is kept for the store.
+    lease_lost: bool,
 }
 
 impl Driver {
@@ -97,6 +102,8 @@ impl Driver {
             stopping: false,
             turn: 0,
             answers: Vec::new(),
+            lease_due: false,
+            lease_lost: false,
         }
     }
 
@@ -107,9 +114,17 @@ impl Driver {
             self.settle().await;
             if self.stopping && self.replicas.is_empty() {
                 // What the store would not take by now is the stopping
-                // supervisor's to keep for the next start.
+                // supervisor's to keep for the next start (not a fenced
+                // host's: its acknowledgements must never count).
                 let acks = self.writes.take_acks();
-                self.shared().unwritten_acks(&self.id, acks);
+                if self.lease_lost {
+                    if !acks.is_empty() {
+                        tracing::warn!(deployment = %self.id, acks = acks.len(),
+                            "the lease was lost: acknowledgements not yet written are dropped; the new owner delivers that mail again");
+                    }
+                } else {
+                    self.shared().unwritten_acks(&self.id, acks);
+                }
                 return;
             }
             let arrival = self.next().await;
@@ -190,6 +205,7 @@ impl Driver {
     /// What the state asks for besides the machines' actions; true when
     /// that produced new inputs.
     async fn follow_up(&mut self) -> bool {
+        self.send_leases().await;
         self.write_mail().await;
         let mut any = false;
         for r in &mut self.replicas {

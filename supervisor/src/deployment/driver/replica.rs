@@ -48,6 +48,8 @@ pub(super) struct Wired {
     pub(super) mail_bound_asked: bool,
     /// Its resident memory, written by the policy tick.
     pub(super) rss: RssCell,
+    /// It heard the fleet lease (`Lease`) since it was ready.
+    pub(super) lease_told: bool,
 }
 
 /// What arrived for a replica.
@@ -73,6 +75,7 @@ impl Wired {
             mail_done: 0,
             mail_bound_asked: false,
             rss: RssCell::default(),
+            lease_told: false,
         }
     }
 

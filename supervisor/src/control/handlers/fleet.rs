@@ -1,0 +1,249 @@
+//! The control socket of a fleet host (DESIGN §10b): one fleet from any
+//! host. `status` shows every deployment of the fleet with its owner;
+//! `send` enqueues for any deployment (its owner is woken by the
+//! database's notification); `recycle`, `drain`, `resume`, `cancel`,
+//! `kill` and `move` for a deployment owned elsewhere are carried to its
+//! owner through the database and answered with the owner's own answer.
+//! Requests for deployments held here go to their local handlers.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde_json::{Value, json};
+use tokio::net::UnixStream;
+
+use super::{Context, send, status};
+use crate::control::protocol::{self, Request, Response};
+use crate::control::server::REQUEST_TIMEOUT;
+use crate::exit;
+use crate::fleet::{Command, Fleet, forward, view};
+use crate::observe::status::Status;
+use crate::shared::unix_ms;
+
+/// Answers `request` here if it is the fleet's to answer (`Ok`), or hands
+/// it back for the local handlers (`Err`): always so on a single host.
+pub async fn route(
+    request: Request,
+    stream: &mut UnixStream,
+    ctx: &Context,
+) -> Result<Response, Request> {
+    let Some(fleet) = ctx.shared.fleet.clone() else {
+        return Err(request);
+    };
+    let target = match &request {
+        Request::Status => return Ok(whole(status(ctx, &fleet).await)),
+        Request::Events { .. } => return Err(request),
+        Request::Move { deployment, to } => {
+            return Ok(whole(moved(ctx, &fleet, deployment, to).await));
+        }
+        Request::Send {
+            deployment,
+            payload_bytes,
+            key,
+        } => {
+            if here(ctx, deployment) {
+                return Err(request);
+            }
+            let (d, n, k) = (deployment.clone(), *payload_bytes, key.clone());
+            return Ok(whole(remote_send(ctx, &fleet, stream, &d, n, k).await));
+        }
+        Request::Kill { deployment }
+        | Request::Drain { deployment }
+        | Request::Resume { deployment }
+        | Request::Cancel { deployment, .. }
+        | Request::Recycle { deployment, .. } => deployment.clone(),
+    };
+    // `DEP/N` names replica N of DEP.
+    let base = match target.rsplit_once('/') {
+        Some((d, n)) if n.parse::<u32>().is_ok() && fleet.config(&target).is_none() => d.to_owned(),
+        _ => target,
+    };
+    if here(ctx, &base) {
+        return Err(request);
+    }
+    if fleet.config(&base).is_none() {
+        return Ok(unknown(&fleet, &base));
+    }
+    Ok(forward::to_owner(&fleet, &base, &request).await)
+}
+
+/// Answers a request another host forwarded: only for a deployment held
+/// here (never forwarded again), else the sender is told to look again.
+pub async fn local(request: Request, deployment: &str, ctx: &Context) -> Response {
+    if !here(ctx, deployment) {
+        let host = ctx.shared.fleet.as_ref().map_or("this host", |f| f.host());
+        return Response::failed(
+            exit::FAILED,
+            format!("{deployment} no longer runs on {host} (its lease moved on); nothing was done: retry, and the request goes to its new owner"),
+        );
+    }
+    let answered = match request {
+        Request::Kill { deployment } => super::kill::answer(ctx, &deployment).await,
+        Request::Drain { deployment } => super::drain::answer(ctx, &deployment).await,
+        Request::Resume { deployment } => super::resume::answer(ctx, &deployment).await,
+        Request::Recycle { deployment, reason } => {
+            super::recycle::answer(ctx, &deployment, reason).await
+        }
+        Request::Cancel { deployment, run } => super::cancel::answer(ctx, &deployment, run).await,
+        Request::Move { deployment, to } => match ctx.shared.fleet.clone() {
+            Some(fleet) => moved(ctx, &fleet, &deployment, &to).await,
+            None => Err(Response::failed(exit::USAGE, "move needs a fleet")),
+        },
+        other => Err(Response::failed(
+            exit::USAGE,
+            format!("{other:?} cannot be forwarded to a deployment's owner"),
+        )),
+    };
+    whole(answered)
+}
+
+fn whole(answered: Result<Response, Response>) -> Response {
+    match answered {
+        Ok(r) | Err(r) => r,
+    }
+}
+
+/// Whether deployment `id` runs on this host now.
+fn here(ctx: &Context, id: &str) -> bool {
+    ctx.registry
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .contains_key(id)
+}
+
+/// The refusal for a deployment the fleet does not have.
+fn unknown(fleet: &Fleet, id: &str) -> Response {
+    Response::failed(
+        exit::FAILED,
+        format!(
+            "unknown deployment {id:?}; the fleet's deployments: {}",
+            fleet.deployments().join(", ")
+        ),
+    )
+}
+
+/// Every deployment of the fleet, each with its owner: those held here
+/// from their tasks, the others from their owners' last snapshots, with
+/// mail counts read from the store.
+async fn status(ctx: &Context, fleet: &Arc<Fleet>) -> Result<Response, Response> {
+    let local = status::answer(ctx).await?;
+    let mut mine: Vec<Value> = local
+        .data
+        .and_then(|d| d.get("deployments").cloned())
+        .and_then(|d| d.as_array().cloned())
+        .unwrap_or_default();
+    let owners = view::owners(fleet).await.map_err(|e| Response::failed(exit::FAILED, e))?;
+    let ids = fleet.deployments();
+    let remote: Vec<String> = ids
+        .iter()
+        .filter(|id| !mine.iter().any(|d| d["id"] == id.as_str()))
+        .cloned()
+        .collect();
+    let wanted = remote.clone();
+    let counts = ctx
+        .shared
+        .reader
+        .call(move |s| wanted.iter().map(|id| s.mail_counts(id)).collect::<Result<Vec<_>, _>>())
+        .await
+        .map_err(|e| Response::failed(exit::FAILED, e.to_string()))?
+        .map_err(|e| Response::failed(exit::FAILED, e.to_string()))?;
+    for d in &mut mine {
+        let id = d["id"].as_str().unwrap_or_default().to_owned();
+        d["owner"] = view::owner_json(owners.iter().find(|o| o.deployment == id));
+    }
+    for (id, mail) in remote.iter().zip(&counts) {
+        let owner = owners.iter().find(|o| &o.deployment == id);
+        mine.push(view::remote_json(fleet, id, owner, mail));
+    }
+    mine.sort_by(|a, b| a["id"].as_str().cmp(&b["id"].as_str()));
+    Ok(Response::ok(json!({ "host": fleet.host(), "deployments": mine })))
+}
+
+/// `send` for a deployment owned elsewhere (or by nobody right now):
+/// accepted into its inbox here, durable before the answer, like a local
+/// send; the owner is woken by the database.
+async fn remote_send(
+    ctx: &Context,
+    fleet: &Fleet,
+    stream: &mut UnixStream,
+    deployment: &str,
+    payload_bytes: u64,
+    key: Option<String>,
+) -> Result<Response, Response> {
+    let cfg = fleet.config(deployment).ok_or_else(|| unknown(fleet, deployment))?;
+    let mut as_known = Status::new(deployment, cfg.drain_timeout);
+    as_known.takes_mail = view::takes_mail(fleet, deployment).await;
+    send::admit(&cfg, &as_known, payload_bytes, key.as_deref())?;
+    let payload = tokio::time::timeout(REQUEST_TIMEOUT, protocol::read_payload(stream, payload_bytes))
+        .await
+        .map_err(|_| {
+            Response::failed(
+                exit::USAGE,
+                format!("the payload did not arrive within {REQUEST_TIMEOUT:?}; nothing was accepted"),
+            )
+        })?
+        .map_err(|e| Response::failed(exit::USAGE, format!("unreadable payload: {e}; nothing was accepted")))?;
+    let (id, limit, at) = (deployment.to_owned(), cfg.max_inbox, unix_ms());
+    let accepted = ctx
+        .shared
+        .store
+        .call(move |s| s.enqueue_mail(&id, key.as_deref(), &payload, limit, at))
+        .await
+        .map_err(|e| Response::failed(exit::FAILED, e.to_string()))?
+        .map_err(|e| Response::failed(exit::FAILED, e.to_string()))?;
+    if accepted.new {
+        ctx.shared.events_written();
+    }
+    Ok(Response::ok(
+        json!({ "deployment": deployment, "id": accepted.id, "new": accepted.new }),
+    ))
+}
+
+/// `move DEP --to HOST`: drained where it runs, its lease released for
+/// HOST only, answered once HOST holds it.
+async fn moved(
+    ctx: &Context,
+    fleet: &Arc<Fleet>,
+    deployment: &str,
+    to: &str,
+) -> Result<Response, Response> {
+    if fleet.config(deployment).is_none() {
+        return Err(unknown(fleet, deployment));
+    }
+    if !view::is_live(fleet, to).await.map_err(|e| Response::failed(exit::FAILED, e))? {
+        return Err(Response::failed(
+            exit::FAILED,
+            format!("host {to:?} is not a live host of the fleet; nothing was moved\n  help: `wfhost status` on any host names the live ones (each deployment's owner)"),
+        ));
+    }
+    if !here(ctx, deployment) {
+        let request = Request::Move {
+            deployment: deployment.to_owned(),
+            to: to.to_owned(),
+        };
+        return Ok(forward::to_owner(fleet, deployment, &request).await);
+    }
+    let started = Instant::now();
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let command = Command::Move {
+        deployment: deployment.to_owned(),
+        to: to.to_owned(),
+        reply: tx,
+    };
+    if !fleet.tell(command) {
+        return Err(Response::failed(exit::FAILED, "this host is stopping; nothing was moved"));
+    }
+    let released = rx
+        .await
+        .map_err(|_| Response::failed(exit::FAILED, "this host stopped before the move ended"))?
+        .map_err(|e| Response::failed(exit::FAILED, e))?;
+    let taken = view::wait_owner(fleet, deployment, to, released).await;
+    let epoch = taken.map_err(|e| Response::failed(exit::FAILED, e))?;
+    Ok(Response::ok(json!({
+        "deployment": deployment,
+        "from": fleet.host(),
+        "to": to,
+        "epoch": epoch,
+        "took_ms": u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+    })))
+}

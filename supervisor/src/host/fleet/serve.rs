@@ -1,0 +1,92 @@
+//! Requests other hosts forwarded to this one (`fleet::forward`), each
+//! answered on a task of its own through the database, exactly as the
+//! control socket would have answered it here.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tracing::warn;
+
+use crate::control::handlers::{self, Context};
+use crate::control::protocol::{Request, Response};
+use crate::exit;
+use crate::fleet::Fleet;
+use crate::host::Registry;
+use crate::shared::Shared;
+use crate::store::postgres::lease::Asked;
+
+/// No fetch runs.
+const IDLE: u8 = 0;
+/// A fetch runs.
+const FETCHING: u8 = 1;
+/// A fetch runs, and another was asked for meanwhile.
+const AGAIN: u8 = 2;
+
+/// The forwarded requests being answered.
+#[derive(Default)]
+pub struct Serving {
+    busy: Arc<Mutex<HashSet<i64>>>,
+    fetch: Arc<AtomicU8>,
+}
+
+impl Serving {
+    /// Looks for requests forwarded to this host and answers each new one;
+    /// asked again while looking, it looks once more afterwards (a
+    /// notification may have come for a request the look missed).
+    pub fn start(&self, fleet: &Arc<Fleet>, shared: &Arc<Shared>, registry: &Registry) {
+        if self.fetch.fetch_max(FETCHING, Ordering::AcqRel) != IDLE {
+            self.fetch.store(AGAIN, Ordering::Release);
+            return;
+        }
+        let (busy, fetch, fleet) = (self.busy.clone(), self.fetch.clone(), fleet.clone());
+        let ctx = Context {
+            registry: registry.clone(),
+            shared: shared.clone(),
+        };
+        tokio::spawn(async move {
+            loop {
+                let host = fleet.host().to_owned();
+                let asked = fleet.query.call(move |s| s.fleet_asked(&host)).await;
+                match asked {
+                    Ok(Ok(asked)) => {
+                        for a in asked {
+                            let new = busy.lock().unwrap_or_else(|p| p.into_inner()).insert(a.id);
+                            if new {
+                                tokio::spawn(serve(a, fleet.clone(), ctx.clone(), busy.clone()));
+                            }
+                        }
+                    }
+                    Ok(Err(e)) => warn!(error = %e, "cannot read the requests forwarded to this host; the next round looks again"),
+                    Err(_) => return,
+                }
+                if fetch
+                    .compare_exchange(FETCHING, IDLE, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+                {
+                    return;
+                }
+                fetch.store(FETCHING, Ordering::Release);
+            }
+        });
+    }
+}
+
+/// Answers one forwarded request and stores the answer.
+async fn serve(asked: Asked, fleet: Arc<Fleet>, ctx: Context, busy: Arc<Mutex<HashSet<i64>>>) {
+    let response = match serde_json::from_str::<Request>(&asked.request) {
+        Ok(request) => handlers::fleet::local(request, &asked.deployment, &ctx).await,
+        Err(e) => Response::failed(
+            exit::USAGE,
+            format!("host {} forwarded a request this host cannot read ({e}); use the same wfhost version on every host", asked.from),
+        ),
+    };
+    let text = serde_json::to_string(&response).unwrap_or_else(|e| {
+        format!("{{\"ok\":false,\"code\":1,\"error\":\"cannot encode the answer: {e}\"}}")
+    });
+    let id = asked.id;
+    if let Ok(Err(e)) = fleet.query.call(move |s| s.fleet_answer(id, &text)).await {
+        warn!(request = id, from = %asked.from, error = %e, "cannot store the answer to a forwarded request; its sender is told its owner did not answer");
+    }
+    busy.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
+}

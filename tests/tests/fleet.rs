@@ -78,5 +78,182 @@ fn each_deployment_has_one_owner_two_per_host_and_mail_through_any_host_is_done_
     assert!(acquired.len() >= 6, "{acquired:?}");
     let signers: BTreeSet<_> = acquired.iter().map(|r| r["key_id"].to_string()).collect();
     assert_eq!(signers.len(), 3, "each host signs its own: {acquired:?}");
-    let _ = (TTL, RENEW, Instant::now(), Duration::ZERO, stderr);
+}
+
+/// Which deployments `host` owns.
+fn owned_by(owners: &std::collections::BTreeMap<String, String>, host: &str) -> Vec<String> {
+    owners.iter().filter(|(_, h)| *h == host).map(|(d, _)| d.clone()).collect()
+}
+
+/// The pids host `i` runs, by deployment.
+fn pids(fleet: &Fleet, i: usize) -> std::collections::BTreeMap<String, u32> {
+    fleet.status(i)["deployments"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|d| d["owner"]["host"] == Fleet::id(i).as_str())
+        .filter_map(|d| Some((d["id"].as_str()?.to_owned(), d["pid"].as_u64()? as u32)))
+        .collect()
+}
+
+/// Sends `n` items, round robin over deployments and hosts `via`.
+fn send_some(fleet: &Fleet, via: &[usize], n: usize, tag: &str) -> Vec<(String, u64)> {
+    (0..n)
+        .map(|k| {
+            let d = &fleet.deployments[k % fleet.deployments.len()];
+            (d.clone(), fleet.send(via[k % via.len()], d, &format!("{tag}-{k}")))
+        })
+        .collect()
+}
+
+/// Asserts each id of `sent` is done exactly once in `done`.
+fn exactly_once(sent: &[(String, u64)], done: &[(String, u64)]) {
+    for s in sent {
+        let n = done.iter().filter(|d| *d == s).count();
+        assert_eq!(n, 1, "{s:?} done {n} times");
+    }
+}
+
+#[test]
+fn a_killed_host_s_deployments_run_on_the_others_within_ttl_renew_and_ready() {
+    let mut fleet = Fleet::start(3, 6, "");
+    let owners = fleet.wait_owners(0, "two deployments per host", WAIT, two_each);
+    let victims = owned_by(&owners, "h3");
+    let mut sent = send_some(&fleet, &[0, 1, 2], 30, "before");
+    let h3 = fleet.take(2);
+    let killed = Instant::now();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(h3.pid() as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("SIGKILL h3");
+    let owners = fleet.wait_owners(0, "h3's deployments taken over", WAIT, |o| {
+        Fleet::per_host(o).get("h3").is_none()
+    });
+    let took = killed.elapsed();
+    // ready: a child on the Rust runtime is ready within a second here.
+    let bound = TTL + RENEW + Duration::from_secs(1);
+    assert!(took <= bound, "taken over after {took:?}, more than lease_ttl + lease_renew + ready ({bound:?})");
+    eprintln!("takeover after SIGKILL: {took:?} (bound {bound:?})");
+    for d in &victims {
+        assert!(owners[d] == "h1" || owners[d] == "h2", "{d}: {owners:?}");
+    }
+    sent.extend(send_some(&fleet, &[0, 1], 30, "after"));
+    let done = fleet.wait_done(0, &sent, WAIT);
+    exactly_once(&sent, &done);
+    assert_no_overlap(&fleet.work());
+    // The takeovers are journaled, from the dead host's expired leases.
+    let taken: Vec<_> = fleet
+        .host(0)
+        .journal()
+        .into_iter()
+        .filter(|r| r["kind"] == "lease_acquired" && r["body"]["how"] == "expired")
+        .filter_map(|r| r["deployment"].as_str().map(str::to_owned))
+        .collect();
+    for d in &victims {
+        assert!(taken.contains(d), "{d} taken over: {taken:?}");
+    }
+    drop(h3);
+}
+
+#[test]
+fn a_stopping_host_hands_off_without_waiting_for_the_ttl_and_move_hands_one_over() {
+    let mut fleet = Fleet::start(3, 6, "");
+    let owners = fleet.wait_owners(0, "two deployments per host", WAIT, two_each);
+    let leaving = owned_by(&owners, "h3");
+    let mut sent = send_some(&fleet, &[0, 1, 2], 30, "before");
+    let mut h3 = fleet.take(2);
+    let stopped = Instant::now();
+    h3.signal(nix::sys::signal::Signal::SIGTERM);
+    let owners = fleet.wait_owners(0, "h3's deployments handed off", WAIT, |o| {
+        Fleet::per_host(o).get("h3").is_none()
+    });
+    let took = stopped.elapsed();
+    eprintln!("handoff after SIGTERM: {took:?}");
+    assert!(took < TTL, "handed off after {took:?}: a graceful stop must not wait out the lease ({TTL:?})");
+    assert!(h3.wait_exit(WAIT).success(), "{}", h3.log());
+    for d in &leaving {
+        assert!(owners[d] == "h1" || owners[d] == "h2", "{d}: {owners:?}");
+    }
+    let log = h3.plain_log();
+    assert!(log.contains("lease released") && log.contains("left the fleet"), "{log}");
+
+    // move, asked of the host that does not own it: forwarded, done at once.
+    let (d, from) = owners.iter().find(|(_, h)| *h == "h1").map(|(d, h)| (d.clone(), h.clone())).expect("one on h1");
+    let started = Instant::now();
+    let out = fleet.host(1).client(&["move", &d, "--to", "h2"]);
+    let text = ok("move", &out);
+    assert!(text.starts_with(&format!("moved {d} from {from} to h2 (epoch ")), "{text}");
+    assert!(started.elapsed() < TTL, "{:?}", started.elapsed());
+    fleet.wait_owners(0, "the moved deployment ready on h2", WAIT, |o| o[&d] == "h2");
+    // A move to a host that is not in the fleet is refused, naming it.
+    let out = fleet.host(0).client(&["move", &d, "--to", "h9"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("\"h9\" is not a live host of the fleet"), "{}", stderr(&out));
+
+    sent.extend(send_some(&fleet, &[0, 1], 20, "after"));
+    let done = fleet.wait_done(0, &sent, WAIT);
+    exactly_once(&sent, &done);
+    assert_no_overlap(&fleet.work());
+    drop(h3);
+}
+
+#[test]
+fn operator_requests_for_a_deployment_owned_elsewhere_are_answered_by_its_owner() {
+    let fleet = Fleet::start(2, 2, "");
+    let owners = fleet.wait_owners(0, "one deployment per host", WAIT, |o| {
+        Fleet::per_host(o).values().all(|n| *n == 1)
+    });
+    let remote = owned_by(&owners, "h2").pop().expect("one on h2");
+    let pid = pids(&fleet, 1)[&remote];
+    // Asked of h1, carried out by h2.
+    let out = fleet.host(0).client(&["recycle", &remote]);
+    let text = ok("recycle", &out);
+    assert!(text.starts_with(&format!("recycled {remote}: pid {pid} -> ")), "{text}");
+    let out = fleet.host(0).client(&["drain", &remote]);
+    ok("drain", &out);
+    fleet.host(1).wait_deployment(&remote, "drained", WAIT, |d| d["state"] == "drained");
+    let out = fleet.host(0).client(&["resume", &remote]);
+    ok("resume", &out);
+    let new_pid = fleet.host(1).ready_pid(&remote, WAIT);
+    let out = fleet.host(0).client(&["cancel", &remote]);
+    assert!(ok("cancel", &out).contains("journal"), "{}", ok("cancel", &out));
+    let out = fleet.host(0).client(&["kill", &remote]);
+    ok("kill", &out);
+    fleet.host(1).wait_deployment(&remote, "restarted after the kill", WAIT, |d| {
+        d["state"] == "ready" && d["pid"].as_u64().is_some_and(|p| p as u32 != new_pid)
+    });
+    // Unknown deployments are named with the fleet's list.
+    let out = fleet.host(0).client(&["kill", "nope"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("unknown deployment \"nope\"; the fleet's deployments: d1, d2"), "{}", stderr(&out));
+    // h1 follows h2's events live.
+    let mut follow = std::process::Command::new(wfhost_tests::bin("wfhost"))
+        .args(["events", "--follow", "--json", "--config"])
+        .arg(fleet.host(0).config())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("events --follow");
+    let stdout = follow.stdout.take().expect("stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    ok("recycle", &fleet.host(1).client(&["recycle", &remote, "--reason", "seen from h1"]));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut seen = false;
+    while Instant::now() < deadline && !seen {
+        if let Ok(line) = rx.recv_timeout(Duration::from_millis(200)) {
+            seen = line.contains("\"recycled\"") && line.contains("seen from h1");
+        }
+    }
+    let _ = follow.kill();
+    let _ = follow.wait();
+    assert!(seen, "h1's follower did not see h2's recycle");
 }

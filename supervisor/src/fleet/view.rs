@@ -47,6 +47,8 @@ pub fn remote_json(fleet: &Fleet, id: &str, owner: Option<&Owner>, mail: &MailCo
     let held = owner.and_then(holder).is_some();
     let mut d = match owner.and_then(|o| o.status.clone()) {
         Some(snapshot) if held && snapshot.is_object() => snapshot,
+        // Just taken: its owner's first snapshot comes with the next renewal.
+        _ if held => json!({ "id": id, "state": "starting", "pid": null }),
         _ => json!({ "id": id, "state": "unowned", "pid": null }),
     };
     let ready = d["state"] == "ready";

@@ -86,7 +86,23 @@ impl Fleet {
         extra: &str,
         lock: std::fs::File,
     ) -> Self {
-        let mut fleet = Self {
+        let mut fleet = Self::empty(pg, url, deployments, extra, lock);
+        for _ in 0..hosts {
+            let url = fleet.url.clone();
+            fleet.add(&url, &[]);
+        }
+        fleet
+    }
+
+    /// A fleet with no host yet, on a server at `url`.
+    pub fn empty(
+        pg: PgServer,
+        url: String,
+        deployments: usize,
+        extra: &str,
+        lock: std::fs::File,
+    ) -> Self {
+        Self {
             hosts: Vec::new(),
             deployments: (1..=deployments).map(|i| format!("d{i}")).collect(),
             pg,
@@ -94,12 +110,20 @@ impl Fleet {
             url,
             extra: extra.to_owned(),
             _lock: lock,
-        };
-        for i in 1..=hosts {
-            let sup = Supervisor::start(&fleet.body(&format!("h{i}"), &fleet.url));
-            fleet.hosts.push(Some(sup));
         }
-        fleet
+    }
+
+    /// Starts the next host (`h1`, `h2`, …) on the server at `url`, under
+    /// `wrapper` if any (see [`Supervisor::start_wrapped`]).
+    pub fn add(&mut self, url: &str, wrapper: &[&str]) {
+        let id = Self::id(self.hosts.len());
+        let body = self.body(&id, url);
+        let sup = if wrapper.is_empty() {
+            Supervisor::start(&body)
+        } else {
+            Supervisor::start_wrapped(&body, wrapper)
+        };
+        self.hosts.push(Some(sup));
     }
 
     /// The lock of a fleet test, for tests that build their own server.
@@ -149,9 +173,14 @@ impl Fleet {
         (0..self.hosts.len()).filter(|i| self.hosts[*i].is_some()).collect()
     }
 
-    /// `wfhost status --json` on host `i`, parsed.
+    /// `wfhost status --json` on host `i`, parsed; retried for a while
+    /// if it fails (the first call after a database outage names it).
     pub fn status(&self, i: usize) -> Value {
-        let out = self.host(i).client(&["status", "--json"]);
+        let out = poll(LONG, Duration::from_millis(100), || {
+            let out = self.host(i).client(&["status", "--json"]);
+            if out.status.success() { Ok(out) } else { Err(out) }
+        })
+        .unwrap_or_else(|out| panic!("status on h{} failed: {}", i + 1, describe(&out)));
         serde_json::from_str(&ok("status", &out)).expect("status JSON")
     }
 

@@ -4,6 +4,7 @@
 //! Tests drive only the binaries.
 
 pub mod fleet;
+pub mod netns;
 pub mod postgres;
 
 use std::path::{Path, PathBuf};
@@ -362,9 +363,23 @@ impl Supervisor {
         Self::launch(dir, config, &[])
     }
 
+    /// Writes a config like [`Supervisor::start`] and starts `wfhost
+    /// supervise` under `wrapper` (e.g. `ip netns exec NS`, which execs it
+    /// in place, so the pid is the supervisor's).
+    pub fn start_wrapped(body: &str, wrapper: &[&str]) -> Self {
+        let dir = TempDir::new();
+        let config = dir.join("wfhost.toml");
+        write_config(&config, &dir.join("state"), body);
+        Self::launch_with(dir, config, &[], wrapper)
+    }
+
     /// Starts `wfhost supervise` with extra environment variables, logging
     /// to a fresh file in `dir`, and waits until its socket listens.
     fn launch(dir: TempDir, config: PathBuf, env: &[(&str, &str)]) -> Self {
+        Self::launch_with(dir, config, env, &[])
+    }
+
+    fn launch_with(dir: TempDir, config: PathBuf, env: &[(&str, &str)], wrapper: &[&str]) -> Self {
         let log = dir.join(&format!(
             "supervisor-{}.log",
             std::time::SystemTime::now()
@@ -373,7 +388,15 @@ impl Supervisor {
                 .unwrap_or(0)
         ));
         let log_file = std::fs::File::create(&log).expect("create log");
-        let child = Command::new(bin("wfhost"))
+        let mut cmd = match wrapper.split_first() {
+            Some((program, args)) => {
+                let mut c = Command::new(program);
+                c.args(args).arg(bin("wfhost"));
+                c
+            }
+            None => Command::new(bin("wfhost")),
+        };
+        let child = cmd
             .args(["supervise", "--config"])
             .arg(&config)
             .env("RUST_LOG", "debug")

@@ -27,6 +27,8 @@ pub struct PgServer {
     dir: TempDir,
     bin: PathBuf,
     owner: Option<(u32, u32)>,
+    port: u16,
+    options: String,
 }
 
 /// The directory holding `initdb`, `pg_ctl` and `psql`.
@@ -102,7 +104,22 @@ impl PgServer {
         Self::start_with("")
     }
 
+    /// Like [`PgServer::start`], also listening on TCP at `addr:port`
+    /// (an address this host has), trusting every client there: for
+    /// hosts that reach the server through a network (a namespace).
+    pub fn start_listening(addr: &str, port: u16) -> Self {
+        Self::start_on(
+            &format!("-c fsync=off -c full_page_writes=off -c listen_addresses='{addr}'"),
+            port,
+            true,
+        )
+    }
+
     fn start_with(settings: &str) -> Self {
+        Self::start_on(&format!("-c listen_addresses='' {settings}"), 5432, false)
+    }
+
+    fn start_on(settings: &str, port: u16, tcp: bool) -> Self {
         let bin = bin_dir();
         let dir = TempDir::new();
         // SAFETY: geteuid has no preconditions.
@@ -110,7 +127,13 @@ impl PgServer {
         if let Some((uid, gid)) = owner {
             std::os::unix::fs::chown(dir.path(), Some(uid), Some(gid)).expect("chown the temp dir");
         }
-        let server = Self { dir, bin, owner };
+        let mut server = Self {
+            dir,
+            bin,
+            owner,
+            port,
+            options: String::new(),
+        };
         let data = server.data();
         server.run_ok(
             "initdb",
@@ -123,21 +146,37 @@ impl PgServer {
                 "--no-sync",
             ]),
         );
-        let options = format!(
-            "-c listen_addresses='' -k {} -c max_connections=30 -c shared_buffers=16MB {settings}",
+        if tcp {
+            let hba = data.join("pg_hba.conf");
+            let mut conf = std::fs::read_to_string(&hba).expect("read pg_hba.conf");
+            conf.push_str("\nhost all all 0.0.0.0/0 trust\n");
+            std::fs::write(&hba, conf).expect("write pg_hba.conf");
+        }
+        server.options = format!(
+            "-p {port} -k {} -c max_connections=40 -c shared_buffers=16MB {settings}",
             server.dir.path().display()
         );
-        server.run_ok(
+        server.start_again();
+        server
+    }
+
+    /// Starts the server again after [`PgServer::stop`], as after an outage.
+    pub fn start_again(&self) {
+        let data = self.data();
+        self.run_ok(
             "pg_ctl start",
-            server
-                .command("pg_ctl")
+            self.command("pg_ctl")
                 .arg("-D")
                 .arg(&data)
                 .arg("-l")
-                .arg(server.dir.join("server.log"))
-                .args(["-w", "-t", "30", "-o", &options, "start"]),
+                .arg(self.dir.join("server.log"))
+                .args(["-w", "-t", "30", "-o", &self.options, "start"]),
         );
-        server
+    }
+
+    /// The port it listens on (its socket is `.s.PGSQL.PORT`).
+    pub fn port(&self) -> u16 {
+        self.port
     }
 
     fn data(&self) -> PathBuf {
@@ -153,15 +192,16 @@ impl PgServer {
     /// exists from the start; others need [`PgServer::create_database`]).
     pub fn url(&self, db: &str) -> String {
         format!(
-            "host={} port=5432 user={USER} dbname={db}",
-            self.socket_dir().display()
+            "host={} port={} user={USER} dbname={db}",
+            self.socket_dir().display(),
+            self.port
         )
     }
 
     /// A `postgresql://` URL for database `db` (the socket dir as `host`).
     pub fn uri(&self, db: &str) -> String {
         let host: String = self.socket_dir().display().to_string().replace('/', "%2F");
-        format!("postgresql://{USER}@{host}:5432/{db}")
+        format!("postgresql://{USER}@{host}:{}/{db}", self.port)
     }
 
     /// `bin/NAME`, run as the server's owner.
@@ -199,6 +239,7 @@ impl PgServer {
                 .args(["-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1"])
                 .arg("-h")
                 .arg(self.socket_dir())
+                .args(["-p", &self.port.to_string()])
                 .args(["-U", USER, "-d", db, "-c", sql]),
         );
         String::from_utf8_lossy(&out.stdout).trim().to_owned()

@@ -257,3 +257,206 @@ fn operator_requests_for_a_deployment_owned_elsewhere_are_answered_by_its_owner(
     let _ = follow.wait();
     assert!(seen, "h1's follower did not see h2's recycle");
 }
+
+/// Sends round robin through `via` until told to stop, every `every`;
+/// returns what was accepted and the errors of what was not.
+struct Sender {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<(Vec<(String, u64)>, Vec<String>)>,
+}
+
+impl Sender {
+    fn start(configs: Vec<std::path::PathBuf>, deployments: Vec<String>, every: Duration) -> Self {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let (mut sent, mut failed) = (Vec::new(), Vec::new());
+            let mut k = 0usize;
+            while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+                let d = &deployments[k % deployments.len()];
+                let config = &configs[k % configs.len()];
+                let out = wfhost_tests::client(config, &["send", d, &format!("flow-{k}")]);
+                let text = wfhost_tests::stdout(&out);
+                match text.trim().strip_prefix("accepted mail ").and_then(|r| r.split(' ').next()).and_then(|id| id.parse().ok()) {
+                    Some(id) if out.status.success() => sent.push((d.clone(), id)),
+                    _ => failed.push(stderr(&out)),
+                }
+                k += 1;
+                std::thread::sleep(every);
+            }
+            (sent, failed)
+        });
+        Self { stop, thread }
+    }
+
+    fn finish(self) -> (Vec<(String, u64)>, Vec<String>) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.thread.join().expect("sender")
+    }
+}
+
+#[test]
+fn a_frozen_host_is_taken_over_its_children_stop_by_the_deadline_and_it_rejoins_writing_nothing() {
+    let fleet = Fleet::start(3, 6, "");
+    let owners = fleet.wait_owners(0, "two deployments per host", WAIT, two_each);
+    let frozen = owned_by(&owners, "h3");
+    let old = pids(&fleet, 2);
+    assert_eq!(old.len(), 2, "{old:?}");
+    let h3_key = fleet
+        .host(0)
+        .journal()
+        .iter()
+        .find(|r| r["kind"] == "lease_acquired" && r["body"]["host"] == "h3")
+        .map(|r| r["key_id"].clone())
+        .expect("h3 journaled its leases");
+    let sender = Sender::start(
+        vec![fleet.host(0).config().to_path_buf(), fleet.host(1).config().to_path_buf()],
+        fleet.deployments.clone(),
+        Duration::from_millis(15),
+    );
+    std::thread::sleep(Duration::from_secs(1));
+    let h3 = fleet.host(2);
+    let stopped_at = wfhost_tests::unix_ms();
+    h3.signal(nix::sys::signal::Signal::SIGSTOP);
+    std::thread::sleep(TTL * 2);
+    let owners = fleet.wait_owners(0, "h3's deployments taken over", WAIT, |o| {
+        Fleet::per_host(o).get("h3").is_none()
+    });
+    for d in &frozen {
+        assert!(owners[d] != "h3", "{d}: {owners:?}");
+    }
+    // Its children stopped working by the lease deadline, by themselves.
+    let deadline = stopped_at + (TTL - RENEW).as_millis() as u64;
+    for w in fleet.work().iter().filter(|w| old.values().any(|p| *p == w.pid)) {
+        assert!(
+            w.end_ms <= deadline + 500,
+            "pid {} of frozen h3 worked past the lease deadline ({deadline}): {w:?}",
+            w.pid
+        );
+    }
+    let continued = wfhost_tests::unix_ms();
+    h3.signal(nix::sys::signal::Signal::SIGCONT);
+    // It finds its leases gone and kills its children...
+    wfhost_tests::wait_for("h3's old children killed", WAIT, || {
+        old.values().all(|p| !wfhost_tests::alive(*p)).then_some(())
+    });
+    // ...and rejoins: the others hand it its share again.
+    fleet.wait_owners(0, "h3 back with its share", WAIT, two_each);
+    let (sent, failed) = sender.finish();
+    assert!(failed.is_empty(), "sends through h1 and h2 failed: {failed:?}");
+    assert!(sent.len() > 100, "{} sent", sent.len());
+    let done = fleet.wait_done(0, &sent, WAIT);
+    exactly_once(&sent, &done);
+    assert_no_overlap(&fleet.work());
+    // Nothing h3 journaled after it woke up concerns what it lost, but
+    // the loss itself.
+    let late: Vec<_> = fleet
+        .host(0)
+        .journal()
+        .into_iter()
+        .filter(|r| r["key_id"] == h3_key && r["at_ms"].as_u64().unwrap_or(0) >= continued)
+        .filter(|r| frozen.iter().any(|d| r["deployment"] == d.as_str()))
+        .filter(|r| r["kind"] != "lease_lost" && r["kind"] != "lease_acquired" && r["kind"] != "spawned")
+        .collect();
+    // Anything after h3 took a deployment again is its new owner's writing.
+    let retaken: Vec<_> = fleet
+        .host(0)
+        .journal()
+        .into_iter()
+        .filter(|r| r["key_id"] == h3_key && r["kind"] == "lease_acquired" && r["at_ms"].as_u64().unwrap_or(0) >= continued)
+        .filter_map(|r| r["deployment"].as_str().map(str::to_owned))
+        .collect();
+    let stale: Vec<_> = late.iter().filter(|r| !retaken.iter().any(|d| r["deployment"] == d.as_str())).collect();
+    assert!(stale.is_empty(), "h3 wrote for deployments it had lost: {stale:?}");
+    let lost: Vec<_> = fleet
+        .host(0)
+        .journal()
+        .into_iter()
+        .filter(|r| r["kind"] == "lease_lost" && r["body"]["host"] == "h3")
+        .collect();
+    assert_eq!(lost.len(), 2, "{lost:?}");
+    let log = fleet.host(2).plain_log();
+    assert!(log.contains("lease lost"), "{log}");
+}
+
+#[test]
+fn a_host_cut_off_from_postgresql_self_fences_before_its_ttl_and_rejoins() {
+    let lock = Fleet::lock();
+    let ns = match wfhost_tests::netns::Netns::create() {
+        Ok(ns) => ns,
+        Err(why) => {
+            eprintln!("SKIPPED: network namespaces are impossible here: {why}");
+            return;
+        }
+    };
+    let port = 20000 + (std::process::id() % 20000) as u16;
+    let pg = wfhost_tests::postgres::PgServer::start_listening(&ns.outside, port);
+    let local = pg.url("postgres");
+    let mut fleet = Fleet::empty(pg, local.clone(), 6, "", lock);
+    fleet.add(&local, &[]);
+    fleet.add(&local, &[]);
+    let tcp = format!("host={} port={port} user=wfhost dbname=postgres", ns.outside);
+    fleet.add(&tcp, &ns.exec());
+    let owners = fleet.wait_owners(0, "two deployments per host", WAIT, two_each);
+    let cut = owned_by(&owners, "h3");
+    let old = pids(&fleet, 2);
+    assert_eq!(old.len(), 2, "{old:?}");
+    let sent = send_some(&fleet, &[0, 1], 30, "before");
+    ns.link(false);
+    let down = Instant::now();
+    let fenced = wfhost_tests::poll(WAIT, Duration::from_millis(20), || {
+        if old.values().all(|p| !wfhost_tests::alive(*p)) { Ok(down.elapsed()) } else { Err(()) }
+    })
+    .unwrap_or_else(|()| panic!("h3's children still run after the link went down\n{}", fleet.logs()));
+    eprintln!("self-fenced {fenced:?} after the link went down (lease_ttl {TTL:?})");
+    assert!(fenced < TTL, "h3 self-fenced only after {fenced:?}, not before its TTL ({TTL:?})");
+    assert!(wfhost_tests::alive(fleet.host(2).pid()), "h3 must still run");
+    let owners = fleet.wait_owners(0, "h3's deployments taken over", WAIT, |o| {
+        Fleet::per_host(o).get("h3").is_none()
+    });
+    for d in &cut {
+        assert!(owners[d] != "h3");
+    }
+    let log = fleet.host(2).plain_log();
+    assert!(log.contains("self-fenced"), "{log}");
+    ns.link(true);
+    fleet.wait_owners(0, "h3 back with its share", WAIT, two_each);
+    let done = fleet.wait_done(0, &sent, WAIT);
+    exactly_once(&sent, &done);
+    assert_no_overlap(&fleet.work());
+}
+
+#[test]
+fn a_postgresql_restart_fails_sends_clearly_and_loses_nothing_accepted() {
+    let fleet = Fleet::start(3, 6, "");
+    fleet.wait_owners(0, "two deployments per host", WAIT, two_each);
+    let sender = Sender::start(
+        (0..3).map(|i| fleet.host(i).config().to_path_buf()).collect(),
+        fleet.deployments.clone(),
+        Duration::from_millis(20),
+    );
+    std::thread::sleep(Duration::from_secs(1));
+    fleet.pg.stop();
+    // Longer than a lease: every host self-fences meanwhile.
+    std::thread::sleep(TTL + Duration::from_secs(1));
+    fleet.pg.start_again();
+    fleet.wait_owners(0, "every deployment running again", WAIT, |_| true);
+    std::thread::sleep(Duration::from_secs(1));
+    let (sent, failed) = sender.finish();
+    assert!(!failed.is_empty(), "no send failed while PostgreSQL was down");
+    for f in &failed {
+        assert!(
+            f.contains("failed: unavailable") && f.contains("pg_isready"),
+            "a send during the outage must say the store is unavailable and what to check: {f}"
+        );
+    }
+    let done = fleet.wait_done(0, &sent, WAIT);
+    exactly_once(&sent, &done);
+    assert_no_overlap(&fleet.work());
+    for i in 0..3 {
+        let out = fleet.host(i).client(&["journal", "verify"]);
+        assert!(ok("journal verify", &out).starts_with("journal ok: "));
+    }
+    let log = fleet.host(0).plain_log();
+    assert!(log.contains("cannot renew this host's leases") && log.contains("self-fenced"), "{log}");
+}

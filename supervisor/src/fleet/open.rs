@@ -36,10 +36,22 @@ pub struct Joined {
 /// Connection settings of a fleet host: a lost server or a partition is
 /// noticed within a lease (connecting, unacknowledged writes, an idle
 /// connection), not after the kernel's minutes.
+///
+/// The server is told the same of its side: a transaction of a host cut
+/// off in its middle would otherwise hold its locks (the event log's, a
+/// lease row's) for the server's keepalive hours, stalling every other
+/// host; so a session idle inside a transaction, or whose peer stopped
+/// acknowledging, is ended within about a renewal.
 pub fn tune(settings: &FleetSettings) -> impl Fn(&mut postgres::Config) + Send + Clone + 'static {
     let connect = settings.lease_renew.max(Duration::from_secs(1));
     let dead = settings.lease_ttl;
     let idle = settings.lease_renew.max(Duration::from_secs(1));
+    let server = format!(
+        "-c idle_in_transaction_session_timeout={} -c tcp_user_timeout={} -c tcp_keepalives_idle={} -c tcp_keepalives_interval=1 -c tcp_keepalives_count=3",
+        idle.as_millis(),
+        dead.as_millis(),
+        idle.as_secs().max(1)
+    );
     move |c: &mut postgres::Config| {
         c.connect_timeout(connect);
         c.tcp_user_timeout(dead);
@@ -47,6 +59,11 @@ pub fn tune(settings: &FleetSettings) -> impl Fn(&mut postgres::Config) + Send +
         c.keepalives_idle(idle);
         c.keepalives_interval(Duration::from_secs(1));
         c.keepalives_retries(3);
+        let options = match c.get_options() {
+            Some(own) if !own.is_empty() => format!("{own} {server}"),
+            _ => server.clone(),
+        };
+        c.options(&options);
     }
 }
 

@@ -450,6 +450,13 @@ impl Leases {
             .write()
             .unwrap_or_else(|p| p.into_inner())
             .remove(d);
+        // At once, from here: the deployment's task may be waiting on a
+        // store that cannot answer (a partition). They are this process's
+        // unreaped children, so their pids cannot have been reused.
+        for pid in live_pids(&e.handle) {
+            let killed = wfhost_process::kill_tree(pid);
+            debug!(deployment = %d, pid, descendants = killed, "lease lost: child's tree SIGKILLed");
+        }
         tell(&e.handle, Ask::LeaseLost);
         if let State::Leaving { reply: Some(r), .. } = std::mem::replace(&mut e.state, State::Lost) {
             let _ = r.send(Err(format!("{d}'s lease was lost before it was handed off: {why}")));
@@ -700,6 +707,16 @@ impl Leases {
             None => {}
         }
     }
+}
+
+/// The pids of a deployment's live children.
+fn live_pids(handle: &DeploymentHandle) -> Vec<u32> {
+    handle.with_status(|s| {
+        let mut pids: Vec<u32> = s.replicas.iter().filter_map(|r| r.pid).chain(s.pid).collect();
+        pids.sort_unstable();
+        pids.dedup();
+        pids
+    })
 }
 
 /// Tells a deployment's task without waiting on its queue.

@@ -1,11 +1,13 @@
 //! The fence in PostgreSQL (DESIGN §10b): a write concerning a deployment
-//! first calls `wfhost_fence` in its own transaction, which takes a share
-//! lock on the deployment's lease row and raises [`FENCED`] unless this
-//! host holds it at exactly the epoch its [`Fence`] names and it has not
-//! run out. A takeover updates that row, so it waits for every write
-//! already past its check and every later write sees the new epoch: a
-//! write of the old owner either commits before the takeover or not at
-//! all. A store without a fence (a single host) writes unconditioned.
+//! first calls `wfhost_fence` in its own transaction, which takes a key
+//! share lock on the deployment's lease row and raises [`FENCED`] unless
+//! this host holds it at exactly the epoch its [`Fence`] names and it has
+//! not run out. A takeover locks that row `FOR UPDATE` before it changes
+//! it, so it waits for every write already past its check, and every later
+//! write sees the new epoch: a write of the old owner either commits
+//! before the takeover or not at all. The holder's own renewal (`FOR NO
+//! KEY UPDATE`) does not wait for its writes. A store without a fence (a
+//! single host) writes unconditioned.
 
 use postgres::Transaction;
 
@@ -45,8 +47,8 @@ pub(super) fn check(
     }
 }
 
-/// Of `deployments`, those this host holds at its epochs, share-locked in
-/// `tx` like [`check`] (a batch of events for several deployments keeps
+/// Of `deployments`, those this host holds at its epochs, locked in `tx`
+/// like [`check`] (a batch of events for several deployments keeps
 /// the writable ones); with no fence, all of them. Each refused one is
 /// told to the lease loop.
 pub(super) fn writable(
@@ -67,7 +69,7 @@ pub(super) fn writable(
              JOIN unnest($2::TEXT[], $3::BIGINT[]) AS h(deployment, epoch)
                ON l.deployment = h.deployment AND l.epoch = h.epoch
          WHERE l.holder = $1 AND l.expires_at > clock_timestamp()
-         ORDER BY l.deployment FOR SHARE OF l",
+         ORDER BY l.deployment FOR KEY SHARE OF l",
         &[&fence.host(), &names, &epochs],
     )?;
     let held = rows

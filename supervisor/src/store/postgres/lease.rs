@@ -192,8 +192,8 @@ impl PostgresStore {
         let names: Vec<&str> = held.iter().map(|(d, _, _)| d.as_str()).collect();
         let epochs: Vec<i64> = held.iter().map(|(_, e, _)| *e).collect();
         let status: Vec<Option<&str>> = held.iter().map(|(_, _, s)| s.as_deref()).collect();
-        // Rows are locked in deployment order, like every fenced write
-        // (`fence::writable`), so the two never deadlock.
+        // `FOR NO KEY UPDATE`: the holder's own writes in flight (key share
+        // locks) never hold its renewal back; a takeover's `FOR UPDATE` does.
         let rows = self.client()?.query(
             "WITH beat AS (
                  INSERT INTO fleet_hosts (host_id, started_at, heartbeat_at, stopping)
@@ -204,7 +204,7 @@ impl PostgresStore {
                      JOIN unnest($3::TEXT[], $4::BIGINT[], $6::TEXT[]) AS m(deployment, epoch, status)
                        ON l.deployment = m.deployment AND l.epoch = m.epoch
                  WHERE l.holder = $1 AND l.expires_at > now()
-                 ORDER BY l.deployment FOR UPDATE OF l
+                 ORDER BY l.deployment FOR NO KEY UPDATE OF l
              )
              UPDATE fleet_leases l SET expires_at = now() + $2::BIGINT * interval '1 millisecond',
                  status = coalesce(mine.status, l.status)
@@ -241,18 +241,28 @@ impl PostgresStore {
                 &[&deployment, &host, &ttl_ms],
             ),
             Claim::Released { epoch } | Claim::Expired { epoch, .. } | Claim::Stale { epoch } => {
-                client.query_opt(
-                    "UPDATE fleet_leases SET epoch = epoch + 1, holder = $2,
-                         previous = coalesce(holder, previous), reserved_for = NULL,
-                         expires_at = now() + $3::BIGINT * interval '1 millisecond',
-                         acquired_at = now(), status = NULL
-                     WHERE deployment = $1 AND epoch = $4 AND (
-                         (holder IS NULL AND (reserved_for IS NULL OR reserved_for = $2 OR expires_at <= now()))
-                         OR holder = $2
-                         OR expires_at + $5::BIGINT * interval '1 millisecond' < now())
-                     RETURNING epoch, previous",
-                    &[&deployment, &host, &ttl_ms, epoch, &grace_ms],
-                )
+                (|| {
+                    let mut tx = client.transaction()?;
+                    // Waits for the old holder's writes past their fence.
+                    tx.execute(
+                        "SELECT 1 FROM fleet_leases WHERE deployment = $1 FOR UPDATE",
+                        &[&deployment],
+                    )?;
+                    let row = tx.query_opt(
+                        "UPDATE fleet_leases SET epoch = epoch + 1, holder = $2,
+                             previous = coalesce(holder, previous), reserved_for = NULL,
+                             expires_at = now() + $3::BIGINT * interval '1 millisecond',
+                             acquired_at = now(), status = NULL
+                         WHERE deployment = $1 AND epoch = $4 AND (
+                             (holder IS NULL AND (reserved_for IS NULL OR reserved_for = $2 OR expires_at <= now()))
+                             OR holder = $2
+                             OR expires_at + $5::BIGINT * interval '1 millisecond' < now())
+                         RETURNING epoch, previous",
+                        &[&deployment, &host, &ttl_ms, epoch, &grace_ms],
+                    )?;
+                    tx.commit()?;
+                    Ok(row)
+                })()
             }
         };
         let row = row.map_err(|e| self.fail("acquiring a lease", &e))?;
@@ -277,13 +287,23 @@ impl PostgresStore {
         to: Option<&str>,
         ttl_ms: i64,
     ) -> Result<bool, StoreError> {
-        let changed = self.client()?.execute(
-            "UPDATE fleet_leases SET holder = NULL, previous = holder, reserved_for = $4,
-                 expires_at = CASE WHEN $4::TEXT IS NULL THEN now()
-                                   ELSE now() + $5::BIGINT * interval '1 millisecond' END
-             WHERE deployment = $1 AND holder = $2 AND epoch = $3",
-            &[&deployment, &host, &epoch, &to, &ttl_ms],
-        );
+        let client = self.client()?;
+        let changed = (|| {
+            let mut tx = client.transaction()?;
+            tx.execute(
+                "SELECT 1 FROM fleet_leases WHERE deployment = $1 FOR UPDATE",
+                &[&deployment],
+            )?;
+            let n = tx.execute(
+                "UPDATE fleet_leases SET holder = NULL, previous = holder, reserved_for = $4,
+                     expires_at = CASE WHEN $4::TEXT IS NULL THEN now()
+                                       ELSE now() + $5::BIGINT * interval '1 millisecond' END
+                 WHERE deployment = $1 AND holder = $2 AND epoch = $3",
+                &[&deployment, &host, &epoch, &to, &ttl_ms],
+            )?;
+            tx.commit()?;
+            Ok(n)
+        })();
         changed
             .map(|n| n == 1)
             .map_err(|e| self.fail("releasing a lease", &e))

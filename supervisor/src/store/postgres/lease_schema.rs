@@ -60,7 +60,7 @@ pub const FLEET: &str = "
     BEGIN
         PERFORM 1 FROM fleet_leases
             WHERE deployment = d AND holder = h AND epoch = e AND expires_at > clock_timestamp()
-            FOR SHARE;
+            FOR KEY SHARE;
         IF NOT FOUND THEN
             RAISE EXCEPTION USING ERRCODE = 'WF001',
                 MESSAGE = format('host %s does not hold the lease of %s at epoch %s', h, d, e);

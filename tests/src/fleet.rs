@@ -153,7 +153,9 @@ impl Fleet {
             self.extra
         );
         for d in &self.deployments {
-            body.push_str(&format!("[[deployment]]\nid = \"{d}\"\ncommand = {child}\n\n"));
+            body.push_str(&format!(
+                "[[deployment]]\nid = \"{d}\"\ncommand = {child}\n\n"
+            ));
         }
         body
     }
@@ -170,7 +172,9 @@ impl Fleet {
 
     /// The running hosts' indexes.
     pub fn running(&self) -> Vec<usize> {
-        (0..self.hosts.len()).filter(|i| self.hosts[*i].is_some()).collect()
+        (0..self.hosts.len())
+            .filter(|i| self.hosts[*i].is_some())
+            .collect()
     }
 
     /// `wfhost status --json` on host `i`, parsed; retried for a while
@@ -178,7 +182,11 @@ impl Fleet {
     pub fn status(&self, i: usize) -> Value {
         let out = poll(LONG, Duration::from_millis(100), || {
             let out = self.host(i).client(&["status", "--json"]);
-            if out.status.success() { Ok(out) } else { Err(out) }
+            if out.status.success() {
+                Ok(out)
+            } else {
+                Err(out)
+            }
         })
         .unwrap_or_else(|out| panic!("status on h{} failed: {}", i + 1, describe(&out)));
         serde_json::from_str(&ok("status", &out)).expect("status JSON")
@@ -288,7 +296,12 @@ impl Fleet {
 
     /// Waits until every id of `sent` is done (each `mail_done` event
     /// counted), as host `i` reads the event log; returns them.
-    pub fn wait_done(&self, i: usize, sent: &[(String, u64)], timeout: Duration) -> Vec<(String, u64)> {
+    pub fn wait_done(
+        &self,
+        i: usize,
+        sent: &[(String, u64)],
+        timeout: Duration,
+    ) -> Vec<(String, u64)> {
         let deadline = Instant::now() + timeout;
         loop {
             let done = self.done(i);
@@ -300,7 +313,10 @@ impl Fleet {
                 "timed out after {timeout:?}: {} of {} items done; missing {:?}\n{}",
                 sent.iter().filter(|s| done.contains(s)).count(),
                 sent.len(),
-                sent.iter().filter(|s| !done.contains(s)).take(10).collect::<Vec<_>>(),
+                sent.iter()
+                    .filter(|s| !done.contains(s))
+                    .take(10)
+                    .collect::<Vec<_>>(),
                 self.logs()
             );
             std::thread::sleep(Duration::from_millis(100));
@@ -347,7 +363,10 @@ pub fn assert_no_overlap(work: &[Work]) {
         for a in &items {
             for b in &items {
                 if a.pid != b.pid && a.start_ms < b.end_ms && b.start_ms < a.end_ms {
-                    panic!("{d}: pid {} and pid {} worked at the same time: {a:?} and {b:?}", a.pid, b.pid);
+                    panic!(
+                        "{d}: pid {} and pid {} worked at the same time: {a:?} and {b:?}",
+                        a.pid, b.pid
+                    );
                 }
             }
         }

@@ -50,9 +50,17 @@ impl Netns {
         };
         ip(&["netns", "add", &ns.name])?;
         let setup = || -> Result<(), String> {
-            ip(&["link", "add", &ns.outer, "type", "veth", "peer", "name", &inner])?;
+            ip(&[
+                "link", "add", &ns.outer, "type", "veth", "peer", "name", &inner,
+            ])?;
             ip(&["link", "set", &inner, "netns", &ns.name])?;
-            ip(&["addr", "add", &format!("{}/30", ns.outside), "dev", &ns.outer])?;
+            ip(&[
+                "addr",
+                "add",
+                &format!("{}/30", ns.outside),
+                "dev",
+                &ns.outer,
+            ])?;
             ip(&["link", "set", &ns.outer, "up"])?;
             let exec = ["netns", "exec", &ns.name, "ip"];
             let inside = format!("{}/30", ns.inside);

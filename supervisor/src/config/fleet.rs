@@ -158,7 +158,11 @@ mod tests {
         let f = c.fleet.expect("a fleet");
         assert_eq!(Some(f.host_id), hostname());
         assert_eq!((f.lease_ttl, f.lease_renew), (LEASE_TTL, LEASE_RENEW));
-        assert_eq!(load(STORE).expect("loads").fleet, None, "no table, no fleet");
+        assert_eq!(
+            load(STORE).expect("loads").fleet,
+            None,
+            "no table, no fleet"
+        );
     }
 
     #[test]
@@ -192,10 +196,22 @@ mod tests {
     #[test]
     fn bad_values_are_named_at_their_line_and_column() {
         let cases = [
-            ("host_id = \"web 1\"", "invalid host_id \"web 1\"", "unique in the fleet"),
+            (
+                "host_id = \"web 1\"",
+                "invalid host_id \"web 1\"",
+                "unique in the fleet",
+            ),
             ("host_id = \"\"", "invalid host_id \"\"", "1 to 64"),
-            ("lease_ttl = \"500ms\"", "lease_ttl 500ms is out of range", "\"1s\""),
-            ("lease_ttl = \"2h\"", "lease_ttl 2h is out of range", "\"1h\""),
+            (
+                "lease_ttl = \"500ms\"",
+                "lease_ttl 500ms is out of range",
+                "\"1s\"",
+            ),
+            (
+                "lease_ttl = \"2h\"",
+                "lease_ttl 2h is out of range",
+                "\"1h\"",
+            ),
             (
                 "lease_renew = \"6s\"",
                 "lease_renew 6s does not fit lease_ttl 15s",
@@ -208,8 +224,7 @@ mod tests {
             ),
         ];
         for (line_text, want, help) in cases {
-            let (line, column, message, hint) =
-                refused(&format!("{STORE}[fleet]\n{line_text}\n"));
+            let (line, column, message, hint) = refused(&format!("{STORE}[fleet]\n{line_text}\n"));
             assert_eq!(line, 4, "{line_text}: {message}");
             assert!(column > 1, "{line_text}: column {column}");
             assert!(message.starts_with(want), "{line_text}: {message}");
@@ -223,8 +238,7 @@ mod tests {
     fn no_usable_hostname_asks_for_a_host_id() {
         let raw: RawFleet = toml::from_str("").expect("empty table");
         let span = 0..7;
-        let err = settings(Some(Spanned::new(span, raw)), true, &|| None)
-            .expect_err("refused");
+        let err = settings(Some(Spanned::new(span, raw)), true, &|| None).expect_err("refused");
         let text = format!("{err:?}");
         assert!(text.contains("no host_id"), "{text}");
     }

@@ -46,7 +46,11 @@ async fn ask(fleet: &Fleet, deployment: &str, request: &Request) -> Result<Respo
         )));
     }
     let json = serde_json::to_string(request).map_err(failed)?;
-    let (me, to, d) = (fleet.host().to_owned(), owner.clone(), deployment.to_owned());
+    let (me, to, d) = (
+        fleet.host().to_owned(),
+        owner.clone(),
+        deployment.to_owned(),
+    );
     let id = fleet
         .query
         .call(move |s| s.fleet_ask(&me, &to, &d, &json))

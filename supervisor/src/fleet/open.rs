@@ -116,6 +116,9 @@ pub struct Started {
     pub heard: mpsc::UnboundedReceiver<crate::store::postgres::listen::Heard>,
 }
 
+/// The store, its reader, the signing key and the fleet's parts.
+pub type Opened = (Box<dyn Store>, Box<dyn Store>, SigningKey, Started);
+
 /// What `wfhost supervise` opens on a fleet host: the store, a reader
 /// and the signing key (as on a single host, the journal verified at
 /// start against every host's key), and the fleet's parts. Done on a
@@ -125,13 +128,14 @@ pub fn start(
     fleet: &FleetSettings,
     settings: &crate::config::SupervisorSettings,
     deployments: &[crate::config::DeploymentConfig],
-) -> anyhow::Result<(Box<dyn Store>, Box<dyn Store>, SigningKey, Started)> {
+) -> anyhow::Result<Opened> {
     use anyhow::Context;
     let at = crate::store::Backend::Postgres(url.to_owned()).describe();
     let open = || -> anyhow::Result<_> {
         let (key, key_path) = crate::signing_key::load_or_create(settings)?;
         tracing::info!(key = %key_path.display(), key_id = %wfhost_ipc::KeyId::of(&key.verifying_key()), host = %fleet.host_id, "signing key loaded");
-        let mut joined = join(url, fleet, &key).with_context(|| format!("cannot join the fleet on {at}"))?;
+        let mut joined =
+            join(url, fleet, &key).with_context(|| format!("cannot join the fleet on {at}"))?;
         crate::store::guard::check_at_start_keys(&mut *joined.store, &joined.keys)
             .with_context(|| format!("refusing to start on the store {at}"))?;
         Ok((joined, key))

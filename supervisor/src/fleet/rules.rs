@@ -157,7 +157,12 @@ pub struct Plan {
 
 /// The hosts that count for the fair share: heartbeated within the TTL
 /// and not stopping, this one always (unless it is stopping).
-pub fn live_hosts<'a>(view: &'a View, me: &'a str, stopping: bool, timing: &Timing) -> Vec<&'a str> {
+pub fn live_hosts<'a>(
+    view: &'a View,
+    me: &'a str,
+    stopping: bool,
+    timing: &Timing,
+) -> Vec<&'a str> {
     let ttl = Timing::ms(timing.ttl);
     let mut live: Vec<&str> = view
         .hosts
@@ -190,7 +195,12 @@ pub fn rank(host: &str, deployment: &str) -> u64 {
 }
 
 /// How `row` could be taken by `me` now, or when it could be (database ms).
-fn claim(row: Option<&LeaseRow>, me: &str, now_ms: i64, grace_ms: i64) -> Result<Claim, Option<i64>> {
+fn claim(
+    row: Option<&LeaseRow>,
+    me: &str,
+    now_ms: i64,
+    grace_ms: i64,
+) -> Result<Claim, Option<i64>> {
     let Some(row) = row else {
         return Ok(Claim::New);
     };
@@ -222,8 +232,11 @@ pub fn plan(view: &View, mine: &Mine, timing: &Timing) -> Plan {
     }
     let me = mine.host.as_str();
     let now = view.now_ms;
-    let rows: BTreeMap<&str, &LeaseRow> =
-        view.leases.iter().map(|l| (l.deployment.as_str(), l)).collect();
+    let rows: BTreeMap<&str, &LeaseRow> = view
+        .leases
+        .iter()
+        .map(|l| (l.deployment.as_str(), l))
+        .collect();
     let live = live_hosts(view, me, false, timing);
     let share = fair_share(mine.configured.len(), live.len());
     let grace = Timing::ms(timing.grace());
@@ -234,7 +247,8 @@ pub fn plan(view: &View, mine: &Mine, timing: &Timing) -> Plan {
             continue;
         }
         let row = rows.get(d.as_str()).copied();
-        let for_me = row.is_some_and(|r| r.holder.is_none() && r.reserved_for.as_deref() == Some(me));
+        let for_me =
+            row.is_some_and(|r| r.holder.is_none() && r.reserved_for.as_deref() == Some(me));
         let cooling = mine.cooldown.get(d).is_some_and(|until| now < *until);
         match claim(row, me, now, grace) {
             Ok(c) if for_me => handed.push((d.clone(), c)),

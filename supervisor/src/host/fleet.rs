@@ -35,8 +35,8 @@ use crate::journal::NewJournalEntry;
 use crate::observe::record;
 use crate::shared::{Shared, unix_ms};
 use crate::store::fence::Held;
-use crate::store::{MailCounts, NewEvent};
 use crate::store::postgres::listen::Heard;
+use crate::store::{MailCounts, NewEvent};
 
 /// What the loop does with a lease it holds.
 enum State {
@@ -306,8 +306,10 @@ impl Leases {
             self.fleet.ttl_ms(),
             self.stopping,
         );
-        let sent: Vec<(String, Option<String>)> =
-            held.iter().map(|(d, _, s)| (d.clone(), s.clone())).collect();
+        let sent: Vec<(String, Option<String>)> = held
+            .iter()
+            .map(|(d, _, s)| (d.clone(), s.clone()))
+            .collect();
         let started = Instant::now();
         let renewed = self
             .call(move |s| s.fleet_renew(&host, ttl, &held, stopping))
@@ -341,7 +343,9 @@ impl Leases {
     fn renew_failed(&mut self, error: &str) {
         if !self.renew_failing {
             self.renew_failing = true;
-            let at = self.first_deadline().map(|at| at.saturating_duration_since(Instant::now()));
+            let at = self
+                .first_deadline()
+                .map(|at| at.saturating_duration_since(Instant::now()));
             error!(host = %self.fleet.host(), error, self_fence_in = ?at,
                 "cannot renew this host's leases; it keeps trying, and stops every deployment it holds before its leases can run out");
         }
@@ -371,13 +375,23 @@ impl Leases {
             None => return,
         };
         let until = self.fleet.timing.deadline(started);
-        self.fleet.fence.hold(&d, Held { epoch: acquired.epoch, until });
+        self.fleet.fence.hold(
+            &d,
+            Held {
+                epoch: acquired.epoch,
+                until,
+            },
+        );
         let id = d.clone();
         let replayed = self.shared.store.call(move |s| s.replay_mail(&id)).await;
         match replayed {
-            Ok(Ok(n)) if n > 0 => info!(deployment = %d, items = n, "mail the previous owner left unacknowledged returned to the inbox"),
+            Ok(Ok(n)) if n > 0 => {
+                info!(deployment = %d, items = n, "mail the previous owner left unacknowledged returned to the inbox")
+            }
             Ok(Ok(_)) => {}
-            Ok(Err(e)) => warn!(deployment = %d, error = %e, "cannot return the previous owner's unacknowledged mail to the inbox; its child gets it after its next replay"),
+            Ok(Err(e)) => {
+                warn!(deployment = %d, error = %e, "cannot return the previous owner's unacknowledged mail to the inbox; its child gets it after its next replay")
+            }
             Err(e) => warn!(deployment = %d, error = %e, "the store thread is gone"),
         }
         let (handle, join) = DeploymentHandle::start(cfg, self.shared.clone());
@@ -458,11 +472,16 @@ impl Leases {
             debug!(deployment = %d, pid, descendants = killed, "lease lost: child's tree SIGKILLed");
         }
         tell(&e.handle, Ask::LeaseLost);
-        if let State::Leaving { reply: Some(r), .. } = std::mem::replace(&mut e.state, State::Lost) {
-            let _ = r.send(Err(format!("{d}'s lease was lost before it was handed off: {why}")));
+        if let State::Leaving { reply: Some(r), .. } = std::mem::replace(&mut e.state, State::Lost)
+        {
+            let _ = r.send(Err(format!(
+                "{d}'s lease was lost before it was handed off: {why}"
+            )));
         }
         let epoch = e.epoch.unsigned_abs();
-        let until = self.db_now().saturating_add(crate::fleet::ms(self.fleet.timing.cooldown()));
+        let until = self
+            .db_now()
+            .saturating_add(crate::fleet::ms(self.fleet.timing.cooldown()));
         self.cooldown.insert(d.to_owned(), until);
         let host = self.fleet.host().to_owned();
         self.fact(d, Fact::LeaseLost { host, epoch, why });
@@ -514,7 +533,15 @@ impl Leases {
             Some(Ok(true)) => {
                 let host = self.fleet.host().to_owned();
                 let epoch_u = epoch.unsigned_abs();
-                self.fact(d, Fact::LeaseReleased { host, epoch: epoch_u, why, to: to.clone() });
+                self.fact(
+                    d,
+                    Fact::LeaseReleased {
+                        host,
+                        epoch: epoch_u,
+                        why,
+                        to: to.clone(),
+                    },
+                );
                 Ok(epoch)
             }
             Some(Ok(false)) => Err(format!("{d}'s lease was no longer this host's to release")),
@@ -525,7 +552,9 @@ impl Leases {
             None => Err("the lease connection's thread is gone".into()),
         };
         if why != "stop" {
-            let until = self.db_now().saturating_add(crate::fleet::ms(self.fleet.timing.cooldown()));
+            let until = self
+                .db_now()
+                .saturating_add(crate::fleet::ms(self.fleet.timing.cooldown()));
             self.cooldown.insert(d.to_owned(), until);
         }
         if let Some(r) = reply {
@@ -537,7 +566,11 @@ impl Leases {
     fn command(&mut self, command: Command) {
         match command {
             Command::Stop => self.stop(),
-            Command::Move { deployment, to, reply } => {
+            Command::Move {
+                deployment,
+                to,
+                reply,
+            } => {
                 if to == self.fleet.host() {
                     let _ = reply.send(Err(format!("{deployment} already runs on {to}")));
                     return;
@@ -588,7 +621,9 @@ impl Leases {
                     self.hand_off(&id, "removed", None, None);
                 }
                 Some(new) => {
-                    let Some(e) = self.held.get(&id) else { continue };
+                    let Some(e) = self.held.get(&id) else {
+                        continue;
+                    };
                     if *e.handle.config() != *new {
                         let mut same = (*e.handle.config()).clone();
                         same.replicas = new.replicas;
@@ -703,7 +738,9 @@ impl Leases {
         let host = self.fleet.host().to_owned();
         match self.call(move |s| s.fleet_leave(&host)).await {
             Some(Ok(())) => info!(host = %self.fleet.host(), "left the fleet"),
-            Some(Err(e)) => warn!(error = %e, "cannot remove this host from the fleet's hosts; it counts as gone once its heartbeat is older than lease_ttl"),
+            Some(Err(e)) => {
+                warn!(error = %e, "cannot remove this host from the fleet's hosts; it counts as gone once its heartbeat is older than lease_ttl")
+            }
             None => {}
         }
     }
@@ -712,7 +749,12 @@ impl Leases {
 /// The pids of a deployment's live children.
 fn live_pids(handle: &DeploymentHandle) -> Vec<u32> {
     handle.with_status(|s| {
-        let mut pids: Vec<u32> = s.replicas.iter().filter_map(|r| r.pid).chain(s.pid).collect();
+        let mut pids: Vec<u32> = s
+            .replicas
+            .iter()
+            .filter_map(|r| r.pid)
+            .chain(s.pid)
+            .collect();
         pids.sort_unstable();
         pids.dedup();
         pids
@@ -732,7 +774,13 @@ fn tell(handle: &DeploymentHandle, ask: Ask) {
 fn snapshot(handle: &DeploymentHandle, now: Instant) -> String {
     let mut json = handle.with_status(|s| s.to_json(now, &MailCounts::default()));
     if let Some(map) = json.as_object_mut() {
-        for volatile in ["uptime_ms", "rss_bytes", "grants_age_ms", "mail", "replicas"] {
+        for volatile in [
+            "uptime_ms",
+            "rss_bytes",
+            "grants_age_ms",
+            "mail",
+            "replicas",
+        ] {
             map.remove(volatile);
         }
         if let Some(drain) = map.get_mut("drain").and_then(|d| d.as_object_mut()) {

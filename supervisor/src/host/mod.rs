@@ -149,7 +149,8 @@ impl Supervisor {
         if let Some(f) = &self.fleet {
             let (reply, answer) = tokio::sync::oneshot::channel();
             let deployments = config.deployments.clone();
-            f.fleet.tell(crate::fleet::Command::Reload { deployments, reply });
+            f.fleet
+                .tell(crate::fleet::Command::Reload { deployments, reply });
             return answer.await.unwrap_or_default();
         }
         let mut summary = ReloadSummary::default();

@@ -89,7 +89,9 @@ pub fn log(deployment: &str, fact: &Fact) {
             epoch,
             how,
             from,
-        } => info!(deployment, host = %host, epoch, how, from = %from.as_deref().unwrap_or("-"), "lease acquired; running it here"),
+        } => {
+            info!(deployment, host = %host, epoch, how, from = %from.as_deref().unwrap_or("-"), "lease acquired; running it here")
+        }
         Fact::LeaseLost { host, epoch, why } => {
             warn!(deployment, host = %host, epoch, why = %why, "lease lost; its children were killed and nothing more is written for it here")
         }
@@ -98,7 +100,9 @@ pub fn log(deployment: &str, fact: &Fact) {
             epoch,
             why,
             to,
-        } => info!(deployment, host = %host, epoch, why, to = %to.as_deref().unwrap_or("any host"), "lease released"),
+        } => {
+            info!(deployment, host = %host, epoch, why, to = %to.as_deref().unwrap_or("any host"), "lease released")
+        }
         Fact::ConfigReloaded { .. } => {}
     }
 }

@@ -124,15 +124,33 @@ mod tests {
         let (fence, mut refused) = Fence::new("a");
         assert_eq!(fence.epoch("orders"), None, "nothing held");
         let later = Instant::now() + Duration::from_secs(60);
-        fence.hold("orders", Held { epoch: 3, until: later });
-        fence.hold("billing", Held { epoch: 1, until: later });
+        fence.hold(
+            "orders",
+            Held {
+                epoch: 3,
+                until: later,
+            },
+        );
+        fence.hold(
+            "billing",
+            Held {
+                epoch: 1,
+                until: later,
+            },
+        );
         assert_eq!(fence.epoch("orders"), Some(3));
         assert_eq!(
             fence.epochs(),
             vec![("billing".to_owned(), 1), ("orders".to_owned(), 3)]
         );
         let now = Instant::now();
-        fence.hold("orders", Held { epoch: 3, until: now });
+        fence.hold(
+            "orders",
+            Held {
+                epoch: 3,
+                until: now,
+            },
+        );
         assert_eq!(fence.epoch("orders"), None, "past its deadline");
         assert_eq!(fence.epochs(), vec![("billing".to_owned(), 1)]);
         fence.renewed(&[("orders".to_owned(), 2)], later);

@@ -39,7 +39,11 @@ async fn main() -> ExitCode {
         return ExitCode::from(2);
     };
     let work = Duration::from_millis(arg("--work-ms").and_then(|v| v.parse().ok()).unwrap_or(20));
-    let mut file = match std::fs::OpenOptions::new().create(true).append(true).open(&record) {
+    let mut file = match std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&record)
+    {
         Ok(f) => f,
         Err(e) => {
             eprintln!("wfh-fleetchild: cannot open {record}: {e}");

@@ -74,7 +74,9 @@ pub async fn local(request: Request, deployment: &str, ctx: &Context) -> Respons
         let host = ctx.shared.fleet.as_ref().map_or("this host", |f| f.host());
         return Response::failed(
             exit::FAILED,
-            format!("{deployment} no longer runs on {host} (its lease moved on); nothing was done: retry, and the request goes to its new owner"),
+            format!(
+                "{deployment} no longer runs on {host} (its lease moved on); nothing was done: retry, and the request goes to its new owner"
+            ),
         );
     }
     let answered = match request {
@@ -132,7 +134,9 @@ async fn status(ctx: &Context, fleet: &Arc<Fleet>) -> Result<Response, Response>
         .and_then(|d| d.get("deployments").cloned())
         .and_then(|d| d.as_array().cloned())
         .unwrap_or_default();
-    let owners = view::owners(fleet).await.map_err(|e| Response::failed(exit::FAILED, e))?;
+    let owners = view::owners(fleet)
+        .await
+        .map_err(|e| Response::failed(exit::FAILED, e))?;
     let ids = fleet.deployments();
     let remote: Vec<String> = ids
         .iter()
@@ -143,7 +147,12 @@ async fn status(ctx: &Context, fleet: &Arc<Fleet>) -> Result<Response, Response>
     let counts = ctx
         .shared
         .reader
-        .call(move |s| wanted.iter().map(|id| s.mail_counts(id)).collect::<Result<Vec<_>, _>>())
+        .call(move |s| {
+            wanted
+                .iter()
+                .map(|id| s.mail_counts(id))
+                .collect::<Result<Vec<_>, _>>()
+        })
         .await
         .map_err(|e| Response::failed(exit::FAILED, e.to_string()))?
         .map_err(|e| Response::failed(exit::FAILED, e.to_string()))?;
@@ -156,7 +165,9 @@ async fn status(ctx: &Context, fleet: &Arc<Fleet>) -> Result<Response, Response>
         mine.push(view::remote_json(fleet, id, owner, mail));
     }
     mine.sort_by(|a, b| a["id"].as_str().cmp(&b["id"].as_str()));
-    Ok(Response::ok(json!({ "host": fleet.host(), "deployments": mine })))
+    Ok(Response::ok(
+        json!({ "host": fleet.host(), "deployments": mine }),
+    ))
 }
 
 /// `send` for a deployment owned elsewhere (or by nobody right now):
@@ -170,19 +181,29 @@ async fn remote_send(
     payload_bytes: u64,
     key: Option<String>,
 ) -> Result<Response, Response> {
-    let cfg = fleet.config(deployment).ok_or_else(|| unknown(fleet, deployment))?;
+    let cfg = fleet
+        .config(deployment)
+        .ok_or_else(|| unknown(fleet, deployment))?;
     let mut as_known = Status::new(deployment, cfg.drain_timeout);
     as_known.takes_mail = view::takes_mail(fleet, deployment).await;
     send::admit(&cfg, &as_known, payload_bytes, key.as_deref())?;
-    let payload = tokio::time::timeout(REQUEST_TIMEOUT, protocol::read_payload(stream, payload_bytes))
-        .await
-        .map_err(|_| {
-            Response::failed(
-                exit::USAGE,
-                format!("the payload did not arrive within {REQUEST_TIMEOUT:?}; nothing was accepted"),
-            )
-        })?
-        .map_err(|e| Response::failed(exit::USAGE, format!("unreadable payload: {e}; nothing was accepted")))?;
+    let payload = tokio::time::timeout(
+        REQUEST_TIMEOUT,
+        protocol::read_payload(stream, payload_bytes),
+    )
+    .await
+    .map_err(|_| {
+        Response::failed(
+            exit::USAGE,
+            format!("the payload did not arrive within {REQUEST_TIMEOUT:?}; nothing was accepted"),
+        )
+    })?
+    .map_err(|e| {
+        Response::failed(
+            exit::USAGE,
+            format!("unreadable payload: {e}; nothing was accepted"),
+        )
+    })?;
     let (id, limit, at) = (deployment.to_owned(), cfg.max_inbox, unix_ms());
     let accepted = ctx
         .shared
@@ -210,10 +231,15 @@ async fn moved(
     if fleet.config(deployment).is_none() {
         return Err(unknown(fleet, deployment));
     }
-    if !view::is_live(fleet, to).await.map_err(|e| Response::failed(exit::FAILED, e))? {
+    if !view::is_live(fleet, to)
+        .await
+        .map_err(|e| Response::failed(exit::FAILED, e))?
+    {
         return Err(Response::failed(
             exit::FAILED,
-            format!("host {to:?} is not a live host of the fleet; nothing was moved\n  help: `wfhost status` on any host names the live ones (each deployment's owner)"),
+            format!(
+                "host {to:?} is not a live host of the fleet; nothing was moved\n  help: `wfhost status` on any host names the live ones (each deployment's owner)"
+            ),
         ));
     }
     if !here(ctx, deployment) {
@@ -231,7 +257,10 @@ async fn moved(
         reply: tx,
     };
     if !fleet.tell(command) {
-        return Err(Response::failed(exit::FAILED, "this host is stopping; nothing was moved"));
+        return Err(Response::failed(
+            exit::FAILED,
+            "this host is stopping; nothing was moved",
+        ));
     }
     let released = rx
         .await

@@ -31,7 +31,10 @@ fn mine(host: &str, configured: &[&str], held: &[&str]) -> Mine {
     Mine {
         host: host.into(),
         configured: configured.iter().map(|d| (*d).to_owned()).collect(),
-        held: held.iter().map(|d| ((*d).to_owned(), NOW - 60_000)).collect(),
+        held: held
+            .iter()
+            .map(|d| ((*d).to_owned(), NOW - 60_000))
+            .collect(),
         ..Mine::default()
     }
 }
@@ -76,18 +79,37 @@ fn live_hosts_heartbeated_within_the_ttl_and_are_not_stopping() {
     for (ago, stopping, live) in table {
         let v = view(vec![host("b", ago, stopping)], vec![]);
         let got = live_hosts(&v, "a", false, &TIMING);
-        assert_eq!(got.contains(&"b"), live, "heartbeat {ago} ms ago, stopping {stopping}");
+        assert_eq!(
+            got.contains(&"b"),
+            live,
+            "heartbeat {ago} ms ago, stopping {stopping}"
+        );
         assert!(got.contains(&"a"), "this host always counts");
     }
     let v = view(vec![host("a", 90_000, false)], vec![]);
-    assert_eq!(live_hosts(&v, "a", true, &TIMING), Vec::<&str>::new(), "a stopping host does not");
+    assert_eq!(
+        live_hosts(&v, "a", true, &TIMING),
+        Vec::<&str>::new(),
+        "a stopping host does not"
+    );
 }
 
 #[test]
 fn fair_shares_round_up() {
-    let table = [(6, 3, 2), (7, 3, 3), (6, 1, 6), (1, 3, 1), (0, 2, 0), (5, 0, 5)];
+    let table = [
+        (6, 3, 2),
+        (7, 3, 3),
+        (6, 1, 6),
+        (1, 3, 1),
+        (0, 2, 0),
+        (5, 0, 5),
+    ];
     for (deployments, live, share) in table {
-        assert_eq!(fair_share(deployments, live), share, "{deployments} over {live}");
+        assert_eq!(
+            fair_share(deployments, live),
+            share,
+            "{deployments} over {live}"
+        );
     }
 }
 
@@ -98,20 +120,52 @@ fn each_lease_row_is_claimed_by_its_rule() {
         reserved_for: Some(to.into()),
         ..lease("d", 4, None, expires_in)
     };
-    let table: Vec<(&str, Option<LeaseRow>, Result<Claim, Option<i64>>)> = vec![
+    type Case = (&'static str, Option<LeaseRow>, Result<Claim, Option<i64>>);
+    let table: Vec<Case> = vec![
         ("never held", None, Ok(Claim::New)),
-        ("released", Some(lease("d", 4, None, 0)), Ok(Claim::Released { epoch: 4 })),
-        ("handed to me", Some(reserved("a", 10_000)), Ok(Claim::Released { epoch: 4 })),
-        ("handed to b", Some(reserved("b", 10_000)), Err(Some(NOW + 10_000))),
-        ("hand-off to b over", Some(reserved("b", -1)), Ok(Claim::Released { epoch: 4 })),
-        ("b holds it", Some(lease("d", 4, Some("b"), 5_000)), Err(Some(NOW + 7_501))),
-        ("b's ran out, in grace", Some(lease("d", 4, Some("b"), -2_500)), Err(Some(NOW + 1))),
+        (
+            "released",
+            Some(lease("d", 4, None, 0)),
+            Ok(Claim::Released { epoch: 4 }),
+        ),
+        (
+            "handed to me",
+            Some(reserved("a", 10_000)),
+            Ok(Claim::Released { epoch: 4 }),
+        ),
+        (
+            "handed to b",
+            Some(reserved("b", 10_000)),
+            Err(Some(NOW + 10_000)),
+        ),
+        (
+            "hand-off to b over",
+            Some(reserved("b", -1)),
+            Ok(Claim::Released { epoch: 4 }),
+        ),
+        (
+            "b holds it",
+            Some(lease("d", 4, Some("b"), 5_000)),
+            Err(Some(NOW + 7_501)),
+        ),
+        (
+            "b's ran out, in grace",
+            Some(lease("d", 4, Some("b"), -2_500)),
+            Err(Some(NOW + 1)),
+        ),
         (
             "b's ran out, grace over",
             Some(lease("d", 4, Some("b"), -2_501)),
-            Ok(Claim::Expired { epoch: 4, holder: "b".into() }),
+            Ok(Claim::Expired {
+                epoch: 4,
+                holder: "b".into(),
+            }),
         ),
-        ("mine, not acted on", Some(lease("d", 4, Some("a"), 5_000)), Ok(Claim::Stale { epoch: 4 })),
+        (
+            "mine, not acted on",
+            Some(lease("d", 4, Some("a"), 5_000)),
+            Ok(Claim::Stale { epoch: 4 }),
+        ),
     ];
     for (what, row, want) in table {
         assert_eq!(claim(row.as_ref(), "a", NOW, grace), want, "{what}");
@@ -121,7 +175,11 @@ fn each_lease_row_is_claimed_by_its_rule() {
 #[test]
 fn three_hosts_take_two_of_six_each_and_prefer_different_ones() {
     let all = ["d1", "d2", "d3", "d4", "d5", "d6"];
-    let hosts = vec![host("a", 0, false), host("b", 0, false), host("c", 0, false)];
+    let hosts = vec![
+        host("a", 0, false),
+        host("b", 0, false),
+        host("c", 0, false),
+    ];
     let v = view(hosts, vec![]);
     let mut taken = BTreeSet::new();
     for h in ["a", "b", "c"] {
@@ -172,11 +230,18 @@ fn cooldown_busy_and_stopping_keep_a_host_off() {
 
     let mut m = mine("a", &all, &[]);
     m.busy.insert("d1".into());
-    assert!(plan(&v, &m, &TIMING).acquire.is_empty(), "its old task still ends");
+    assert!(
+        plan(&v, &m, &TIMING).acquire.is_empty(),
+        "its old task still ends"
+    );
 
     let mut m = mine("a", &all, &[]);
     m.stopping = true;
-    assert_eq!(plan(&v, &m, &TIMING), Plan::default(), "a stopping host takes nothing");
+    assert_eq!(
+        plan(&v, &m, &TIMING),
+        Plan::default(),
+        "a stopping host takes nothing"
+    );
 }
 
 #[test]
@@ -192,7 +257,10 @@ fn a_hand_off_is_taken_above_the_share_and_through_the_cooldown() {
     let mut m = mine("a", &all, &["d1"]);
     m.cooldown.insert("d2".into(), NOW + 60_000);
     let p = plan(&v, &m, &TIMING);
-    assert_eq!(p.acquire, vec![("d2".to_owned(), Claim::Released { epoch: 5 })]);
+    assert_eq!(
+        p.acquire,
+        vec![("d2".to_owned(), Claim::Released { epoch: 5 })]
+    );
     // b may not take it meanwhile.
     let p = plan(&v, &mine("b", &all, &[]), &TIMING);
     assert!(names(&p.acquire).iter().all(|d| *d != "d2"), "{p:?}");
@@ -234,7 +302,11 @@ fn above_its_share_a_host_sheds_what_others_have_room_for() {
 
 #[test]
 fn a_renewal_loses_what_it_did_not_renew() {
-    let held = vec![("a".to_owned(), 1), ("b".to_owned(), 4), ("c".to_owned(), 2)];
+    let held = vec![
+        ("a".to_owned(), 1),
+        ("b".to_owned(), 4),
+        ("c".to_owned(), 2),
+    ];
     let renewed = vec![("a".to_owned(), 1), ("b".to_owned(), 5)];
     assert_eq!(lost(&held, &renewed), vec!["b".to_owned(), "c".to_owned()]);
     assert!(lost(&held, &held).is_empty());
@@ -244,7 +316,11 @@ fn a_renewal_loses_what_it_did_not_renew() {
 fn ranks_differ_by_host_and_are_stable() {
     assert_eq!(rank("a", "d1"), rank("a", "d1"));
     assert_ne!(rank("a", "d1"), rank("b", "d1"));
-    assert_ne!(rank("ab", "c"), rank("a", "bc"), "the separator keeps them apart");
+    assert_ne!(
+        rank("ab", "c"),
+        rank("a", "bc"),
+        "the separator keeps them apart"
+    );
     assert_eq!(
         [Claim::New.how(), Claim::Released { epoch: 1 }.how()],
         ["unowned", "released"]

@@ -57,7 +57,9 @@ impl Serving {
                             }
                         }
                     }
-                    Ok(Err(e)) => warn!(error = %e, "cannot read the requests forwarded to this host; the next round looks again"),
+                    Ok(Err(e)) => {
+                        warn!(error = %e, "cannot read the requests forwarded to this host; the next round looks again")
+                    }
                     Err(_) => return,
                 }
                 if fetch
@@ -78,7 +80,10 @@ async fn serve(asked: Asked, fleet: Arc<Fleet>, ctx: Context, busy: Arc<Mutex<Ha
         Ok(request) => handlers::fleet::local(request, &asked.deployment, &ctx).await,
         Err(e) => Response::failed(
             exit::USAGE,
-            format!("host {} forwarded a request this host cannot read ({e}); use the same wfhost version on every host", asked.from),
+            format!(
+                "host {} forwarded a request this host cannot read ({e}); use the same wfhost version on every host",
+                asked.from
+            ),
         ),
     };
     let text = serde_json::to_string(&response).unwrap_or_else(|e| {

@@ -126,27 +126,33 @@ impl PostgresStore {
     /// The database's clock, the hosts and every lease row.
     pub fn fleet_view(&mut self) -> Result<View, StoreError> {
         let client = self.client()?;
-        let read = (|| -> Result<(i64, Vec<postgres::Row>, Vec<postgres::Row>), postgres::Error> {
-            let mut tx = client.build_transaction().read_only(true).start()?;
-            let now: i64 = tx
-                .query_one(concat!("SELECT ", ms!("clock_timestamp()")), &[])?
-                .try_get(0)?;
-            let hosts = tx.query(
-                concat!("SELECT host_id, ", ms!("heartbeat_at"), ", stopping FROM fleet_hosts"),
-                &[],
-            )?;
-            let leases = tx.query(
-                concat!(
-                    "SELECT deployment, epoch, holder, ",
-                    ms!("expires_at"),
-                    ", reserved_for FROM fleet_leases"
-                ),
-                &[],
-            )?;
-            tx.commit()?;
-            Ok((now, hosts, leases))
-        })();
-        let (now_ms, hosts, leases) = read.map_err(|e| self.fail("reading the fleet's leases", &e))?;
+        let read =
+            (|| -> Result<(i64, Vec<postgres::Row>, Vec<postgres::Row>), postgres::Error> {
+                let mut tx = client.build_transaction().read_only(true).start()?;
+                let now: i64 = tx
+                    .query_one(concat!("SELECT ", ms!("clock_timestamp()")), &[])?
+                    .try_get(0)?;
+                let hosts = tx.query(
+                    concat!(
+                        "SELECT host_id, ",
+                        ms!("heartbeat_at"),
+                        ", stopping FROM fleet_hosts"
+                    ),
+                    &[],
+                )?;
+                let leases = tx.query(
+                    concat!(
+                        "SELECT deployment, epoch, holder, ",
+                        ms!("expires_at"),
+                        ", reserved_for FROM fleet_leases"
+                    ),
+                    &[],
+                )?;
+                tx.commit()?;
+                Ok((now, hosts, leases))
+            })();
+        let (now_ms, hosts, leases) =
+            read.map_err(|e| self.fail("reading the fleet's leases", &e))?;
         let parse = || -> Result<View, String> {
             Ok(View {
                 now_ms,
@@ -350,7 +356,11 @@ impl PostgresStore {
                 let key = <[u8; 32]>::try_from(bytes.as_slice())
                     .ok()
                     .and_then(|b| VerifyingKey::from_bytes(&b).ok())
-                    .ok_or_else(|| format!("host {host:?} has a registered key that is not an ed25519 public key"))?;
+                    .ok_or_else(|| {
+                        format!(
+                            "host {host:?} has a registered key that is not an ed25519 public key"
+                        )
+                    })?;
                 Ok(HostKey { host, key })
             })
             .collect::<Result<_, String>>()
@@ -412,10 +422,8 @@ impl PostgresStore {
     pub fn fleet_answer_of(&mut self, id: i64) -> Result<Option<String>, StoreError> {
         let client = self.client()?;
         let result = (|| -> Result<Option<String>, postgres::Error> {
-            let row = client.query_opt(
-                "SELECT answer FROM fleet_requests WHERE id = $1",
-                &[&id],
-            )?;
+            let row =
+                client.query_opt("SELECT answer FROM fleet_requests WHERE id = $1", &[&id])?;
             let answer = match row {
                 Some(r) => r.try_get(0)?,
                 None => None,

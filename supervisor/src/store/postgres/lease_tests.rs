@@ -45,7 +45,13 @@ impl Host {
             .fleet_acquire(self.fence.host(), d, claim, TTL, GRACE)
             .expect("acquire")?;
         let until = Instant::now() + Duration::from_secs(60);
-        self.fence.hold(d, Held { epoch: got.epoch, until });
+        self.fence.hold(
+            d,
+            Held {
+                epoch: got.epoch,
+                until,
+            },
+        );
         Some(got.epoch)
     }
 
@@ -84,13 +90,25 @@ fn a_lease_is_taken_once_renewed_by_its_holder_and_taken_over_after_expiry_and_g
     assert_eq!(a.take("orders", &Claim::New), Some(1));
     assert_eq!(b.take("orders", &Claim::New), None, "only one creates it");
     // b's stale read of the row changes nothing while a holds it.
-    let stale = Claim::Expired { epoch: 1, holder: "a".into() };
+    let stale = Claim::Expired {
+        epoch: 1,
+        holder: "a".into(),
+    };
     assert_eq!(b.take("orders", &stale), None);
 
-    let held = vec![("orders".to_owned(), 1, Some("{\"state\":\"ready\"}".to_owned()))];
+    let held = vec![(
+        "orders".to_owned(),
+        1,
+        Some("{\"state\":\"ready\"}".to_owned()),
+    )];
     let renewed = a.store.fleet_renew("a", TTL, &held, false).expect("renew");
     assert_eq!(renewed, vec![("orders".to_owned(), 1)]);
-    assert!(b.store.fleet_renew("b", TTL, &held, false).expect("renew").is_empty());
+    assert!(
+        b.store
+            .fleet_renew("b", TTL, &held, false)
+            .expect("renew")
+            .is_empty()
+    );
     let owners = b.store.fleet_owners().expect("owners");
     assert_eq!(owners[0].holder.as_deref(), Some("a"));
     assert_eq!(owners[0].status, Some(json!({"state": "ready"})));
@@ -99,13 +117,32 @@ fn a_lease_is_taken_once_renewed_by_its_holder_and_taken_over_after_expiry_and_g
     assert_eq!(hosts.len(), 2, "both heartbeat: {hosts:?}");
 
     // Expired, but within the grace: still a's.
-    pg.psql("postgres", "UPDATE fleet_leases SET expires_at = now() - interval '500 ms'");
+    pg.psql(
+        "postgres",
+        "UPDATE fleet_leases SET expires_at = now() - interval '500 ms'",
+    );
     assert_eq!(b.take("orders", &stale), None);
-    assert!(a.store.fleet_renew("a", TTL, &held, false).expect("renew").is_empty(), "a cannot renew an expired lease");
-    pg.psql("postgres", "UPDATE fleet_leases SET expires_at = now() - interval '2 s'");
-    assert_eq!(b.take("orders", &stale), Some(2), "taken over at the next epoch");
+    assert!(
+        a.store
+            .fleet_renew("a", TTL, &held, false)
+            .expect("renew")
+            .is_empty(),
+        "a cannot renew an expired lease"
+    );
+    pg.psql(
+        "postgres",
+        "UPDATE fleet_leases SET expires_at = now() - interval '2 s'",
+    );
+    assert_eq!(
+        b.take("orders", &stale),
+        Some(2),
+        "taken over at the next epoch"
+    );
     let owners = b.store.fleet_owners().expect("owners");
-    assert_eq!((owners[0].holder.as_deref(), owners[0].epoch), (Some("b"), 2));
+    assert_eq!(
+        (owners[0].holder.as_deref(), owners[0].epoch),
+        (Some("b"), 2)
+    );
 }
 
 #[test]
@@ -114,11 +151,24 @@ fn a_release_frees_a_lease_at_once_and_a_hand_off_reserves_it() {
     let url = pg.url("postgres");
     let (mut a, mut b, mut c) = (host(&url, "a"), host(&url, "b"), host(&url, "c"));
     assert_eq!(a.take("d", &Claim::New), Some(1));
-    assert!(!b.store.fleet_release("b", "d", 1, None, TTL).expect("release"), "not b's");
-    assert!(a.store.fleet_release("a", "d", 1, None, TTL).expect("release"));
+    assert!(
+        !b.store
+            .fleet_release("b", "d", 1, None, TTL)
+            .expect("release"),
+        "not b's"
+    );
+    assert!(
+        a.store
+            .fleet_release("a", "d", 1, None, TTL)
+            .expect("release")
+    );
     assert_eq!(b.take("d", &Claim::Released { epoch: 1 }), Some(2));
     // Handed to c: a may not take it, c may.
-    assert!(b.store.fleet_release("b", "d", 2, Some("c"), TTL).expect("release"));
+    assert!(
+        b.store
+            .fleet_release("b", "d", 2, Some("c"), TTL)
+            .expect("release")
+    );
     assert_eq!(a.take("d", &Claim::Released { epoch: 2 }), None);
     assert_eq!(c.take("d", &Claim::Released { epoch: 2 }), Some(3));
     let owners = c.store.fleet_owners().expect("owners");
@@ -131,15 +181,27 @@ fn every_write_of_a_host_that_lost_its_lease_is_fenced_and_the_holders_go_throug
     let url = pg.url("postgres");
     let (mut a, mut b) = (host(&url, "a"), host(&url, "b"));
     let key = SigningKey::from_bytes(&[7; 32]);
-    let id = a.store.enqueue_mail("d", None, b"x", 10, 1).expect("anyone enqueues").id;
+    let id = a
+        .store
+        .enqueue_mail("d", None, b"x", 10, 1)
+        .expect("anyone enqueues")
+        .id;
     assert_eq!(a.take("d", &Claim::New), Some(1));
     let taken = a.store.take_mail("d", 10).expect("the holder takes");
     assert_eq!(taken.len(), 1);
-    a.store.append_journal(&key, entry("d")).expect("the holder journals");
+    a.store
+        .append_journal(&key, entry("d"))
+        .expect("the holder journals");
 
     // b takes the lease over; a still believes in epoch 1.
-    pg.psql("postgres", "UPDATE fleet_leases SET expires_at = now() - interval '10 s'");
-    let stale = Claim::Expired { epoch: 1, holder: "a".into() };
+    pg.psql(
+        "postgres",
+        "UPDATE fleet_leases SET expires_at = now() - interval '10 s'",
+    );
+    let stale = Claim::Expired {
+        epoch: 1,
+        holder: "a".into(),
+    };
     assert_eq!(b.take("d", &stale), Some(2));
 
     let child = ChildRecord {
@@ -153,14 +215,22 @@ fn every_write_of_a_host_that_lost_its_lease_is_fenced_and_the_holders_go_throug
         ("ack", a.store.ack_mail("d", id, "succeeded", 2).map(drop)),
         ("take", a.store.take_mail("d", 10).map(drop)),
         ("replay", a.store.replay_mail("d").map(drop)),
-        ("journal", a.store.append_journal(&key, entry("d")).map(drop)),
+        (
+            "journal",
+            a.store.append_journal(&key, entry("d")).map(drop),
+        ),
         ("child", a.store.record_child(&child)),
     ];
     for (what, result) in fenced {
-        let err = result.err().unwrap_or_else(|| panic!("{what} went through"));
+        let err = result
+            .err()
+            .unwrap_or_else(|| panic!("{what} went through"));
         assert!(err.is_fenced(), "{what}: {err}");
         let msg = err.to_string();
-        assert!(msg.contains("fenced") && msg.contains("no longer holds"), "{what}: {msg}");
+        assert!(
+            msg.contains("fenced") && msg.contains("no longer holds"),
+            "{what}: {msg}"
+        );
     }
     assert_eq!(a.refusals().len(), 5);
     // Events: a's for d are left out, the rest of its batch is written.
@@ -176,18 +246,29 @@ fn every_write_of_a_host_that_lost_its_lease_is_fenced_and_the_holders_go_throug
     assert_eq!(again[0].attempt, 2);
     assert!(b.store.ack_mail("d", id, "succeeded", 3).expect("ack"));
     let done: Vec<String> = pg
-        .psql("postgres", "SELECT count(*) FROM events WHERE kind = 'mail_done'")
+        .psql(
+            "postgres",
+            "SELECT count(*) FROM events WHERE kind = 'mail_done'",
+        )
         .lines()
         .map(str::to_owned)
         .collect();
     assert_eq!(done, vec!["1".to_owned()], "done once, by the holder");
-    b.store.append_journal(&key, entry("d")).expect("b journals");
-    assert_eq!(b.store.journal(None).expect("journal").len(), 2, "one chain");
+    b.store
+        .append_journal(&key, entry("d"))
+        .expect("b journals");
+    assert_eq!(
+        b.store.journal(None).expect("journal").len(),
+        2,
+        "one chain"
+    );
     // Children rows are each host's own.
     b.store.record_child(&child).expect("b records");
     assert!(a.store.children().expect("children").is_empty());
     assert_eq!(b.store.children().expect("children").len(), 1);
-    a.store.forget_child("d", 42).expect("a forgets only its own");
+    a.store
+        .forget_child("d", 42)
+        .expect("a forgets only its own");
     assert_eq!(b.store.children().expect("children").len(), 1);
 }
 
@@ -197,14 +278,21 @@ fn a_takeover_waits_for_a_write_already_past_its_check() {
     let url = pg.url("postgres");
     let mut a = host(&url, "a");
     assert_eq!(a.take("d", &Claim::New), Some(1));
-    pg.psql("postgres", "UPDATE fleet_leases SET expires_at = now() + interval '300 ms'");
+    pg.psql(
+        "postgres",
+        "UPDATE fleet_leases SET expires_at = now() + interval '300 ms'",
+    );
     let mut writer = postgres::Client::connect(&url, postgres::NoTls).expect("connect");
     let mut tx = writer.transaction().expect("begin");
-    tx.execute("SELECT wfhost_fence('d', 'a', 1)", &[]).expect("a's write passes its check");
+    tx.execute("SELECT wfhost_fence('d', 'a', 1)", &[])
+        .expect("a's write passes its check");
     let taker = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(1500));
         let mut b = host(&url, "b");
-        let stale = Claim::Expired { epoch: 1, holder: "a".into() };
+        let stale = Claim::Expired {
+            epoch: 1,
+            holder: "a".into(),
+        };
         let started = Instant::now();
         let got = b.take("d", &stale);
         (got, started.elapsed())
@@ -213,7 +301,10 @@ fn a_takeover_waits_for_a_write_already_past_its_check() {
     tx.commit().expect("a's write commits");
     let (got, waited) = taker.join().expect("taker");
     assert_eq!(got, Some(2));
-    assert!(waited >= Duration::from_millis(700), "the takeover waited for the write: {waited:?}");
+    assert!(
+        waited >= Duration::from_millis(700),
+        "the takeover waited for the write: {waited:?}"
+    );
 }
 
 #[test]
@@ -231,7 +322,10 @@ fn a_host_registers_its_key_once_and_another_hosts_key_is_refused() {
     assert_eq!(keys.len(), 2);
     assert_eq!((keys[0].host.as_str(), keys[0].key), ("a", ka));
     let err = b.store.fleet_join("b", &ka).expect_err("a's key");
-    assert!(err.to_string().contains("registered to host \"a\""), "{err}");
+    assert!(
+        err.to_string().contains("registered to host \"a\""),
+        "{err}"
+    );
     a.store.fleet_leave("a").expect("leave");
     let view = b.store.fleet_view().expect("view");
     assert_eq!(view.hosts.len(), 1);
@@ -242,13 +336,21 @@ fn forwarded_requests_are_answered_once() {
     let pg = PgServer::start();
     let url = pg.url("postgres");
     let mut a = host(&url, "a");
-    let id = a.store.fleet_ask("b", "a", "d", "{\"cmd\":\"kill\"}").expect("ask");
+    let id = a
+        .store
+        .fleet_ask("b", "a", "d", "{\"cmd\":\"kill\"}")
+        .expect("ask");
     let asked = a.store.fleet_asked("a").expect("asked");
     assert_eq!(asked.len(), 1);
     assert_eq!((asked[0].id, asked[0].from.as_str()), (id, "b"));
     assert_eq!(a.store.fleet_answer_of(id).expect("answer"), None);
     a.store.fleet_answer(id, "{\"ok\":true}").expect("answer");
-    a.store.fleet_answer(id, "{\"ok\":false}").expect("a second answer is ignored");
+    a.store
+        .fleet_answer(id, "{\"ok\":false}")
+        .expect("a second answer is ignored");
     assert!(a.store.fleet_asked("a").expect("asked").is_empty());
-    assert_eq!(a.store.fleet_answer_of(id).expect("answer").as_deref(), Some("{\"ok\":true}"));
+    assert_eq!(
+        a.store.fleet_answer_of(id).expect("answer").as_deref(),
+        Some("{\"ok\":true}")
+    );
 }

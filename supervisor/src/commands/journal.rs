@@ -259,30 +259,36 @@ fn check(
     keys: &[VerifyingKey],
     expect: Option<JournalHead>,
 ) -> Result<Check, Failure> {
-    let heads = store.journal_heads().map_err(Failure::failed)?;
     let mut verifier = Verifier::from_genesis(keys);
     let mut expected = None;
     let mut after = 0;
-    let mut read_all = false;
-    let verdict = 'pages: loop {
-        let page = store.journal_after(after, PAGE).map_err(Failure::failed)?;
-        // Records other hosts append meanwhile are for the next check.
-        for record in page.iter().filter(|r| r.seq <= heads.head.seq) {
-            if expect.is_some_and(|e| e.seq == record.seq) {
-                expected = Some(record.head());
+    // The head is read once the records are, and reading goes on while
+    // other hosts append: a record beyond the head is still seen.
+    let outcome = 'reading: loop {
+        let read = after;
+        loop {
+            let page = store.journal_after(after, PAGE).map_err(Failure::failed)?;
+            for record in &page {
+                if expect.is_some_and(|e| e.seq == record.seq) {
+                    expected = Some(record.head());
+                }
+                if let Err(broken) = verifier.check(record) {
+                    let heads = store.journal_heads().map_err(Failure::failed)?;
+                    break 'reading (heads, Err(broken), false);
+                }
+                after = record.seq;
             }
-            if let Err(broken) = verifier.check(record) {
-                break 'pages Err(broken);
+            if page.len() < PAGE {
+                break;
             }
         }
-        match page.last() {
-            Some(last) if page.len() == PAGE && last.seq < heads.head.seq => after = last.seq,
-            _ => {
-                read_all = true;
-                break verifier.finish(&heads.head);
-            }
+        let heads = store.journal_heads().map_err(Failure::failed)?;
+        if after >= heads.head.seq || after == read {
+            break (heads, Ok(()), true);
         }
     };
+    let (heads, checked, read_all) = outcome;
+    let verdict = checked.and_then(|()| verifier.finish(&heads.head));
     Ok(Check {
         head: heads.head,
         verdict,

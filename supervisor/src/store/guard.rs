@@ -68,27 +68,34 @@ pub fn check(store: &mut dyn Store, key: &VerifyingKey) -> Result<Checked, Guard
 
 /// [`check`] with every key that may have signed (a fleet's hosts each
 /// sign with their own): each record is checked with the key it names.
-/// Records appended after the head was read (by other hosts) are left
-/// for the next check.
+/// The head is read once the records are: hosts that append meanwhile
+/// are caught up with, and a record beyond the head is still seen.
 pub fn check_keys(store: &mut dyn Store, keys: &[VerifyingKey]) -> Result<Checked, GuardError> {
     let started = Instant::now();
-    let heads = store.journal_heads()?;
-    let from = heads.verified.filter(|v| v.seq > 0);
+    let from = store.journal_heads()?.verified.filter(|v| v.seq > 0);
     let mut verifier = match from {
         Some(anchor) => Verifier::from_anchor(keys, anchor, "verified by an earlier check"),
         None => Verifier::from_genesis(keys),
     };
     let mut after = from.map_or(0, |v| v.seq - 1);
-    loop {
-        let page = store.journal_after(after, PAGE)?;
-        for record in page.iter().filter(|r| r.seq <= heads.head.seq) {
-            verifier.check(record).map_err(GuardError::Broken)?;
+    let heads = loop {
+        let read = after;
+        loop {
+            let page = store.journal_after(after, PAGE)?;
+            for record in &page {
+                verifier.check(record).map_err(GuardError::Broken)?;
+                after = record.seq;
+            }
+            if page.len() < PAGE {
+                break;
+            }
         }
-        match page.last() {
-            Some(last) if page.len() == PAGE && last.seq < heads.head.seq => after = last.seq,
-            _ => break,
+        let heads = store.journal_heads()?;
+        // Caught up, or nothing more to read (the end was cut).
+        if after >= heads.head.seq || after == read {
+            break heads;
         }
-    }
+    };
     let records = verifier.finish(&heads.head).map_err(GuardError::Broken)?;
     if heads.head.seq > 0 && heads.verified != Some(heads.head) {
         store.set_verified_head(heads.head)?;

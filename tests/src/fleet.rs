@@ -126,6 +126,14 @@ impl Fleet {
         self.hosts.push(Some(sup));
     }
 
+    /// Starts the next host with `settings` in its `[supervisor]` table
+    /// (e.g. `metrics_listen`).
+    pub fn add_with_settings(&mut self, settings: &str) {
+        let id = Self::id(self.hosts.len());
+        let body = self.body(&id, &self.url);
+        self.hosts.push(Some(Supervisor::start_with_settings(settings, &body)));
+    }
+
     /// The lock of a fleet test, for tests that build their own server.
     pub fn lock() -> std::fs::File {
         lock()

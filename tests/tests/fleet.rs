@@ -102,6 +102,16 @@ fn each_deployment_has_one_owner_two_per_host_and_mail_through_any_host_is_done_
     assert_eq!(signers.len(), 3, "each host signs its own: {acquired:?}");
 }
 
+/// `GET /metrics` on 127.0.0.1:`port`.
+fn metrics(port: u16) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect to metrics");
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").expect("request");
+    let mut text = String::new();
+    s.read_to_string(&mut text).expect("response");
+    text
+}
+
 /// Which deployments `host` owns.
 fn owned_by(owners: &std::collections::BTreeMap<String, String>, host: &str) -> Vec<String> {
     owners
@@ -251,12 +261,24 @@ fn a_stopping_host_hands_off_without_waiting_for_the_ttl_and_move_hands_one_over
 
 #[test]
 fn operator_requests_for_a_deployment_owned_elsewhere_are_answered_by_its_owner() {
-    let fleet = Fleet::start(2, 2, "");
+    let pg = wfhost_tests::postgres::PgServer::start();
+    let url = pg.url("postgres");
+    let mut fleet = Fleet::empty(pg, url, 2, "", Fleet::lock());
+    let port = 19000 + (std::process::id() % 1000) as u16;
+    fleet.add_with_settings(&format!("metrics_listen = \"127.0.0.1:{port}\""));
+    fleet.add_with_settings("");
     let owners = fleet.wait_owners(0, "one deployment per host", WAIT, |o| {
         Fleet::per_host(o).values().all(|n| *n == 1)
     });
     let remote = owned_by(&owners, "h2").pop().expect("one on h2");
     let pid = pids(&fleet, 1)[&remote];
+    // Metrics on h1 say which host owns what, h2's deployment included.
+    let scrape = metrics(port);
+    assert!(scrape.contains(&format!("wfhost_fleet_lease_owner{{deployment=\"{remote}\",host=\"h2\"}} 1")), "{scrape}");
+    assert!(scrape.contains("wfhost_fleet_leases_held{host=\"h1\"} 1"), "{scrape}");
+    // The table names every owner too.
+    let table = ok("status", &fleet.host(0).client(&["status"]));
+    assert!(table.contains(&format!("{remote}: owned by h2 (epoch ")), "{table}");
     // Asked of h1, carried out by h2.
     let out = fleet.host(0).client(&["recycle", &remote]);
     let text = ok("recycle", &out);

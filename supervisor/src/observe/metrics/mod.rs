@@ -23,6 +23,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tracing::{debug, warn};
 
+mod fleet;
 mod http;
 mod render;
 #[cfg(test)]
@@ -124,7 +125,11 @@ async fn serve_connection(
             Route::NotFound => response("404 Not Found", "text/plain", "not found; try /metrics\n"),
             Route::Metrics => match collect(registry, shared).await {
                 Ok(snapshots) => {
-                    response("200 OK", CONTENT_TYPE, &render(&snapshots, Instant::now()))
+                    let mut text = render(&snapshots, Instant::now());
+                    if let Some(f) = &shared.fleet {
+                        text.push_str(&fleet::render(f).await);
+                    }
+                    response("200 OK", CONTENT_TYPE, &text)
                 }
                 Err(e) => {
                     warn!(error = %e, "metrics: cannot read the mail counts");

@@ -126,15 +126,29 @@ fn table(data: &serde_json::Value) -> String {
         }
         // A fleet host lists every deployment of the fleet, with its owner.
         if let Some(owner) = d["owner"].as_object() {
-            let host = owner.get("host").and_then(|v| v.as_str()).unwrap_or("nobody");
+            let host = owner
+                .get("host")
+                .and_then(|v| v.as_str())
+                .unwrap_or("nobody");
             let epoch = owner.get("epoch").and_then(|v| v.as_i64()).unwrap_or(0);
-            let expired = owner.get("expired").and_then(|v| v.as_bool()).unwrap_or(true);
-            let lease = if expired { "ran out or released" } else { "held" };
-            notes.push_str(&format!("  {id}: owned by {host} (epoch {epoch}, lease {lease})\n"));
+            let expired = owner
+                .get("expired")
+                .and_then(|v| v.as_bool())
+                .unwrap_or(true);
+            let lease = if expired {
+                "ran out or released"
+            } else {
+                "held"
+            };
+            notes.push_str(&format!(
+                "  {id}: owned by {host} (epoch {epoch}, lease {lease})\n"
+            ));
         }
     }
     if let Some(host) = data["host"].as_str() {
-        notes.push_str(&format!("  (fleet host {host}: deployments owned elsewhere show their owner's last report)\n"));
+        notes.push_str(&format!(
+            "  (fleet host {host}: deployments owned elsewhere show their owner's last report)\n"
+        ));
     }
     if !notes.is_empty() {
         out.push('\n');

@@ -323,6 +323,12 @@ impl Leases {
             self.renew_failing = false;
             info!(host = %self.fleet.host(), "the database renews leases again");
         }
+        debug!(
+            leases = pairs.len(),
+            renewed = renewed.len(),
+            took_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
+            "leases renewed"
+        );
         let until = self.fleet.timing.deadline(started);
         self.fleet.fence.renewed(&renewed, until);
         for d in rules::lost(&pairs, &renewed) {

@@ -131,7 +131,8 @@ impl Fleet {
     pub fn add_with_settings(&mut self, settings: &str) {
         let id = Self::id(self.hosts.len());
         let body = self.body(&id, &self.url);
-        self.hosts.push(Some(Supervisor::start_with_settings(settings, &body)));
+        self.hosts
+            .push(Some(Supervisor::start_with_settings(settings, &body)));
     }
 
     /// The lock of a fleet test, for tests that build their own server.

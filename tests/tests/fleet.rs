@@ -106,7 +106,8 @@ fn each_deployment_has_one_owner_two_per_host_and_mail_through_any_host_is_done_
 fn metrics(port: u16) -> String {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect to metrics");
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").expect("request");
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .expect("request");
     let mut text = String::new();
     s.read_to_string(&mut text).expect("response");
     text
@@ -274,11 +275,22 @@ fn operator_requests_for_a_deployment_owned_elsewhere_are_answered_by_its_owner(
     let pid = pids(&fleet, 1)[&remote];
     // Metrics on h1 say which host owns what, h2's deployment included.
     let scrape = metrics(port);
-    assert!(scrape.contains(&format!("wfhost_fleet_lease_owner{{deployment=\"{remote}\",host=\"h2\"}} 1")), "{scrape}");
-    assert!(scrape.contains("wfhost_fleet_leases_held{host=\"h1\"} 1"), "{scrape}");
+    assert!(
+        scrape.contains(&format!(
+            "wfhost_fleet_lease_owner{{deployment=\"{remote}\",host=\"h2\"}} 1"
+        )),
+        "{scrape}"
+    );
+    assert!(
+        scrape.contains("wfhost_fleet_leases_held{host=\"h1\"} 1"),
+        "{scrape}"
+    );
     // The table names every owner too.
     let table = ok("status", &fleet.host(0).client(&["status"]));
-    assert!(table.contains(&format!("{remote}: owned by h2 (epoch ")), "{table}");
+    assert!(
+        table.contains(&format!("{remote}: owned by h2 (epoch ")),
+        "{table}"
+    );
     // Asked of h1, carried out by h2.
     let out = fleet.host(0).client(&["recycle", &remote]);
     let text = ok("recycle", &out);

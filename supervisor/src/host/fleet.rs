@@ -191,8 +191,13 @@ impl Leases {
         f: impl FnOnce(&mut crate::store::PostgresStore) -> T + Send + 'static,
     ) -> Option<T> {
         let db = self.db.clone();
-        let call = db.call(f);
-        tokio::pin!(call);
+        self.guarded(db.call(f)).await.ok()
+    }
+
+    /// Awaits `work` (a database call) while fencing every lease whose
+    /// deadline passes meanwhile.
+    async fn guarded<F: std::future::Future>(&mut self, work: F) -> F::Output {
+        tokio::pin!(work);
         loop {
             let deadline = self.first_deadline();
             let fence = async {
@@ -202,7 +207,7 @@ impl Leases {
                 }
             };
             tokio::select! {
-                done = &mut call => return done.ok(),
+                done = &mut work => return done,
                 () = fence => self.fence_overdue(),
             }
         }
@@ -389,7 +394,8 @@ impl Leases {
             },
         );
         let id = d.clone();
-        let replayed = self.shared.store.call(move |s| s.replay_mail(&id)).await;
+        let store = self.shared.store.clone();
+        let replayed = self.guarded(store.call(move |s| s.replay_mail(&id))).await;
         match replayed {
             Ok(Ok(n)) if n > 0 => {
                 info!(deployment = %d, items = n, "mail the previous owner left unacknowledged returned to the inbox")
@@ -523,7 +529,8 @@ impl Leases {
         };
         // The store thread writes in order: once this returns, so has
         // everything the task queued before it ended.
-        let _ = self.shared.store.call(|_| ()).await;
+        let store = self.shared.store.clone();
+        let _ = self.guarded(store.call(|_| ())).await;
         self.fleet.fence.release(d);
         let (host, id, epoch, ttl) = (
             self.fleet.host().to_owned(),

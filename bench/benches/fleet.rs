@@ -1,0 +1,277 @@
+//! A fleet on PostgreSQL (issue 12), through the real release binaries
+//! and a throwaway PostgreSQL server (fsync on) started by the benchmark:
+//!
+//! - **F1** lease renewal for 1,000 deployments on one host: the duration
+//!   of each renewal (heartbeat and every lease in one statement, as the
+//!   host logs it) in steady state, beside one `SELECT 1` round trip to
+//!   the same server.
+//! - **F2** takeover after a SIGKILL, median of 10: two hosts, one
+//!   deployment; from the SIGKILL of its owner to `ready` on the other
+//!   host, beside the bound the lease timing sets (`lease_ttl` plus the
+//!   grace of half a renewal).
+//! - **F3** mail throughput through PostgreSQL (a fleet host, fenced
+//!   writes), 8 senders, beside the same on SQLite in the same run.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use wfhost_bench::control::{self, Follow};
+use wfhost_bench::procs::{self, CleanupGuard};
+use wfhost_bench::stats::{Summary, dur};
+use wfhost_bench::supervisor::{Supervisor, TempDir, deployment, toml_str};
+use wfhost_bench::{Binaries, Report, Verdict};
+use wfhost_tests::postgres::PgServer;
+
+const RENEWAL_DEPLOYMENTS: usize = 1000;
+const RENEWALS: usize = 20;
+const TAKEOVERS: usize = 10;
+const SENDERS: usize = 8;
+const PER_SENDER: usize = 250;
+/// The lease timing of F1 and F2.
+const TTL_MS: u64 = 2000;
+const RENEW_MS: u64 = 500;
+
+fn main() -> ExitCode {
+    let bins = wfhost_bench::bins::locate();
+    procs::become_subreaper();
+    procs::raise_nofile();
+    let cleanup = CleanupGuard;
+    eprintln!(
+        "wfhost-bench fleet: {}",
+        wfhost_bench::report::machine_line()
+    );
+    let pg = PgServer::start_durable();
+    let mut report = Report::new();
+    report.run(
+        "F1",
+        "lease renewal, 1,000 deployments on one host, p50",
+        "≤ 50 ms (1% of the default lease_renew)",
+        |r| renewal(&bins, &pg, r),
+    );
+    report.run(
+        "F2",
+        "takeover after SIGKILL, median of 10",
+        "≤ lease_ttl + lease_renew + 1 s (ready)",
+        |r| takeover(&bins, &pg, r),
+    );
+    report.run(
+        "F3",
+        "mail through PostgreSQL (fleet host), 8 senders: throughput",
+        "≥ 0.5× SQLite",
+        |r| throughput(&bins, &pg, r),
+    );
+    drop(cleanup);
+    println!("{}", report.render("wfhost-bench fleet"));
+    if report.has_errors() {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+/// A fleet host's config body on database `db`: `[store]`, `[fleet]`.
+fn fleet_body(pg: &PgServer, db: &str, host: &str) -> String {
+    format!(
+        "[store]\nurl = {}\n\n[fleet]\nhost_id = {}\nlease_ttl = \"{TTL_MS}ms\"\nlease_renew = \"{RENEW_MS}ms\"\n\n",
+        toml_str(&pg.url(db)),
+        toml_str(host)
+    )
+}
+
+fn socket(dir: &TempDir) -> PathBuf {
+    dir.path().join("state/wfhost.sock")
+}
+
+/// `SELECT 1` round trips to `url`, in seconds.
+fn round_trips(url: &str, n: usize) -> anyhow::Result<Vec<f64>> {
+    let mut client = postgres::Client::connect(url, postgres::NoTls)?;
+    let mut samples = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        client.simple_query("SELECT 1")?;
+        samples.push(t.elapsed().as_secs_f64());
+    }
+    Ok(samples)
+}
+
+fn renewal(bins: &Binaries, pg: &PgServer, report: &mut Report) -> anyhow::Result<()> {
+    pg.create_database("renewal");
+    let dir = TempDir::new()?;
+    let child = bins.child.to_str().context("non-UTF-8 path")?;
+    let mut body = fleet_body(pg, "renewal", "solo");
+    let ids: Vec<String> = (0..RENEWAL_DEPLOYMENTS).map(|i| format!("d{i:04}")).collect();
+    for id in &ids {
+        body.push_str(&deployment(id, &[child, "conformance"], ""));
+    }
+    let mut sup = Supervisor::start(bins, &dir, "", &body, "info,wfhost::host::fleet=debug")?;
+    sup.wait_ready(&ids, sup.started_us, Duration::from_secs(120))?;
+    // Steady state: every lease held, every status snapshot stored once.
+    let mut scanned = 0;
+    let mut samples = Vec::with_capacity(RENEWALS);
+    sup.wait_for("20 renewals of 1,000 leases", Duration::from_secs(60), |lines| {
+        for l in &lines[scanned..] {
+            let full = l.fields.get("renewed").and_then(|v| v.as_u64()) == Some(RENEWAL_DEPLOYMENTS as u64);
+            if l.msg == "leases renewed" && full {
+                samples.push(l.fields.get("took_us").and_then(|v| v.as_u64()).unwrap_or(0) as f64 / 1e6);
+            }
+        }
+        scanned = lines.len();
+        // The first full renewal stores 1,000 snapshots: steady state after.
+        (samples.len() > RENEWALS).then_some(())
+    })?;
+    let steady = Summary::of(&samples[1..]).context("no renewals measured")?;
+    let reference = Summary::of(&round_trips(&pg.url("renewal"), 200)?).context("no round trips")?;
+    report.row(
+        "F1",
+        "lease renewal, 1,000 deployments on one host, p50",
+        format!("{} (p99 {}, {:.0}× one round trip)", dur(steady.p50), dur(steady.p99), steady.p50 / reference.p50),
+        format!("SELECT 1 round trip p50 {}", dur(reference.p50)),
+        "≤ 50 ms (1% of the default lease_renew)",
+        Verdict::of(steady.p50 <= 0.050),
+    );
+    report.note(
+        "F1",
+        format!(
+            "{RENEWALS} renewals after the first; each is one statement: the heartbeat and every lease at its epoch, locked and extended; the first full one took {} (it also stores each deployment's status snapshot)",
+            dur(samples[0])
+        ),
+    );
+    drop(sup);
+    Ok(())
+}
+
+/// Which of `socks` runs `deployment` ready, by its status.
+fn ready_on(socks: &[&Path], deployment: &str) -> Option<usize> {
+    socks.iter().position(|s| {
+        control::status(s).is_ok_and(|ds| {
+            ds.iter().any(|d| {
+                d["id"] == deployment && d["state"] == "ready" && d["owner"]["host"].is_string() && d["uptime_ms"].is_u64()
+            })
+        })
+    })
+}
+
+fn takeover(bins: &Binaries, pg: &PgServer, report: &mut Report) -> anyhow::Result<()> {
+    pg.create_database("takeover");
+    let child = bins.child.to_str().context("non-UTF-8 path")?;
+    let dirs = [TempDir::new()?, TempDir::new()?];
+    let start = |i: usize| -> anyhow::Result<Supervisor> {
+        let mut body = fleet_body(pg, "takeover", &format!("h{i}"));
+        body.push_str(&deployment("orders", &[child, "conformance"], ""));
+        Supervisor::start(bins, &dirs[i], "", &body, "info")
+    };
+    let mut hosts = [Some(start(0)?), Some(start(1)?)];
+    let socks: Vec<PathBuf> = dirs.iter().map(socket).collect();
+    let mut samples = Vec::with_capacity(TAKEOVERS);
+    for _ in 0..TAKEOVERS {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let owner = loop {
+            let refs: Vec<&Path> = socks.iter().map(PathBuf::as_path).collect();
+            if let Some(i) = ready_on(&refs, "orders") {
+                break i;
+            }
+            if Instant::now() > deadline {
+                bail!("orders never became ready on either host");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let other = 1 - owner;
+        let victim = hosts[owner].take().context("the owner runs")?;
+        let killed = Instant::now();
+        procs::signal(victim.pid, libc::SIGKILL);
+        loop {
+            if ready_on(&[socks[other].as_path()], "orders").is_some() {
+                break;
+            }
+            if killed.elapsed() > Duration::from_secs(30) {
+                bail!("orders was not taken over within 30 s");
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        samples.push(killed.elapsed().as_secs_f64());
+        drop(victim);
+        hosts[owner] = Some(start(owner)?);
+    }
+    let s = Summary::of(&samples).context("no takeovers measured")?;
+    let bound = (TTL_MS + RENEW_MS / 2) as f64 / 1000.0;
+    let target = (TTL_MS + RENEW_MS + 1000) as f64 / 1000.0;
+    report.row(
+        "F2",
+        "takeover after SIGKILL, median of 10",
+        format!("{} (min {}, max {})", dur(s.p50), dur(s.min), dur(s.max)),
+        format!("lease_ttl + grace = {} (lease_ttl {TTL_MS} ms, lease_renew {RENEW_MS} ms)", dur(bound)),
+        "≤ lease_ttl + lease_renew + 1 s (ready)",
+        Verdict::of(s.p50 <= target),
+    );
+    report.note(
+        "F2",
+        "from the SIGKILL of the owner to its deployment ready on the other host: the lease runs out (up to lease_ttl after the last renewal), the grace passes, the survivor takes it at the instant it planned for, replays the mail and starts the child",
+    );
+    drop(hosts);
+    Ok(())
+}
+
+/// Items per second through the supervisor at `socket`, 8 senders.
+fn flow(socket: &Path) -> anyhow::Result<f64> {
+    let mut follow = Follow::open(socket, control::last_seq(socket)?)?;
+    let t = Instant::now();
+    let senders: Vec<_> = (0..SENDERS)
+        .map(|_| {
+            let socket = socket.to_path_buf();
+            std::thread::spawn(move || -> anyhow::Result<()> {
+                for _ in 0..PER_SENDER {
+                    control::send(&socket, "orders")?;
+                }
+                Ok(())
+            })
+        })
+        .collect();
+    let mut done = 0;
+    follow.until(|e| {
+        if e["kind"] == "mail_done" {
+            done += 1;
+        }
+        done == SENDERS * PER_SENDER
+    })?;
+    let took = t.elapsed();
+    for s in senders {
+        s.join().map_err(|_| anyhow::anyhow!("a sender panicked"))??;
+    }
+    Ok((SENDERS * PER_SENDER) as f64 / took.as_secs_f64())
+}
+
+fn throughput(bins: &Binaries, pg: &PgServer, report: &mut Report) -> anyhow::Result<()> {
+    pg.create_database("mail");
+    let child = bins.child.to_str().context("non-UTF-8 path")?;
+    let orders = deployment("orders", &[child, "conformance"], "");
+    let mut rates = Vec::new();
+    for body in [orders.clone(), format!("{}{orders}", fleet_body(pg, "mail", "solo"))] {
+        let dir = TempDir::new()?;
+        let mut sup = Supervisor::start(bins, &dir, "", &body, "info")?;
+        sup.wait_for("orders ready", Duration::from_secs(30), |lines| {
+            lines.iter().find(|l| l.is("ready", "orders")).map(|_| ())
+        })?;
+        rates.push(flow(&socket(&dir))?);
+        drop(sup);
+    }
+    let (sqlite, postgres) = (rates[0], rates[1]);
+    let ratio = postgres / sqlite;
+    report.row(
+        "F3",
+        "mail through PostgreSQL (fleet host), 8 senders: throughput",
+        format!("{postgres:.0} items/s ({ratio:.2}× SQLite)"),
+        format!("SQLite in state_dir, same run: {sqlite:.0} items/s"),
+        "≥ 0.5× SQLite",
+        Verdict::of(ratio >= 0.5),
+    );
+    report.note(
+        "F3",
+        format!(
+            "{} items each, from the first send to the last mail_done; PostgreSQL with fsync on, every take and ack fenced on the lease's epoch",
+            SENDERS * PER_SENDER
+        ),
+    );
+    Ok(())
+}

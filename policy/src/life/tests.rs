@@ -116,9 +116,9 @@ impl At {
             "backoff" => {
                 // A crash soon after start backs off (the first restart of
                 // a streak is at once, the second waits).
-                at.ready().later(Duration::from_secs(1));
+                at.ready().later(Duration::from_millis(500));
                 at.on(Input::Reaped(ExitStatus::Code(1)));
-                at.ready().later(Duration::from_secs(1));
+                at.ready().later(Duration::from_millis(500));
                 at.on(Input::Reaped(ExitStatus::Code(1)));
             }
             "drained" => {

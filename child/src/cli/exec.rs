@@ -15,6 +15,16 @@
 //! When the command exits: `StepFinished` and `RunTerminal` (`Cancelled` if
 //! drain or a cancel stopped it, else from its status), then exit with its
 //! status.
+//!
+//! The command's environment is the child's, without the control channel
+//! (`WFHOST_CONTROL_FD` and the rest of the `WFHOST_*` contract are
+//! removed), plus who it works for:
+//!
+//! | variable | value |
+//! |---|---|
+//! | `WFHOST_DEPLOYMENT` | the deployment id |
+//! | `WFHOST_CHANNEL_ID` | this child's channel id, new for every spawn |
+//! | `WFHOST_RUN` | the run it is (`--run`, else `exec-<wfhost-child's pid>`) |
 
 use std::time::Duration;
 
@@ -24,7 +34,7 @@ use tokio::time::{Instant, sleep_until};
 use wfhost_child::{CancelCause, CancelToken, DrainBehavior, Options, Outcome, Runtime};
 
 use super::ExecArgs;
-use super::command::{exit_code_of, outcome_of, signal_group, spawn};
+use super::command::{Identity, exit_code_of, outcome_of, signal_group, spawn};
 
 /// How long the command gets between SIGTERM and SIGKILL once the
 /// supervisor is gone.
@@ -69,7 +79,12 @@ pub async fn run(args: ExecArgs) -> u8 {
         }
     };
 
-    let mut child = match spawn(&args.command) {
+    let identity = Identity {
+        deployment: rt.deployment(),
+        channel_id: rt.channel_id(),
+        run: &run,
+    };
+    let mut child = match spawn(&args.command, &identity) {
         Ok(child) => child,
         Err(e) => {
             let program = args

@@ -27,6 +27,10 @@ enum Command {
     /// Drain stops it (SIGTERM) or waits for it, a signed cancel kills it
     /// (SIGKILL), Shutdown and SIGTERM/SIGINT are forwarded to it, and the
     /// child exits with its status (128+N if it died by signal N).
+    ///
+    /// The command gets the child's environment without the control channel
+    /// (no WFHOST_CONTROL_FD), plus WFHOST_DEPLOYMENT (the deployment id),
+    /// WFHOST_CHANNEL_ID (this child's channel id) and WFHOST_RUN (its run).
     Exec(ExecArgs),
     /// Run the demo workflow: each mail item is one run of three steps.
     ///

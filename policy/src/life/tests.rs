@@ -164,6 +164,7 @@ fn input(name: &str) -> Input<u32> {
             channel_id: "c500".into(),
         },
         "spawn_failed" => Input::SpawnFailed("no such file".into()),
+        "hello" => Input::Hello,
         "ready" => Input::Ready,
         "drained" => Input::Drained,
         "steps_on" => Input::StepsInFlight(true),
@@ -203,9 +204,10 @@ const PHASES: [&str; 10] = [
     "exited", "vetting",
 ];
 
-const INPUTS: [&str; 22] = [
+const INPUTS: [&str; 23] = [
     "spawned",
     "spawn_failed",
+    "hello",
     "ready",
     "drained",
     "steps_on",
@@ -260,6 +262,7 @@ const TABLE: &[(&str, &str, &str, &str)] = &[
         "starting",
         "exited replay restarting spawn",
     ),
+    ("starting", "hello", "starting", ""),
     ("starting", "ready", "ready", "ready started dispatch"),
     ("starting", "drained", "starting", ""),
     ("starting", "steps_on", "starting", ""),
@@ -287,6 +290,7 @@ const TABLE: &[(&str, &str, &str, &str)] = &[
     ("starting", "tick_early", "starting", ""),
     ("ready", "spawned", "ready", ""),
     ("ready", "spawn_failed", "ready", ""),
+    ("ready", "hello", "ready", ""),
     ("ready", "ready", "ready", ""),
     ("ready", "drained", "ready", ""),
     ("ready", "steps_on", "ready", ""),
@@ -319,6 +323,7 @@ const TABLE: &[(&str, &str, &str, &str)] = &[
     ("ready", "tick_early", "ready", ""),
     ("draining", "spawned", "draining", ""),
     ("draining", "spawn_failed", "draining", ""),
+    ("draining", "hello", "draining", ""),
     ("draining", "ready", "draining", ""),
     (
         "draining",
@@ -351,6 +356,7 @@ const TABLE: &[(&str, &str, &str, &str)] = &[
     ("draining", "tick_early", "draining", ""),
     ("stopping", "spawned", "stopping", ""),
     ("stopping", "spawn_failed", "stopping", ""),
+    ("stopping", "hello", "stopping", ""),
     ("stopping", "ready", "stopping", ""),
     ("stopping", "drained", "stopping", ""),
     ("stopping", "steps_on", "stopping", ""),
@@ -373,6 +379,7 @@ const TABLE: &[(&str, &str, &str, &str)] = &[
     ("stopping", "tick_early", "stopping", ""),
     ("closing", "spawned", "stopping", ""),
     ("closing", "spawn_failed", "stopping", ""),
+    ("closing", "hello", "stopping", ""),
     ("closing", "ready", "stopping", ""),
     ("closing", "drained", "stopping", ""),
     ("closing", "steps_on", "stopping", ""),
@@ -400,6 +407,7 @@ const TABLE: &[(&str, &str, &str, &str)] = &[
     ("closing", "tick_early", "stopping", ""),
     ("backoff", "spawned", "backoff", ""),
     ("backoff", "spawn_failed", "backoff", ""),
+    ("backoff", "hello", "backoff", ""),
     ("backoff", "ready", "backoff", ""),
     ("backoff", "drained", "backoff", ""),
     ("backoff", "steps_on", "backoff", ""),
@@ -422,6 +430,7 @@ const TABLE: &[(&str, &str, &str, &str)] = &[
     ("backoff", "tick_early", "backoff", ""),
     ("drained", "spawned", "drained", ""),
     ("drained", "spawn_failed", "drained", ""),
+    ("drained", "hello", "drained", ""),
     ("drained", "ready", "drained", ""),
     ("drained", "drained", "drained", ""),
     ("drained", "steps_on", "drained", ""),
@@ -444,6 +453,7 @@ const TABLE: &[(&str, &str, &str, &str)] = &[
     ("drained", "tick_early", "drained", ""),
     ("failed", "spawned", "failed", ""),
     ("failed", "spawn_failed", "failed", ""),
+    ("failed", "hello", "failed", ""),
     ("failed", "ready", "failed", ""),
     ("failed", "drained", "failed", ""),
     ("failed", "steps_on", "failed", ""),
@@ -466,6 +476,7 @@ const TABLE: &[(&str, &str, &str, &str)] = &[
     ("failed", "tick_early", "failed", ""),
     ("exited", "spawned", "exited", ""),
     ("exited", "spawn_failed", "exited", ""),
+    ("exited", "hello", "exited", ""),
     ("exited", "ready", "exited", ""),
     ("exited", "drained", "exited", ""),
     ("exited", "steps_on", "exited", ""),
@@ -488,6 +499,7 @@ const TABLE: &[(&str, &str, &str, &str)] = &[
     ("exited", "tick_early", "exited", ""),
     ("vetting", "spawned", "ready", ""),
     ("vetting", "spawn_failed", "ready", ""),
+    ("vetting", "hello", "ready", ""),
     ("vetting", "ready", "ready", ""),
     ("vetting", "drained", "ready", ""),
     ("vetting", "steps_on", "ready", ""),
@@ -619,7 +631,8 @@ fn a_recycle_checks_drains_stops_respawns_and_answers_with_the_new_pid() {
     match facts(&a)[0] {
         Fact::Exited { cause, pid, .. } => {
             assert_eq!(*pid, old);
-            assert_eq!(cause.describe(), "stopped: killed by signal 15 (SIGTERM)");
+            assert_eq!(*cause, ExitCause::Drained(ExitStatus::Signal(15)));
+            assert_eq!(cause.describe(), "drained", "a drain's SIGTERM is no news");
         }
         other => panic!("{other:?}"),
     }
@@ -782,6 +795,7 @@ fn what_a_starting_child_was_asked_is_done_once_it_is_ready_or_answered_if_it_ne
     // If the child never becomes ready, the waiter hears why.
     let mut at = At::to("starting");
     at.on(input("recycle"));
+    at.on(Input::Hello);
     at.later(Duration::from_secs(6));
     assert_eq!(names(&at.on(Input::Tick)), "kill");
     let a = at.on(Input::Reaped(ExitStatus::Signal(9)));
@@ -930,4 +944,111 @@ fn a_stop_of_a_child_killed_for_misconduct_is_not_lost() {
     at.on(input("stop"));
     at.on(input("reaped"));
     assert_eq!(at.phase(), "exited");
+}
+
+/// The cause an `exited` fact among `a` carries.
+fn exit_cause(a: &[Action<u32>]) -> ExitCause {
+    facts(a)
+        .into_iter()
+        .find_map(|f| match f {
+            Fact::Exited { cause, .. } => Some(cause.clone()),
+            _ => None,
+        })
+        .expect("an exited fact")
+}
+
+#[test]
+fn an_exit_that_ends_a_drain_is_drained_not_a_crash() {
+    // Stopped with SIGTERM once it drained: no exit status to report.
+    let mut at = At::to("stopping");
+    let a = at.on(Input::Reaped(ExitStatus::Signal(15)));
+    assert_eq!(exit_cause(&a).describe(), "drained");
+    assert_eq!(exit_cause(&a).kind(), "drained");
+    let mut at = At::to("stopping");
+    // A wrapper passes its command's SIGTERM on as 128+15.
+    assert_eq!(
+        exit_cause(&at.on(Input::Reaped(ExitStatus::Code(143)))).describe(),
+        "drained"
+    );
+    // Exiting by itself while draining (say, after a stop's drain) is the
+    // drain's end too; an unusual status is kept in words.
+    for purpose in ["drain", "stop"] {
+        let mut at = At::to("ready");
+        at.on(input(purpose));
+        let a = at.on(Input::Reaped(ExitStatus::Code(137)));
+        assert_eq!(
+            exit_cause(&a).describe(),
+            "drained (exit status 137)",
+            "{purpose}"
+        );
+        assert!(
+            !names(&a).contains("restarting"),
+            "{purpose}: {}",
+            names(&a)
+        );
+    }
+    // A child that closes its channel while draining, then exits.
+    let mut at = At::to("draining");
+    at.on(Input::ChannelClosed);
+    assert_eq!(exit_cause(&at.on(input("reaped"))).describe(), "drained");
+    // Past drain_deadline it is stopped, which is not a drain.
+    let mut at = At::to("ready");
+    at.on(input("stop"));
+    at.later(Duration::from_secs(16));
+    assert_eq!(
+        names(&at.on(Input::Tick)),
+        "end_drain:drain_deadline passed terminate"
+    );
+    let cause = exit_cause(&at.on(Input::Reaped(ExitStatus::Signal(15))));
+    assert_eq!(cause.describe(), "stopped: killed by signal 15 (SIGTERM)");
+    // A crash when nobody asked is still one.
+    let mut at = At::to("ready");
+    let cause = exit_cause(&at.on(Input::Reaped(ExitStatus::Code(143))));
+    assert_eq!(cause.describe(), "exited unexpectedly: exit status 143");
+}
+
+#[test]
+fn a_child_that_never_says_hello_is_named_as_no_wfhost_child() {
+    let hint = "it never sent a Hello on fd 3, so it does not speak the wfhost protocol";
+    // It exits at once, runs out of ready_timeout, or closes fd 3.
+    let mut at = At::to("starting");
+    let cause = exit_cause(&at.on(Input::Reaped(ExitStatus::Code(2))));
+    assert!(
+        matches!(&cause, ExitCause::Silent(inner) if **inner == ExitCause::Exited(ExitStatus::Code(2)))
+    );
+    assert_eq!(cause.kind(), "exited", "the kind stays the inner one");
+    let text = cause.describe();
+    assert!(
+        text.starts_with("exited unexpectedly: exit status 2; "),
+        "{text}"
+    );
+    assert!(
+        text.contains(hint) && text.contains("wfhost-child\", \"exec\", \"--\""),
+        "{text}"
+    );
+    let mut at = At::to("starting");
+    at.later(Duration::from_secs(6));
+    at.on(Input::Tick);
+    let cause = exit_cause(&at.on(input("reaped")));
+    assert!(
+        cause
+            .describe()
+            .starts_with("no Ready within ready_timeout; it never sent a Hello"),
+        "{cause:?}"
+    );
+    let mut at = At::to("starting");
+    at.on(input("violation"));
+    let cause = exit_cause(&at.on(input("reaped")));
+    assert!(cause.is_violation(), "{cause:?}");
+    assert!(cause.describe().contains(hint), "{cause:?}");
+    // One that said Hello speaks the protocol: no hint.
+    let mut at = At::to("starting");
+    at.on(Input::Hello);
+    at.later(Duration::from_secs(6));
+    at.on(Input::Tick);
+    assert_eq!(exit_cause(&at.on(input("reaped"))), ExitCause::NotReady);
+    // Nor for a stop or a kill, which say who ended it.
+    let mut at = At::to("starting");
+    at.on(input("kill"));
+    assert_eq!(exit_cause(&at.on(input("reaped"))), ExitCause::Killed);
 }

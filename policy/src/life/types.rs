@@ -274,8 +274,16 @@ pub enum ExitCause {
     NotReady,
     /// An operator killed it (`wfhost kill`).
     Killed,
-    /// The supervisor stopped it (a drain, stop or recycle).
+    /// The supervisor stopped it (a stop of a starting child, or a drain
+    /// that passed its `drain_deadline`).
     Stopped(ExitStatus),
+    /// It drained: it reported `Drained` and was stopped, or exited by
+    /// itself while it was draining. The end every drain asks for.
+    Drained(ExitStatus),
+    /// It ended (exited, broke the handshake, or ran out of
+    /// `ready_timeout`) without ever sending its Hello on fd 3: most likely
+    /// a program that does not speak the wfhost protocol at all.
+    Silent(Box<ExitCause>),
 }
 
 impl ExitCause {
@@ -289,6 +297,27 @@ impl ExitCause {
             Self::NotReady => "no Ready within ready_timeout".to_owned(),
             Self::Killed => "killed by an operator".to_owned(),
             Self::Stopped(s) => format!("stopped: {}", s.describe()),
+            // SIGTERM (or 128+15, as a wrapper passes it on) is how a
+            // drained child is stopped: nothing more to say.
+            Self::Drained(ExitStatus::Code(0 | 143) | ExitStatus::Signal(15)) => {
+                "drained".to_owned()
+            }
+            Self::Drained(s) => format!("drained ({})", s.describe()),
+            Self::Silent(inner) => format!(
+                "{}; it never sent a Hello on fd 3, so it does not speak the wfhost protocol: run a plain \
+                 program as command = [\"wfhost-child\", \"exec\", \"--\", PROGRAM, ARGS…], or build it on a \
+                 wfhost SDK (Rust, TypeScript, Python)",
+                inner.describe()
+            ),
+        }
+    }
+
+    /// Whether the child broke the protocol.
+    pub fn is_violation(&self) -> bool {
+        match self {
+            Self::Violation(_) => true,
+            Self::Silent(inner) => inner.is_violation(),
+            _ => false,
         }
     }
 
@@ -302,6 +331,8 @@ impl ExitCause {
             Self::NotReady => "not_ready",
             Self::Killed => "killed",
             Self::Stopped(_) => "stopped",
+            Self::Drained(_) => "drained",
+            Self::Silent(inner) => inner.kind(),
         }
     }
 }
@@ -368,6 +399,8 @@ pub enum Input<W> {
     },
     /// The child asked for by [`Action::Spawn`] could not be started.
     SpawnFailed(String),
+    /// The child sent its Hello: it speaks the protocol.
+    Hello,
     /// The child completed the handshake.
     Ready,
     /// The child reported `Drained`.

@@ -28,13 +28,14 @@ use crate::store_handle::StoreHandle;
 
 /// Arguments of `wfhost supervise`.
 #[derive(Debug, clap::Args)]
+#[command(after_help = config::FINDING)]
 pub struct Args {
     /// The config file (TOML).
     #[arg(long, short, value_name = "PATH")]
-    config: PathBuf,
-    /// Log line format on stderr.
-    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
-    log_format: LogFormat,
+    config: Option<PathBuf>,
+    /// Log line format on stderr [default: the config's log_format, else text].
+    #[arg(long, value_enum)]
+    log_format: Option<LogFormat>,
 }
 
 /// How often the control loop wakes when nothing else happens: it then
@@ -43,14 +44,17 @@ const TICK: Duration = Duration::from_secs(1);
 
 /// Runs the supervisor; returns the process exit code.
 pub fn run(args: Args) -> u8 {
-    logging::init(args.log_format);
-    let config = match config::load(&args.config) {
-        Ok(c) => c,
+    let loaded = config::find(args.config.as_deref())
+        .and_then(|path| config::load(&path).map(|c| (c, path)));
+    let (config, path) = match loaded {
+        Ok(loaded) => loaded,
         Err(e) => {
+            logging::init(args.log_format.unwrap_or_default());
             eprintln!("{e}");
             return exit::USAGE;
         }
     };
+    logging::init(args.log_format.unwrap_or(config.log_format));
     match wfhost_process::raise_nofile_limit() {
         Ok(n) => info!(nofile = n, "raised the open-file limit"),
         Err(e) => {
@@ -67,7 +71,7 @@ pub fn run(args: Args) -> u8 {
             return exit::FAILED;
         }
     };
-    match runtime.block_on(supervise(config, &args.config)) {
+    match runtime.block_on(supervise(config, &path)) {
         Ok(()) => exit::OK,
         Err(e) => {
             error!("{e:#}");
@@ -167,6 +171,7 @@ async fn supervise(config: Config, config_path: &Path) -> anyhow::Result<()> {
     }
 
     let mut signals = Signals::watch()?;
+    warn_missing_programs(config_path);
     sup.start_all(&config);
     info!(socket = %control.path().display(), deployments = config.deployments.len(), "supervising");
     let control_task = tokio::spawn(control.serve());
@@ -318,6 +323,21 @@ async fn reload(sup: &mut Supervisor, path: &Path, shared: &Shared) {
                     error: None,
                 },
             );
+        }
+    }
+}
+
+/// Says which programs a child will need but that cannot be found (a
+/// typo after `wfhost-child exec --`, a script not where it is looked
+/// for): its spawn would fail later and be restarted until it is failed.
+fn warn_missing_programs(path: &Path) {
+    let Ok(checked) = config::programs(path) else {
+        return;
+    };
+    for c in checked {
+        if let Err(e) = c.found {
+            let problem = e.to_string().replace("\n  help: ", "; help: ");
+            warn!(deployment = %c.deployment, "{problem}");
         }
     }
 }

@@ -175,6 +175,8 @@ pub struct RawSupervisor {
     pub event_retention: Option<Spanned<u64>>,
     /// How long done mail is kept.
     pub mail_retention: Option<Spanned<DurationValue>>,
+    /// `text` or `json` log lines.
+    pub log_format: Option<Spanned<Text<PATH_MAX>>>,
 }
 
 /// `recycle = { .. }`: each key merged on its own with `[defaults]`.

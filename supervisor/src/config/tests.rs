@@ -76,7 +76,8 @@ fn a_minimal_deployment_gets_every_documented_default() {
     );
     assert_eq!(
         (d.working_dir.as_deref(), d.grants_file.as_deref()),
-        (None, None)
+        (Some(Path::new("/etc/wfhost")), None),
+        "a child starts in the config file's directory"
     );
     assert_eq!(d.drain_timeout, Duration::from_secs(60));
     assert_eq!(d.drain_deadline, Duration::from_secs(90));

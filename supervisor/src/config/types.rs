@@ -13,6 +13,10 @@ pub struct Config {
     pub source: PathBuf,
     /// `[supervisor]`.
     pub supervisor: SupervisorSettings,
+    /// `[supervisor] log_format`: how log lines are written
+    /// (`supervise --log-format` overrides it). Kept beside the settings,
+    /// which the supervisor's parts take, since only start-up reads it.
+    pub log_format: crate::logging::LogFormat,
     /// Every `[[deployment]]`, in file order, with `[defaults]` merged in.
     pub deployments: Vec<DeploymentConfig>,
 }
@@ -53,7 +57,9 @@ pub struct DeploymentConfig {
     pub uid: Option<u32>,
     /// Resolved gid: of `group`, else `user`'s primary group.
     pub gid: Option<u32>,
-    /// Working directory (absolute); `None` inherits the supervisor's.
+    /// Working directory (absolute): `working_dir` resolved against the
+    /// config file's directory, or that directory itself. Always set by
+    /// `load`; an `Option` only because the spawn spec's is.
     pub working_dir: Option<PathBuf>,
     /// Credential grants read fresh at every spawn (absolute).
     pub grants_file: Option<PathBuf>,

@@ -246,7 +246,7 @@ impl Status {
             }
             Fact::Failed { last, .. } => self.last_exit = Some(last.clone()),
             Fact::Exited { cause, .. } => {
-                if let wfhost_policy::life::ExitCause::Violation(_) = cause {
+                if cause.is_violation() {
                     self.violations += 1;
                 }
                 self.last_exit = Some(cause.describe());

@@ -60,6 +60,8 @@ enum Command {
     Send(commands::send::Args),
     /// Print the durable event stream, optionally following it live.
     Events(commands::events::Args),
+    /// Print a deployment's recent child output, optionally following it.
+    Logs(commands::logs::Args),
     /// SIGKILL a deployment's child now, even one stuck stopping.
     Kill(commands::kill::Args),
     /// Validate a config file; errors name the file, line and column.
@@ -107,6 +109,7 @@ fn main() -> ExitCode {
         Command::Cancel(args) => commands::cancel::run(args),
         Command::Send(args) => commands::send::run(args),
         Command::Events(args) => commands::events::run(args),
+        Command::Logs(args) => commands::logs::run(args),
         Command::Kill(args) => commands::kill::run(args),
         Command::CheckConfig(args) => commands::check_config::run(args),
         Command::Keygen(args) => commands::keygen::run(args),

@@ -467,7 +467,7 @@ impl Supervisor {
     /// The ids of the `mail N: received` lines the demo children printed
     /// (only child `pid`'s, when given), in log order.
     pub fn received_mail(&self, pid: Option<u32>) -> Vec<u64> {
-        let tag = pid.map(|pid| format!("pid={pid} "));
+        let tag = pid.map(|pid| format!("[{pid}] stdout: "));
         self.plain_log()
             .lines()
             .filter(|l| tag.as_ref().is_none_or(|tag| l.contains(tag)))

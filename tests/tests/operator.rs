@@ -799,7 +799,7 @@ fn sigusr2_writes_a_status_dump_to_the_log() {
         let log = sup.plain_log();
         let lines = log
             .lines()
-            .filter(|l| l.contains("status deployment="))
+            .filter(|l| l.contains("]: status state="))
             .count();
         (log.contains("SIGUSR2: status dump") && lines >= 2).then_some(log)
     });
@@ -811,7 +811,7 @@ fn sigusr2_writes_a_status_dump_to_the_log() {
     for (id, pid) in [("a", a), ("b", b)] {
         let line = log
             .lines()
-            .find(|l| l.contains(&format!("status deployment={id} ")))
+            .find(|l| l.contains(&format!(" INFO {id}[{pid}]: status state=")))
             .unwrap_or_else(|| panic!("no status line for {id}:\n{log}"));
         assert!(line.contains(&pid.to_string()), "{line}");
         assert!(line.contains("ready"), "{line}");
@@ -984,5 +984,5 @@ fn the_log_written_to_a_file_has_no_terminal_colour_codes() {
     sup.ready_pid("svc", LONG);
     let log = sup.log();
     assert!(!log.contains('\u{1b}'), "escape codes in the log:\n{log:?}");
-    assert!(log.contains("deployment=svc"), "{log}");
+    assert!(log.contains(" svc["), "{log}");
 }

@@ -226,7 +226,10 @@ async fn serve_client(mut stream: UnixStream, ctx: ClientContext, admin_gid: Opt
             }
         }
         Ok(cred) => {
-            warn!(uid = cred.uid(), pid = ?cred.pid(), "refused a control-socket client");
+            let pid = cred
+                .pid()
+                .map_or_else(|| "unknown".to_owned(), |p| p.to_string());
+            warn!(uid = cred.uid(), pid = %pid, "refused a control-socket client");
             discard_request(&mut stream).await;
             Err(Response::failed(
                 exit::FAILED,
@@ -246,6 +249,11 @@ async fn serve_client(mut stream: UnixStream, ctx: ClientContext, admin_gid: Opt
         Ok(Request::Events { after, follow }) => {
             return handlers::events::stream(stream, &ctx.shared, after, follow).await;
         }
+        Ok(Request::Logs {
+            deployment,
+            lines,
+            follow,
+        }) => return handlers::logs::stream(stream, &ctx, &deployment, lines, follow).await,
         Ok(request) => handlers::answer(request, &mut stream, &ctx).await,
         Err(response) => response,
     };

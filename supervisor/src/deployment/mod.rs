@@ -21,7 +21,7 @@ mod drain;
 mod driver;
 pub mod grants;
 mod mail;
-mod output;
+pub mod output;
 pub mod recycle;
 pub mod spawn;
 

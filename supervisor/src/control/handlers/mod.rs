@@ -5,6 +5,7 @@ pub mod cancel;
 pub mod drain;
 pub mod events;
 pub mod kill;
+pub mod logs;
 pub mod recycle;
 pub mod resume;
 pub mod send;
@@ -43,9 +44,9 @@ pub async fn answer(request: Request, stream: &mut UnixStream, ctx: &Context) ->
             payload_bytes,
             key,
         } => send::answer(ctx, stream, &deployment, payload_bytes, key).await,
-        Request::Events { .. } => Err(Response::failed(
+        Request::Events { .. } | Request::Logs { .. } => Err(Response::failed(
             exit::USAGE,
-            "events is a streaming request",
+            "events and logs are streaming requests",
         )),
     };
     match answered {

@@ -1052,3 +1052,31 @@ fn a_child_that_never_says_hello_is_named_as_no_wfhost_child() {
     at.on(input("kill"));
     assert_eq!(exit_cause(&at.on(input("reaped"))), ExitCause::Killed);
 }
+
+#[test]
+fn every_exit_cause_has_a_brief_form_for_tables() {
+    let silent = ExitCause::Silent(Box::new(ExitCause::NotReady));
+    for (cause, brief) in [
+        (ExitCause::Drained(ExitStatus::Signal(15)), "drained"),
+        (
+            ExitCause::Drained(ExitStatus::Code(137)),
+            "drained: exit 137",
+        ),
+        (ExitCause::Exited(ExitStatus::Code(3)), "crashed: exit 3"),
+        (
+            ExitCause::Exited(ExitStatus::Signal(11)),
+            "crashed: SIGSEGV",
+        ),
+        (ExitCause::Stopped(ExitStatus::Signal(15)), "stopped"),
+        (
+            ExitCause::Stopped(ExitStatus::Signal(9)),
+            "stopped: SIGKILL",
+        ),
+        (ExitCause::Killed, "killed by operator"),
+        (ExitCause::SpawnFailed("x".into()), "spawn failed"),
+        (silent, "not a wfhost child"),
+    ] {
+        assert_eq!(cause.brief(), brief, "{cause:?}");
+        assert!(brief.len() <= 20, "{brief} fits a column");
+    }
+}

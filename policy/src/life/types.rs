@@ -312,6 +312,31 @@ impl ExitCause {
         }
     }
 
+    /// A few words for a table column: "drained", "crashed: exit 3",
+    /// "not a wfhost child"; [`Self::describe`] has the whole of it.
+    pub fn brief(&self) -> String {
+        let status = |s: &ExitStatus| match *s {
+            ExitStatus::Code(code) => format!("exit {code}"),
+            ExitStatus::Signal(sig) => {
+                signal_name(sig).map_or_else(|| format!("signal {sig}"), str::to_owned)
+            }
+            ExitStatus::Unknown => "unknown status".to_owned(),
+        };
+        match self {
+            Self::SpawnFailed(_) => "spawn failed".to_owned(),
+            Self::Exited(s) => format!("crashed: {}", status(s)),
+            Self::Violation(_) => "protocol violation".to_owned(),
+            Self::Hung => "hung".to_owned(),
+            Self::NotReady => "not ready in time".to_owned(),
+            Self::Killed => "killed by operator".to_owned(),
+            Self::Stopped(ExitStatus::Signal(15)) => "stopped".to_owned(),
+            Self::Stopped(s) => format!("stopped: {}", status(s)),
+            Self::Drained(_) if self.describe() == "drained" => "drained".to_owned(),
+            Self::Drained(s) => format!("drained: {}", status(s)),
+            Self::Silent(_) => "not a wfhost child".to_owned(),
+        }
+    }
+
     /// Whether the child broke the protocol.
     pub fn is_violation(&self) -> bool {
         match self {

@@ -183,7 +183,12 @@ impl Driver {
     pub(super) fn publish(&self) {
         let now = Instant::now();
         let mut st = self.status_mut();
-        st.state = State::of(self.life.phase());
+        let state = State::of(self.life.phase());
+        if st.state != state || st.state_since.is_none() {
+            st.state_since = Some(now);
+        }
+        st.state = state;
+        st.deadline = self.life.deadline();
         st.drain_purpose = self.life.phase().purpose();
         st.ever_ready = self.life.ever_ready();
         let Some(w) = &self.wired else {

@@ -46,14 +46,18 @@ enum Command {
     Supervise(commands::supervise::Args),
     /// A self-contained tour: spawn, mail, recycles, drain with escalation, journal.
     Demo(commands::demo::Args),
-    /// Show every deployment: state, pid, uptime, restarts, last exit.
+    /// Show every deployment at a glance, or one (DEPLOYMENT) in detail.
     Status(commands::status::Args),
-    /// Replace a deployment's child without losing mail; prints the new pid.
+    /// Replace a deployment's child without losing mail; shows each stage, prints the new pid.
     Recycle(commands::recycle::Args),
-    /// Drain a deployment under its budget; it stays drained until resumed.
+    /// Drain a deployment under its budget; it stays drained until resumed (--wait: until its child is gone).
     Drain(commands::drain::Args),
-    /// Start a drained or failed deployment again.
+    /// Start a drained or failed deployment again, and wait for it to be ready.
     Resume(commands::resume::Args),
+    /// Re-read the config, as SIGHUP does, and say what was started, stopped and recycled.
+    Reload(commands::reload::Args),
+    /// Stop the supervisor gracefully, as SIGTERM does (--wait: until it has exited).
+    Stop(commands::stop::Args),
     /// Cancel a run (or every run) with a signed, journaled request.
     Cancel(commands::cancel::Args),
     /// Accept mail for a deployment (durable before it returns).
@@ -106,6 +110,8 @@ fn main() -> ExitCode {
         Command::Recycle(args) => commands::recycle::run(args),
         Command::Drain(args) => commands::drain::run(args),
         Command::Resume(args) => commands::resume::run(args),
+        Command::Reload(args) => commands::reload::run(args),
+        Command::Stop(args) => commands::stop::run(args),
         Command::Cancel(args) => commands::cancel::run(args),
         Command::Send(args) => commands::send::run(args),
         Command::Events(args) => commands::events::run(args),

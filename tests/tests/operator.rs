@@ -674,7 +674,9 @@ fn sighup_starts_added_stops_removed_and_recycles_changed_deployments() {
     assert_eq!(b["added"], serde_json::json!(["added"]), "{b}");
     assert_eq!(b["removed"], serde_json::json!(["gone"]), "{b}");
     assert_eq!(b["changed"], serde_json::json!(["change"]), "{b}");
-    assert!(sup.log().contains("SIGHUP: config reloaded"));
+    assert!(
+        sup.log().contains("SIGHUP: reloading the config") && sup.log().contains("config reloaded")
+    );
 }
 
 /// A supervisor of a ready `svc` whose config file then gets a bad

@@ -1,8 +1,14 @@
 //! `wfhost recycle`: replace a deployment's child without losing mail
-//! (drain, replay, respawn); waits and reports the new pid.
+//! (drain, replay, respawn); waits, showing each stage (the drain's
+//! budget and steps, the old child stopping, the new one starting), and
+//! reports the new pid.
 
-use crate::control::client::{self, Target};
+use std::sync::mpsc;
+
+use crate::commands::progress::{self, POLL, Progress};
+use crate::control::client::Target;
 use crate::control::protocol::Request;
+use crate::exit;
 
 /// Arguments of `wfhost recycle`.
 #[derive(Debug, clap::Args)]
@@ -22,11 +28,49 @@ pub fn run(args: Args) -> u8 {
         deployment: args.deployment.clone(),
         reason: args.reason,
     };
-    client::run(&args.target, request, |data| {
-        let old = data["old_pid"]
-            .as_u64()
-            .map(|p| p.to_string())
-            .unwrap_or_else(|| "-".into());
-        println!("recycled {}: pid {old} -> {}", args.deployment, data["pid"]);
-    })
+    let (tx, rx) = mpsc::channel();
+    let target = args.target.clone();
+    std::thread::spawn(move || {
+        let _ = tx.send(target.call(request));
+    });
+    let id = &args.deployment;
+    let mut progress = Progress::new();
+    let old = progress::status_of(&args.target, id)
+        .ok()
+        .flatten()
+        .and_then(|d| d["pid"].as_u64());
+    let answer = loop {
+        match rx.recv_timeout(POLL) {
+            Ok(answer) => break answer,
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                eprintln!("wfhost: the recycle request was lost; see `wfhost status {id}`");
+                return exit::FAILED;
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+        }
+        if let Ok(Some(d)) = progress::status_of(&args.target, id) {
+            let (stage, words) = progress::stage_of(&d);
+            let stage_words = match (stage.as_str(), d["pid"].as_u64()) {
+                ("ready", pid) if pid == old => "checking that a new child could start".to_owned(),
+                ("stopping", _) => format!("old child {words}"),
+                ("starting", _) => format!("new child {words}"),
+                _ => words,
+            };
+            progress.show(&stage, &format!("recycling {id}: {stage_words}"));
+        }
+    };
+    progress.clear();
+    match answer {
+        Ok(data) => {
+            let old = data["old_pid"]
+                .as_u64()
+                .map_or_else(|| "-".into(), |p| p.to_string());
+            println!("recycled {id}: pid {old} -> {}", data["pid"]);
+            exit::OK
+        }
+        Err(e) => {
+            eprintln!("wfhost: {}", e.message);
+            e.code
+        }
+    }
 }

@@ -7,7 +7,6 @@
 use serde_json::Value;
 
 use crate::commands::journal::rfc3339_ms;
-use crate::config;
 use crate::control::client::Target;
 use crate::control::protocol::Request;
 use crate::exit;
@@ -15,7 +14,6 @@ use crate::observe::human;
 
 /// Arguments of `wfhost status`.
 #[derive(Debug, clap::Args)]
-#[command(after_help = config::FINDING)]
 pub struct Args {
     #[command(flatten)]
     target: Target,

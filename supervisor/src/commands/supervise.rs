@@ -9,12 +9,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use tokio::signal::unix::{Signal, SignalKind, signal};
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use tracing::{error, info, warn};
 
 use wfhost_policy::{Fact, format_duration};
 
 use crate::config::{self, Config};
+use crate::control::host::{HostAsk, Reloaded, Stopping};
 use crate::control::server;
 use crate::deployment::spawn::Spawner;
 use crate::exit;
@@ -154,7 +155,8 @@ async fn supervise(config: Config, config_path: &Path) -> anyhow::Result<()> {
     // The control socket first: a second supervisor on this state dir must
     // stop here, before it touches the first one's children.
     let mut sup = Supervisor::new(&shared);
-    let control = server::Server::bind(settings, sup.registry(), shared.clone())?;
+    let (host_asks, mut asks) = mpsc::channel(8);
+    let control = server::Server::bind(settings, sup.registry(), shared.clone(), host_asks)?;
     let metrics = match settings.metrics_listen {
         Some(addr) => Some(crate::observe::metrics::bind(addr).await?),
         None => None,
@@ -183,6 +185,7 @@ async fn supervise(config: Config, config_path: &Path) -> anyhow::Result<()> {
         shared.clone(),
         settings.mail_retention,
     ));
+    let progress_task = tokio::spawn(crate::observe::drain_log::run(sup.registry()));
     if let (Some(listener), Some(addr)) = (metrics, settings.metrics_listen) {
         info!(listen = %addr, "serving Prometheus metrics at /metrics");
         tokio::spawn(crate::observe::metrics::serve(
@@ -209,10 +212,27 @@ async fn supervise(config: Config, config_path: &Path) -> anyhow::Result<()> {
             _ = signals.int.recv() => { info!("SIGINT: draining and stopping every child"); break true }
             _ = signals.quit.recv() => { info!("SIGQUIT: killing every child now"); break false }
             _ = signals.hup.recv() => {
+                info!("SIGHUP: reloading the config");
                 notify(notifier.as_ref(), "reloading", Notifier::reloading);
-                reload(&mut sup, config_path, &shared).await;
+                let _ = reload(&mut sup, config_path, &shared).await;
                 notify(notifier.as_ref(), "ready", Notifier::ready);
             }
+            Some(ask) = asks.recv() => match ask {
+                HostAsk::Reload(tx) => {
+                    info!("reload asked over the control socket");
+                    notify(notifier.as_ref(), "reloading", Notifier::reloading);
+                    let _ = tx.send(reload(&mut sup, config_path, &shared).await);
+                    notify(notifier.as_ref(), "ready", Notifier::ready);
+                }
+                HostAsk::Stop(tx) => {
+                    info!("stop asked over the control socket: draining and stopping every child");
+                    let _ = tx.send(Ok(Stopping {
+                        pid: std::process::id(),
+                        deployments: sup.handles().len(),
+                    }));
+                    break true;
+                }
+            },
             _ = signals.usr1.recv() => {
                 info!("SIGUSR1: recycling every deployment");
                 sup.recycle_all("SIGUSR1").await;
@@ -268,6 +288,7 @@ async fn supervise(config: Config, config_path: &Path) -> anyhow::Result<()> {
             // A second SIGTERM does not skip the budget: SIGQUIT does.
             _ = signals.term.recv() => info!("SIGTERM again: still draining; send SIGQUIT to kill now"),
             _ = signals.int.recv() => info!("SIGINT again: still draining; send SIGQUIT to kill now"),
+            Some(ask) = asks.recv() => ask.refuse("the supervisor is already stopping; it takes no reload or second stop"),
             _ = ticker.tick() => {
                 shared.retry_backlog();
                 notify(watchdog, "watchdog", Notifier::watchdog);
@@ -282,6 +303,7 @@ async fn supervise(config: Config, config_path: &Path) -> anyhow::Result<()> {
     control_task.abort();
     policy_task.abort();
     retention_task.abort();
+    progress_task.abort();
     // Let queued journal records and events reach the disk before exiting
     // (one last try for any the store refused).
     shared.retry_backlog();
@@ -290,13 +312,15 @@ async fn supervise(config: Config, config_path: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// SIGHUP: re-reads the config; a bad file is refused and the running
-/// configuration kept.
-async fn reload(sup: &mut Supervisor, path: &Path, shared: &Shared) {
+/// SIGHUP or `wfhost reload`: re-reads the config; a bad file is refused
+/// and the running configuration kept. Returns what became of each
+/// deployment, or why the file was refused.
+async fn reload(sup: &mut Supervisor, path: &Path, shared: &Shared) -> Result<Reloaded, String> {
     let started = Instant::now();
     match config::load(path) {
         Err(e) => {
-            error!(error = %e, "SIGHUP: the new config is refused; keeping the running one");
+            let why = e.to_string();
+            error!(error = %why.replace("\n  help: ", "; help: "), "the new config is refused; keeping the running one");
             shared.record(
                 None,
                 &Fact::ConfigReloaded {
@@ -304,25 +328,47 @@ async fn reload(sup: &mut Supervisor, path: &Path, shared: &Shared) {
                     added: Vec::new(),
                     removed: Vec::new(),
                     changed: Vec::new(),
-                    error: Some(e.to_string()),
+                    error: Some(why.clone()),
                 },
             );
+            Err(why)
         }
         Ok(new) => {
+            warn_missing_programs(path);
             let summary = sup.reload(&new).await;
-            info!(added = %summary.added.join(", "), removed = %summary.removed.join(", "),
-                changed = %summary.changed.join(", "), took = %format_duration(started.elapsed()),
-                "SIGHUP: config reloaded");
+            let unchanged: Vec<String> = new
+                .deployments
+                .iter()
+                .map(|d| d.id.clone())
+                .filter(|id| !summary.added.contains(id) && !summary.changed.contains(id))
+                .collect();
+            let list = |ids: &[String]| {
+                if ids.is_empty() {
+                    "none".to_owned()
+                } else {
+                    ids.join(", ")
+                }
+            };
+            info!(added = %list(&summary.added), removed = %list(&summary.removed),
+                changed = %list(&summary.changed), took = %format_duration(started.elapsed()),
+                "config reloaded");
             shared.record(
                 None,
                 &Fact::ConfigReloaded {
                     accepted: true,
-                    added: summary.added,
-                    removed: summary.removed,
-                    changed: summary.changed,
+                    added: summary.added.clone(),
+                    removed: summary.removed.clone(),
+                    changed: summary.changed.clone(),
                     error: None,
                 },
             );
+            Ok(Reloaded {
+                path: path.display().to_string(),
+                added: summary.added,
+                removed: summary.removed,
+                changed: summary.changed,
+                unchanged,
+            })
         }
     }
 }

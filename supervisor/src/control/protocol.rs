@@ -55,6 +55,11 @@ pub struct Envelope {
 pub enum Request {
     /// Every deployment's status.
     Status,
+    /// Re-read the config file, as SIGHUP does; answered with what was
+    /// started, stopped, recycled and left alone.
+    Reload,
+    /// Stop gracefully, as SIGTERM does; answered once the stop began.
+    Stop,
     /// SIGKILL a deployment's child now, even while it is stopping.
     Kill {
         /// The deployment.

@@ -12,6 +12,7 @@ use tokio::net::{UnixListener, UnixStream};
 use tracing::{debug, warn};
 
 use super::handlers::{self, Context as ClientContext};
+use super::host::HostAsks;
 use super::protocol::{self, Envelope, Request, Response, SOCKET_NAME};
 use crate::config::SupervisorSettings;
 use crate::exit;
@@ -40,6 +41,7 @@ pub struct Server {
     admin_gid: Option<Gid>,
     registry: Registry,
     shared: Arc<Shared>,
+    host: HostAsks,
 }
 
 impl Server {
@@ -49,6 +51,7 @@ impl Server {
         settings: &SupervisorSettings,
         registry: Registry,
         shared: Arc<Shared>,
+        host: HostAsks,
     ) -> anyhow::Result<Self> {
         let path = socket_path(&settings.state_dir);
         if path.exists() {
@@ -108,6 +111,7 @@ impl Server {
             admin_gid,
             registry,
             shared,
+            host,
         })
     }
 
@@ -124,6 +128,7 @@ impl Server {
                     let ctx = ClientContext {
                         registry: self.registry.clone(),
                         shared: self.shared.clone(),
+                        host: self.host.clone(),
                     };
                     tokio::spawn(serve_client(stream, ctx, self.admin_gid));
                 }

@@ -73,14 +73,26 @@ enum Command {
     /// Write a new ed25519 signing key (PKCS#8 PEM, mode 0600).
     Keygen(commands::keygen::Args),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    #[command(after_help = COMPLETIONS_HELP)]
     Completions {
         /// The shell.
         shell: clap_complete::Shell,
     },
+    /// Write the manual pages (wfhost.1 and one for each command) into a directory.
+    Man(commands::man::Args),
     /// Check or list the signed journal.
     #[command(subcommand)]
     Journal(commands::journal::Command),
 }
+
+/// Where each shell looks for completions.
+const COMPLETIONS_HELP: &str = "Install the script where your shell looks for it:\n  \
+    bash: wfhost completions bash > ~/.local/share/bash-completion/completions/wfhost\n        \
+    (system-wide: /usr/share/bash-completion/completions/wfhost)\n  \
+    zsh:  wfhost completions zsh > ~/.zfunc/_wfhost, with fpath+=(~/.zfunc) before compinit in ~/.zshrc\n        \
+    (system-wide: /usr/local/share/zsh/site-functions/_wfhost)\n  \
+    fish: wfhost completions fish > ~/.config/fish/completions/wfhost.fish\n\
+then open a new shell.";
 
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
@@ -120,6 +132,10 @@ fn main() -> ExitCode {
         Command::CheckConfig(args) => commands::check_config::run(args),
         Command::Keygen(args) => commands::keygen::run(args),
         Command::Journal(cmd) => commands::journal::run(cmd),
+        Command::Man(args) => {
+            use clap::CommandFactory;
+            commands::man::run(args, Cli::command())
+        }
         Command::Completions { shell } => {
             use clap::CommandFactory;
             clap_complete::generate(shell, &mut Cli::command(), "wfhost", &mut std::io::stdout());

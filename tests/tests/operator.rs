@@ -401,6 +401,10 @@ const CLIENT_COMMANDS: &[&[&str]] = &[
     &["events"],
     &["events", "--follow"],
     &["kill", "svc"],
+    &["status", "svc"],
+    &["logs", "svc"],
+    &["reload"],
+    &["stop"],
 ];
 
 fn assert_unreachable(target: &[&str], socket: &Path) {

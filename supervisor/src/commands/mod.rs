@@ -9,6 +9,7 @@ pub mod journal;
 pub mod keygen;
 pub mod kill;
 pub mod logs;
+pub mod man;
 pub mod progress;
 pub mod recycle;
 pub mod reload;

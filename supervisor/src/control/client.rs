@@ -67,6 +67,14 @@ impl Target {
         self.exchange(request, &[], |_| {})
     }
 
+    /// Sends a streaming request (`events` or `logs` without `follow`) and
+    /// returns every message of its stream.
+    pub fn collect(&self, request: Request) -> Result<Vec<serde_json::Value>, CallError> {
+        let mut all = Vec::new();
+        self.exchange(request, &[], |m| all.push(m))?;
+        Ok(all)
+    }
+
     /// Sends mail exactly once: under the caller's idempotency key, or a
     /// fresh random one, so that a request whose answer was lost can be
     /// repeated and is enqueued at most once; it is repeated a few times

@@ -34,7 +34,14 @@ pub mod exit {
 /// A workflow host: supervises workflow children, drains them under a
 /// budget, recycles them without losing mail.
 #[derive(Debug, Parser)]
-#[command(name = "wfhost", version, propagate_version = true)]
+#[command(
+    name = "wfhost",
+    version,
+    propagate_version = true,
+    after_help = "Client commands find the supervisor through --socket PATH, else --config PATH, else \
+                  $WFHOST_CONFIG, else /etc/wfhost/wfhost.toml (its state_dir has the socket).\n\
+                  Exit status: 0 success, 1 the operation failed, 2 usage or config error, 3 supervisor unreachable."
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -44,7 +51,7 @@ struct Cli {
 enum Command {
     /// Run the supervisor in the foreground.
     Supervise(commands::supervise::Args),
-    /// A self-contained tour: spawn, mail, recycles, drain with escalation, journal.
+    /// A self-contained tour: mail, self and policy recycles, a wait step outlasting a drain, a signed cancel.
     Demo(commands::demo::Args),
     /// Show every deployment at a glance, or one (DEPLOYMENT) in detail.
     Status(commands::status::Args),
@@ -68,7 +75,7 @@ enum Command {
     Logs(commands::logs::Args),
     /// SIGKILL a deployment's child now, even one stuck stopping.
     Kill(commands::kill::Args),
-    /// Validate a config file; errors name the file, line and column.
+    /// Validate a config file and every program it names; errors give file, line and column.
     CheckConfig(commands::check_config::Args),
     /// Write a new ed25519 signing key (PKCS#8 PEM, mode 0600).
     Keygen(commands::keygen::Args),

@@ -865,15 +865,7 @@ fn a_stronger_purpose_takes_over_a_drain_and_keeps_the_earlier_deadline() {
 
 #[test]
 fn exit_causes_are_typed_and_a_kill_is_not_a_crash() {
-    let cause_of = |a: &[Action<u32>]| {
-        facts(a)
-            .into_iter()
-            .find_map(|f| match f {
-                Fact::Exited { cause, .. } => Some(cause.clone()),
-                _ => None,
-            })
-            .expect("an exited fact")
-    };
+    let cause_of = exit_cause;
     let mut at = At::to("ready");
     at.on(input("kill"));
     let a = at.on(Input::Reaped(ExitStatus::Signal(9)));

@@ -3,7 +3,7 @@
 //! shows the drain (budget used and left, steps in flight) until the
 //! child is gone.
 
-use crate::commands::progress::{self, POLL, Progress};
+use crate::commands::progress;
 use crate::control::client::Target;
 use crate::control::protocol::Request;
 use crate::exit;
@@ -38,37 +38,15 @@ pub fn run(args: Args) -> u8 {
         return exit::OK;
     }
     let id = &args.deployment;
-    let mut progress = Progress::new();
-    loop {
-        let d = match progress::status_of(&args.target, id) {
-            Ok(Some(d)) => d,
-            Ok(None) => {
-                progress.clear();
-                eprintln!("wfhost: {id} is no longer configured (a reload removed it)");
-                return exit::FAILED;
-            }
-            Err(e) => {
-                progress.clear();
-                eprintln!("wfhost: {}", e.message);
-                return e.code;
-            }
-        };
-        match d["state"].as_str() {
-            Some("drained" | "failed" | "exited") => {
-                progress.clear();
-                let last = d["last_exit"].as_str().unwrap_or("none ran");
-                let waited = human::ms(progress.elapsed().as_millis() as u64);
-                println!(
-                    "{id} is {} after {waited} (its child's end: {last})",
-                    d["state"].as_str().unwrap_or("?")
-                );
-                return exit::OK;
-            }
-            _ => {
-                let (stage, words) = progress::stage_of(&d);
-                progress.show(&stage, &format!("{id}: {words}"));
-            }
-        }
-        std::thread::sleep(POLL);
-    }
+    progress::follow(&args.target, id, |d, progress| {
+        let state = d["state"].as_str()?;
+        matches!(state, "drained" | "failed" | "exited").then(|| {
+            let last = d["last_exit"].as_str().unwrap_or("none ran");
+            let waited = human::ms(progress.elapsed().as_millis() as u64);
+            (
+                format!("{id} is {state} after {waited} (its child's end: {last})"),
+                exit::OK,
+            )
+        })
+    })
 }

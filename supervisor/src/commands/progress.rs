@@ -12,6 +12,7 @@ use serde_json::Value;
 
 use crate::control::client::{CallError, Target};
 use crate::control::protocol::Request;
+use crate::exit;
 use crate::observe::human;
 
 /// How often the supervisor is asked while waiting.
@@ -96,6 +97,44 @@ fn terminal_width() -> usize {
         usize::from(size.ws_col)
     } else {
         100
+    }
+}
+
+/// Follows deployment `id` until `done` says what to print and which exit
+/// code to return, showing its stage meanwhile; a supervisor that stops
+/// answering or forgets the deployment ends the wait with the reason.
+pub fn follow(
+    target: &Target,
+    id: &str,
+    mut done: impl FnMut(&Value, &Progress) -> Option<(String, u8)>,
+) -> u8 {
+    let mut progress = Progress::new();
+    loop {
+        let d = match status_of(target, id) {
+            Ok(Some(d)) => d,
+            Ok(None) => {
+                progress.clear();
+                eprintln!("wfhost: {id} is no longer configured (a reload removed it)");
+                return exit::FAILED;
+            }
+            Err(e) => {
+                progress.clear();
+                eprintln!("wfhost: {}", e.message);
+                return e.code;
+            }
+        };
+        if let Some((said, code)) = done(&d, &progress) {
+            progress.clear();
+            if code == exit::OK {
+                println!("{said}");
+            } else {
+                eprintln!("wfhost: {said}");
+            }
+            return code;
+        }
+        let (stage, words) = stage_of(&d);
+        progress.show(&stage, &format!("{id}: {words}"));
+        std::thread::sleep(POLL);
     }
 }
 

@@ -36,3 +36,7 @@ pub const BACKOFF_MAX: Duration = wfhost_policy::restart::DEFAULT_BACKOFF_MAX;
 pub const MAX_RESTARTS: u32 = wfhost_policy::restart::DEFAULT_MAX_RESTARTS;
 /// `restart.period`.
 pub const RESTART_PERIOD: Duration = wfhost_policy::restart::DEFAULT_PERIOD;
+/// `restart.healthy_after`.
+pub const HEALTHY_AFTER: Duration = wfhost_policy::restart::DEFAULT_HEALTHY_AFTER;
+/// The PATH a child gets when its `env` sets none (systemd's default).
+pub const CHILD_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";

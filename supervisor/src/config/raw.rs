@@ -177,6 +177,8 @@ pub struct RawSupervisor {
     pub event_retention: Option<Spanned<u64>>,
     /// How long done mail is kept.
     pub mail_retention: Option<Spanned<DurationValue>>,
+    /// `text` or `json` log lines.
+    pub log_format: Option<Spanned<Text<PATH_MAX>>>,
     /// Where children's cgroups are made, or `"none"`.
     pub cgroup_root: Option<Spanned<Text<PATH_MAX>>>,
 }
@@ -224,6 +226,8 @@ pub struct RawRestart {
     pub max_restarts: Option<Spanned<u32>>,
     /// Window of the intensity limit.
     pub period: Option<Spanned<DurationValue>>,
+    /// Uptime after which a crash starts afresh.
+    pub healthy_after: Option<Spanned<DurationValue>>,
 }
 
 /// Declares the keys both `[defaults]` and `[[deployment]]` accept, once,

@@ -33,6 +33,7 @@ pub(super) struct Tunables {
     pub(super) backoff_max: Setting<Duration>,
     pub(super) max_restarts: Setting<u32>,
     pub(super) period: Setting<Duration>,
+    pub(super) healthy_after: Setting<Duration>,
 }
 
 /// Most children one deployment may run side by side.
@@ -137,6 +138,12 @@ impl Tunables {
                 defaults::MAX_RESTARTS,
                 |n| *n,
             ),
+            healthy_after: pick(
+                own_restart.healthy_after,
+                &def_restart.healthy_after,
+                defaults::HEALTHY_AFTER,
+                dur,
+            ),
             period: pick(
                 own_restart.period,
                 &def_restart.period,
@@ -155,7 +162,6 @@ impl Tunables {
             ("ready_timeout", &self.ready_timeout),
             ("liveness_interval", &self.liveness_interval),
             ("liveness_timeout", &self.liveness_timeout),
-            ("restart.backoff_initial", &self.backoff_initial),
             ("restart.backoff_max", &self.backoff_max),
             ("restart.period", &self.period),
         ];

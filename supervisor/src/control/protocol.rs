@@ -18,10 +18,11 @@
 //! ← {"ok":true,"data":{"deployment":"billing","id":17,"new":true}}
 //! ```
 //!
-//! `events` is the one streaming request: after its `{"ok":true}` response
-//! the supervisor writes one message per event (`{"seq":…,"at_ms":…,
-//! "deployment":…,"kind":…,"body":…}`) until the backlog is done or, with
-//! `follow`, until the client hangs up.
+//! `events` and `logs` stream: after the `{"ok":true}` response the
+//! supervisor writes one message per event (`{"seq":…,"at_ms":…,
+//! "deployment":…,"kind":…,"body":…}`) or per line of child output
+//! (`{"seq":…,"at_ms":…,"pid":…,"stream":…,"text":…,"cut":…}`) until the
+//! backlog is done or, with `follow`, until the client hangs up.
 
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -54,6 +55,11 @@ pub struct Envelope {
 pub enum Request {
     /// Every deployment's status.
     Status,
+    /// Re-read the config file, as SIGHUP does; answered with what was
+    /// started, stopped, recycled and left alone.
+    Reload,
+    /// Stop gracefully, as SIGTERM does; answered once the stop began.
+    Stop,
     /// SIGKILL a deployment's child now, even while it is stopping.
     Kill {
         /// The deployment.
@@ -100,6 +106,15 @@ pub enum Request {
         /// Print events with a sequence number above this.
         after: u64,
         /// Keep streaming new events.
+        follow: bool,
+    },
+    /// A deployment's recent child output, optionally followed live.
+    Logs {
+        /// The deployment.
+        deployment: String,
+        /// How many of the newest lines kept to send first.
+        lines: u64,
+        /// Keep streaming new lines.
         follow: bool,
     },
 }

@@ -26,7 +26,7 @@ mod drain;
 mod driver;
 pub mod grants;
 mod mail;
-mod output;
+pub mod output;
 pub mod recycle;
 pub mod spawn;
 mod spread;

@@ -14,7 +14,9 @@ pub fn log(deployment: &str, fact: &Fact) {
         }
         Fact::Ready { pid, channel_id } => info!(deployment, pid, channel = %channel_id, "ready"),
         Fact::Exited { pid, cause, .. } => match cause {
-            ExitCause::Stopped(_) => info!(deployment, pid, reason = %cause.describe(), "stopped"),
+            ExitCause::Stopped(_) | ExitCause::Drained(_) => {
+                info!(deployment, pid, reason = %cause.describe(), "stopped")
+            }
             _ => warn!(deployment, pid, reason = %cause.describe(), "child ended"),
         },
         Fact::Restarting { attempt, delay, .. } => {

@@ -5,15 +5,19 @@ pub mod cancel;
 pub mod drain;
 pub mod events;
 pub mod kill;
+pub mod logs;
 pub mod recycle;
+pub mod reload;
 pub mod resume;
 pub mod send;
 pub mod status;
+pub mod stop;
 
 use std::sync::Arc;
 
 use tokio::net::UnixStream;
 
+use super::host::HostAsks;
 use super::protocol::{Request, Response};
 use crate::deployment::{Asked, DeploymentHandle};
 use crate::exit;
@@ -27,12 +31,16 @@ pub struct Context {
     pub registry: Registry,
     /// The store and the rest.
     pub shared: Arc<Shared>,
+    /// The control loop, for reload and stop.
+    pub host: HostAsks,
 }
 
 /// Answers one (non-streaming) request.
 pub async fn answer(request: Request, stream: &mut UnixStream, ctx: &Context) -> Response {
     let answered = match request {
         Request::Status => status::answer(ctx).await,
+        Request::Reload => reload::answer(ctx).await,
+        Request::Stop => stop::answer(ctx).await,
         Request::Kill { deployment } => kill::answer(ctx, &deployment).await,
         Request::Drain { deployment } => drain::answer(ctx, &deployment).await,
         Request::Resume { deployment } => resume::answer(ctx, &deployment).await,
@@ -43,9 +51,9 @@ pub async fn answer(request: Request, stream: &mut UnixStream, ctx: &Context) ->
             payload_bytes,
             key,
         } => send::answer(ctx, stream, &deployment, payload_bytes, key).await,
-        Request::Events { .. } => Err(Response::failed(
+        Request::Events { .. } | Request::Logs { .. } => Err(Response::failed(
             exit::USAGE,
-            "events is a streaming request",
+            "events and logs are streaming requests",
         )),
     };
     match answered {

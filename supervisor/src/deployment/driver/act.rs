@@ -175,8 +175,9 @@ impl Replica {
             }
             _ => {}
         }
-        self.status_mut().count(&fact, unix_ms());
         self.shared.record(Some(&self.cfg.id), &fact);
+        // Counted in status with the state it leads to, in one update.
+        self.counted.push((fact, unix_ms()));
     }
 
     /// The child is ready: pings begin and the policy watches it.
@@ -217,7 +218,12 @@ impl Replica {
     /// deployment's status, as the deployment's own (this replica serves
     /// first).
     pub(super) fn publish_into(&self, st: &mut Status, now: Instant) {
-        st.state = State::of(self.life.phase());
+        let state = State::of(self.life.phase());
+        if st.state != state || st.state_since.is_none() {
+            st.state_since = Some(now);
+        }
+        st.state = state;
+        st.deadline = self.life.deadline();
         st.drain_purpose = self.life.phase().purpose();
         st.ever_ready |= self.life.ever_ready();
         let Some(w) = &self.wired else {

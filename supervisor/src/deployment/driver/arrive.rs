@@ -22,7 +22,12 @@ impl Replica {
         let Some(w) = self.wired.as_mut() else {
             return;
         };
-        match w.io.frame(&self.cfg, arrived).await {
+        let frame = w.io.frame(&self.cfg, arrived).await;
+        // A child that said Hello speaks the protocol, whatever follows.
+        if w.io.hello.is_some() && matches!(frame, Frame::Handshake | Frame::Violation(_)) {
+            self.inputs.push_back(Input::Hello);
+        }
+        match frame {
             Frame::Handshake => {}
             Frame::Ready => self.inputs.push_back(Input::Ready),
             Frame::Closed => {

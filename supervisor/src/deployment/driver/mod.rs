@@ -28,7 +28,7 @@ use wfhost_policy::life::Answer;
 use super::writes::Writes;
 use super::{Ask, ConfigSlot, Waiter};
 use crate::config::DeploymentConfig;
-use crate::observe::status::{ReplicaView, Role, Status};
+use crate::observe::status::{ReplicaView, Role, State, Status};
 use crate::shared::Shared;
 use replica::{Parts, Raw, Replica};
 
@@ -64,6 +64,9 @@ pub struct Driver {
     /// Where the next poll of the replicas starts, so a flooding one
     /// cannot starve the others.
     turn: usize,
+    /// Facts the replicas recorded, counted in status when it is next
+    /// published (with the state they led to, in one update).
+    counted: Vec<(wfhost_policy::Fact, u64)>,
     /// The replicas' answers, sent once the status says what they say.
     answers: Vec<(Waiter, Result<Answer, String>)>,
 }
@@ -97,6 +100,7 @@ impl Driver {
             stopping: false,
             turn: 0,
             answers: Vec::new(),
+            counted: Vec::new(),
         }
     }
 
@@ -269,9 +273,12 @@ impl Driver {
 
     /// The deployment's status: its counters, the serving replica's child
     /// as the deployment's, and every replica.
-    fn publish(&self) {
+    fn publish(&mut self) {
         let now = Instant::now();
         let mut st = self.parts.status.lock().unwrap_or_else(|p| p.into_inner());
+        for (fact, at_ms) in self.counted.drain(..) {
+            st.count(&fact, at_ms);
+        }
         st.store_error = self.writes.error.clone();
         st.acks_pending = self.writes.acks_owed();
         let roles: Vec<(u32, Role)> = self
@@ -302,7 +309,16 @@ impl Driver {
             .or_else(|| self.replicas.first());
         match primary {
             Some(r) => r.publish_into(&mut st, now),
-            None => Replica::publish_none(&mut st),
+            None => {
+                // Every replica's life is over (the supervisor stops).
+                if st.state != State::Exited {
+                    st.state_since = Some(now);
+                }
+                st.state = State::Exited;
+                st.deadline = None;
+                st.drain_purpose = None;
+                Replica::publish_none(&mut st);
+            }
         }
         st.replicas = self
             .replicas

@@ -133,6 +133,8 @@ pub(super) struct Replica {
     /// Started to replace another replica: until its child is ready, a
     /// child that ends refuses the crew's recycle (rather than restart).
     pub(super) successor: bool,
+    /// Facts recorded since the status was last published, to count.
+    pub(super) counted: Vec<(wfhost_policy::Fact, u64)>,
     /// Answers to send once the deployment's status is published.
     pub(super) answers: Vec<(Waiter, Result<Answer, String>)>,
 }
@@ -149,7 +151,7 @@ pub(super) fn settings(cfg: &DeploymentConfig) -> Settings {
             backoff_max: cfg.restart.backoff_max,
             max_restarts: cfg.restart.max_restarts,
             period: cfg.restart.period,
-            healthy_after: RestartPolicy::default().healthy_after,
+            healthy_after: cfg.restart.healthy_after,
         },
     }
 }
@@ -190,6 +192,7 @@ impl Replica {
             acks: Vec::new(),
             replay: false,
             answers: Vec::new(),
+            counted: Vec::new(),
             successor: false,
         }
     }

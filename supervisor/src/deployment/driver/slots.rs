@@ -24,6 +24,7 @@ impl Driver {
             }
             told.extend(r.told.drain(..).map(|t| (r.index, t)));
             self.answers.append(&mut r.answers);
+            self.counted.append(&mut r.counted);
         }
         for (index, t) in told {
             self.told(index, t);

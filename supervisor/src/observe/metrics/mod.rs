@@ -124,7 +124,9 @@ async fn serve_connection(
             Route::NotFound => response("404 Not Found", "text/plain", "not found; try /metrics\n"),
             Route::Metrics => match collect(registry, shared).await {
                 Ok(snapshots) => {
-                    response("200 OK", CONTENT_TYPE, &render(&snapshots, Instant::now()))
+                    let host = crate::observe::host::now();
+                    let text = render(&snapshots, host.as_ref(), Instant::now());
+                    response("200 OK", CONTENT_TYPE, &text)
                 }
                 Err(e) => {
                     warn!(error = %e, "metrics: cannot read the mail counts");

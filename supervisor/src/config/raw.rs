@@ -281,4 +281,6 @@ deployment_keys! {
     max_mail_bytes: Spanned<SizeValue>,
     /// Most mail waiting in the inbox.
     max_inbox: Spanned<u64>,
+    /// Failed deliveries after which mail is quarantined as dead.
+    max_deliveries: Spanned<u64>,
 }

@@ -82,6 +82,9 @@ pub struct DeploymentConfig {
     pub max_mail_bytes: u32,
     /// Most mail waiting in the inbox before senders are told it is full.
     pub max_inbox: u64,
+    /// Failed deliveries (its child ended before acknowledging it) after
+    /// which a mail item is quarantined as dead instead of redelivered.
+    pub max_deliveries: u32,
 }
 
 /// The recycle bounds of one deployment (DESIGN §5); `None` is unbounded.

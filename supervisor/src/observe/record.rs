@@ -77,6 +77,14 @@ pub fn log(deployment: &str, fact: &Fact) {
             )
         }
         Fact::MailAccepted { .. } | Fact::MailDone { .. } => {}
+        Fact::MailDead {
+            id,
+            failures,
+            cause,
+            pid,
+        } => warn!(deployment, mail = id, failures, pid, cause = %cause,
+            "mail quarantined as dead: every child that took it ended before acknowledging it; \
+             see it with `wfhost mail show {id}`, and once the child is fixed deliver it again with `wfhost mail retry {id}`"),
         Fact::ConfigReloaded { .. } => {}
     }
 }

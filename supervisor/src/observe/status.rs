@@ -329,6 +329,7 @@ impl Status {
                 "processing": mail.processing,
                 "buffered": buffered,
                 "done": mail.done,
+                "dead": mail.dead,
             },
             "last_exit": self.last_exit,
             "implementation": self.implementation,

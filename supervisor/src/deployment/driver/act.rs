@@ -11,12 +11,15 @@ use wfhost_policy::{Fact, format_duration};
 
 use super::{Driver, Wired, settings};
 use crate::deployment::child::LiveChild;
+use crate::deployment::mail;
+use crate::deployment::writes::Replay;
 use crate::deployment::{Waiter, cancel, recycle};
 use crate::host::policy_tick::Watched;
 use crate::observe::record;
 use crate::observe::status::{State, Status};
 use crate::procfs::RssReader;
 use crate::shared::unix_ms;
+use crate::store::Holder;
 
 impl Driver {
     /// Carries out one of the machine's actions.
@@ -81,13 +84,34 @@ impl Driver {
                 w.io.kill();
             }
             Action::Cancel { run, to } => self.operator_cancel(run, to),
-            Action::ReplayMail => self.writes.replay(),
+            Action::ReplayMail => {
+                if let Some(replay) = self.ended.take() {
+                    self.writes.replay(replay);
+                }
+            }
             Action::Answer { to, answer } => {
                 // An operator told "done" reads a status that says so.
                 self.publish();
                 to.answer(answer)
             }
-            Action::Record(fact) => self.record(fact),
+            Action::Record(fact) => {
+                // The machine records a child's end just before it asks
+                // for the replay of its mail: the replay's holder and cause.
+                if let Fact::Exited {
+                    pid,
+                    channel_id,
+                    cause,
+                } = &fact
+                {
+                    let holder = Holder {
+                        channel_id: channel_id.clone(),
+                        pid: *pid,
+                    };
+                    let ending = mail::ending(cause, self.stopping);
+                    self.ended = Some(Replay { holder, ending });
+                }
+                self.record(fact)
+            }
             Action::RearmPolicy => {
                 if let Some(w) = &self.wired {
                     self.shared.watchlist.rearm(w.io.pid);

@@ -14,7 +14,7 @@ use super::{Driver, MAX_REASON_CHARS};
 use crate::deployment::child::{self, Arrived, Frame};
 use crate::deployment::throttle::Verdict;
 use crate::deployment::writes::Ack;
-use crate::deployment::{Waiter, cancel, drain};
+use crate::deployment::{Waiter, cancel, drain, mail};
 
 impl Driver {
     pub(super) async fn frame(&mut self, arrived: Arrived) {
@@ -76,7 +76,7 @@ impl Driver {
                 // Written in order with every other mail write this
                 // deployment owes, retried until it lands.
                 self.writes.ack(Ack {
-                    pid,
+                    holder: mail::holder(&w.io),
                     id: mail_id,
                     outcome,
                 });

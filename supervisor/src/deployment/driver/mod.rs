@@ -24,7 +24,7 @@ use super::child::{Arrived, LiveChild};
 use super::drain::Budget;
 use super::mail::{self, Dispatch};
 use super::throttle::Throttle;
-use super::writes::{Next, Writes};
+use super::writes::{Next, Replay, Writes};
 use super::{Ask, ConfigSlot, Waiter};
 use crate::config::DeploymentConfig;
 use crate::observe::status::Status;
@@ -107,6 +107,11 @@ pub struct Driver {
     retired: Option<Budget>,
     /// Mail writes owed to the store.
     writes: Writes,
+    /// The supervisor is stopping this deployment: its children's ends do
+    /// not count against the mail they held.
+    stopping: bool,
+    /// The last child's end, for the replay of its mail the machine asks for.
+    ended: Option<Replay>,
     inputs: VecDeque<Input<Waiter>>,
     actions: VecDeque<Action<Waiter>>,
     asks_open: bool,
@@ -152,6 +157,8 @@ impl Driver {
             wired: None,
             retired: None,
             writes: Writes::default(),
+            stopping: false,
+            ended: None,
             inputs: VecDeque::new(),
             actions: first.into(),
             asks_open: true,
@@ -242,11 +249,14 @@ impl Driver {
             let written = match self.writes.next(now) {
                 None => return,
                 Some(Next::Ack(ack)) => {
-                    let (pid, mail, outcome) = (ack.pid, ack.id, ack.outcome.clone());
-                    match mail::write_ack(&self.shared, &id, mail, &outcome).await {
+                    let (holder, mail, outcome) = (ack.holder.clone(), ack.id, ack.outcome.clone());
+                    match mail::write_ack(&self.shared, &id, &holder, mail, &outcome).await {
                         Ok(landed) => {
                             // The window of the child that acked frees.
-                            if let Some(w) = self.wired.as_mut().filter(|w| w.io.pid == pid)
+                            if let Some(w) = self
+                                .wired
+                                .as_mut()
+                                .filter(|w| w.io.channel_id == holder.channel_id)
                                 && landed
                             {
                                 w.dispatch.acked();
@@ -256,10 +266,12 @@ impl Driver {
                         Err(e) => Err(("recording a mail acknowledgement", e)),
                     }
                 }
-                Some(Next::Replay) => match mail::replay(&self.shared, &id).await {
-                    Ok(()) => Ok("the replay of unacknowledged mail"),
-                    Err(e) => Err(("returning unacknowledged mail to the inbox", e)),
-                },
+                Some(Next::Replay(r)) => {
+                    match mail::replay(&self.shared, &id, r, self.cfg.max_deliveries).await {
+                        Ok(()) => Ok("the replay of unacknowledged mail"),
+                        Err(e) => Err(("returning unacknowledged mail to the inbox", e)),
+                    }
+                }
             };
             match written {
                 Ok(what) => {
@@ -336,6 +348,7 @@ impl Driver {
             Raw::Ask(None) => {
                 // Every handle is gone: nobody can stop it any more, so stop.
                 self.asks_open = false;
+                self.stopping = true;
                 self.inputs.push_back(Input::Request(Request::Stop));
             }
             Raw::Ask(Some(Ask::MailArrived)) => {
@@ -343,7 +356,10 @@ impl Driver {
                     w.dispatch.want();
                 }
             }
-            Raw::Ask(Some(Ask::Life(request))) => self.inputs.push_back(Input::Request(request)),
+            Raw::Ask(Some(Ask::Life(request))) => {
+                self.stopping |= matches!(request, Request::Stop);
+                self.inputs.push_back(Input::Request(request))
+            }
             Raw::Child(arrived) => self.frame(arrived).await,
             Raw::Exit(status) => self.exited(status).await,
             Raw::Commit(result) => self.committed(result).await,

@@ -202,6 +202,16 @@ pub fn render(snapshots: &[(Status, MailCounts)], now: Instant) -> String {
         }
     }
 
+    let name = "wfhost_mail_dead";
+    e.family(
+        name,
+        "gauge",
+        "Mail quarantined after max_deliveries failed deliveries, waiting for `wfhost mail retry` or `purge`.",
+    );
+    for (s, mail) in snapshots {
+        e.sample(name, &[("deployment", &s.id)], mail.dead);
+    }
+
     let name = "wfhost_protocol_violations_total";
     e.family(
         name,

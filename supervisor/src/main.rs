@@ -75,6 +75,9 @@ enum Command {
     /// Check or list the signed journal.
     #[command(subcommand)]
     Journal(commands::journal::Command),
+    /// List and inspect stored mail; retry or purge dead mail.
+    #[command(subcommand)]
+    Mail(commands::mail::Command),
 }
 
 fn main() -> ExitCode {
@@ -112,6 +115,7 @@ fn main() -> ExitCode {
         Command::CheckConfig(args) => commands::check_config::run(args),
         Command::Keygen(args) => commands::keygen::run(args),
         Command::Journal(cmd) => commands::journal::run(cmd),
+        Command::Mail(cmd) => commands::mail::run(cmd),
         Command::Completions { shell } => {
             use clap::CommandFactory;
             clap_complete::generate(shell, &mut Cli::command(), "wfhost", &mut std::io::stdout());

@@ -8,6 +8,7 @@ pub mod events;
 pub mod journal;
 pub mod keygen;
 pub mod kill;
+pub mod mail;
 pub mod recycle;
 pub mod resume;
 pub mod send;

@@ -85,6 +85,12 @@ pub fn log(deployment: &str, fact: &Fact) {
         } => warn!(deployment, mail = id, failures, pid, cause = %cause,
             "mail quarantined as dead: every child that took it ended before acknowledging it; \
              see it with `wfhost mail show {id}`, and once the child is fixed deliver it again with `wfhost mail retry {id}`"),
+        Fact::MailRetried { ids, by } => {
+            info!(deployment, items = ids.len(), by = %by, "dead mail retried: back at the head of the inbox")
+        }
+        Fact::MailPurged { count, by, .. } => {
+            info!(deployment, items = count, by = %by, "dead mail purged")
+        }
         Fact::ConfigReloaded { .. } => {}
     }
 }

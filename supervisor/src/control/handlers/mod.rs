@@ -5,6 +5,7 @@ pub mod cancel;
 pub mod drain;
 pub mod events;
 pub mod kill;
+pub mod mail;
 pub mod recycle;
 pub mod resume;
 pub mod send;
@@ -47,6 +48,23 @@ pub async fn answer(request: Request, stream: &mut UnixStream, ctx: &Context) ->
             exit::USAGE,
             "events is a streaming request",
         )),
+        Request::MailList {
+            deployment,
+            state,
+            after,
+            limit,
+        } => mail::list(ctx, deployment, state, after, limit).await,
+        Request::MailShow { id } => mail::show(ctx, id).await,
+        Request::MailPayload { id, offset, length } => mail::payload(ctx, id, offset, length).await,
+        Request::MailRetry {
+            id,
+            dead,
+            deployment,
+        } => mail::retry(ctx, stream, id, dead, deployment).await,
+        Request::MailPurge {
+            deployment,
+            older_than_ms,
+        } => mail::purge(ctx, stream, deployment, older_than_ms).await,
     };
     match answered {
         Ok(r) | Err(r) => r,

@@ -94,6 +94,9 @@ fn entry(r: &Row) -> Result<HistoryEntry, String> {
 
 type Args = Vec<Box<dyn ToSql + Sync>>;
 
+/// A page's rows, its histories' rows, and the count after it (if full).
+type PageRows = (Vec<Row>, Vec<Row>, Option<i64>);
+
 /// The `WHERE` clause of `query` (ids above `$1`, then its deployment and
 /// state if given) and its arguments.
 fn filter(query: &MailQuery) -> (String, Args) {
@@ -126,7 +129,7 @@ pub(super) fn list(store: &mut PostgresStore, query: &MailQuery) -> Result<MailP
          ORDER BY mail_id, seq"
     );
     let client = store.client()?;
-    let read = (|| -> Result<(Vec<Row>, Vec<Row>, Option<i64>), postgres::Error> {
+    let read = (|| -> Result<PageRows, postgres::Error> {
         // One snapshot: the page and its histories agree.
         let mut tx = client
             .build_transaction()

@@ -75,6 +75,11 @@ fn item(sup: &Supervisor, id: u64) -> Value {
     serde_json::from_str(&text).expect("mail show JSON")
 }
 
+/// An item's `(attempts, failures)`.
+fn tries(v: &Value) -> (Option<u64>, Option<u64>) {
+    (v["attempts"].as_u64(), v["failures"].as_u64())
+}
+
 /// `(inbox, processing, done, dead)` of a deployment's status.
 fn counts(d: &Value) -> (u64, u64, u64, u64) {
     let n = |k: &str| d["mail"][k].as_u64().unwrap_or(u64::MAX);
@@ -136,17 +141,11 @@ fn poison_run(sup: &Supervisor, cured: &Path, backend: &str) -> u64 {
         assert_eq!(seen[id], want, "item {i} ({id})");
     }
     let charged = item(sup, others[0]);
-    assert_eq!(
-        (charged["attempts"].as_u64(), charged["failures"].as_u64()),
-        (Some(2), Some(1))
-    );
+    assert_eq!(tries(&charged), (Some(2), Some(1)));
     assert!(poisoned(&charged["history"][0]["how"]), "{charged}");
     assert_eq!(charged["history"][1]["how"], "done: succeeded");
     let spared = item(sup, others[31]);
-    assert_eq!(
-        (spared["attempts"].as_u64(), spared["failures"].as_u64()),
-        (Some(1), Some(0))
-    );
+    assert_eq!(tries(&spared), (Some(1), Some(0)));
     let events = sup.events();
     let mut done: BTreeMap<u64, usize> = BTreeMap::new();
     for e in events.iter().filter(|e| e["kind"] == "mail_done") {
@@ -205,10 +204,7 @@ fn poison_run(sup: &Supervisor, cured: &Path, backend: &str) -> u64 {
         (it["id"].as_u64(), it["deployment"].as_str()),
         (Some(poison), Some("orders"))
     );
-    assert_eq!(
-        (it["attempts"].as_u64(), it["failures"].as_u64()),
-        (Some(5), Some(5))
-    );
+    assert_eq!(tries(it), (Some(5), Some(5)));
     assert_eq!(it["last_failure"]["cause"], POISONED);
     assert_eq!(it["last_failure"]["pid"], body["pid"]);
     let history = it["history"].as_array().expect("history");
@@ -332,11 +328,7 @@ fn a_recycle_with_held_mail_counts_one_failure() {
     let second = held(&sup, id);
     assert_ne!(first, second);
     let v = item(&sup, id);
-    assert_eq!(
-        (v["attempts"].as_u64(), v["failures"].as_u64()),
-        (Some(2), Some(1)),
-        "{v}"
-    );
+    assert_eq!(tries(&v), (Some(2), Some(1)), "{v}");
     assert_eq!(v["last_failure"]["pid"], first, "{v}");
     let history = v["history"].as_array().expect("history");
     assert_eq!(history.len(), 2, "{v}");
@@ -369,11 +361,7 @@ fn the_supervisors_own_stop_and_crash_count_no_failure() {
     let sup = Supervisor::start_in(state, config);
     held(&sup, id);
     let v = item(&sup, id);
-    assert_eq!(
-        (v["attempts"].as_u64(), v["failures"].as_u64()),
-        (Some(2), Some(0)),
-        "{v}"
-    );
+    assert_eq!(tries(&v), (Some(2), Some(0)), "{v}");
     let how = v["history"][0]["how"].as_str().unwrap_or("");
     assert!(how.starts_with("returned, not counted: stopped"), "{how}");
     // A supervisor SIGKILLed with the item in flight: the next start
@@ -382,11 +370,7 @@ fn the_supervisors_own_stop_and_crash_count_no_failure() {
     let sup = Supervisor::start_in(state, config);
     held(&sup, id);
     let v = item(&sup, id);
-    assert_eq!(
-        (v["attempts"].as_u64(), v["failures"].as_u64()),
-        (Some(3), Some(0)),
-        "{v}"
-    );
+    assert_eq!(tries(&v), (Some(3), Some(0)), "{v}");
     let how = v["history"][1]["how"].as_str().unwrap_or("");
     assert!(
         how.contains("not counted: the supervisor that sent it stopped or died"),

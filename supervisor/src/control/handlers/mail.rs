@@ -88,6 +88,17 @@ fn peer(stream: &UnixStream) -> String {
     }
 }
 
+/// Item `id` as stored, or the refusal naming it.
+async fn stored(ctx: &Context, id: u64) -> Result<MailView, Response> {
+    ctx.shared
+        .reader
+        .call(move |s| s.mail_item(id))
+        .await
+        .map_err(failed)?
+        .map_err(failed)?
+        .ok_or_else(|| failed(StoreError::UnknownMail { id }))
+}
+
 /// A page of stored mail, ascending by id, each with its history.
 pub async fn list(
     ctx: &Context,
@@ -138,14 +149,7 @@ pub async fn list(
 
 /// One item with its history.
 pub async fn show(ctx: &Context, id: u64) -> Result<Response, Response> {
-    let view = ctx
-        .shared
-        .reader
-        .call(move |s| s.mail_item(id))
-        .await
-        .map_err(failed)?
-        .map_err(failed)?
-        .ok_or_else(|| failed(StoreError::UnknownMail { id }))?;
+    let view = stored(ctx, id).await?;
     Ok(Response::ok(shown(&view, unix_ms())))
 }
 
@@ -195,14 +199,7 @@ pub async fn retry(
             ));
         }
         (Some(id), false, None) => {
-            let view = ctx
-                .shared
-                .reader
-                .call(move |s| s.mail_item(id))
-                .await
-                .map_err(failed)?
-                .map_err(failed)?
-                .ok_or_else(|| failed(StoreError::UnknownMail { id }))?;
+            let view = stored(ctx, id).await?;
             if lookup(&ctx.registry, &view.deployment).is_err() {
                 return Err(failed(format!(
                     "mail {id} belongs to deployment {:?}, which is not in the running config, so nothing could deliver it; nothing was retried\n  help: add {} back to the config and reload, or delete its dead mail with `wfhost mail purge --dead {}`",

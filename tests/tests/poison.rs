@@ -189,6 +189,19 @@ fn poison_run(sup: &Supervisor, cured: &Path, backend: &str) -> u64 {
     println!(
         "poison mail ({backend}): first crash to quarantine {took} ms (5 deliveries, restart backoff 0+100+200+400 ms)"
     );
+    // What isolation costs: the 31 charged items go one at a time.
+    let done_at = |id: u64| {
+        events
+            .iter()
+            .find(|e| e["kind"] == "mail_done" && e["body"]["id"] == id)
+            .and_then(|e| e["at_ms"].as_u64())
+            .expect("mail_done")
+    };
+    let alone = done_at(others[30]).saturating_sub(done_at(others[0]));
+    println!(
+        "poison mail ({backend}): the 31 charged items, one at a time: {alone} ms from the first done to the 31st ({:.1} ms each)",
+        alone as f64 / 30.0
+    );
     let log = sup.plain_log();
     assert!(
         log.contains("mail quarantined as dead")

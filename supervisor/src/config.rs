@@ -25,6 +25,7 @@
 //! | `max_frame_bytes` | 1MiB | ≤ 64MiB, ≥ `max_mail_bytes` + 4KiB |
 //! | `max_mail_bytes` | 256KiB | ≥ 1 |
 //! | `max_inbox` | 10000 | 1 to 10^8 |
+//! | `max_deliveries` | 5 | 1 to 1000; failed deliveries before mail is quarantined as dead |
 //! | `recycle.max_uptime`, `.max_grants_age` | none | > 0; grant age needs `grants_file` |
 //! | `recycle.max_rss` | none | ≥ 1MiB |
 //! | `recycle.jitter` | 0% | ≤ 50% |
@@ -58,7 +59,7 @@ use std::path::{Path, PathBuf};
 
 use raw::{RawFile, RawStore};
 use resolve::Lookup;
-pub use units::{format_duration, format_size};
+pub use units::{format_duration, format_size, parse_duration};
 
 /// `state_dir` when the config names none (systemd's `StateDirectory=wfhost`).
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/wfhost";

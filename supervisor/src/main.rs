@@ -93,6 +93,9 @@ enum Command {
     /// Check or list the signed journal.
     #[command(subcommand)]
     Journal(commands::journal::Command),
+    /// List and inspect stored mail; retry or purge dead mail.
+    #[command(subcommand)]
+    Mail(commands::mail::Command),
 }
 
 /// Where each shell looks for completions.
@@ -146,6 +149,7 @@ fn main() -> ExitCode {
             use clap::CommandFactory;
             commands::man::run(args, Cli::command())
         }
+        Command::Mail(cmd) => commands::mail::run(cmd),
         Command::Completions { shell } => {
             use clap::CommandFactory;
             clap_complete::generate(shell, &mut Cli::command(), "wfhost", &mut std::io::stdout());

@@ -279,6 +279,8 @@ impl Shared {
         let mut kept = self.backlog.acks.lock().unwrap_or_else(|p| p.into_inner());
         kept.extend(acks.into_iter().map(|a| AckRecord {
             deployment: deployment.to_owned(),
+            channel_id: a.holder.channel_id,
+            pid: a.holder.pid,
             id: a.id,
             outcome: outcome_text(&a.outcome),
             at_ms,

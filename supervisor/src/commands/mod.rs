@@ -9,6 +9,7 @@ pub mod journal;
 pub mod keygen;
 pub mod kill;
 pub mod logs;
+pub mod mail;
 pub mod man;
 pub mod progress;
 pub mod recycle;

@@ -159,7 +159,8 @@ async fn supervise(config: Config, config_path: &Path) -> anyhow::Result<()> {
         .await
         .context("cannot read the children table")?;
     recover_unwritten(&shared, &settings.state_dir).await;
-    let replayed = shared.store.call(|s| s.replay_all_mail()).await??;
+    let at = crate::shared::unix_ms();
+    let replayed = shared.store.call(move |s| s.replay_all_mail(at)).await??;
     if replayed > 0 {
         info!(
             items = replayed,

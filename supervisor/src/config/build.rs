@@ -319,6 +319,8 @@ impl Build<'_> {
             max_mail_bytes: u32::try_from(limits.max_mail_bytes.value).unwrap_or(u32::MAX),
             max_inbox: limits.max_inbox.value,
             limits: resources,
+            // Checked to be at most 1000 above.
+            max_deliveries: u32::try_from(limits.max_deliveries.value).unwrap_or(u32::MAX),
         })
     }
 

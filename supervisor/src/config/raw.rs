@@ -300,4 +300,6 @@ deployment_keys! {
     replicas: Spanned<u32>,
     /// What the child may use (cgroup limits and rlimits).
     limits: super::containment::RawLimits,
+    /// Failed deliveries after which mail is quarantined as dead.
+    max_deliveries: Spanned<u64>,
 }

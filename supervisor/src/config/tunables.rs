@@ -21,6 +21,7 @@ pub(super) struct Tunables {
     pub(super) max_frame_bytes: Setting<u64>,
     pub(super) max_mail_bytes: Setting<u64>,
     pub(super) max_inbox: Setting<u64>,
+    pub(super) max_deliveries: Setting<u64>,
     pub(super) max_uptime: Setting<Option<Duration>>,
     pub(super) max_rss: Setting<Option<u64>>,
     pub(super) max_grants_age: Setting<Option<Duration>>,
@@ -110,6 +111,12 @@ impl Tunables {
                 size,
             ),
             max_inbox: pick(own.max_inbox, &d.max_inbox, defaults::MAX_INBOX, |n| *n),
+            max_deliveries: pick(
+                own.max_deliveries,
+                &d.max_deliveries,
+                defaults::MAX_DELIVERIES,
+                |n| *n,
+            ),
             max_uptime: pick_opt(own_recycle.max_uptime, &def_recycle.max_uptime, dur),
             max_rss: pick_opt(own_recycle.max_rss, &def_recycle.max_rss, size),
             max_grants_age: pick_opt(own_recycle.max_grants_age, &def_recycle.max_grants_age, dur),
@@ -261,6 +268,16 @@ impl Tunables {
                 self.max_inbox.at(table),
                 format!("max_inbox {} is out of range", self.max_inbox.value),
                 "keep between 1 and 100000000 messages (the default is 10000)",
+            ));
+        }
+        if !(1..=1_000).contains(&self.max_deliveries.value) {
+            return Err(Problem::new(
+                self.max_deliveries.at(table),
+                format!(
+                    "max_deliveries {} is out of range",
+                    self.max_deliveries.value
+                ),
+                "keep between 1 and 1000 deliveries (the default is 5): after that many children end holding an item, it is quarantined as dead",
             ));
         }
         if let Some(rss) = self.max_rss.value

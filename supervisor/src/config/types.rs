@@ -96,6 +96,9 @@ pub struct DeploymentConfig {
     pub max_inbox: u64,
     /// What the child may use.
     pub limits: ResourceLimits,
+    /// Failed deliveries (its child ended before acknowledging it) after
+    /// which a mail item is quarantined as dead instead of redelivered.
+    pub max_deliveries: u32,
 }
 
 /// The recycle bounds of one deployment (DESIGN §5); `None` is unbounded.

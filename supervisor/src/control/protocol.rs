@@ -117,6 +117,58 @@ pub enum Request {
         /// Keep streaming new lines.
         follow: bool,
     },
+    /// A page of stored mail with each item's history, ascending by id.
+    MailList {
+        /// One deployment's mail; every deployment's when absent.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        deployment: Option<String>,
+        /// One state's (`inbox`, `processing`, `done`, `dead`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        state: Option<String>,
+        /// Only ids above this.
+        #[serde(default)]
+        after: u64,
+        /// At most this many (default 100, at most 10000).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        limit: Option<usize>,
+    },
+    /// One mail item with its history (never its payload).
+    MailShow {
+        /// The item.
+        id: u64,
+    },
+    /// A piece of one item's payload, as hex.
+    MailPayload {
+        /// The item.
+        id: u64,
+        /// Where the piece starts, in bytes.
+        offset: u64,
+        /// At most this many bytes (at most 1 MiB).
+        length: usize,
+    },
+    /// Dead mail back to the inbox with its failures reset: one item, or
+    /// (with `dead`) a deployment's, or every deployment's.
+    MailRetry {
+        /// The item.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        id: Option<u64>,
+        /// Every dead item (of `deployment`, if given).
+        #[serde(default)]
+        dead: bool,
+        /// With `dead`: one deployment's.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        deployment: Option<String>,
+    },
+    /// Deletes dead mail (of one deployment, or all; only what has been
+    /// dead longer than `older_than_ms`, if given).
+    MailPurge {
+        /// One deployment's.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        deployment: Option<String>,
+        /// Only mail dead for longer than this many milliseconds.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        older_than_ms: Option<u64>,
+    },
 }
 
 /// The answer.

@@ -84,8 +84,15 @@ pub fn log(deployment: &str, fact: &Fact) {
             failures,
             cause,
             pid,
-        } => warn!(deployment, mail = id, failures, last_pid = pid, last_cause = %cause,
-            "mail quarantined as dead after failing every delivery; see `wfhost mail show {id}`, retry with `wfhost mail retry {id}`"),
+        } => warn!(deployment, mail = id, failures, pid, cause = %cause,
+            "mail quarantined as dead: every child that took it ended before acknowledging it; \
+             see it with `wfhost mail show {id}`, and once the child is fixed deliver it again with `wfhost mail retry {id}`"),
+        Fact::MailRetried { ids, by } => {
+            info!(deployment, items = ids.len(), by = %by, "dead mail retried: back at the head of the inbox")
+        }
+        Fact::MailPurged { count, by, .. } => {
+            info!(deployment, items = count, by = %by, "dead mail purged")
+        }
         Fact::ConfigReloaded { .. } => {}
     }
 }

@@ -472,6 +472,7 @@ impl Status {
                 "processing": mail.processing,
                 "buffered": buffered,
                 "done": mail.done,
+                "dead": mail.dead,
             },
             "last_exit": self.last_exit,
             "last_exit_brief": self.last_exit_brief,

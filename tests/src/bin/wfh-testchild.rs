@@ -20,6 +20,7 @@
 //! | `custom-flood` | like `well-behaved`, after `Ready` first sends `WFH_FLOOD` (9000) `Custom` events, kinds `WFH_NAME_CHARS` (8) long |
 //! | `slow-ready` | like `well-behaved`, but sends `Ready` only 1 s after `Welcome` |
 //! | `last-words` | handshake and `Ready`; on its first mail reports run `mail-ID` (step `work` started and finished, run terminal), acks it, and exits 0 at once |
+//! | `poison` | like `well-behaved`, and prints `wfh-testchild poison mail id=ID attempt=N payload=TEXT` for every mail; payload `poison` makes it exit 3 at once (unless the file `$WFH_CURED` exists), a payload starting with `hold` is never acknowledged |
 
 use std::os::fd::{FromRawFd, RawFd};
 use std::process::ExitCode;
@@ -33,7 +34,10 @@ use wfhost_ipc::{
     Outcome, PROTOCOL_VERSION,
 };
 
-const USAGE: &str = "usage: wfh-testchild garbage|protocol-1|wrong-channel|no-ready|ignore-term|recycle-loop|step-flood|custom-flood|outlive|well-behaved|slow-ready|last-words";
+const USAGE: &str = "usage: wfh-testchild garbage|protocol-1|wrong-channel|no-ready|ignore-term|recycle-loop|step-flood|custom-flood|outlive|well-behaved|slow-ready|last-words|poison";
+
+/// The exit code of `poison` on its poison mail.
+const POISONED: i32 = 3;
 
 /// A frame with a valid length (4) whose body cannot decode: sequence 1,
 /// then variant 200 of an enum with ten.
@@ -93,6 +97,7 @@ fn main() -> ExitCode {
             "custom-flood" => well_behaved(Duration::ZERO, custom_flood()).await,
             "slow-ready" => well_behaved(SLOW_READY, Vec::new()).await,
             "last-words" => last_words().await,
+            "poison" => poison().await,
             _ => Err(format!("unknown mode {mode:?}\n{USAGE}")),
         }
     });
@@ -333,6 +338,49 @@ async fn well_behaved(ready_after: Duration, after_ready: Vec<Event>) -> Result<
                     outcome: Outcome::Succeeded,
                 };
                 send(&mut writer, ack).await?;
+            }
+            Ok(Some(Control::Drain { .. })) => send(&mut writer, Event::Drained).await?,
+            Ok(Some(Control::Shutdown)) | Ok(None) => return Ok(()),
+            Ok(Some(Control::Cancel(_) | Control::Welcome(_) | Control::Lease { .. })) => {}
+            Err(e) => return Err(format!("control channel: {e}")),
+        }
+    }
+}
+
+/// Acks mail like `well-behaved`, saying what it got; crashes on poison
+/// (until cured), holds `hold…` mail forever.
+async fn poison() -> Result<(), Failure> {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(|e| format!("cannot watch SIGTERM: {e}"))?;
+    let (mut reader, mut writer) = handshake(true).await?;
+    let cured = || std::env::var_os("WFH_CURED").is_some_and(|p| std::path::Path::new(&p).exists());
+    loop {
+        let message = tokio::select! {
+            _ = term.recv() => return Ok(()),
+            message = reader.next() => message,
+        };
+        match message {
+            Ok(Some(Control::Ping { nonce })) => send(&mut writer, Event::Pong { nonce }).await?,
+            Ok(Some(Control::Mail {
+                id,
+                attempt,
+                payload,
+            })) => {
+                let text = String::from_utf8_lossy(&payload).into_owned();
+                println!(
+                    "wfh-testchild poison mail id={id} attempt={attempt} payload={text} pid={}",
+                    std::process::id()
+                );
+                if text == "poison" && !cured() {
+                    std::process::exit(POISONED);
+                }
+                if !text.starts_with("hold") {
+                    let ack = Event::MailAck {
+                        id,
+                        outcome: Outcome::Succeeded,
+                    };
+                    send(&mut writer, ack).await?;
+                }
             }
             Ok(Some(Control::Drain { .. })) => send(&mut writer, Event::Drained).await?,
             Ok(Some(Control::Shutdown)) | Ok(None) => return Ok(()),

@@ -6,6 +6,7 @@ pub mod drain;
 pub mod events;
 pub mod kill;
 pub mod logs;
+pub mod mail;
 pub mod recycle;
 pub mod reload;
 pub mod resume;
@@ -55,6 +56,23 @@ pub async fn answer(request: Request, stream: &mut UnixStream, ctx: &Context) ->
             exit::USAGE,
             "events and logs are streaming requests",
         )),
+        Request::MailList {
+            deployment,
+            state,
+            after,
+            limit,
+        } => mail::list(ctx, deployment, state, after, limit).await,
+        Request::MailShow { id } => mail::show(ctx, id).await,
+        Request::MailPayload { id, offset, length } => mail::payload(ctx, id, offset, length).await,
+        Request::MailRetry {
+            id,
+            dead,
+            deployment,
+        } => mail::retry(ctx, stream, id, dead, deployment).await,
+        Request::MailPurge {
+            deployment,
+            older_than_ms,
+        } => mail::purge(ctx, stream, deployment, older_than_ms).await,
     };
     match answered {
         Ok(r) | Err(r) => r,

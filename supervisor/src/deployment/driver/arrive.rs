@@ -15,7 +15,7 @@ use super::replica::{Replica, Told};
 use crate::deployment::child::{self, Arrived, Frame};
 use crate::deployment::throttle::Verdict;
 use crate::deployment::writes::Ack;
-use crate::deployment::{Waiter, cancel, drain};
+use crate::deployment::{Waiter, cancel, drain, mail};
 
 impl Replica {
     pub(super) async fn frame(&mut self, arrived: Arrived) {
@@ -82,7 +82,7 @@ impl Replica {
                 // Written in order with every other mail write this
                 // deployment owes, retried until it lands.
                 self.acks.push(Ack {
-                    pid,
+                    holder: mail::holder(&w.io),
                     id: mail_id,
                     outcome,
                 });

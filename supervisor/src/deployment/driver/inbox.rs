@@ -15,6 +15,8 @@ use super::Driver;
 use crate::deployment::spread::{self, Hand};
 use crate::deployment::writes::Next;
 use crate::deployment::{mail, recycle};
+use crate::shared::unix_ms;
+use crate::store::Holder;
 
 impl Driver {
     /// Spreads the head of the inbox over the replicas that take mail and
@@ -43,7 +45,11 @@ impl Driver {
         if hands.is_empty() {
             return;
         }
-        let deployment = self.id.clone();
+        let holders: Vec<Holder> = hands
+            .iter()
+            .filter_map(|h| Some(mail::holder(&self.replicas.get(h.who)?.wired.as_ref()?.io)))
+            .collect();
+        let (deployment, at) = (self.id.clone(), unix_ms());
         let single = hands.len() == 1;
         // `hands` goes to the store thread and comes back.
         let taken = self
@@ -59,7 +65,14 @@ impl Driver {
                 };
                 let mut taken = Vec::with_capacity(plan.len());
                 for (who, n) in plan {
-                    taken.push((who, n, s.take_mail(&deployment, n)?));
+                    let Some(holder) = hands
+                        .iter()
+                        .position(|h| h.who == who)
+                        .and_then(|i| holders.get(i))
+                    else {
+                        continue;
+                    };
+                    taken.push((who, n, s.take_mail(&deployment, holder, n, at)?));
                 }
                 Ok::<_, crate::store::StoreError>((hands, taken))
             })
@@ -116,21 +129,24 @@ impl Driver {
             let written = match self.writes.next(now) {
                 None => return,
                 Some(Next::Ack(ack)) => {
-                    let (pid, mail, outcome) = (ack.pid, ack.id, ack.outcome.clone());
-                    match mail::write_ack(self.shared(), &id, mail, &outcome).await {
+                    let (holder, mail, outcome) = (ack.holder.clone(), ack.id, ack.outcome.clone());
+                    match mail::write_ack(self.shared(), &id, &holder, mail, &outcome).await {
                         Ok(landed) => {
                             if landed {
-                                self.acked(pid);
+                                self.acked(holder.pid);
                             }
                             Ok("a mail acknowledgement")
                         }
                         Err(e) => Err(("recording a mail acknowledgement", e)),
                     }
                 }
-                Some(Next::Replay) => match mail::replay(self.shared(), &id).await {
-                    Ok(()) => Ok("the replay of unacknowledged mail"),
-                    Err(e) => Err(("returning unacknowledged mail to the inbox", e)),
-                },
+                Some(Next::Replay(r)) => {
+                    let max = self.cfg().max_deliveries;
+                    match mail::replay(self.shared(), &id, r, max).await {
+                        Ok(()) => Ok("the replay of unacknowledged mail"),
+                        Err(e) => Err(("returning unacknowledged mail to the inbox", e)),
+                    }
+                }
             };
             match written {
                 Ok(what) => {

@@ -20,7 +20,7 @@ use crate::deployment::child::{Arrived, LiveChild};
 use crate::deployment::drain::Budget;
 use crate::deployment::mail::Dispatch;
 use crate::deployment::throttle::Throttle;
-use crate::deployment::writes::Ack;
+use crate::deployment::writes::{Ack, Replay};
 use crate::deployment::{Ask, ConfigSlot, Waiter};
 use crate::observe::status::{RssCell, Status};
 use crate::shared::Shared;
@@ -128,8 +128,14 @@ pub(super) struct Replica {
     pub(super) told: Vec<Told>,
     /// Acknowledgements to write, in order.
     pub(super) acks: Vec<Ack>,
-    /// Its gone child's unacknowledged mail must go back to the inbox.
-    pub(super) replay: bool,
+    /// Its gone children's unacknowledged mail, owed back to the inbox.
+    pub(super) replays: Vec<Replay>,
+    /// How its last child ended (from the `exited` fact its machine
+    /// records just before it asks for the replay of that child's mail).
+    pub(super) ended: Option<Replay>,
+    /// The supervisor is stopping it: its child's end does not count
+    /// against the mail it held.
+    pub(super) stopping: bool,
     /// Started to replace another replica: until its child is ready, a
     /// child that ends refuses the crew's recycle (rather than restart).
     pub(super) successor: bool,
@@ -190,7 +196,9 @@ impl Replica {
             finished: false,
             told: Vec::new(),
             acks: Vec::new(),
-            replay: false,
+            replays: Vec::new(),
+            ended: None,
+            stopping: false,
             answers: Vec::new(),
             counted: Vec::new(),
             successor: false,

@@ -207,6 +207,16 @@ pub fn render(snapshots: &[(Status, MailCounts)], host: Option<&Host>, now: Inst
         }
     }
 
+    let name = "wfhost_mail_dead";
+    e.family(
+        name,
+        "gauge",
+        "Mail quarantined after max_deliveries failed deliveries, waiting for `wfhost mail retry` or `purge`.",
+    );
+    for (s, mail) in snapshots {
+        e.sample(name, &[("deployment", &s.id)], mail.dead);
+    }
+
     let name = "wfhost_protocol_violations_total";
     e.family(
         name,

@@ -160,6 +160,7 @@ fn renders_every_family_for_a_deployment() {
         inbox: 5,
         processing: 1,
         done: 17,
+        dead: 2,
     };
     let text = render(&[(s, mail)], None, now);
     let expected = r#"# HELP wfhost_child_rss_bytes Resident memory of the child's process tree at the last policy check.
@@ -208,6 +209,9 @@ wfhost_drain_escalations_total{deployment="billing"} 1
 wfhost_mail{deployment="billing",state="inbox"} 5
 wfhost_mail{deployment="billing",state="processing"} 1
 wfhost_mail{deployment="billing",state="done"} 17
+# HELP wfhost_mail_dead Mail quarantined after max_deliveries failed deliveries, waiting for `wfhost mail retry` or `purge`.
+# TYPE wfhost_mail_dead gauge
+wfhost_mail_dead{deployment="billing"} 2
 # HELP wfhost_protocol_violations_total Children killed for breaking the control protocol.
 # TYPE wfhost_protocol_violations_total counter
 wfhost_protocol_violations_total{deployment="billing"} 4
@@ -241,7 +245,7 @@ fn leaves_out_what_cannot_be_measured() {
     assert!(text.contains("wfhost_deployment_state{deployment=\"idle\",state=\"starting\"} 1\n"));
     // With no deployments every family is still described.
     let empty = render(&[], None, now);
-    assert_eq!(empty.lines().count(), 2 * 13, "{empty}");
+    assert_eq!(empty.lines().count(), 2 * 14, "{empty}");
     assert!(empty.lines().all(|l| l.starts_with("# ")));
 }
 

@@ -143,7 +143,14 @@ impl Driver {
                 Some(Next::Replay(r)) => {
                     let max = self.cfg().max_deliveries;
                     match mail::replay(self.shared(), &id, r, max).await {
-                        Ok(()) => Ok("the replay of unacknowledged mail"),
+                        Ok(()) => {
+                            // What came back is for whichever replica
+                            // takes mail now.
+                            for w in self.replicas.iter_mut().filter_map(|r| r.wired.as_mut()) {
+                                w.dispatch.want();
+                            }
+                            Ok("the replay of unacknowledged mail")
+                        }
                         Err(e) => Err(("returning unacknowledged mail to the inbox", e)),
                     }
                 }

@@ -38,10 +38,7 @@ fn the_demo_tells_each_stage_and_exits_0() {
             "used the whole 1500 ms budget, so the supervisor signed a cancel",
         ),
         ("verified", "cancel of run exec-"),
-        (
-            "gapless",
-            "checkout (recycle.overlap = true) while pid",
-        ),
+        ("gapless", "checkout (recycle.overlap = true) while pid"),
         ("nothing lost", "4 of 4 carts done, none lost, none twice"),
         (
             "stop",

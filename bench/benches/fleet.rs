@@ -101,7 +101,9 @@ fn renewal(bins: &Binaries, pg: &PgServer, report: &mut Report) -> anyhow::Resul
     let dir = TempDir::new()?;
     let child = bins.child.to_str().context("non-UTF-8 path")?;
     let mut body = fleet_body(pg, "renewal", "solo");
-    let ids: Vec<String> = (0..RENEWAL_DEPLOYMENTS).map(|i| format!("d{i:04}")).collect();
+    let ids: Vec<String> = (0..RENEWAL_DEPLOYMENTS)
+        .map(|i| format!("d{i:04}"))
+        .collect();
     for id in &ids {
         body.push_str(&deployment(id, &[child, "conformance"], ""));
     }
@@ -110,23 +112,40 @@ fn renewal(bins: &Binaries, pg: &PgServer, report: &mut Report) -> anyhow::Resul
     // Steady state: every lease held, every status snapshot stored once.
     let mut scanned = 0;
     let mut samples = Vec::with_capacity(RENEWALS);
-    sup.wait_for("20 renewals of 1,000 leases", Duration::from_secs(60), |lines| {
-        for l in &lines[scanned..] {
-            let full = l.fields.get("renewed").and_then(|v| v.as_u64()) == Some(RENEWAL_DEPLOYMENTS as u64);
-            if l.msg == "leases renewed" && full {
-                samples.push(l.fields.get("took_us").and_then(|v| v.as_u64()).unwrap_or(0) as f64 / 1e6);
+    sup.wait_for(
+        "20 renewals of 1,000 leases",
+        Duration::from_secs(60),
+        |lines| {
+            for l in &lines[scanned..] {
+                let full = l.fields.get("renewed").and_then(|v| v.as_u64())
+                    == Some(RENEWAL_DEPLOYMENTS as u64);
+                if l.msg == "leases renewed" && full {
+                    samples.push(
+                        l.fields
+                            .get("took_us")
+                            .and_then(|v| v.as_u64())
+                            .unwrap_or(0) as f64
+                            / 1e6,
+                    );
+                }
             }
-        }
-        scanned = lines.len();
-        // The first full renewal stores 1,000 snapshots: steady state after.
-        (samples.len() > RENEWALS).then_some(())
-    })?;
+            scanned = lines.len();
+            // The first full renewal stores 1,000 snapshots: steady state after.
+            (samples.len() > RENEWALS).then_some(())
+        },
+    )?;
     let steady = Summary::of(&samples[1..]).context("no renewals measured")?;
-    let reference = Summary::of(&round_trips(&pg.url("renewal"), 200)?).context("no round trips")?;
+    let reference =
+        Summary::of(&round_trips(&pg.url("renewal"), 200)?).context("no round trips")?;
     report.row(
         "F1",
         "lease renewal, 1,000 deployments on one host, p50",
-        format!("{} (p99 {}, {:.0}× one round trip)", dur(steady.p50), dur(steady.p99), steady.p50 / reference.p50),
+        format!(
+            "{} (p99 {}, {:.0}× one round trip)",
+            dur(steady.p50),
+            dur(steady.p99),
+            steady.p50 / reference.p50
+        ),
         format!("SELECT 1 round trip p50 {}", dur(reference.p50)),
         "≤ 50 ms (1% of the default lease_renew)",
         Verdict::of(steady.p50 <= 0.050),
@@ -147,7 +166,10 @@ fn ready_on(socks: &[&Path], deployment: &str) -> Option<usize> {
     socks.iter().position(|s| {
         control::status(s).is_ok_and(|ds| {
             ds.iter().any(|d| {
-                d["id"] == deployment && d["state"] == "ready" && d["owner"]["host"].is_string() && d["uptime_ms"].is_u64()
+                d["id"] == deployment
+                    && d["state"] == "ready"
+                    && d["owner"]["host"].is_string()
+                    && d["uptime_ms"].is_u64()
             })
         })
     })
@@ -201,7 +223,10 @@ fn takeover(bins: &Binaries, pg: &PgServer, report: &mut Report) -> anyhow::Resu
         "F2",
         "takeover after SIGKILL, median of 10",
         format!("{} (min {}, max {})", dur(s.p50), dur(s.min), dur(s.max)),
-        format!("lease_ttl + grace = {} (lease_ttl {TTL_MS} ms, lease_renew {RENEW_MS} ms)", dur(bound)),
+        format!(
+            "lease_ttl + grace = {} (lease_ttl {TTL_MS} ms, lease_renew {RENEW_MS} ms)",
+            dur(bound)
+        ),
         "≤ lease_ttl + lease_renew + 1 s (ready)",
         Verdict::of(s.p50 <= target),
     );
@@ -237,7 +262,8 @@ fn flow(socket: &Path) -> anyhow::Result<f64> {
     })?;
     let took = t.elapsed();
     for s in senders {
-        s.join().map_err(|_| anyhow::anyhow!("a sender panicked"))??;
+        s.join()
+            .map_err(|_| anyhow::anyhow!("a sender panicked"))??;
     }
     Ok((SENDERS * PER_SENDER) as f64 / took.as_secs_f64())
 }
@@ -247,7 +273,10 @@ fn throughput(bins: &Binaries, pg: &PgServer, report: &mut Report) -> anyhow::Re
     let child = bins.child.to_str().context("non-UTF-8 path")?;
     let orders = deployment("orders", &[child, "conformance"], "");
     let mut rates = Vec::new();
-    for body in [orders.clone(), format!("{}{orders}", fleet_body(pg, "mail", "solo"))] {
+    for body in [
+        orders.clone(),
+        format!("{}{orders}", fleet_body(pg, "mail", "solo")),
+    ] {
         let dir = TempDir::new()?;
         let mut sup = Supervisor::start(bins, &dir, "", &body, "info")?;
         sup.wait_for("orders ready", Duration::from_secs(30), |lines| {

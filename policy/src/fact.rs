@@ -6,8 +6,8 @@
 //!
 //! A fact is *journaled* (a signed, chained journal record) when it is a
 //! decision an auditor must be able to prove afterwards: spawns and exits,
-//! restarts and failures, drains, cancels, recycles, resumes, reloads and
-//! quarantined mail.
+//! restarts and failures, drains, cancels, recycles, resumes, reloads,
+//! quarantined mail and what operators did with it.
 //! Every fact, journaled or not, is also published on the event log under
 //! the same name.
 
@@ -220,6 +220,23 @@ pub enum Fact {
         /// The last holder's pid.
         pid: u32,
     },
+    /// An operator put dead mail back in the inbox (`wfhost mail retry`),
+    /// its failures and attempts reset.
+    MailRetried {
+        /// The items, ascending.
+        ids: Vec<u64>,
+        /// Who asked: the control-socket peer's user.
+        by: String,
+    },
+    /// An operator deleted dead mail (`wfhost mail purge --dead`).
+    MailPurged {
+        /// How many items went.
+        count: u64,
+        /// Only mail dead for longer than this went (none: all of it).
+        older_than: Option<Duration>,
+        /// Who asked: the control-socket peer's user.
+        by: String,
+    },
     /// A fleet host took a deployment's lease (DESIGN §10b): it runs the
     /// deployment from now on, and writes for it at this epoch.
     LeaseAcquired {
@@ -322,6 +339,8 @@ impl Fact {
             Self::LeaseAcquired { .. } => "lease_acquired",
             Self::LeaseLost { .. } => "lease_lost",
             Self::LeaseReleased { .. } => "lease_released",
+            Self::MailRetried { .. } => "mail_retried",
+            Self::MailPurged { .. } => "mail_purged",
             Self::ConfigReloaded { .. } => "config_reloaded",
         }
     }
@@ -343,6 +362,8 @@ impl Fact {
                 | Self::LeaseAcquired { .. }
                 | Self::LeaseLost { .. }
                 | Self::LeaseReleased { .. }
+                | Self::MailRetried { .. }
+                | Self::MailPurged { .. }
                 | Self::ConfigReloaded { .. }
         )
     }
@@ -446,6 +467,12 @@ impl Fact {
                 cause,
                 pid,
             } => json!({"id": id, "failures": failures, "cause": cause, "pid": pid}),
+            Self::MailRetried { ids, by } => json!({"ids": ids, "by": by}),
+            Self::MailPurged {
+                count,
+                older_than,
+                by,
+            } => json!({"count": count, "older_than_ms": older_than.map(ms), "by": by}),
             Self::LeaseAcquired {
                 host,
                 epoch,

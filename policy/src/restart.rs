@@ -1,5 +1,5 @@
 //! Crash-restart decisions (design §3), in the manner of Erlang/OTP's
-//! `supervisor.erl`: restart at once after a healthy run, back off
+//! `supervisor.erl` and supervisord's `startsecs`: restart at once after a healthy run, back off
 //! exponentially on repeated crashes, and give up (the deployment goes
 //! `failed`, loudly) when restarts come too often.
 //!
@@ -27,15 +27,15 @@
 //!   the first crash; `period = 0` counts only restarts at the very same
 //!   instant. Refused restarts are not recorded: once the old restarts age
 //!   out of the window, a new crash may be restarted again.
-//! - **`healthy_after`** (default 10 s): a run that lasted at least this long
-//!   was healthy, so the crash that ended it starts a new streak (immediate
-//!   restart, backoff from the beginning). It does *not* clear the intensity
-//!   window: the window is about time, not streaks. 10 s rather than
-//!   `period`, so that a service that crashes every few minutes is restarted
-//!   at once each time, while a child that dies during start-up backs off;
-//!   the intensity window still catches a child that runs just over 10 s and
-//!   crashes, over and over. Zero makes every run healthy (backoff never
-//!   applies).
+//! - **`healthy_after`** (default 1 s, config `restart.healthy_after`): a
+//!   run that lasted at least this long was healthy: the crash that ended it
+//!   starts afresh (immediate restart, backoff from the beginning, and an
+//!   empty intensity window). As supervisord's `startsecs`, only crashes of
+//!   children that die before they were up this long count towards giving
+//!   up: a crash loop at start-up (a bad config, a missing dependency) backs
+//!   off and fails the deployment, while a service that crashes now and then
+//!   after serving is restarted at once every time, as runit and s6 do. Zero
+//!   makes every run healthy (backoff and giving up never apply).
 //!
 //! Counters: [`restarts_total`](RestartTracker::restarts_total) counts every
 //! restart granted over the tracker's life and survives
@@ -59,7 +59,8 @@ pub struct RestartPolicy {
     pub max_restarts: u32,
     /// The sliding window for `max_restarts`; default 60 s.
     pub period: Duration,
-    /// A run at least this long was healthy and resets the backoff; default 10 s.
+    /// A run at least this long was healthy: it resets the backoff and the
+    /// intensity window; default 1 s.
     pub healthy_after: Duration,
 }
 
@@ -72,7 +73,7 @@ pub const DEFAULT_MAX_RESTARTS: u32 = 5;
 /// Default `period`.
 pub const DEFAULT_PERIOD: Duration = Duration::from_secs(60);
 /// Default `healthy_after`.
-pub const DEFAULT_HEALTHY_AFTER: Duration = Duration::from_secs(10);
+pub const DEFAULT_HEALTHY_AFTER: Duration = Duration::from_secs(1);
 
 impl Default for RestartPolicy {
     fn default() -> Self {
@@ -140,6 +141,7 @@ impl RestartTracker {
     ) -> RestartDecision {
         if now.saturating_duration_since(started_at) >= policy.healthy_after {
             self.streak = 0;
+            self.window.clear();
         }
         self.prune(policy.period, now);
         let would_be = self.window.len().saturating_add(1);
@@ -227,7 +229,7 @@ mod tests {
         assert_eq!(p.backoff_max, Duration::from_secs(30));
         assert_eq!(p.max_restarts, 5);
         assert_eq!(p.period, Duration::from_secs(60));
-        assert_eq!(p.healthy_after, Duration::from_secs(10));
+        assert_eq!(p.healthy_after, Duration::from_secs(1));
     }
 
     #[test]
@@ -316,19 +318,39 @@ mod tests {
             ..policy()
         };
         let mut r = RestartTracker::new();
-        r.on_exit(&p, t0, t0);
-        r.on_exit(&p, t0, t0 + ms(10));
-        // The restart at t0 is exactly `period` old: still in the window.
+        // Children that crash 1 ms after they start: never healthy.
+        let crash = |r: &mut RestartTracker, at: Instant| r.on_exit(&p, at - ms(1), at);
+        crash(&mut r, t0 + ms(1));
+        crash(&mut r, t0 + ms(10));
+        // The restart at t0 + 1 ms is exactly `period` old: still in the window.
         assert!(matches!(
-            r.on_exit(&p, t0, t0 + ms(60_000)),
+            crash(&mut r, t0 + ms(60_001)),
             RestartDecision::GiveUp { restarts: 3, .. }
         ));
         // One millisecond later it has aged out.
         assert!(matches!(
-            r.on_exit(&p, t0, t0 + ms(60_001)),
+            crash(&mut r, t0 + ms(60_002)),
             RestartDecision::Restart { .. }
         ));
-        assert_eq!(r.restarts_in_window(&p, t0 + ms(60_001)), 2);
+        assert_eq!(r.restarts_in_window(&p, t0 + ms(60_002)), 2);
+    }
+
+    #[test]
+    fn a_healthy_run_empties_the_intensity_window() {
+        let t0 = Instant::now();
+        let p = RestartPolicy {
+            max_restarts: 2,
+            ..policy()
+        };
+        let mut r = RestartTracker::new();
+        // Twenty children that each served 15 s: all restarted at once.
+        let mut t = t0;
+        for _ in 0..20 {
+            let started = t;
+            t += ms(15_000);
+            assert_eq!(r.on_exit(&p, started, t), restart(0, 1));
+        }
+        assert_eq!(r.restarts_in_window(&p, t), 1);
     }
 
     #[test]

@@ -83,6 +83,7 @@ proptest! {
                     if Duration::from_millis(run_ms) >= p.healthy_after {
                         streak = 0;
                         last_delay = None;
+                        granted.clear();
                     }
                     let in_window = granted
                         .iter()

@@ -15,6 +15,7 @@
 //! | `metrics_listen` | none | `IP:PORT` |
 //! | `event_retention` | 100000 | 1 to 10^9 |
 //! | `mail_retention` | 7d | ≥ 1s; done mail (and its idempotency key) older than this is deleted |
+//! | `log_format` | `text` | `text` or `json`; `supervise --log-format` overrides it |
 //! | `drain_timeout` | 60s | > 0 |
 //! | `drain_deadline` | 90s | ≥ `drain_timeout` |
 //! | `kill_timeout` | 10s | > 0 |
@@ -24,6 +25,7 @@
 //! | `max_frame_bytes` | 1MiB | ≤ 64MiB, ≥ `max_mail_bytes` + 4KiB |
 //! | `max_mail_bytes` | 256KiB | ≥ 1 |
 //! | `max_inbox` | 10000 | 1 to 10^8 |
+//! | `max_deliveries` | 5 | 1 to 1000; failed deliveries before mail is quarantined as dead |
 //! | `recycle.max_uptime`, `.max_grants_age` | none | > 0; grant age needs `grants_file` |
 //! | `recycle.max_rss` | none | ≥ 1MiB |
 //! | `recycle.jitter` | 0% | ≤ 50% |
@@ -31,7 +33,8 @@
 //! | `recycle.at` | none | `"HH:MM[:SS]"` or five cron fields, local time; must fire within 8 years |
 //! | `recycle.overlap` | false | true: the successor is ready before the old child drains |
 //! | `replicas` | 1 | 1 to 256 children sharing the inbox |
-//! | `restart.backoff_initial` / `backoff_max` | 100ms / 30s | 0 < initial ≤ max |
+//! | `restart.backoff_initial` / `backoff_max` | 100ms / 30s | 0 ≤ initial ≤ max; max > 0 (initial 0: every restart at once) |
+//! | `restart.healthy_after` | 1s | a run this long was healthy: its crash restarts at once and is not counted |
 //! | `restart.max_restarts` in `restart.period` | 5 in 60s | 1 to 10000; period > 0 |
 //! | `[store] url` | none: SQLite in `state_dir` | a PostgreSQL URL or `key=value` string naming a server and database |
 //! | `[fleet] host_id` | the hostname | 1 to 64 of `A-Za-z0-9_.-`; `[fleet]` needs `[store] url` |
@@ -39,12 +42,14 @@
 //! | `[fleet] lease_renew` | 5s | ≥ 100ms, ≤ a third of `lease_ttl` |
 //! | `cgroup_root` | the supervisor's own cgroup if delegated, else none | an absolute path, or `"none"` |
 //! | `limits.*` | none | see `containment.rs` |
+//! | `working_dir` | the config file's directory | must exist; relative to the config file's directory |
 
 mod build;
 mod containment;
 pub mod defaults;
 mod error;
 mod fleet;
+mod programs;
 mod raw;
 mod resolve;
 mod tunables;
@@ -58,7 +63,7 @@ use std::path::{Path, PathBuf};
 
 use raw::{RawFile, RawStore};
 use resolve::Lookup;
-pub use units::{format_duration, format_size};
+pub use units::{format_duration, format_size, parse_duration};
 
 /// `state_dir` when the config names none (systemd's `StateDirectory=wfhost`).
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/wfhost";
@@ -78,7 +83,36 @@ const MAX_ENV_BYTES: usize = 256 << 10;
 use build::Build;
 pub use error::ConfigError;
 use error::Problem;
+pub use programs::programs;
 pub use types::*;
+
+/// The config file used when none is named: where packages and
+/// `contrib/README.md` install it.
+pub const DEFAULT_CONFIG: &str = "/etc/wfhost/wfhost.toml";
+
+/// The environment variable naming the config file when `--config` does not.
+pub const CONFIG_ENV: &str = "WFHOST_CONFIG";
+
+/// How every command finds its config, for `--help`.
+pub const FINDING: &str = "Without --config (or --socket), the config file is $WFHOST_CONFIG, else /etc/wfhost/wfhost.toml.";
+
+/// Which config file to use: the one named on the command line, else
+/// `$WFHOST_CONFIG`, else [`DEFAULT_CONFIG`]; an error that names all
+/// three when none of them gives a readable file.
+pub fn find(named: Option<&Path>) -> Result<PathBuf, ConfigError> {
+    if let Some(path) = named {
+        return Ok(path.to_path_buf());
+    }
+    if let Some(path) = std::env::var_os(CONFIG_ENV).filter(|p| !p.is_empty()) {
+        return Ok(PathBuf::from(path));
+    }
+    let default = PathBuf::from(DEFAULT_CONFIG);
+    if default.exists() {
+        Ok(default)
+    } else {
+        Err(ConfigError::NotFound)
+    }
+}
 
 /// Where a config keeps the supervisor's state.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -155,6 +189,12 @@ pub fn store_url_of(path: &Path) -> Result<Option<String>, ConfigError> {
 
 /// Reads, parses and validates the config file at `path`.
 pub fn load(path: &Path) -> Result<Config, ConfigError> {
+    let text = read_text(path)?;
+    parse(&text, path)
+}
+
+/// The config file's text: at most [`MAX_CONFIG_BYTES`] of UTF-8.
+fn read_text(path: &Path) -> Result<String, ConfigError> {
     let read_err = |source| ConfigError::Read {
         path: path.to_path_buf(),
         source,
@@ -169,20 +209,16 @@ pub fn load(path: &Path) -> Result<Config, ConfigError> {
             path: path.to_path_buf(),
         });
     }
-    let text = match String::from_utf8(bytes) {
-        Ok(text) => text,
-        Err(e) => {
-            let valid = e.utf8_error().valid_up_to();
-            let prefix = String::from_utf8_lossy(&e.as_bytes()[..valid]).into_owned();
-            return Err(Problem::new(
-                valid..valid,
-                "the file is not valid UTF-8",
-                "save the config as UTF-8 text",
-            )
-            .into_error(&prefix, path));
-        }
-    };
-    parse(&text, path)
+    String::from_utf8(bytes).map_err(|e| {
+        let valid = e.utf8_error().valid_up_to();
+        let prefix = String::from_utf8_lossy(&e.as_bytes()[..valid]).into_owned();
+        Problem::new(
+            valid..valid,
+            "the file is not valid UTF-8",
+            "save the config as UTF-8 text",
+        )
+        .into_error(&prefix, path)
+    })
 }
 
 /// Parses and validates config `text` as if read from `path` (which names
@@ -199,6 +235,9 @@ fn parse_with(text: &str, path: &Path, lookup: &Lookup) -> Result<Config, Config
     })?;
     let dir = resolve::config_dir(path);
     let build = Build { dir: &dir, lookup };
+    let log_format = build
+        .log_format(raw.supervisor.as_ref())
+        .map_err(|p| p.into_error(text, path))?;
     let supervisor = build
         .supervisor(raw.supervisor)
         .map_err(|p| p.into_error(text, path))?;
@@ -219,6 +258,7 @@ fn parse_with(text: &str, path: &Path, lookup: &Lookup) -> Result<Config, Config
         supervisor,
         store_url,
         fleet,
+        log_format,
         deployments,
     })
 }
@@ -233,5 +273,7 @@ fn store_url(raw: Option<RawStore>) -> Result<Option<String>, Problem> {
     Ok(Some(text.clone()))
 }
 
+#[cfg(test)]
+mod example_tests;
 #[cfg(test)]
 mod tests;

@@ -53,6 +53,8 @@ pub struct Shared {
     pub started: tokio::sync::Notify,
     /// The fleet this host is one of (`[fleet]`), if any.
     pub fleet: Option<Arc<crate::fleet::Fleet>>,
+    /// Mail offered by senders, written together.
+    pub sends: Arc<crate::send_batch::SendBatch>,
 }
 
 /// Records waiting for the store, oldest first.
@@ -289,6 +291,8 @@ impl Shared {
         let mut kept = self.backlog.acks.lock().unwrap_or_else(|p| p.into_inner());
         kept.extend(acks.into_iter().map(|a| AckRecord {
             deployment: deployment.to_owned(),
+            channel_id: a.holder.channel_id,
+            pid: a.holder.pid,
             id: a.id,
             outcome: outcome_text(&a.outcome),
             at_ms,

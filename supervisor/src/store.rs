@@ -3,8 +3,10 @@
 //! It holds the journal, the children table, mail and the event log.
 //!
 //! Layout: the trait (`api`), its errors (`error`), and one file per kind
-//! of thing stored (`children`, `mail`, `events`, `journal_row`) hold
-//! what every backend shares, rules included; `sqlite` holds the SQLite
+//! of thing stored (`children`, `mail`, `events`, `journal_row`; mail
+//! held per child and quarantined in `held`, the operator's view of mail
+//! in `mail_admin`) hold what every backend shares, rules included;
+//! `sqlite` holds the SQLite
 //! backend, `postgres` the PostgreSQL one (`[store] url`); `guard` checks
 //! the journal when a supervisor starts and stops.
 
@@ -15,8 +17,10 @@ pub mod error;
 mod events;
 pub mod fence;
 pub mod guard;
+pub mod held;
 mod journal_row;
 pub mod mail;
+pub mod mail_admin;
 #[cfg(test)]
 mod measure;
 pub mod postgres;
@@ -28,7 +32,9 @@ pub use api::Store;
 pub use children::ChildRecord;
 pub use error::StoreError;
 pub use events::{EventRecord, NewEvent};
-pub use mail::{Accepted, MailCounts, MailItem};
+pub use held::{AckOf, DeadMail, Ending, Holder, Replayed};
+pub use mail::{Accepted, MailCounts, MailItem, Offer};
+pub use mail_admin::{MailPage, MailQuery, MailState, MailView, Retried};
 pub use postgres::PostgresStore;
 pub use sqlite::SqliteStore;
 

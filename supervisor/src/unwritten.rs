@@ -46,6 +46,14 @@ pub struct Record {
 pub struct AckRecord {
     /// The deployment.
     pub deployment: String,
+    /// The channel id of the child that held it (empty in files older
+    /// than mail holders: such an ack matches nothing, and the item is
+    /// delivered again).
+    #[serde(default)]
+    pub channel_id: String,
+    /// That child's pid.
+    #[serde(default)]
+    pub pid: u32,
     /// The mail.
     pub id: u64,
     /// How processing ended, as stored.
@@ -172,8 +180,12 @@ pub fn recover(
     let left: Unwritten = serde_json::from_slice(&text)
         .map_err(|e| format!("{} is not a file of unwritten records: {e}", file.display()))?;
     for a in &left.acks {
+        let holder = crate::store::Holder {
+            channel_id: a.channel_id.clone(),
+            pid: a.pid,
+        };
         store
-            .ack_mail(&a.deployment, a.id, &a.outcome, a.at_ms)
+            .ack_mail(&a.deployment, &holder, a.id, &a.outcome, a.at_ms)
             .map_err(|e| e.to_string())?;
     }
     for r in &left.journal {

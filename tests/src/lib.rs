@@ -3,6 +3,7 @@
 //! operator reads (command output, the journal, the event log, the store).
 //! Tests drive only the binaries.
 
+pub mod control;
 pub mod fleet;
 pub mod netns;
 pub mod postgres;
@@ -84,12 +85,55 @@ impl Drop for TempDir {
     }
 }
 
-/// Runs `wfhost ARGS` to completion and returns its output.
+/// Runs `wfhost ARGS` to completion and returns its output, which must
+/// hold no Rust debug form (see [`debug_forms`]).
 pub fn wfhost(args: &[&str]) -> Output {
-    Command::new(bin("wfhost"))
+    let out = Command::new(bin("wfhost"))
         .args(args)
         .output()
-        .expect("run wfhost")
+        .expect("run wfhost");
+    // `logs` prints what hosted programs wrote, which is theirs to word.
+    let stdout = if args.first() == Some(&"logs") {
+        String::new()
+    } else {
+        text(&out.stdout)
+    };
+    for (name, text) in [("stdout", stdout), ("stderr", text(&out.stderr))] {
+        let found = debug_forms(&text);
+        assert!(
+            found.is_empty(),
+            "`wfhost {}` wrote Rust debug forms on {name}:\n{}",
+            args.join(" "),
+            found.join("\n")
+        );
+    }
+    out
+}
+
+/// The lines of `text` (a log or a command's output) that hold a Rust
+/// debug form an operator should never read: `Some(…)` or a bare `None`.
+/// What a hosted program wrote (`id[pid] stdout: …`, a JSON line with a
+/// `stream`) is its own and is skipped, but not wfhost-child's own words.
+pub fn debug_forms(text: &str) -> Vec<String> {
+    let word = |line: &str, w: &str| {
+        line.match_indices(w).any(|(i, _)| {
+            let before = line[..i].chars().next_back();
+            let after = line[i + w.len()..].chars().next();
+            let edge = |c: Option<char>| c.is_none_or(|c| !c.is_alphanumeric() && c != '_');
+            edge(before) && edge(after)
+        })
+    };
+    text.lines()
+        .map(strip_ansi)
+        .filter(|line| {
+            let hosted = ["] stdout: ", "] stderr: "].iter().any(|tag| {
+                line.split_once(tag)
+                    .is_some_and(|(_, said)| !said.starts_with("wfhost-child: "))
+            }) || line.contains("\"stream\":\"stdout\"")
+                || (line.contains("\"stream\":\"stderr\"") && !line.contains("wfhost-child: "));
+            !hosted && (line.contains("Some(") || word(line, "None"))
+        })
+        .collect()
 }
 
 /// Runs `wfhost keygen --out PATH`; returns its output, the public key
@@ -493,7 +537,7 @@ impl Supervisor {
     /// The ids of the `mail N: received` lines the demo children printed
     /// (only child `pid`'s, when given), in log order.
     pub fn received_mail(&self, pid: Option<u32>) -> Vec<u64> {
-        let tag = pid.map(|pid| format!("pid={pid} "));
+        let tag = pid.map(|pid| format!("[{pid}] stdout: "));
         self.plain_log()
             .lines()
             .filter(|l| tag.as_ref().is_none_or(|tag| l.contains(tag)))
@@ -604,6 +648,15 @@ impl Supervisor {
 impl Drop for Supervisor {
     fn drop(&mut self) {
         self.kill_everything();
+        // Every supervisor log of every test is scanned for debug forms.
+        if !std::thread::panicking() {
+            let found = debug_forms(&self.log());
+            assert!(
+                found.is_empty(),
+                "the supervisor logged Rust debug forms:\n{}",
+                found.join("\n")
+            );
+        }
     }
 }
 
@@ -618,6 +671,11 @@ impl Supervisor {
     /// supervisor process (e.g. `NOTIFY_SOCKET`, `WATCHDOG_USEC`).
     pub fn start_with_env(body: &str, env: &[(&str, &str)]) -> Self {
         Self::start_with("", body, env)
+    }
+
+    /// The control socket.
+    pub fn socket(&self) -> PathBuf {
+        self.dir.join("state/wfhost.sock")
     }
 
     /// Waits until the control socket accepts connections: the file
@@ -687,5 +745,26 @@ impl Supervisor {
     /// `[supervisor]` table (see [`write_config_with_settings`]).
     pub fn start_with_settings(settings: &str, body: &str) -> Self {
         Self::start_with(settings, body, &[])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::debug_forms;
+
+    #[test]
+    fn debug_forms_are_found_and_hosted_output_is_not_blamed() {
+        let log = "\
+2026-01-01T00:00:00Z  INFO a[1]: recycled old_pid=Some(5) new_pid=6
+2026-01-01T00:00:00Z  INFO a[1]: ready run=None
+2026-01-01T00:00:00Z  INFO a[1] stdout: print(None) from python
+2026-01-01T00:00:00Z  INFO a[1] stderr: wfhost-child: step=Some(x)
+2026-01-01T00:00:00Z  INFO a[1]: Nonexistent NoneSuch runs in flight: none
+{\"message\":\"None\",\"stream\":\"stdout\"}
+";
+        let found = debug_forms(log);
+        assert_eq!(found.len(), 3, "{found:#?}");
+        assert!(found[0].contains("Some(5)") && found[1].contains("run=None"));
+        assert!(found[2].contains("wfhost-child: step=Some(x)"));
     }
 }

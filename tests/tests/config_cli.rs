@@ -135,7 +135,10 @@ fn a_missing_program_is_a_config_error() {
         &dir,
         "[[deployment]]\nid = \"a\"\ncommand = [\"./not-there\"]\n",
     );
-    assert!(err.starts_with(&format!("{path}:3:12: program ")), "{err}");
+    assert!(
+        err.starts_with(&format!("{path}:3:12: deployment \"a\": program ")),
+        "{err}"
+    );
     assert!(
         err.contains(&format!("{}/not-there", dir.path().display())),
         "{err}"
@@ -156,10 +159,21 @@ fn an_unreadable_file_names_the_file_and_the_os_error() {
 }
 
 #[test]
-fn check_config_without_a_path_is_a_usage_error() {
-    let out = wfhost(&["check-config"]);
+fn check_config_without_a_path_says_where_it_looked() {
+    if Path::new("/etc/wfhost/wfhost.toml").exists() {
+        return;
+    }
+    let out = std::process::Command::new(wfhost_tests::bin("wfhost"))
+        .arg("check-config")
+        .env_remove("WFHOST_CONFIG")
+        .output()
+        .expect("run wfhost");
     assert_eq!(out.status.code(), Some(2));
-    assert!(stderr(&out).contains("<PATH>"), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("no config file: --config is not given, WFHOST_CONFIG is not set, and /etc/wfhost/wfhost.toml does not exist"),
+        "{err}"
+    );
 }
 
 #[test]

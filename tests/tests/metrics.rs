@@ -11,7 +11,12 @@ use wfhost_tests::{
     write_config_with_settings,
 };
 
-const FAMILIES: [(&str, &str); 13] = [
+const FAMILIES: [(&str, &str); 18] = [
+    ("wfhost_host_cores", "gauge"),
+    ("wfhost_host_memory_total_bytes", "gauge"),
+    ("wfhost_host_memory_available_bytes", "gauge"),
+    ("wfhost_supervisor_rss_bytes", "gauge"),
+    ("wfhost_host_load", "gauge"),
     ("wfhost_child_rss_bytes", "gauge"),
     ("wfhost_child_uptime_seconds", "gauge"),
     ("wfhost_deployment_state", "gauge"),
@@ -365,4 +370,68 @@ fn a_taken_port_stops_the_supervisor_with_a_clear_error() {
         "{stderr}"
     );
     drop(taken);
+}
+
+/// The host's facts as /proc has them: logical CPUs and MemTotal.
+fn proc_host() -> (f64, f64) {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").expect("cpuinfo");
+    let cores = cpuinfo
+        .lines()
+        .filter(|l| l.starts_with("processor"))
+        .count();
+    let meminfo = std::fs::read_to_string("/proc/meminfo").expect("meminfo");
+    let kib: f64 = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("MemTotal");
+    (cores as f64, kib * 1024.0)
+}
+
+#[test]
+fn the_host_is_served_as_status_shows_it() {
+    let (sup, addr) = start(&well_behaved("alpha"));
+    sup.ready_pid("alpha", LONG);
+    let text = scrape(addr);
+    let (cores, total) = proc_host();
+    assert_eq!(sample(&text, "wfhost_host_cores"), Some(cores), "{text}");
+    assert_eq!(
+        sample(&text, "wfhost_host_memory_total_bytes"),
+        Some(total),
+        "{text}"
+    );
+    let available = sample(&text, "wfhost_host_memory_available_bytes").expect("available");
+    assert!(available > 0.0 && available < total, "{text}");
+    let rss = sample(&text, "wfhost_supervisor_rss_bytes").expect("our RSS");
+    let statm = std::fs::read_to_string(format!("/proc/{}/statm", sup.pid())).expect("statm");
+    let pages: f64 = statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .expect("pages");
+    assert!(
+        rss > pages * 4096.0 / 2.0 && rss < pages * 4096.0 * 2.0,
+        "{rss} against {pages} pages"
+    );
+    for window in ["1m", "5m", "15m"] {
+        let series = format!("wfhost_host_load{{window=\"{window}\"}}");
+        assert!(
+            sample(&text, &series).is_some_and(|l| l >= 0.0),
+            "{series} in {text}"
+        );
+    }
+    // The same facts in `wfhost status`.
+    let host = &sup.status()["host"];
+    assert_eq!(host["cores"].as_f64(), Some(cores), "{host}");
+    assert_eq!(host["memory_total_bytes"].as_f64(), Some(total), "{host}");
+    assert_eq!(host["supervisor_pid"], sup.pid(), "{host}");
+    let table = wfhost_tests::ok("status", &sup.client(&["status"]));
+    assert!(
+        table.starts_with(&format!("host: {cores} cores, load ")),
+        "{table}"
+    );
+    assert!(
+        table.contains(&format!("; wfhost pid {}, ", sup.pid())),
+        "{table}"
+    );
 }

@@ -244,10 +244,15 @@ fn status_table_lists_every_deployment_with_its_state_and_pid() {
     ok("status", &out);
     let table = stdout(&out);
     let mut lines = table.lines();
+    let host = lines.next().expect("a host line");
+    assert!(
+        host.starts_with("host: ") && host.contains(" cores, load "),
+        "{table}"
+    );
     let header: Vec<&str> = lines.next().expect("a header").split_whitespace().collect();
     assert_eq!(&header[..3], ["DEPLOYMENT", "STATE", "PID"], "{table}");
-    // Rows end at the blank line before the notes (steps in flight, last
-    // recycles).
+    // Rows end at the blank line before the notes (what needs a look)
+    // and the legend.
     let rows: Vec<Vec<&str>> = lines
         .take_while(|l| !l.is_empty())
         .map(|l| l.split_whitespace().collect())
@@ -266,9 +271,22 @@ fn status_table_lists_every_deployment_with_its_state_and_pid() {
     );
     assert_eq!(row("broken")[1..3], ["failed", "-"], "{table}");
     assert!(
-        row("broken").join(" ").contains("exit status 3"),
+        row("broken").join(" ").ends_with("crashed: exit 3"),
         "last exit shown:\n{table}"
     );
+    assert!(
+        table
+            .replace("\n    ", " ")
+            .contains("\n  broken: too many restarts within the period; last: exited unexpectedly: exit status 3"),
+        "a failed deployment gets a note saying why:\n{table}"
+    );
+    assert!(
+        row("beta-with-a-long-name").join(" ").ends_with(" drained"),
+        "a drain ends as drained, not as an exit status:\n{table}"
+    );
+    for line in table.lines() {
+        assert!(line.chars().count() <= 100, "{line}");
+    }
 }
 
 #[test]
@@ -383,6 +401,10 @@ const CLIENT_COMMANDS: &[&[&str]] = &[
     &["events"],
     &["events", "--follow"],
     &["kill", "svc"],
+    &["status", "svc"],
+    &["logs", "svc"],
+    &["reload"],
+    &["stop"],
 ];
 
 fn assert_unreachable(target: &[&str], socket: &Path) {
@@ -656,7 +678,9 @@ fn sighup_starts_added_stops_removed_and_recycles_changed_deployments() {
     assert_eq!(b["added"], serde_json::json!(["added"]), "{b}");
     assert_eq!(b["removed"], serde_json::json!(["gone"]), "{b}");
     assert_eq!(b["changed"], serde_json::json!(["change"]), "{b}");
-    assert!(sup.log().contains("SIGHUP: config reloaded"));
+    assert!(
+        sup.log().contains("SIGHUP: reloading the config") && sup.log().contains("config reloaded")
+    );
 }
 
 /// A supervisor of a ready `svc` whose config file then gets a bad
@@ -799,7 +823,7 @@ fn sigusr2_writes_a_status_dump_to_the_log() {
         let log = sup.plain_log();
         let lines = log
             .lines()
-            .filter(|l| l.contains("status deployment="))
+            .filter(|l| l.contains("]: status state="))
             .count();
         (log.contains("SIGUSR2: status dump") && lines >= 2).then_some(log)
     });
@@ -811,7 +835,7 @@ fn sigusr2_writes_a_status_dump_to_the_log() {
     for (id, pid) in [("a", a), ("b", b)] {
         let line = log
             .lines()
-            .find(|l| l.contains(&format!("status deployment={id} ")))
+            .find(|l| l.contains(&format!(" INFO {id}[{pid}]: status state=")))
             .unwrap_or_else(|| panic!("no status line for {id}:\n{log}"));
         assert!(line.contains(&pid.to_string()), "{line}");
         assert!(line.contains("ready"), "{line}");
@@ -968,14 +992,42 @@ fn status_table_shows_what_design_lists() {
     sup.ready_pid("svc", LONG);
     let out = sup.client(&["status"]);
     ok("status", &out);
-    let header = stdout(&out)
+    let text = stdout(&out);
+    let header = text
         .lines()
-        .next()
-        .unwrap_or_default()
-        .to_uppercase();
-    for column in ["RSS", "GRANT", "DRAIN", "MAIL", "RECYCLE"] {
+        .find(|l| l.starts_with("DEPLOYMENT"))
+        .unwrap_or_default();
+    for column in ["RSS", "DRAIN", "MAIL", "RECYCLES", "RESTARTS", "LAST EXIT"] {
         assert!(header.contains(column), "no {column} column: {header}");
     }
+    // The slashes are explained.
+    assert!(text.contains("MAIL waiting/being processed/done"), "{text}");
+    assert!(
+        text.contains("RECYCLES by policy/operator/the child itself"),
+        "{text}"
+    );
+    // Grant age is shown once a deployment has grants.
+    let dir = sup.dir().path().to_path_buf();
+    std::fs::write(dir.join("grants.json"), "{}").expect("grants file");
+    let text = std::fs::read_to_string(sup.config()).expect("config");
+    std::fs::write(
+        sup.config(),
+        text + &deployment(
+            "creds",
+            &exec("sleep 1000"),
+            "grants_file = \"grants.json\"",
+        )
+        .replace("{bin}", &wfhost_tests::bin_dir().display().to_string()),
+    )
+    .expect("config");
+    sup.signal(Signal::SIGHUP);
+    listed_and_ready(&sup, "creds");
+    let text = stdout(&sup.client(&["status"]));
+    assert!(text.contains(" GRANTS "), "{text}");
+    assert!(
+        text.contains("GRANTS age of the grants (- no grants_file)"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -984,5 +1036,5 @@ fn the_log_written_to_a_file_has_no_terminal_colour_codes() {
     sup.ready_pid("svc", LONG);
     let log = sup.log();
     assert!(!log.contains('\u{1b}'), "escape codes in the log:\n{log:?}");
-    assert!(log.contains("deployment=svc"), "{log}");
+    assert!(log.contains(" svc["), "{log}");
 }

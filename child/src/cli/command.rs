@@ -14,17 +14,32 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::Signal;
 use tokio::process::{Child, Command};
 use wfhost_ipc::Outcome;
-use wfhost_ipc::handshake::ENV_ALL;
+use wfhost_ipc::handshake::{ENV_ALL, ENV_CHANNEL_ID, ENV_DEPLOYMENT};
 use wfhost_process::{ChildSetup, is_zombie, kill_tree, own_children, try_reap};
 
 /// How long what the command left behind may take to die.
 const LEFTOVERS_GONE_WITHIN: Duration = Duration::from_secs(5);
 
+/// The variable naming the run a hosted command is.
+pub const ENV_RUN: &str = "WFHOST_RUN";
+
+/// Who a hosted command works for: its deployment, its child's channel id
+/// and its run, handed on as `WFHOST_DEPLOYMENT`, `WFHOST_CHANNEL_ID` and
+/// `WFHOST_RUN`.
+pub struct Identity<'a> {
+    /// The deployment id.
+    pub deployment: &'a str,
+    /// The wfhost-child's channel id (new for every spawn).
+    pub channel_id: &'a str,
+    /// The run the command is.
+    pub run: &'a str,
+}
+
 /// Spawns `argv` as the leader of a new process group, SIGKILLed if
-/// wfhost-child dies, inheriting no fd above 2. The `WFHOST_*` variables
-/// are removed: the control channel belongs to wfhost-child, and the
-/// command never inherits it.
-pub fn spawn(argv: &[OsString]) -> io::Result<Child> {
+/// wfhost-child dies, inheriting no fd above 2. Every `WFHOST_*` variable
+/// is removed (the control channel belongs to wfhost-child, and the
+/// command never inherits it), then the command's `identity` is set.
+pub fn spawn(argv: &[OsString], identity: &Identity<'_>) -> io::Result<Child> {
     let Some((program, args)) = argv.split_first() else {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
@@ -40,6 +55,9 @@ pub fn spawn(argv: &[OsString]) -> io::Result<Child> {
     for var in ENV_ALL {
         cmd.env_remove(var);
     }
+    cmd.env(ENV_DEPLOYMENT, identity.deployment)
+        .env(ENV_CHANNEL_ID, identity.channel_id)
+        .env(ENV_RUN, identity.run);
     ChildSetup::new()?.install(cmd.as_std_mut());
     cmd.spawn()
 }

@@ -17,6 +17,16 @@
 //! `StepFinished` and `RunTerminal` (`Cancelled` if drain or a cancel
 //! stopped it, else from its status), then exit with its status. Orphans
 //! that die while it runs are reaped.
+//!
+//! The command's environment is the child's, without the control channel
+//! (`WFHOST_CONTROL_FD` and the rest of the `WFHOST_*` contract are
+//! removed), plus who it works for:
+//!
+//! | variable | value |
+//! |---|---|
+//! | `WFHOST_DEPLOYMENT` | the deployment id |
+//! | `WFHOST_CHANNEL_ID` | this child's channel id, new for every spawn |
+//! | `WFHOST_RUN` | the run it is (`--run`, else `exec-<wfhost-child's pid>`) |
 
 use std::time::Duration;
 
@@ -27,7 +37,8 @@ use wfhost_child::{CancelCause, CancelToken, DrainBehavior, Options, Outcome, Ru
 
 use super::ExecArgs;
 use super::command::{
-    adopt_orphans, exit_code_of, kill_leftovers, outcome_of, reap_orphans, signal_group, spawn,
+    Identity, adopt_orphans, exit_code_of, kill_leftovers, outcome_of, reap_orphans, signal_group,
+    spawn,
 };
 
 /// How long the command gets between SIGTERM and SIGKILL once the
@@ -75,7 +86,12 @@ pub async fn run(args: ExecArgs) -> u8 {
     };
     adopt_orphans();
 
-    let mut child = match spawn(&args.command) {
+    let identity = Identity {
+        deployment: rt.deployment(),
+        channel_id: rt.channel_id(),
+        run: &run,
+    };
+    let mut child = match spawn(&args.command, &identity) {
         Ok(child) => child,
         Err(e) => {
             let program = args

@@ -5,6 +5,7 @@ mod conformance;
 mod demo;
 mod exec;
 pub mod log;
+mod man;
 
 use std::ffi::OsString;
 
@@ -27,6 +28,10 @@ enum Command {
     /// Drain stops it (SIGTERM) or waits for it, a signed cancel kills it
     /// (SIGKILL), Shutdown and SIGTERM/SIGINT are forwarded to it, and the
     /// child exits with its status (128+N if it died by signal N).
+    ///
+    /// The command gets the child's environment without the control channel
+    /// (no WFHOST_CONTROL_FD), plus WFHOST_DEPLOYMENT (the deployment id),
+    /// WFHOST_CHANNEL_ID (this child's channel id) and WFHOST_RUN (its run).
     Exec(ExecArgs),
     /// Run the demo workflow: each mail item is one run of three steps.
     ///
@@ -36,6 +41,8 @@ enum Command {
     /// a signed cancel ends it; mail whose run drain, shutdown or a lost
     /// channel cut short is left for redelivery.
     Demo(DemoArgs),
+    /// Write the manual pages (wfhost-child.1 and one for each command) into a directory.
+    Man(man::ManArgs),
     /// Run the conformance child that `wfhost-conformance` tests.
     ///
     /// Each mail item's JSON payload says what to do: steps (name, drain
@@ -106,5 +113,6 @@ pub async fn run(cli: Cli) -> u8 {
         Command::Exec(args) => exec::run(args).await,
         Command::Demo(args) => demo::run(args).await,
         Command::Conformance => conformance::run().await,
+        Command::Man(args) => man::run(args),
     }
 }

@@ -225,6 +225,7 @@ impl<W> Life<W> {
         {
             self.end_drain("drained", o);
             self.terminate(now, o);
+            self.drained_out = true;
         }
     }
 

@@ -98,12 +98,30 @@ impl<W> Life<W> {
         }
     }
 
-    /// The child was reaped: why it ended decides what follows.
+    /// The child was reaped: why it ended decides what follows. An exit
+    /// during a drain, or after one, is the drain's end, not a crash; a
+    /// child that ended without ever saying Hello is named as such.
     pub(super) fn reaped(&mut self, status: ExitStatus, now: Instant, o: &mut Out<W>) {
+        let draining = match &self.phase {
+            Phase::Draining { .. } => true,
+            Phase::Closing { purpose, .. } => purpose.is_some(),
+            _ => false,
+        };
         let cause = match self.kill_cause.take() {
             Some(cause) => cause,
+            None if self.drained_out => ExitCause::Drained(status),
             None if self.terminated => ExitCause::Stopped(status),
+            None if draining => ExitCause::Drained(status),
             None => ExitCause::Exited(status),
+        };
+        let silent = self.child.as_ref().is_some_and(|c| !c.spoke);
+        let cause = match cause {
+            c @ (ExitCause::Exited(_) | ExitCause::NotReady | ExitCause::Violation(_))
+                if silent =>
+            {
+                ExitCause::Silent(Box::new(c))
+            }
+            c => c,
         };
         self.ended(cause, now, o);
     }
@@ -113,6 +131,7 @@ impl<W> Life<W> {
         let pending = self.start_pending.take();
         self.end_drain("child exited", o);
         self.terminated = false;
+        self.drained_out = false;
         self.steps_in_flight = false;
         let child = self.child.take();
         if let Some(c) = &child {

@@ -42,6 +42,8 @@ pub struct Child {
     pub was_ready: bool,
     /// It finished a step or a mail item since.
     pub worked: bool,
+    /// It sent its Hello (a child that never does is not a wfhost child).
+    pub spoke: bool,
 }
 
 /// A recycle whose old child is gone and whose new one is on its way.
@@ -63,6 +65,8 @@ pub struct Life<W> {
     kill_cause: Option<ExitCause>,
     /// SIGTERM was sent on purpose: an exit is a stop, not a crash.
     terminated: bool,
+    /// The child drained before it was stopped: its exit is the drain's end.
+    drained_out: bool,
     /// The purpose of the drain whose budget runs (until [`Action::EndDrain`]).
     draining_for: Option<DrainPurpose>,
     steps_in_flight: bool,
@@ -104,6 +108,7 @@ impl<W> Life<W> {
             child: None,
             kill_cause: None,
             terminated: false,
+            drained_out: false,
             draining_for: None,
             steps_in_flight: false,
             start_pending: None,
@@ -175,6 +180,7 @@ impl<W> Life<W> {
             // A child comes up.
             (P::Starting, I::Spawned { pid, channel_id }) => self.spawned(pid, channel_id, now, o),
             (P::Starting, I::SpawnFailed(e)) => self.ended(ExitCause::SpawnFailed(e), now, o),
+            (P::Starting, I::Hello) => self.said_hello(),
             (P::Starting, I::Ready) => self.became_ready(now, o),
             (P::Starting, I::Tick) => self.ready_deadline(now, o),
             // The child works, drains, asks.
@@ -211,7 +217,8 @@ impl<W> Life<W> {
             // Operators.
             (_, I::Request(request)) => self.request(request, now, o),
             // What a phase cannot see happen, or ignores:
-            // - a child is spawned, ready or failing to spawn only while starting;
+            // - a child is spawned, says Hello, is ready or fails to spawn
+            //   only while starting;
             // - `Drained` counts only while draining (a late report of an
             //   ended drain changes nothing);
             // - a recycle's check that lost to a stronger purpose is dropped;
@@ -224,6 +231,7 @@ impl<W> Life<W> {
                 _,
                 I::Spawned { .. }
                 | I::SpawnFailed(_)
+                | I::Hello
                 | I::Ready
                 | I::Drained
                 | I::Vetted(_)

@@ -21,7 +21,14 @@ impl<W> Life<W> {
             spawned_at: now,
             was_ready: false,
             worked: false,
+            spoke: false,
         });
+    }
+
+    pub(super) fn said_hello(&mut self) {
+        if let Some(child) = self.child.as_mut() {
+            child.spoke = true;
+        }
     }
 
     pub(super) fn became_ready(&mut self, now: Instant, o: &mut Out<W>) {
@@ -33,6 +40,7 @@ impl<W> Life<W> {
             return;
         };
         child.was_ready = true;
+        child.spoke = true;
         let (pid, channel_id) = (child.pid, child.channel_id.clone());
         o.push(Action::Record(Fact::Ready {
             pid,

@@ -116,9 +116,9 @@ impl At {
             "backoff" => {
                 // A crash soon after start backs off (the first restart of
                 // a streak is at once, the second waits).
-                at.ready().later(Duration::from_secs(1));
+                at.ready().later(Duration::from_millis(500));
                 at.on(Input::Reaped(ExitStatus::Code(1)));
-                at.ready().later(Duration::from_secs(1));
+                at.ready().later(Duration::from_millis(500));
                 at.on(Input::Reaped(ExitStatus::Code(1)));
             }
             "drained" => {
@@ -164,6 +164,7 @@ fn input(name: &str) -> Input<u32> {
             channel_id: "c500".into(),
         },
         "spawn_failed" => Input::SpawnFailed("no such file".into()),
+        "hello" => Input::Hello,
         "ready" => Input::Ready,
         "drained" => Input::Drained,
         "steps_on" => Input::StepsInFlight(true),
@@ -204,10 +205,11 @@ const PHASES: [&str; 10] = [
     "exited", "vetting",
 ];
 
-const INPUTS: [&str; 23] = [
+const INPUTS: [&str; 24] = [
     "worked",
     "spawned",
     "spawn_failed",
+    "hello",
     "ready",
     "drained",
     "steps_on",
@@ -272,6 +274,7 @@ const TABLE: &[(&str, &str, &str, &str)] = &[
         "starting",
         "exited replay restarting spawn",
     ),
+    ("starting", "hello", "starting", ""),
     ("starting", "ready", "ready", "ready started dispatch"),
     ("starting", "drained", "starting", ""),
     ("starting", "steps_on", "starting", ""),
@@ -299,6 +302,7 @@ const TABLE: &[(&str, &str, &str, &str)] = &[
     ("starting", "tick_early", "starting", ""),
     ("ready", "spawned", "ready", ""),
     ("ready", "spawn_failed", "ready", ""),
+    ("ready", "hello", "ready", ""),
     ("ready", "ready", "ready", ""),
     ("ready", "drained", "ready", ""),
     ("ready", "steps_on", "ready", ""),
@@ -331,6 +335,7 @@ const TABLE: &[(&str, &str, &str, &str)] = &[
     ("ready", "tick_early", "ready", ""),
     ("draining", "spawned", "draining", ""),
     ("draining", "spawn_failed", "draining", ""),
+    ("draining", "hello", "draining", ""),
     ("draining", "ready", "draining", ""),
     (
         "draining",
@@ -363,6 +368,7 @@ const TABLE: &[(&str, &str, &str, &str)] = &[
     ("draining", "tick_early", "draining", ""),
     ("stopping", "spawned", "stopping", ""),
     ("stopping", "spawn_failed", "stopping", ""),
+    ("stopping", "hello", "stopping", ""),
     ("stopping", "ready", "stopping", ""),
     ("stopping", "drained", "stopping", ""),
     ("stopping", "steps_on", "stopping", ""),
@@ -385,6 +391,7 @@ const TABLE: &[(&str, &str, &str, &str)] = &[
     ("stopping", "tick_early", "stopping", ""),
     ("closing", "spawned", "stopping", ""),
     ("closing", "spawn_failed", "stopping", ""),
+    ("closing", "hello", "stopping", ""),
     ("closing", "ready", "stopping", ""),
     ("closing", "drained", "stopping", ""),
     ("closing", "steps_on", "stopping", ""),
@@ -412,6 +419,7 @@ const TABLE: &[(&str, &str, &str, &str)] = &[
     ("closing", "tick_early", "stopping", ""),
     ("backoff", "spawned", "backoff", ""),
     ("backoff", "spawn_failed", "backoff", ""),
+    ("backoff", "hello", "backoff", ""),
     ("backoff", "ready", "backoff", ""),
     ("backoff", "drained", "backoff", ""),
     ("backoff", "steps_on", "backoff", ""),
@@ -434,6 +442,7 @@ const TABLE: &[(&str, &str, &str, &str)] = &[
     ("backoff", "tick_early", "backoff", ""),
     ("drained", "spawned", "drained", ""),
     ("drained", "spawn_failed", "drained", ""),
+    ("drained", "hello", "drained", ""),
     ("drained", "ready", "drained", ""),
     ("drained", "drained", "drained", ""),
     ("drained", "steps_on", "drained", ""),
@@ -456,6 +465,7 @@ const TABLE: &[(&str, &str, &str, &str)] = &[
     ("drained", "tick_early", "drained", ""),
     ("failed", "spawned", "failed", ""),
     ("failed", "spawn_failed", "failed", ""),
+    ("failed", "hello", "failed", ""),
     ("failed", "ready", "failed", ""),
     ("failed", "drained", "failed", ""),
     ("failed", "steps_on", "failed", ""),
@@ -478,6 +488,7 @@ const TABLE: &[(&str, &str, &str, &str)] = &[
     ("failed", "tick_early", "failed", ""),
     ("exited", "spawned", "exited", ""),
     ("exited", "spawn_failed", "exited", ""),
+    ("exited", "hello", "exited", ""),
     ("exited", "ready", "exited", ""),
     ("exited", "drained", "exited", ""),
     ("exited", "steps_on", "exited", ""),
@@ -500,6 +511,7 @@ const TABLE: &[(&str, &str, &str, &str)] = &[
     ("exited", "tick_early", "exited", ""),
     ("vetting", "spawned", "ready", ""),
     ("vetting", "spawn_failed", "ready", ""),
+    ("vetting", "hello", "ready", ""),
     ("vetting", "ready", "ready", ""),
     ("vetting", "drained", "ready", ""),
     ("vetting", "steps_on", "ready", ""),
@@ -631,7 +643,8 @@ fn a_recycle_checks_drains_stops_respawns_and_answers_with_the_new_pid() {
     match facts(&a)[0] {
         Fact::Exited { cause, pid, .. } => {
             assert_eq!(*pid, old);
-            assert_eq!(cause.describe(), "stopped: killed by signal 15 (SIGTERM)");
+            assert_eq!(*cause, ExitCause::Drained(ExitStatus::Signal(15)));
+            assert_eq!(cause.describe(), "drained", "a drain's SIGTERM is no news");
         }
         other => panic!("{other:?}"),
     }
@@ -794,6 +807,7 @@ fn what_a_starting_child_was_asked_is_done_once_it_is_ready_or_answered_if_it_ne
     // If the child never becomes ready, the waiter hears why.
     let mut at = At::to("starting");
     at.on(input("recycle"));
+    at.on(Input::Hello);
     at.later(Duration::from_secs(6));
     assert_eq!(names(&at.on(Input::Tick)), "kill");
     let a = at.on(Input::Reaped(ExitStatus::Signal(9)));
@@ -863,15 +877,7 @@ fn a_stronger_purpose_takes_over_a_drain_and_keeps_the_earlier_deadline() {
 
 #[test]
 fn exit_causes_are_typed_and_a_kill_is_not_a_crash() {
-    let cause_of = |a: &[Action<u32>]| {
-        facts(a)
-            .into_iter()
-            .find_map(|f| match f {
-                Fact::Exited { cause, .. } => Some(cause.clone()),
-                _ => None,
-            })
-            .expect("an exited fact")
-    };
+    let cause_of = exit_cause;
     let mut at = At::to("ready");
     at.on(input("kill"));
     let a = at.on(Input::Reaped(ExitStatus::Signal(9)));
@@ -991,5 +997,140 @@ fn a_child_asking_to_be_recycled_again_and_again_is_slowed_then_failed() {
         let a = at.on(Input::Reaped(ExitStatus::Code(0)));
         assert_eq!(names(&a), "exited replay spawn");
         at.ready();
+    }
+}
+
+/// The cause an `exited` fact among `a` carries.
+fn exit_cause(a: &[Action<u32>]) -> ExitCause {
+    facts(a)
+        .into_iter()
+        .find_map(|f| match f {
+            Fact::Exited { cause, .. } => Some(cause.clone()),
+            _ => None,
+        })
+        .expect("an exited fact")
+}
+
+#[test]
+fn an_exit_that_ends_a_drain_is_drained_not_a_crash() {
+    // Stopped with SIGTERM once it drained: no exit status to report.
+    let mut at = At::to("stopping");
+    let a = at.on(Input::Reaped(ExitStatus::Signal(15)));
+    assert_eq!(exit_cause(&a).describe(), "drained");
+    assert_eq!(exit_cause(&a).kind(), "drained");
+    let mut at = At::to("stopping");
+    // A wrapper passes its command's SIGTERM on as 128+15.
+    assert_eq!(
+        exit_cause(&at.on(Input::Reaped(ExitStatus::Code(143)))).describe(),
+        "drained"
+    );
+    // Exiting by itself while draining (say, after a stop's drain) is the
+    // drain's end too; an unusual status is kept in words.
+    for purpose in ["drain", "stop"] {
+        let mut at = At::to("ready");
+        at.on(input(purpose));
+        let a = at.on(Input::Reaped(ExitStatus::Code(137)));
+        assert_eq!(
+            exit_cause(&a).describe(),
+            "drained (exit status 137)",
+            "{purpose}"
+        );
+        assert!(
+            !names(&a).contains("restarting"),
+            "{purpose}: {}",
+            names(&a)
+        );
+    }
+    // A child that closes its channel while draining, then exits.
+    let mut at = At::to("draining");
+    at.on(Input::ChannelClosed);
+    assert_eq!(exit_cause(&at.on(input("reaped"))).describe(), "drained");
+    // Past drain_deadline it is stopped, which is not a drain.
+    let mut at = At::to("ready");
+    at.on(input("stop"));
+    at.later(Duration::from_secs(16));
+    assert_eq!(
+        names(&at.on(Input::Tick)),
+        "end_drain:drain_deadline passed terminate"
+    );
+    let cause = exit_cause(&at.on(Input::Reaped(ExitStatus::Signal(15))));
+    assert_eq!(cause.describe(), "stopped: killed by signal 15 (SIGTERM)");
+    // A crash when nobody asked is still one.
+    let mut at = At::to("ready");
+    let cause = exit_cause(&at.on(Input::Reaped(ExitStatus::Code(143))));
+    assert_eq!(cause.describe(), "exited unexpectedly: exit status 143");
+}
+
+#[test]
+fn a_child_that_never_says_hello_is_named_as_no_wfhost_child() {
+    let hint = "it never sent a Hello on fd 3, so it does not speak the wfhost protocol";
+    // It exits at once, runs out of ready_timeout, or closes fd 3.
+    let mut at = At::to("starting");
+    let cause = exit_cause(&at.on(Input::Reaped(ExitStatus::Code(2))));
+    assert!(
+        matches!(&cause, ExitCause::Silent(inner) if **inner == ExitCause::Exited(ExitStatus::Code(2)))
+    );
+    assert_eq!(cause.kind(), "exited", "the kind stays the inner one");
+    let text = cause.describe();
+    assert!(
+        text.starts_with("exited unexpectedly: exit status 2; "),
+        "{text}"
+    );
+    assert!(
+        text.contains(hint) && text.contains("wfhost-child\", \"exec\", \"--\""),
+        "{text}"
+    );
+    let mut at = At::to("starting");
+    at.later(Duration::from_secs(6));
+    at.on(Input::Tick);
+    let cause = exit_cause(&at.on(input("reaped")));
+    assert!(
+        cause
+            .describe()
+            .starts_with("no Ready within ready_timeout; it never sent a Hello"),
+        "{cause:?}"
+    );
+    let mut at = At::to("starting");
+    at.on(input("violation"));
+    let cause = exit_cause(&at.on(input("reaped")));
+    assert!(cause.is_violation(), "{cause:?}");
+    assert!(cause.describe().contains(hint), "{cause:?}");
+    // One that said Hello speaks the protocol: no hint.
+    let mut at = At::to("starting");
+    at.on(Input::Hello);
+    at.later(Duration::from_secs(6));
+    at.on(Input::Tick);
+    assert_eq!(exit_cause(&at.on(input("reaped"))), ExitCause::NotReady);
+    // Nor for a stop or a kill, which say who ended it.
+    let mut at = At::to("starting");
+    at.on(input("kill"));
+    assert_eq!(exit_cause(&at.on(input("reaped"))), ExitCause::Killed);
+}
+
+#[test]
+fn every_exit_cause_has_a_brief_form_for_tables() {
+    let silent = ExitCause::Silent(Box::new(ExitCause::NotReady));
+    for (cause, brief) in [
+        (ExitCause::Drained(ExitStatus::Signal(15)), "drained"),
+        (
+            ExitCause::Drained(ExitStatus::Code(137)),
+            "drained: exit 137",
+        ),
+        (ExitCause::Exited(ExitStatus::Code(3)), "crashed: exit 3"),
+        (
+            ExitCause::Exited(ExitStatus::Signal(11)),
+            "crashed: SIGSEGV",
+        ),
+        (ExitCause::Stopped(ExitStatus::Signal(15)), "stopped"),
+        (
+            ExitCause::Stopped(ExitStatus::Signal(9)),
+            "stopped: SIGKILL",
+        ),
+        (ExitCause::Killed, "killed by operator"),
+        (ExitCause::SpawnFailed("x".into()), "spawn failed"),
+        (silent, "not a wfhost child"),
+    ] {
+        assert_eq!(cause.brief(), brief, "{cause:?}");
+        assert!(brief.len() <= 20, "{brief} fits a column");
     }
 }

@@ -278,8 +278,16 @@ pub enum ExitCause {
     NotReady,
     /// An operator killed it (`wfhost kill`).
     Killed,
-    /// The supervisor stopped it (a drain, stop or recycle).
+    /// The supervisor stopped it (a stop of a starting child, or a drain
+    /// that passed its `drain_deadline`).
     Stopped(ExitStatus),
+    /// It drained: it reported `Drained` and was stopped, or exited by
+    /// itself while it was draining. The end every drain asks for.
+    Drained(ExitStatus),
+    /// It ended (exited, broke the handshake, or ran out of
+    /// `ready_timeout`) without ever sending its Hello on fd 3: most likely
+    /// a program that does not speak the wfhost protocol at all.
+    Silent(Box<ExitCause>),
 }
 
 impl ExitCause {
@@ -293,6 +301,52 @@ impl ExitCause {
             Self::NotReady => "no Ready within ready_timeout".to_owned(),
             Self::Killed => "killed by an operator".to_owned(),
             Self::Stopped(s) => format!("stopped: {}", s.describe()),
+            // SIGTERM (or 128+15, as a wrapper passes it on) is how a
+            // drained child is stopped: nothing more to say.
+            Self::Drained(ExitStatus::Code(0 | 143) | ExitStatus::Signal(15)) => {
+                "drained".to_owned()
+            }
+            Self::Drained(s) => format!("drained ({})", s.describe()),
+            Self::Silent(inner) => format!(
+                "{}; it never sent a Hello on fd 3, so it does not speak the wfhost protocol: run a plain \
+                 program as command = [\"wfhost-child\", \"exec\", \"--\", PROGRAM, ARGS…], or build it on a \
+                 wfhost SDK (Rust, TypeScript, Python)",
+                inner.describe()
+            ),
+        }
+    }
+
+    /// A few words for a table column: "drained", "crashed: exit 3",
+    /// "not a wfhost child"; [`Self::describe`] has the whole of it.
+    pub fn brief(&self) -> String {
+        let status = |s: &ExitStatus| match *s {
+            ExitStatus::Code(code) => format!("exit {code}"),
+            ExitStatus::Signal(sig) => {
+                signal_name(sig).map_or_else(|| format!("signal {sig}"), str::to_owned)
+            }
+            ExitStatus::Unknown => "unknown status".to_owned(),
+        };
+        match self {
+            Self::SpawnFailed(_) => "spawn failed".to_owned(),
+            Self::Exited(s) => format!("crashed: {}", status(s)),
+            Self::Violation(_) => "protocol violation".to_owned(),
+            Self::Hung => "hung".to_owned(),
+            Self::NotReady => "not ready in time".to_owned(),
+            Self::Killed => "killed by operator".to_owned(),
+            Self::Stopped(ExitStatus::Signal(15)) => "stopped".to_owned(),
+            Self::Stopped(s) => format!("stopped: {}", status(s)),
+            Self::Drained(_) if self.describe() == "drained" => "drained".to_owned(),
+            Self::Drained(s) => format!("drained: {}", status(s)),
+            Self::Silent(_) => "not a wfhost child".to_owned(),
+        }
+    }
+
+    /// Whether the child broke the protocol.
+    pub fn is_violation(&self) -> bool {
+        match self {
+            Self::Violation(_) => true,
+            Self::Silent(inner) => inner.is_violation(),
+            _ => false,
         }
     }
 
@@ -306,6 +360,8 @@ impl ExitCause {
             Self::NotReady => "not_ready",
             Self::Killed => "killed",
             Self::Stopped(_) => "stopped",
+            Self::Drained(_) => "drained",
+            Self::Silent(inner) => inner.kind(),
         }
     }
 }
@@ -372,6 +428,8 @@ pub enum Input<W> {
     },
     /// The child asked for by [`Action::Spawn`] could not be started.
     SpawnFailed(String),
+    /// The child sent its Hello: it speaks the protocol.
+    Hello,
     /// The child completed the handshake.
     Ready,
     /// The child reported `Drained`.

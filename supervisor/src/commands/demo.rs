@@ -1,8 +1,13 @@
 //! `wfhost demo`: a self-contained tour on a temporary state dir. It starts
-//! a real supervisor with two deployments and walks through spawn, mail, a
-//! self recycle, a policy recycle, a drain whose budget runs out (signed,
-//! journaled cancel), a graceful stop and a journal check, printing what
-//! happened at each step.
+//! a real supervisor with four deployments and tells, one plain sentence
+//! a stage, what wfhost does that other supervisors do not: mail that is
+//! never lost while a child asks to be replaced and the policy replaces
+//! it; a drain whose budget stays paused while a wait step (a person
+//! approving) outlasts it; a budget that runs out, so a signed cancel is
+//! journaled, sent, and verified by the child; a recycle without a gap
+//! (`recycle.overlap`), the new child serving while the old one winds
+//! down; a graceful stop; a journal whose every signature and link checks
+//! out.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -23,9 +28,12 @@ pub struct Args {
     keep: bool,
 }
 
-/// The tour's config: `orders` runs the demo workflow (asks for a recycle
-/// every 5 items, recycled by policy after 6 s of uptime); `reports` hosts
-/// a command that ignores SIGTERM, so its drain budget runs out.
+/// The tour's config: `orders` runs the demo workflow (asks to be
+/// recycled every 5 items, recycled by policy after 6 s of uptime);
+/// `approvals` has a 3 s approval (a wait step) against a 1 s budget;
+/// `reports` hosts a command that ignores SIGTERM, so its drain budget runs
+/// out; `checkout` recycles make-before-break, its drained steps winding
+/// down for 2 s.
 const CONFIG: &str = r#"[supervisor]
 state_dir = "state"
 policy_interval = "200ms"
@@ -39,10 +47,21 @@ command = ["wfhost-child", "demo", "--recycle-every", "5", "--step-ms", "20", "-
 recycle = { max_uptime = "6s" }
 
 [[deployment]]
+id = "approvals"
+command = ["wfhost-child", "demo", "--step-ms", "50", "--approve-ms", "3000"]
+drain_timeout = "1s"
+
+[[deployment]]
 id = "reports"
 command = ["wfhost-child", "exec", "--drain", "cancel", "--", "sh", "-c", "trap '' TERM; while :; do sleep 1; done"]
 drain_timeout = "1500ms"
 drain_deadline = "10s"
+
+[[deployment]]
+id = "checkout"
+command = ["wfhost-child", "demo", "--step-ms", "100", "--approve-ms", "20", "--cleanup-ms", "2000"]
+recycle = { overlap = true }
+drain_timeout = "5s"
 "#;
 
 /// Runs the tour.
@@ -89,6 +108,11 @@ struct Tour {
     dir: PathBuf,
     supervisor: Option<Child>,
     started: Instant,
+}
+
+/// A number in a status object, for the story.
+fn n(v: &Value) -> u64 {
+    v.as_u64().unwrap_or(0)
 }
 
 impl Tour {
@@ -152,56 +176,195 @@ impl Tour {
 
         let ready = |d: &Value| d["state"] == "ready";
         let orders = self.wait("orders", "ready", ready)?;
+        self.wait("approvals", "ready", ready)?;
         let reports = self.wait("reports", "ready", ready)?;
         self.say(&format!(
-            "spawned: orders (pid {}, demo workflow) and reports (pid {}, a command that ignores SIGTERM), \
-             each on its own socketpair at fd 3",
+            "The supervisor started four workflow children, each on a private socketpair at fd 3: \
+             orders (pid {}), approvals, reports (pid {}, a command that ignores SIGTERM) and checkout.",
             orders["pid"], reports["pid"]
         ));
+        self.mail_and_recycles(&orders)?;
+        self.wait_step_outlasts_the_drain()?;
+        self.budget_runs_out()?;
+        self.gapless()?;
+        self.stop()?;
+        self.verify_journal(&exe)?;
+        println!("\ndemo complete");
+        Ok(())
+    }
 
+    /// Mail, a self recycle and a policy recycle, nothing lost.
+    fn mail_and_recycles(&self, orders: &Value) -> anyhow::Result<()> {
         for i in 1..=7 {
             self.target()
                 .send("orders", format!("order {i}").as_bytes(), None)
                 .map_err(|e| anyhow::anyhow!(e.message))?;
         }
-        self.say("sent 7 mail items to orders; each is durable in the inbox before `send` returns");
+        self.say(
+            "We sent orders 7 mail items; each was durable in the inbox before `send` returned.",
+        );
         let d = self.wait("orders", "7 items done", |d| d["mail"]["done"] == 7)?;
         self.say(&format!(
-            "orders processed all 7 (fetch, approve, apply each); it asked to be recycled after 5: \
-             self recycles = {}, nothing lost (inbox {}, processing {})",
-            d["recycles"]["self"], d["mail"]["inbox"], d["mail"]["processing"]
+            "After its 5th item the child asked to be replaced (self-recycle): the supervisor drained it, \
+             started pid {} in place of pid {}, and all 7 items are done, none lost ({} self recycle).",
+            d["pid"],
+            orders["pid"],
+            n(&d["recycles"]["self"])
         ));
-
         let d = self.wait("orders", "a policy recycle", |d| {
-            d["recycles"]["policy"].as_u64() >= Some(1)
+            n(&d["recycles"]["policy"]) >= 1
         })?;
         self.say(&format!(
-            "policy recycle: {} (new pid {})",
+            "orders ran past its max_uptime of 6s, so the policy recycled it the same way ({}); pid {} now serves.",
             d["last_recycle"]["reason"].as_str().unwrap_or("?"),
             d["pid"]
         ));
+        Ok(())
+    }
 
-        let message = self.call(Request::Drain {
+    /// The budget ticks only for cancel-behaviour work: a long approval
+    /// outlasts it without spending any.
+    fn wait_step_outlasts_the_drain(&self) -> anyhow::Result<()> {
+        self.target()
+            .send("approvals", b"expense report", None)
+            .map_err(|e| anyhow::anyhow!(e.message))?;
+        let in_approval = |d: &Value| {
+            d["steps"]
+                .as_array()
+                .is_some_and(|s| s.iter().any(|s| s["step"] == "approve"))
+        };
+        self.wait("approvals", "the approve step", in_approval)?;
+        self.call(Request::Drain {
+            deployment: "approvals".into(),
+        })?;
+        let began = Instant::now();
+        self.say(
+            "We drained approvals while its approve step ran: a wait-behaviour step, like a person approving, \
+             which a drain lets finish.",
+        );
+        std::thread::sleep(Duration::from_millis(1500));
+        let d = self.deployment("approvals")?;
+        self.say(&format!(
+            "1.5s later, past the whole 1s budget, the budget is {} at {} ms: it only ticks while \
+             cancel-behaviour work runs.",
+            d["drain"]["budget"].as_str().unwrap_or("?"),
+            n(&d["drain"]["used_ms"])
+        ));
+        let d = self.wait("approvals", "drained", |d| d["state"] == "drained")?;
+        self.say(&format!(
+            "The approval finished after {:.1}s and the child drained with {} ms of its budget used and no cancel \
+             (escalated: {}); its mail waits in the inbox for `wfhost resume`.",
+            began.elapsed().as_secs_f64(),
+            n(&d["drain"]["used_ms"]),
+            d["drain"]["escalated"]
+        ));
+        Ok(())
+    }
+
+    /// A budget that runs out: signed, journaled, then sent, and verified
+    /// by the child.
+    fn budget_runs_out(&self) -> anyhow::Result<()> {
+        self.call(Request::Drain {
             deployment: "reports".into(),
         })?;
-        self.say(&format!(
-            "drain reports: {}",
-            message["message"].as_str().unwrap_or("draining")
-        ));
+        self.say("We drained reports, whose command ignores the SIGTERM a drain sends it.");
         let d = self.wait("reports", "escalation", |d| d["drain"]["escalated"] == true)?;
         self.say(&format!(
-            "the 1.5 s budget ran out (used {} ms while a cancel-behaviour step ran): a signed cancel was \
-             committed to the journal, then sent",
-            d["drain"]["used_ms"]
+            "Its cancel-behaviour step used the whole {} ms budget, so the supervisor signed a cancel with its \
+             ed25519 key, committed it to the journal, and only then sent it to the child.",
+            n(&d["drain"]["used_ms"])
         ));
         self.wait("reports", "drained", |d| d["state"] == "drained")?;
-        self.say("the child verified the cancel and killed its command; reports is drained (not restarted)");
+        let lines = self
+            .target()
+            .collect(Request::Logs {
+                deployment: "reports".into(),
+                lines: 100,
+                follow: false,
+            })
+            .map_err(|e| anyhow::anyhow!(e.message))?;
+        let verified = lines
+            .iter()
+            .filter_map(|l| l["text"].as_str())
+            .find(|t| t.contains("accepted (origin supervisor-drain"))
+            .unwrap_or("(its line is in the supervisor log)");
+        self.say(&format!(
+            "The child checked the signature against the supervisor's public key before obeying it: \"{verified}\"; \
+             it killed its command and reports is drained."
+        ));
+        Ok(())
+    }
 
-        self.stop()?;
-        self.say("SIGTERM: every child drained and stopped; the supervisor exited 0");
-        let out = Command::new(&exe)
+    /// An overlapping recycle: the successor is ready and serving before
+    /// the old child drains, so mail never waits for the drain.
+    fn gapless(&self) -> anyhow::Result<()> {
+        let send = |text: &str| {
+            self.target()
+                .send("checkout", text.as_bytes(), None)
+                .map_err(|e| anyhow::anyhow!(e.message))
+        };
+        let old = self.wait("checkout", "ready", |d| d["state"] == "ready")?;
+        send("cart 1")?;
+        self.wait("checkout", "a step in flight", |d| {
+            n(&d["steps_in_flight"]) > 0
+        })?;
+        let target = self.target();
+        let began = Instant::now();
+        let recycle = std::thread::spawn(move || {
+            target.call(Request::Recycle {
+                deployment: "checkout".into(),
+                reason: Some("new release".into()),
+            })
+        });
+        let d = self.wait("checkout", "the successor serving", |d| {
+            d["pid"] != old["pid"] && d["state"] == "ready"
+        })?;
+        let took = began.elapsed();
+        for i in 2..=4 {
+            send(&format!("cart {i}"))?;
+        }
+        let new_pid = d["pid"].clone();
+        let serving = |d: &Value| {
+            let replicas = d["replicas"].as_array().cloned().unwrap_or_default();
+            let by_new = replicas
+                .iter()
+                .find(|r| r["pid"] == new_pid)
+                .map_or(0, |r| n(&r["mail_done"]));
+            let old_alive = replicas.iter().any(|r| r["pid"] == old["pid"]);
+            (by_new >= 3, old_alive)
+        };
+        let d = self.wait("checkout", "the new child serving", |d| serving(d).0)?;
+        let old_still_there = serving(&d).1;
+        self.say(&format!(
+            "We recycled checkout (recycle.overlap = true) while pid {} worked on a cart: its successor, pid {}, was ready {} ms later and did the next 3 carts {}; checkout never stopped taking mail.",
+            old["pid"],
+            new_pid,
+            took.as_millis(),
+            if old_still_there {
+                "while the old child was still winding down its drained step"
+            } else {
+                "as the old child finished"
+            }
+        ));
+        match recycle.join() {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => bail!("the recycle failed: {}", e.message),
+            Err(_) => bail!("the recycle thread panicked"),
+        }
+        let d = self.wait("checkout", "all 4 carts done", |d| d["mail"]["done"] == 4)?;
+        self.say(&format!(
+            "Once the old child had drained, the one cart it had not finished went to pid {}: {} of 4 carts done, none lost, none twice.",
+            d["pid"],
+            n(&d["mail"]["done"])
+        ));
+        Ok(())
+    }
+
+    fn verify_journal(&self, exe: &Path) -> anyhow::Result<()> {
+        let state = self.dir.join("state");
+        let out = Command::new(exe)
             .args(["journal", "verify", "--state-dir"])
-            .arg(self.dir.join("state"))
+            .arg(&state)
             .output()
             .context("cannot run `wfhost journal verify`")?;
         if !out.status.success() {
@@ -215,16 +378,12 @@ impl Tour {
             .next()
             .unwrap_or("")
             .to_owned();
-        self.say(&format!("journal verify: {first}"));
-        self.show_cancel(&exe, &self.dir.join("state"))?;
-        println!("\ndemo complete");
-        Ok(())
-    }
-
-    fn show_cancel(&self, exe: &Path, state: &Path) -> anyhow::Result<()> {
+        self.say(&format!(
+            "`wfhost journal verify` checked every record's signature and its link to the one before: {first}."
+        ));
         let out = Command::new(exe)
             .args(["journal", "show", "--state-dir"])
-            .arg(state)
+            .arg(&state)
             .output()?;
         let text = String::from_utf8_lossy(&out.stdout);
         for line in text
@@ -236,19 +395,20 @@ impl Tour {
         Ok(())
     }
 
+    /// `wfhost stop`, waited for: every child drained and stopped.
     fn stop(&mut self) -> anyhow::Result<()> {
+        self.call(Request::Stop)?;
         let Some(child) = self.supervisor.as_mut() else {
             return Ok(());
         };
-        let pid =
-            nix::unistd::Pid::from_raw(i32::try_from(child.id()).context("pid out of range")?);
-        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM)
-            .context("cannot signal the supervisor")?;
         let status = child.wait().context("cannot wait for the supervisor")?;
         self.supervisor = None;
         if !status.success() {
             bail!("the supervisor exited with {status}");
         }
+        self.say(
+            "`wfhost stop`: the supervisor drained and stopped every child still running, and exited 0.",
+        );
         Ok(())
     }
 

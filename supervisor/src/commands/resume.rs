@@ -1,7 +1,10 @@
-//! `wfhost resume`: start a fresh child for a drained or failed deployment.
+//! `wfhost resume`: start a fresh child for a drained or failed
+//! deployment, and wait for it to be ready (or say why it was not).
 
-use crate::control::client::{self, Target};
+use crate::commands::progress;
+use crate::control::client::Target;
 use crate::control::protocol::Request;
+use crate::exit;
 
 /// Arguments of `wfhost resume`.
 #[derive(Debug, clap::Args)]
@@ -14,13 +17,28 @@ pub struct Args {
 
 /// Runs the command.
 pub fn run(args: Args) -> u8 {
-    client::run(
-        &args.target,
-        Request::Resume {
-            deployment: args.deployment,
-        },
-        |data| {
-            println!("{}", data["message"].as_str().unwrap_or("resuming"));
-        },
-    )
+    let request = Request::Resume {
+        deployment: args.deployment.clone(),
+    };
+    match args.target.call(request) {
+        Ok(data) => println!("{}", data["message"].as_str().unwrap_or("resuming")),
+        Err(e) => {
+            eprintln!("wfhost: {}", e.message);
+            return e.code;
+        }
+    }
+    let id = &args.deployment;
+    progress::follow(&args.target, id, |d, _| match d["state"].as_str()? {
+        "ready" => Some((format!("{id} is ready: pid {}", d["pid"]), exit::OK)),
+        "backoff" | "failed" => Some((
+            format!(
+                "the new child of {id} ended before it was ready: {}\n  help: `wfhost status {id}` and \
+                 `wfhost logs {id}` say more",
+                d["last_exit"].as_str().unwrap_or("?")
+            ),
+            exit::FAILED,
+        )),
+        state @ ("drained" | "exited") => Some((format!("{id} is {state} again"), exit::OK)),
+        _ => None,
+    })
 }

@@ -9,13 +9,14 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use tokio::signal::unix::{Signal, SignalKind, signal};
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use tracing::{error, info, warn};
 
 use wfhost_policy::{Fact, format_duration};
 
 use crate::config::SupervisorSettings;
 use crate::config::{self, Config};
+use crate::control::host::{HostAsk, Reloaded, Stopping};
 use crate::control::server;
 use crate::deployment::spawn::Spawner;
 use crate::exit;
@@ -30,13 +31,14 @@ use crate::unwritten;
 
 /// Arguments of `wfhost supervise`.
 #[derive(Debug, clap::Args)]
+#[command(after_help = config::FINDING)]
 pub struct Args {
     /// The config file (TOML).
     #[arg(long, short, value_name = "PATH")]
-    config: PathBuf,
-    /// Log line format on stderr.
-    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
-    log_format: LogFormat,
+    config: Option<PathBuf>,
+    /// Log line format on stderr [default: the config's log_format, else text].
+    #[arg(long, value_enum)]
+    log_format: Option<LogFormat>,
 }
 
 /// How often the control loop wakes when nothing else happens: it then
@@ -45,14 +47,17 @@ const TICK: Duration = Duration::from_secs(1);
 
 /// Runs the supervisor; returns the process exit code.
 pub fn run(args: Args) -> u8 {
-    logging::init(args.log_format);
-    let config = match config::load(&args.config) {
-        Ok(c) => c,
+    let loaded = config::find(args.config.as_deref())
+        .and_then(|path| config::load(&path).map(|c| (c, path)));
+    let (config, path) = match loaded {
+        Ok(loaded) => loaded,
         Err(e) => {
+            logging::init(args.log_format.unwrap_or_default());
             eprintln!("{e}");
             return exit::USAGE;
         }
     };
+    logging::init(args.log_format.unwrap_or(config.log_format));
     match wfhost_process::raise_nofile_limit() {
         Ok(n) => info!(nofile = n, "raised the open-file limit"),
         Err(e) => {
@@ -69,7 +74,7 @@ pub fn run(args: Args) -> u8 {
             return exit::FAILED;
         }
     };
-    match runtime.block_on(supervise(config, &args.config)) {
+    match runtime.block_on(supervise(config, &path)) {
         Ok(()) => exit::OK,
         Err(e) => {
             error!("{e:#}");
@@ -151,6 +156,7 @@ async fn supervise(config: Config, config_path: &Path) -> anyhow::Result<()> {
         watchlist: Default::default(),
         started: tokio::sync::Notify::new(),
         fleet: fleet.as_ref().map(|f| f.fleet.clone()),
+        sends: Default::default(),
     });
     // The control socket first: a second supervisor on this state dir must
     // stop here, before it touches the first one's children.
@@ -158,7 +164,8 @@ async fn supervise(config: Config, config_path: &Path) -> anyhow::Result<()> {
     if let Some(f) = fleet {
         sup.join_fleet(f.leases, f.commands, f.refusals, f.heard);
     }
-    let control = server::Server::bind(settings, sup.registry(), shared.clone())?;
+    let (host_asks, mut asks) = mpsc::channel(8);
+    let control = server::Server::bind(settings, sup.registry(), shared.clone(), host_asks)?;
     let metrics = match settings.metrics_listen {
         Some(addr) => Some(crate::observe::metrics::bind(addr).await?),
         None => None,
@@ -167,7 +174,8 @@ async fn supervise(config: Config, config_path: &Path) -> anyhow::Result<()> {
         .await
         .context("cannot read the children table")?;
     recover_unwritten(&shared, &settings.state_dir).await;
-    let replayed = shared.store.call(|s| s.replay_all_mail()).await??;
+    let at = crate::shared::unix_ms();
+    let replayed = shared.store.call(move |s| s.replay_all_mail(at)).await??;
     if replayed > 0 {
         info!(
             items = replayed,
@@ -176,6 +184,7 @@ async fn supervise(config: Config, config_path: &Path) -> anyhow::Result<()> {
     }
 
     let mut signals = Signals::watch()?;
+    warn_missing_programs(config_path);
     sup.start_all(&config);
     info!(socket = %control.path().display(), deployments = config.deployments.len(), "supervising");
     let control_task = tokio::spawn(control.serve());
@@ -187,6 +196,7 @@ async fn supervise(config: Config, config_path: &Path) -> anyhow::Result<()> {
         shared.clone(),
         settings.mail_retention,
     ));
+    let progress_task = tokio::spawn(crate::observe::drain_log::run(sup.registry()));
     if let (Some(listener), Some(addr)) = (metrics, settings.metrics_listen) {
         info!(listen = %addr, "serving Prometheus metrics at /metrics");
         tokio::spawn(crate::observe::metrics::serve(
@@ -213,10 +223,27 @@ async fn supervise(config: Config, config_path: &Path) -> anyhow::Result<()> {
             _ = signals.int.recv() => { info!("SIGINT: draining and stopping every child"); break true }
             _ = signals.quit.recv() => { info!("SIGQUIT: killing every child now"); break false }
             _ = signals.hup.recv() => {
+                info!("SIGHUP: reloading the config");
                 notify(notifier.as_ref(), "reloading", Notifier::reloading);
-                reload(&mut sup, config_path, &shared).await;
+                let _ = reload(&mut sup, config_path, &shared).await;
                 notify(notifier.as_ref(), "ready", Notifier::ready);
             }
+            Some(ask) = asks.recv() => match ask {
+                HostAsk::Reload(tx) => {
+                    info!("reload asked over the control socket");
+                    notify(notifier.as_ref(), "reloading", Notifier::reloading);
+                    let _ = tx.send(reload(&mut sup, config_path, &shared).await);
+                    notify(notifier.as_ref(), "ready", Notifier::ready);
+                }
+                HostAsk::Stop(tx) => {
+                    info!("stop asked over the control socket: draining and stopping every child");
+                    let _ = tx.send(Ok(Stopping {
+                        pid: std::process::id(),
+                        deployments: sup.handles().len(),
+                    }));
+                    break true;
+                }
+            },
             _ = signals.usr1.recv() => {
                 info!("SIGUSR1: recycling every deployment");
                 sup.recycle_all("SIGUSR1").await;
@@ -272,6 +299,7 @@ async fn supervise(config: Config, config_path: &Path) -> anyhow::Result<()> {
             // A second SIGTERM does not skip the budget: SIGQUIT does.
             _ = signals.term.recv() => info!("SIGTERM again: still draining; send SIGQUIT to kill now"),
             _ = signals.int.recv() => info!("SIGINT again: still draining; send SIGQUIT to kill now"),
+            Some(ask) = asks.recv() => ask.refuse("the supervisor is already stopping; it takes no reload or second stop"),
             _ = ticker.tick() => {
                 shared.retry_backlog();
                 notify(watchdog, "watchdog", Notifier::watchdog);
@@ -286,6 +314,7 @@ async fn supervise(config: Config, config_path: &Path) -> anyhow::Result<()> {
     control_task.abort();
     policy_task.abort();
     retention_task.abort();
+    progress_task.abort();
     // Let queued journal records and events reach the disk before exiting
     // (one last try for any the store refused).
     shared.retry_backlog();
@@ -386,13 +415,15 @@ fn open_store(backend: &Backend, settings: &SupervisorSettings) -> anyhow::Resul
     })
 }
 
-/// SIGHUP: re-reads the config; a bad file is refused and the running
-/// configuration kept.
-async fn reload(sup: &mut Supervisor, path: &Path, shared: &Shared) {
+/// SIGHUP or `wfhost reload`: re-reads the config; a bad file is refused
+/// and the running configuration kept. Returns what became of each
+/// deployment, or why the file was refused.
+async fn reload(sup: &mut Supervisor, path: &Path, shared: &Shared) -> Result<Reloaded, String> {
     let started = Instant::now();
     match config::load(path) {
         Err(e) => {
-            error!(error = %e, "SIGHUP: the new config is refused; keeping the running one");
+            let why = e.to_string();
+            error!(error = %why.replace("\n  help: ", "; help: "), "the new config is refused; keeping the running one");
             shared.record(
                 None,
                 &Fact::ConfigReloaded {
@@ -400,25 +431,62 @@ async fn reload(sup: &mut Supervisor, path: &Path, shared: &Shared) {
                     added: Vec::new(),
                     removed: Vec::new(),
                     changed: Vec::new(),
-                    error: Some(e.to_string()),
+                    error: Some(why.clone()),
                 },
             );
+            Err(why)
         }
         Ok(new) => {
+            warn_missing_programs(path);
             let summary = sup.reload(&new).await;
-            info!(added = %summary.added.join(", "), removed = %summary.removed.join(", "),
-                changed = %summary.changed.join(", "), took = %format_duration(started.elapsed()),
-                "SIGHUP: config reloaded");
+            let unchanged: Vec<String> = new
+                .deployments
+                .iter()
+                .map(|d| d.id.clone())
+                .filter(|id| !summary.added.contains(id) && !summary.changed.contains(id))
+                .collect();
+            let list = |ids: &[String]| {
+                if ids.is_empty() {
+                    "none".to_owned()
+                } else {
+                    ids.join(", ")
+                }
+            };
+            info!(added = %list(&summary.added), removed = %list(&summary.removed),
+                changed = %list(&summary.changed), took = %format_duration(started.elapsed()),
+                "config reloaded");
             shared.record(
                 None,
                 &Fact::ConfigReloaded {
                     accepted: true,
-                    added: summary.added,
-                    removed: summary.removed,
-                    changed: summary.changed,
+                    added: summary.added.clone(),
+                    removed: summary.removed.clone(),
+                    changed: summary.changed.clone(),
                     error: None,
                 },
             );
+            Ok(Reloaded {
+                path: path.display().to_string(),
+                added: summary.added,
+                removed: summary.removed,
+                changed: summary.changed,
+                unchanged,
+            })
+        }
+    }
+}
+
+/// Says which programs a child will need but that cannot be found (a
+/// typo after `wfhost-child exec --`, a script not where it is looked
+/// for): its spawn would fail later and be restarted until it is failed.
+fn warn_missing_programs(path: &Path) {
+    let Ok(checked) = config::programs(path) else {
+        return;
+    };
+    for c in checked {
+        if let Err(e) = c.found {
+            let problem = e.to_string().replace("\n  help: ", "; help: ");
+            warn!(deployment = %c.deployment, "{problem}");
         }
     }
 }

@@ -14,6 +14,7 @@ use super::resolve::{self, Lookup};
 use super::tunables::Tunables;
 use super::units;
 use super::*;
+use crate::logging::LogFormat;
 
 /// A merged setting: its value and, when written in the file, where.
 #[derive(Debug, Clone)]
@@ -164,6 +165,26 @@ impl Build<'_> {
         })
     }
 
+    /// `[supervisor] log_format`.
+    pub(super) fn log_format(&self, raw: Option<&RawSupervisor>) -> Result<LogFormat, Problem> {
+        let Some(s) = raw.and_then(|r| r.log_format.as_ref()) else {
+            return Ok(LogFormat::default());
+        };
+        match s.get_ref().0.as_str() {
+            "text" => Ok(LogFormat::Text),
+            "json" => Ok(LogFormat::Json),
+            other => Err(Problem::new(
+                s.span(),
+                format!(
+                    "log_format {:?} is not known",
+                    other.chars().take(80).collect::<String>()
+                ),
+                "write \"text\" (one readable line per event, the default) or \"json\" (one JSON object \
+                 per line, for journald or a log collector)",
+            )),
+        }
+    }
+
     /// A path setting, absolute against the config file's directory.
     pub(super) fn path(
         &self,
@@ -235,7 +256,10 @@ impl Build<'_> {
                 resolve::directory(&path).map_err(|f| Problem::failure(span, f))?;
                 Some(path)
             }
-            None => None,
+            // The child starts where the config file is, so a relative
+            // argument means the same from whatever directory the
+            // supervisor was started in.
+            None => Some(self.dir.to_path_buf()),
         };
         let grants = pick_opt(own.grants_file.take(), &defaults.grants_file, |t| {
             t.0.clone()
@@ -282,6 +306,7 @@ impl Build<'_> {
                 backoff_max: limits.backoff_max.value,
                 max_restarts: limits.max_restarts.value,
                 period: limits.period.value,
+                healthy_after: limits.healthy_after.value,
             },
             drain_timeout: limits.drain_timeout.value,
             drain_deadline: limits.drain_deadline.value,
@@ -294,6 +319,8 @@ impl Build<'_> {
             max_mail_bytes: u32::try_from(limits.max_mail_bytes.value).unwrap_or(u32::MAX),
             max_inbox: limits.max_inbox.value,
             limits: resources,
+            // Checked to be at most 1000 above.
+            max_deliveries: u32::try_from(limits.max_deliveries.value).unwrap_or(u32::MAX),
         })
     }
 

@@ -28,6 +28,9 @@ pub const MAX_FRAME_BYTES: u64 = 1 << 20;
 pub const MAX_MAIL_BYTES: u64 = 256 << 10;
 /// `max_inbox`.
 pub const MAX_INBOX: u64 = 10_000;
+/// `max_deliveries`: with the default restart intensity (5 in 60 s), a
+/// poison item is quarantined before its crashes could fail the deployment.
+pub const MAX_DELIVERIES: u64 = 5;
 /// `restart.backoff_initial`.
 pub const BACKOFF_INITIAL: Duration = wfhost_policy::restart::DEFAULT_BACKOFF_INITIAL;
 /// `restart.backoff_max`.
@@ -36,3 +39,7 @@ pub const BACKOFF_MAX: Duration = wfhost_policy::restart::DEFAULT_BACKOFF_MAX;
 pub const MAX_RESTARTS: u32 = wfhost_policy::restart::DEFAULT_MAX_RESTARTS;
 /// `restart.period`.
 pub const RESTART_PERIOD: Duration = wfhost_policy::restart::DEFAULT_PERIOD;
+/// `restart.healthy_after`.
+pub const HEALTHY_AFTER: Duration = wfhost_policy::restart::DEFAULT_HEALTHY_AFTER;
+/// The PATH a child gets when its `env` sets none (systemd's default).
+pub const CHILD_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";

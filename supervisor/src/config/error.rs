@@ -23,6 +23,15 @@ pub enum ConfigError {
         /// The OS error.
         source: std::io::Error,
     },
+    /// No config was named and there is none at the default location.
+    #[error(
+        "no config file: --config is not given, {} is not set, and {} does not exist\n  help: name the \
+         supervisor's config with --config PATH (or its socket with --socket PATH), or set {}",
+        CONFIG_ENV,
+        DEFAULT_CONFIG,
+        CONFIG_ENV
+    )]
+    NotFound,
     /// The file is too big to be a config.
     #[error(
         "{}: the file is larger than {} bytes, too large for a config\n  help: check that this is the right file",

@@ -179,6 +179,8 @@ pub struct RawSupervisor {
     pub event_retention: Option<Spanned<u64>>,
     /// How long done mail is kept.
     pub mail_retention: Option<Spanned<DurationValue>>,
+    /// `text` or `json` log lines.
+    pub log_format: Option<Spanned<Text<PATH_MAX>>>,
     /// Where children's cgroups are made, or `"none"`.
     pub cgroup_root: Option<Spanned<Text<PATH_MAX>>>,
 }
@@ -238,6 +240,8 @@ pub struct RawRestart {
     pub max_restarts: Option<Spanned<u32>>,
     /// Window of the intensity limit.
     pub period: Option<Spanned<DurationValue>>,
+    /// Uptime after which a crash starts afresh.
+    pub healthy_after: Option<Spanned<DurationValue>>,
 }
 
 /// Declares the keys both `[defaults]` and `[[deployment]]` accept, once,
@@ -310,4 +314,6 @@ deployment_keys! {
     replicas: Spanned<u32>,
     /// What the child may use (cgroup limits and rlimits).
     limits: super::containment::RawLimits,
+    /// Failed deliveries after which mail is quarantined as dead.
+    max_deliveries: Spanned<u64>,
 }

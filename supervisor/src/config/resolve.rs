@@ -57,34 +57,29 @@ fn is_executable(path: &Path) -> bool {
     std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
-/// The absolute path of the program `name` (`command[0]`): a name with a
-/// `/` is a path (relative to the config file's directory); a bare name is
-/// searched on PATH, [`CHILD_PROGRAM`] beside the running executable first.
-pub fn program(name: &str, dir: &Path, lookup: &Lookup) -> Result<PathBuf, Failure> {
-    if name.is_empty() {
-        return Err((
-            "command[0] is empty".into(),
-            "name the program to run, e.g. command = [\"/usr/local/bin/worker\"]".into(),
-        ));
-    }
+/// Why a program could not be found.
+#[derive(Debug)]
+pub enum NotFound {
+    /// A path (with a `/`) that does not exist or cannot be read.
+    Missing(PathBuf, std::io::Error),
+    /// A path that is not a regular file.
+    NotFile(PathBuf),
+    /// A regular file without an execute bit.
+    NotExecutable(PathBuf),
+    /// A bare name found in none of these directories.
+    NotOnPath(String),
+}
+
+/// Finds the program `name`: a name with a `/` is a path (relative to
+/// `dir`); a bare name is searched in the absolute directories of
+/// `lookup`'s PATH, [`CHILD_PROGRAM`] beside the running executable first.
+pub fn find(name: &str, dir: &Path, lookup: &Lookup) -> Result<PathBuf, NotFound> {
     if name.contains('/') {
         let path = relative_to(dir, name);
         return match std::fs::metadata(&path) {
-            Err(e) => Err((
-                format!("program {} cannot be found: {e}", path.display()),
-                format!(
-                    "check the path (a relative path is resolved against the config file's directory, {})",
-                    dir.display()
-                ),
-            )),
-            Ok(m) if !m.is_file() => Err((
-                format!("program {} is not a regular file", path.display()),
-                "name the executable file itself".into(),
-            )),
-            Ok(_) if !is_executable(&path) => Err((
-                format!("program {} is not executable", path.display()),
-                format!("make it executable: chmod +x {}", path.display()),
-            )),
+            Err(e) => Err(NotFound::Missing(path, e)),
+            Ok(m) if !m.is_file() => Err(NotFound::NotFile(path)),
+            Ok(_) if !is_executable(&path) => Err(NotFound::NotExecutable(path)),
             Ok(_) => Ok(path),
         };
     }
@@ -112,21 +107,50 @@ pub fn program(name: &str, dir: &Path, lookup: &Lookup) -> Result<PathBuf, Failu
     let searched = std::env::join_paths(&dirs)
         .map(|p| p.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let hint = if name == CHILD_PROGRAM {
-        let beside = lookup.exe_dir.as_ref().map_or_else(
-            || "the wfhost binary".to_string(),
-            |d| d.display().to_string(),
-        );
-        format!(
-            "install {CHILD_PROGRAM} beside wfhost ({beside}) or on PATH (`cargo build --workspace --bins` builds it)"
-        )
-    } else {
-        "install it, or write its absolute path in command[0]".to_string()
-    };
-    Err((
-        format!("program {name:?} is not on PATH ({searched})"),
-        hint,
-    ))
+    Err(NotFound::NotOnPath(searched))
+}
+
+/// The absolute path of the program `name` (`command[0]`): a name with a
+/// `/` is a path (relative to the config file's directory); a bare name is
+/// searched on PATH, [`CHILD_PROGRAM`] beside the running executable first.
+pub fn program(name: &str, dir: &Path, lookup: &Lookup) -> Result<PathBuf, Failure> {
+    if name.is_empty() {
+        return Err((
+            "command[0] is empty".into(),
+            "name the program to run, e.g. command = [\"/usr/local/bin/worker\"]".into(),
+        ));
+    }
+    find(name, dir, lookup).map_err(|why| match why {
+        NotFound::Missing(path, e) => (
+            format!("program {} cannot be found: {e}", path.display()),
+            format!(
+                "check the path (a relative path is resolved against the config file's directory, {})",
+                dir.display()
+            ),
+        ),
+        NotFound::NotFile(path) => (
+            format!("program {} is not a regular file", path.display()),
+            "name the executable file itself".into(),
+        ),
+        NotFound::NotExecutable(path) => (
+            format!("program {} is not executable", path.display()),
+            format!("make it executable: chmod +x {}", path.display()),
+        ),
+        NotFound::NotOnPath(searched) => {
+            let hint = if name == CHILD_PROGRAM {
+                let beside = lookup.exe_dir.as_ref().map_or_else(
+                    || "the wfhost binary".to_string(),
+                    |d| d.display().to_string(),
+                );
+                format!(
+                    "install {CHILD_PROGRAM} beside wfhost ({beside}) or on PATH (`cargo build --workspace --bins` builds it)"
+                )
+            } else {
+                "install it, or write its absolute path in command[0]".to_string()
+            };
+            (format!("program {name:?} is not on PATH ({searched})"), hint)
+        }
+    })
 }
 
 /// The uid and primary gid of the user `name`.

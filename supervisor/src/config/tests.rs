@@ -76,7 +76,8 @@ fn a_minimal_deployment_gets_every_documented_default() {
     );
     assert_eq!(
         (d.working_dir.as_deref(), d.grants_file.as_deref()),
-        (None, None)
+        (Some(Path::new("/etc/wfhost")), None),
+        "a child starts in the config file's directory"
     );
     assert_eq!(d.drain_timeout, Duration::from_secs(60));
     assert_eq!(d.drain_deadline, Duration::from_secs(90));
@@ -106,7 +107,8 @@ fn a_minimal_deployment_gets_every_documented_default() {
             backoff_initial: Duration::from_millis(100),
             backoff_max: Duration::from_secs(30),
             max_restarts: 5,
-            period: Duration::from_secs(60)
+            period: Duration::from_secs(60),
+            healthy_after: Duration::from_secs(1),
         }
     );
 }

@@ -21,6 +21,7 @@ pub(super) struct Tunables {
     pub(super) max_frame_bytes: Setting<u64>,
     pub(super) max_mail_bytes: Setting<u64>,
     pub(super) max_inbox: Setting<u64>,
+    pub(super) max_deliveries: Setting<u64>,
     pub(super) max_uptime: Setting<Option<Duration>>,
     pub(super) max_rss: Setting<Option<u64>>,
     pub(super) max_grants_age: Setting<Option<Duration>>,
@@ -33,6 +34,7 @@ pub(super) struct Tunables {
     pub(super) backoff_max: Setting<Duration>,
     pub(super) max_restarts: Setting<u32>,
     pub(super) period: Setting<Duration>,
+    pub(super) healthy_after: Setting<Duration>,
 }
 
 /// Most children one deployment may run side by side.
@@ -109,6 +111,12 @@ impl Tunables {
                 size,
             ),
             max_inbox: pick(own.max_inbox, &d.max_inbox, defaults::MAX_INBOX, |n| *n),
+            max_deliveries: pick(
+                own.max_deliveries,
+                &d.max_deliveries,
+                defaults::MAX_DELIVERIES,
+                |n| *n,
+            ),
             max_uptime: pick_opt(own_recycle.max_uptime, &def_recycle.max_uptime, dur),
             max_rss: pick_opt(own_recycle.max_rss, &def_recycle.max_rss, size),
             max_grants_age: pick_opt(own_recycle.max_grants_age, &def_recycle.max_grants_age, dur),
@@ -137,6 +145,12 @@ impl Tunables {
                 defaults::MAX_RESTARTS,
                 |n| *n,
             ),
+            healthy_after: pick(
+                own_restart.healthy_after,
+                &def_restart.healthy_after,
+                defaults::HEALTHY_AFTER,
+                dur,
+            ),
             period: pick(
                 own_restart.period,
                 &def_restart.period,
@@ -155,7 +169,6 @@ impl Tunables {
             ("ready_timeout", &self.ready_timeout),
             ("liveness_interval", &self.liveness_interval),
             ("liveness_timeout", &self.liveness_timeout),
-            ("restart.backoff_initial", &self.backoff_initial),
             ("restart.backoff_max", &self.backoff_max),
             ("restart.period", &self.period),
         ];
@@ -255,6 +268,16 @@ impl Tunables {
                 self.max_inbox.at(table),
                 format!("max_inbox {} is out of range", self.max_inbox.value),
                 "keep between 1 and 100000000 messages (the default is 10000)",
+            ));
+        }
+        if !(1..=1_000).contains(&self.max_deliveries.value) {
+            return Err(Problem::new(
+                self.max_deliveries.at(table),
+                format!(
+                    "max_deliveries {} is out of range",
+                    self.max_deliveries.value
+                ),
+                "keep between 1 and 1000 deliveries (the default is 5): after that many children end holding an item, it is quarantined as dead",
             ));
         }
         if let Some(rss) = self.max_rss.value

@@ -20,6 +20,10 @@ pub struct Config {
     pub store_url: Option<String>,
     /// `[fleet]`: this host shares the store's deployments with others.
     pub fleet: Option<FleetSettings>,
+    /// `[supervisor] log_format`: how log lines are written
+    /// (`supervise --log-format` overrides it). Kept beside the settings,
+    /// which the supervisor's parts take, since only start-up reads it.
+    pub log_format: crate::logging::LogFormat,
     /// Every `[[deployment]]`, in file order, with `[defaults]` merged in.
     pub deployments: Vec<DeploymentConfig>,
 }
@@ -74,7 +78,9 @@ pub struct DeploymentConfig {
     pub uid: Option<u32>,
     /// Resolved gid: of `group`, else `user`'s primary group.
     pub gid: Option<u32>,
-    /// Working directory (absolute); `None` inherits the supervisor's.
+    /// Working directory (absolute): `working_dir` resolved against the
+    /// config file's directory, or that directory itself. Always set by
+    /// `load`; an `Option` only because the spawn spec's is.
     pub working_dir: Option<PathBuf>,
     /// Credential grants read fresh at every spawn (absolute).
     pub grants_file: Option<PathBuf>,
@@ -104,6 +110,9 @@ pub struct DeploymentConfig {
     pub max_inbox: u64,
     /// What the child may use.
     pub limits: ResourceLimits,
+    /// Failed deliveries (its child ended before acknowledging it) after
+    /// which a mail item is quarantined as dead instead of redelivered.
+    pub max_deliveries: u32,
 }
 
 /// The recycle bounds of one deployment (DESIGN §5); `None` is unbounded.
@@ -137,4 +146,7 @@ pub struct RestartSettings {
     pub max_restarts: u32,
     /// The window `max_restarts` is counted in.
     pub period: Duration,
+    /// A child up this long ran healthily: its crash restarts at once and
+    /// does not count towards `max_restarts`.
+    pub healthy_after: Duration,
 }

@@ -8,13 +8,17 @@ use super::server::socket_path;
 use crate::config;
 use crate::exit;
 
-/// How a client command finds the supervisor.
+/// How a client command finds the supervisor: `--socket`, else the
+/// socket of the config named by `--config`, else of `$WFHOST_CONFIG`,
+/// else of `/etc/wfhost/wfhost.toml`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct Target {
-    /// The supervisor's config file (the socket is found from it).
+    /// The supervisor's config file (the socket is found from its
+    /// state_dir). Without --config or --socket: $WFHOST_CONFIG, else
+    /// /etc/wfhost/wfhost.toml.
     #[arg(long, short, value_name = "PATH", conflicts_with = "socket")]
     pub config: Option<PathBuf>,
-    /// The control socket itself.
+    /// The control socket itself (it wins over any config).
     #[arg(long, value_name = "PATH")]
     pub socket: Option<PathBuf>,
 }
@@ -48,21 +52,27 @@ const SEND_RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(1
 
 impl Target {
     fn socket(&self) -> Result<PathBuf, CallError> {
-        match (&self.socket, &self.config) {
-            (Some(s), _) => Ok(s.clone()),
-            (None, Some(c)) => config::locations_of(c)
-                .map(|l| socket_path(&l.state_dir))
-                .map_err(|e| CallError::new(exit::USAGE, e.to_string())),
-            (None, None) => Err(CallError::new(
-                exit::USAGE,
-                "say which supervisor: --config PATH (its config file) or --socket PATH",
-            )),
+        if let Some(socket) = &self.socket {
+            return Ok(socket.clone());
         }
+        let usage = |e: config::ConfigError| CallError::new(exit::USAGE, e.to_string());
+        let path = config::find(self.config.as_deref()).map_err(usage)?;
+        config::locations_of(&path)
+            .map(|l| socket_path(&l.state_dir))
+            .map_err(usage)
     }
 
     /// Sends `request` and returns the response's data.
     pub fn call(&self, request: Request) -> Result<serde_json::Value, CallError> {
         self.exchange(request, &[], |_| {})
+    }
+
+    /// Sends a streaming request (`events` or `logs` without `follow`) and
+    /// returns every message of its stream.
+    pub fn collect(&self, request: Request) -> Result<Vec<serde_json::Value>, CallError> {
+        let mut all = Vec::new();
+        self.exchange(request, &[], |m| all.push(m))?;
+        Ok(all)
     }
 
     /// Sends mail exactly once: under the caller's idempotency key, or a

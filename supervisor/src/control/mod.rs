@@ -1,7 +1,9 @@
 //! The control socket: the protocol (`docs/control.md`), the supervisor's
-//! server with one handler per request, and the CLI's client.
+//! server with one handler per request, the requests only its control
+//! loop carries out (reload, stop), and the CLI's client.
 
 pub mod client;
 pub(crate) mod handlers;
+pub mod host;
 pub mod protocol;
 pub mod server;

@@ -18,10 +18,11 @@
 //! ← {"ok":true,"data":{"deployment":"billing","id":17,"new":true}}
 //! ```
 //!
-//! `events` is the one streaming request: after its `{"ok":true}` response
-//! the supervisor writes one message per event (`{"seq":…,"at_ms":…,
-//! "deployment":…,"kind":…,"body":…}`) until the backlog is done or, with
-//! `follow`, until the client hangs up.
+//! `events` and `logs` stream: after the `{"ok":true}` response the
+//! supervisor writes one message per event (`{"seq":…,"at_ms":…,
+//! "deployment":…,"kind":…,"body":…}`) or per line of child output
+//! (`{"seq":…,"at_ms":…,"pid":…,"stream":…,"text":…,"cut":…}`) until the
+//! backlog is done or, with `follow`, until the client hangs up.
 
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -54,6 +55,11 @@ pub struct Envelope {
 pub enum Request {
     /// Every deployment's status.
     Status,
+    /// Re-read the config file, as SIGHUP does; answered with what was
+    /// started, stopped, recycled and left alone.
+    Reload,
+    /// Stop gracefully, as SIGTERM does; answered once the stop began.
+    Stop,
     /// SIGKILL a deployment's child now, even while it is stopping.
     Kill {
         /// The deployment.
@@ -110,6 +116,67 @@ pub enum Request {
         after: u64,
         /// Keep streaming new events.
         follow: bool,
+    },
+    /// A deployment's recent child output, optionally followed live.
+    Logs {
+        /// The deployment.
+        deployment: String,
+        /// How many of the newest lines kept to send first.
+        lines: u64,
+        /// Keep streaming new lines.
+        follow: bool,
+    },
+    /// A page of stored mail with each item's history, ascending by id.
+    MailList {
+        /// One deployment's mail; every deployment's when absent.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        deployment: Option<String>,
+        /// One state's (`inbox`, `processing`, `done`, `dead`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        state: Option<String>,
+        /// Only ids above this.
+        #[serde(default)]
+        after: u64,
+        /// At most this many (default 100, at most 10000).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        limit: Option<usize>,
+    },
+    /// One mail item with its history (never its payload).
+    MailShow {
+        /// The item.
+        id: u64,
+    },
+    /// A piece of one item's payload, as hex.
+    MailPayload {
+        /// The item.
+        id: u64,
+        /// Where the piece starts, in bytes.
+        offset: u64,
+        /// At most this many bytes (at most 1 MiB).
+        length: usize,
+    },
+    /// Dead mail back to the inbox with its failures reset: one item, or
+    /// (with `dead`) a deployment's, or every deployment's.
+    MailRetry {
+        /// The item.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        id: Option<u64>,
+        /// Every dead item (of `deployment`, if given).
+        #[serde(default)]
+        dead: bool,
+        /// With `dead`: one deployment's.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        deployment: Option<String>,
+    },
+    /// Deletes dead mail (of one deployment, or all; only what has been
+    /// dead longer than `older_than_ms`, if given).
+    MailPurge {
+        /// One deployment's.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        deployment: Option<String>,
+        /// Only mail dead for longer than this many milliseconds.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        older_than_ms: Option<u64>,
     },
 }
 

@@ -12,6 +12,7 @@ use tokio::net::{UnixListener, UnixStream};
 use tracing::{debug, warn};
 
 use super::handlers::{self, Context as ClientContext};
+use super::host::HostAsks;
 use super::protocol::{self, Envelope, Request, Response, SOCKET_NAME};
 use crate::config::SupervisorSettings;
 use crate::exit;
@@ -40,6 +41,7 @@ pub struct Server {
     admin_gid: Option<Gid>,
     registry: Registry,
     shared: Arc<Shared>,
+    host: HostAsks,
 }
 
 impl Server {
@@ -49,6 +51,7 @@ impl Server {
         settings: &SupervisorSettings,
         registry: Registry,
         shared: Arc<Shared>,
+        host: HostAsks,
     ) -> anyhow::Result<Self> {
         let path = socket_path(&settings.state_dir);
         if path.exists() {
@@ -108,6 +111,7 @@ impl Server {
             admin_gid,
             registry,
             shared,
+            host,
         })
     }
 
@@ -124,6 +128,7 @@ impl Server {
                     let ctx = ClientContext {
                         registry: self.registry.clone(),
                         shared: self.shared.clone(),
+                        host: self.host.clone(),
                     };
                     tokio::spawn(serve_client(stream, ctx, self.admin_gid));
                 }
@@ -226,7 +231,10 @@ async fn serve_client(mut stream: UnixStream, ctx: ClientContext, admin_gid: Opt
             }
         }
         Ok(cred) => {
-            warn!(uid = cred.uid(), pid = ?cred.pid(), "refused a control-socket client");
+            let pid = cred
+                .pid()
+                .map_or_else(|| "unknown".to_owned(), |p| p.to_string());
+            warn!(uid = cred.uid(), pid = %pid, "refused a control-socket client");
             discard_request(&mut stream).await;
             Err(Response::failed(
                 exit::FAILED,
@@ -246,6 +254,11 @@ async fn serve_client(mut stream: UnixStream, ctx: ClientContext, admin_gid: Opt
         Ok(Request::Events { after, follow }) => {
             return handlers::events::stream(stream, &ctx.shared, after, follow).await;
         }
+        Ok(Request::Logs {
+            deployment,
+            lines,
+            follow,
+        }) => return handlers::logs::stream(stream, &ctx, &deployment, lines, follow).await,
         Ok(request) => handlers::answer(request, &mut stream, &ctx).await,
         Err(response) => response,
     };

@@ -205,6 +205,18 @@ impl LiveChild {
                 self.reading = false;
                 Frame::Closed
             }
+            // A child that exits with frames of ours unread resets the
+            // socket: that is its end, not a broken protocol (its exit
+            // says how it ended).
+            Arrived::Frame(Err(TransportError::Io(e)))
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::BrokenPipe
+                ) =>
+            {
+                self.reading = false;
+                Frame::Closed
+            }
             Arrived::Frame(Err(e)) => {
                 self.reading = false;
                 Frame::Violation(transport(e))

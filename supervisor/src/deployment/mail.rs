@@ -1,13 +1,20 @@
 //! Mail delivery to one live child: FIFO from the durable inbox, a bounded
-//! window in flight, acknowledgements recorded in the store, and, whatever
-//! ends a child, its unacknowledged mail back at the head of the inbox
-//! (DESIGN §6).
+//! window in flight, held by that child (its channel id and pid) until it
+//! acknowledges; and, whatever ends a child, its unacknowledged mail back
+//! at the head of the inbox, each item charged one failure unless the
+//! supervisor itself is stopping, and quarantined as dead once it reaches
+//! `max_deliveries` (DESIGN §6).
 
 use tracing::{debug, info};
-use wfhost_ipc::Outcome;
+use wfhost_policy::Fact;
 use wfhost_policy::fact::outcome_text;
+use wfhost_policy::life::ExitCause;
 
+use super::child::LiveChild;
+use super::writes::{Ack, Replay};
+use crate::observe::record;
 use crate::shared::{Shared, unix_ms};
+use crate::store::{AckOf, Ending, Holder};
 
 /// Most mail items in flight to one child at once.
 pub const WINDOW: usize = 32;
@@ -61,49 +68,97 @@ impl Dispatch {
     }
 }
 
-/// Moves acknowledged mail to done: true when it was in processing (false
-/// for a duplicate or unknown ack), or why the store refused.
-pub async fn write_ack(
+/// The holder of what `child` is sent: its spawn's channel id and pid.
+pub fn holder(child: &LiveChild) -> Holder {
+    Holder {
+        channel_id: child.channel_id.clone(),
+        pid: child.pid,
+    }
+}
+
+/// How a child's wiring ended, for the replay of what it held: every end
+/// counts against its mail but the supervisor's own stop (`stopping`: its
+/// SIGTERM, SIGQUIT, or a reload that removed the deployment).
+pub fn ending(cause: &ExitCause, stopping: bool) -> Ending {
+    Ending {
+        cause: cause.describe(),
+        counts: !stopping,
+        at_ms: unix_ms(),
+    }
+}
+
+/// Moves acknowledged mail to done in one transaction: for each, true
+/// when its child held it (false for a duplicate, stray or late ack), or
+/// why the store refused them all.
+pub async fn write_acks(
     shared: &Shared,
     deployment: &str,
-    id: u64,
-    outcome: &Outcome,
-) -> Result<bool, String> {
-    let (owner, text, at) = (deployment.to_owned(), outcome_text(outcome), unix_ms());
+    acks: &[Ack],
+) -> Result<Vec<bool>, String> {
+    let owner = deployment.to_owned();
+    let batch: Vec<AckOf> = acks
+        .iter()
+        .map(|a| AckOf {
+            holder: a.holder.clone(),
+            id: a.id,
+            outcome: outcome_text(&a.outcome),
+        })
+        .collect();
+    let at = unix_ms();
     let landed = shared
         .store
-        .call(move |s| s.ack_mail(&owner, id, &text, at))
+        .call(move |s| s.ack_mail_many(&owner, &batch, at))
         .await
         .map_err(|e| e.to_string())?
         .map_err(|e| e.to_string())?;
-    if landed {
-        // The store wrote the `mail_done` event with the ack.
+    if landed.iter().any(|&l| l) {
+        // The store wrote each `mail_done` event with its ack.
         shared.events_written();
-    } else {
+    }
+    for (a, _) in acks.iter().zip(&landed).filter(|(_, l)| !**l) {
         debug!(
             deployment,
-            mail = id,
-            "ack for mail not in processing; ignored"
+            mail = a.id,
+            "ack for mail this child does not hold; ignored"
         );
     }
     Ok(landed)
 }
 
-/// Returns a gone child's unacknowledged mail to the head of the inbox.
-pub async fn replay(shared: &Shared, deployment: &str) -> Result<(), String> {
-    let owner = deployment.to_owned();
-    let n = shared
+/// Returns a gone child's unacknowledged mail to the head of the inbox,
+/// or quarantines what reached `max_deliveries`: each such item is
+/// journaled and published as `mail_dead` and logged with what to do.
+pub async fn replay(
+    shared: &Shared,
+    deployment: &str,
+    replay: &Replay,
+    max_deliveries: u32,
+) -> Result<(), String> {
+    let (owner, r) = (deployment.to_owned(), replay.clone());
+    let replayed = shared
         .store
-        .call(move |s| s.replay_mail(&owner))
+        .call(move |s| s.replay_mail(&owner, &r.holder, &r.ending, max_deliveries))
         .await
         .map_err(|e| e.to_string())?
         .map_err(|e| e.to_string())?;
-    if n > 0 {
+    if replayed.returned > 0 {
         info!(
             deployment,
-            items = n,
+            pid = replay.holder.pid,
+            items = replayed.returned,
+            counted = replay.ending.counts,
             "unacknowledged mail returned to the head of the inbox"
         );
+    }
+    for dead in replayed.dead {
+        let fact = Fact::MailDead {
+            id: dead.id,
+            failures: dead.failures,
+            cause: dead.cause,
+            pid: dead.pid,
+        };
+        record::log(deployment, &fact);
+        shared.record(Some(deployment), &fact);
     }
     Ok(())
 }

@@ -1,10 +1,15 @@
-//! A child's stdout and stderr, copied into the supervisor's log line by
-//! line with the deployment and pid.
+//! A child's stdout and stderr: copied line by line into the supervisor's
+//! log (`orders[17297] stdout: …`) and into the deployment's bounded
+//! buffer of recent output, which `wfhost logs` reads.
+
+mod recent;
 
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 use tracing::info;
 
-/// Longest child output line kept in the log; the rest is cut.
+pub use recent::{Line, MAX_LINES, recent};
+
+/// Longest child output line kept; the rest is cut.
 const MAX_LOG_LINE: usize = 16 * 1024;
 
 /// Read buffer of each output stream. tokio's `BufReader` default is
@@ -13,14 +18,15 @@ const MAX_LOG_LINE: usize = 16 * 1024;
 /// gathered over several reads; each line costs a log write anyway.
 const LOG_READ_BYTES: usize = 1024;
 
-/// Copies a child's output into the log line by line, with the deployment
-/// and pid, cutting lines longer than [`MAX_LOG_LINE`].
+/// Copies a child's output line by line into the log and the deployment's
+/// recent output, cutting lines longer than [`MAX_LOG_LINE`].
 pub async fn log_lines(
     stream: impl AsyncRead + Unpin,
     deployment: String,
     pid: u32,
     which: &'static str,
 ) {
+    let buffer = recent(&deployment);
     let mut reader = BufReader::with_capacity(LOG_READ_BYTES, stream);
     let mut line = Vec::with_capacity(256);
     loop {
@@ -51,6 +57,11 @@ pub async fn log_lines(
         }
         let text = String::from_utf8_lossy(&line);
         let text = text.trim_end_matches(['\n', '\r']);
-        info!(deployment = %deployment, pid, stream = which, truncated = cut, "{text}");
+        if cut {
+            info!(deployment = %deployment, pid, stream = which, cut_at = MAX_LOG_LINE, "{text}");
+        } else {
+            info!(deployment = %deployment, pid, stream = which, "{text}");
+        }
+        buffer.push(pid, which, text, cut);
     }
 }

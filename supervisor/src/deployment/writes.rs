@@ -1,14 +1,17 @@
 //! The mail writes a deployment owes the store, in order, retried until
 //! they land: acknowledgements first (so nothing acknowledged is run
-//! again), then the replay of a gone child's unacknowledged mail, and only
-//! then new deliveries (so the inbox stays in order). A store that refuses
-//! (a full disk, a read-only filesystem, a lock) delays them, visibly in
-//! status, and never drops one.
+//! again), then the replay of each gone child's unacknowledged mail (with
+//! how it ended, so its failures are counted), and only then new
+//! deliveries (so the inbox stays in order). A store that refuses (a full
+//! disk, a read-only filesystem, a lock) delays them, visibly in status,
+//! and never drops one.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use wfhost_ipc::Outcome;
+
+use crate::store::{Ending, Holder};
 
 /// First retry delay after a refused write.
 const RETRY_INITIAL: Duration = Duration::from_millis(100);
@@ -18,19 +21,29 @@ const RETRY_MAX: Duration = Duration::from_secs(2);
 /// One acknowledgement owed to the store.
 #[derive(Debug, Clone)]
 pub struct Ack {
-    /// The child that acknowledged (its window frees once the ack lands).
-    pub pid: u32,
+    /// The child that acknowledged: only mail it holds is acknowledged,
+    /// and its window frees once the ack lands.
+    pub holder: Holder,
     /// The mail.
     pub id: u64,
     /// How processing ended.
     pub outcome: Outcome,
 }
 
+/// One gone child's mail owed back to the inbox (or to the dead state).
+#[derive(Debug, Clone)]
+pub struct Replay {
+    /// The child whose wiring ended.
+    pub holder: Holder,
+    /// How it ended, and whether that counts against what it held.
+    pub ending: Ending,
+}
+
 /// What is owed, and when to try again.
 #[derive(Debug, Default)]
 pub struct Writes {
     acks: VecDeque<Ack>,
-    replay: bool,
+    replays: VecDeque<Replay>,
     retry_at: Option<Instant>,
     failures: u32,
     /// Why the store refused the last write, while it refuses.
@@ -44,27 +57,32 @@ impl Writes {
     }
 
     /// Owes the replay of a gone child's mail.
-    pub fn replay(&mut self) {
-        self.replay = true;
+    pub fn replay(&mut self, replay: Replay) {
+        self.replays.push_back(replay);
     }
 
     /// The next write to try at `now`, if one is owed and not waiting for
-    /// a retry.
-    pub fn next(&self, now: Instant) -> Option<Next<'_>> {
+    /// a retry: every acknowledgement owed (up to [`ACKS_PER_WRITE`], one
+    /// commit for all), else the first replay.
+    pub fn next(&mut self, now: Instant) -> Option<Next<'_>> {
         if self.retry_at.is_some_and(|at| now < at) {
             return None;
         }
-        match self.acks.front() {
-            Some(ack) => Some(Next::Ack(ack)),
-            None if self.replay => Some(Next::Replay),
-            None => None,
+        if self.acks.is_empty() {
+            return self.replays.front().map(Next::Replay);
         }
+        let n = self.acks.len().min(ACKS_PER_WRITE);
+        let acks = self.acks.make_contiguous();
+        acks.get(..n).map(Next::Acks)
     }
 
-    /// The write just tried landed.
-    pub fn landed(&mut self) {
-        if self.acks.pop_front().is_none() {
-            self.replay = false;
+    /// The write just tried landed: `acks` acknowledgements, or (with 0)
+    /// the first replay.
+    pub fn landed(&mut self, acks: usize) {
+        if acks > 0 {
+            self.acks.drain(..acks.min(self.acks.len()));
+        } else {
+            self.replays.pop_front();
         }
         self.failures = 0;
         self.retry_at = None;
@@ -83,7 +101,7 @@ impl Writes {
 
     /// A take landed: the store accepts writes again.
     pub fn took(&mut self) {
-        if self.acks.is_empty() && !self.replay {
+        if self.acks.is_empty() && self.replays.is_empty() {
             self.failures = 0;
             self.retry_at = None;
             self.error = None;
@@ -92,7 +110,7 @@ impl Writes {
 
     /// Whether new mail may be taken now: nothing owed, no retry pending.
     pub fn clear(&self, now: Instant) -> bool {
-        self.acks.is_empty() && !self.replay && self.retry_at.is_none_or(|at| now >= at)
+        self.acks.is_empty() && self.replays.is_empty() && self.retry_at.is_none_or(|at| now >= at)
     }
 
     /// When to try again, if something waits.
@@ -111,49 +129,94 @@ impl Writes {
     }
 }
 
+/// Most acknowledgements written in one transaction.
+pub const ACKS_PER_WRITE: usize = 256;
+
 /// A write to try.
 #[derive(Debug)]
 pub enum Next<'a> {
-    /// An acknowledgement.
-    Ack(&'a Ack),
-    /// The replay.
-    Replay,
+    /// Acknowledgements, oldest first, in one transaction.
+    Acks(&'a [Ack]),
+    /// A replay.
+    Replay(&'a Replay),
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn holder(pid: u32) -> Holder {
+        Holder {
+            channel_id: format!("{pid:032x}"),
+            pid,
+        }
+    }
+
     fn ack(id: u64) -> Ack {
         Ack {
-            pid: 1,
+            holder: holder(1),
             id,
             outcome: Outcome::Succeeded,
         }
     }
 
+    fn replay(pid: u32) -> Replay {
+        Replay {
+            holder: holder(pid),
+            ending: Ending {
+                cause: "exited unexpectedly: exit status 3".into(),
+                counts: true,
+                at_ms: 1,
+            },
+        }
+    }
+
     #[test]
-    fn acks_then_the_replay_land_in_order_and_a_refusal_waits() {
+    fn acks_then_the_replays_land_in_order_and_a_refusal_waits() {
         let t0 = Instant::now();
         let mut w = Writes::default();
         assert!(w.clear(t0));
         w.ack(ack(1));
+        w.replay(replay(7));
         w.ack(ack(2));
-        w.replay();
+        w.replay(replay(8));
         assert!(!w.clear(t0), "nothing new is taken while writes are owed");
-        assert!(matches!(w.next(t0), Some(Next::Ack(a)) if a.id == 1));
+        let ids = |w: &mut Writes, t| match w.next(t) {
+            Some(Next::Acks(a)) => a.iter().map(|a| a.id).collect::<Vec<_>>(),
+            _ => Vec::new(),
+        };
+        // Every ack owed goes in one write, before any replay.
+        assert_eq!(ids(&mut w, t0), [1, 2]);
         assert_eq!(w.refused("disk full".into(), t0), (1, RETRY_INITIAL));
         assert!(w.next(t0).is_none(), "waits for the retry");
         assert_eq!(w.error.as_deref(), Some("disk full"));
         let t1 = t0 + RETRY_INITIAL;
-        assert!(matches!(w.next(t1), Some(Next::Ack(a)) if a.id == 1));
-        w.landed();
-        assert!(matches!(w.next(t1), Some(Next::Ack(a)) if a.id == 2));
-        w.landed();
-        assert!(matches!(w.next(t1), Some(Next::Replay)));
-        w.landed();
+        assert_eq!(ids(&mut w, t1), [1, 2]);
+        w.landed(2);
+        // Each gone child's replay, in the order they ended.
+        assert!(matches!(w.next(t1), Some(Next::Replay(r)) if r.holder.pid == 7));
+        assert!(!w.clear(t1));
+        w.landed(0);
+        assert!(matches!(w.next(t1), Some(Next::Replay(r)) if r.holder.pid == 8));
+        w.landed(0);
         assert!(w.next(t1).is_none());
         assert!(w.clear(t1));
         assert_eq!(w.error, None);
+    }
+
+    #[test]
+    fn a_write_carries_at_most_its_share_of_acks() {
+        let t0 = Instant::now();
+        let mut w = Writes::default();
+        for id in 0..(ACKS_PER_WRITE as u64 + 10) {
+            w.ack(ack(id));
+        }
+        let first = match w.next(t0) {
+            Some(Next::Acks(a)) => a.len(),
+            _ => 0,
+        };
+        assert_eq!(first, ACKS_PER_WRITE);
+        w.landed(first);
+        assert_eq!(w.acks_owed(), 10);
     }
 }

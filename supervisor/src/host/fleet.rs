@@ -393,18 +393,19 @@ impl Leases {
                 until,
             },
         );
-        let id = d.clone();
-        let store = self.shared.store.clone();
-        let replayed = self.guarded(store.call(move |s| s.replay_mail(&id))).await;
+        let (id, fence, at) = (d.clone(), self.fleet.fence.clone(), unix_ms());
+        let replayed = self
+            .call(move |s| s.fleet_return_mail(&fence, &id, at))
+            .await;
         match replayed {
-            Ok(Ok(n)) if n > 0 => {
+            Some(Ok(n)) if n > 0 => {
                 info!(deployment = %d, items = n, "mail the previous owner left unacknowledged returned to the inbox")
             }
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) => {
-                warn!(deployment = %d, error = %e, "cannot return the previous owner's unacknowledged mail to the inbox; its child gets it after its next replay")
+            Some(Ok(_)) => {}
+            Some(Err(e)) => {
+                warn!(deployment = %d, error = %e, "cannot return the previous owner's unacknowledged mail to the inbox; it returns when this host next takes the lease")
             }
-            Err(e) => warn!(deployment = %d, error = %e, "the store thread is gone"),
+            None => warn!(deployment = %d, "the lease connection's thread is gone"),
         }
         let (handle, join) = DeploymentHandle::start(cfg, self.shared.clone());
         self.registry

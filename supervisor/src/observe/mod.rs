@@ -1,7 +1,10 @@
 //! What operators observe: status (a projection of each deployment's
-//! life), the log lines and durable records of facts, Prometheus metrics,
-//! and systemd notifications.
+//! life), the host it runs on, the log lines and durable records of facts,
+//! Prometheus metrics, drain progress, and systemd notifications.
 
+pub mod drain_log;
+pub mod host;
+pub mod human;
 pub mod metrics;
 pub mod notify;
 pub mod record;

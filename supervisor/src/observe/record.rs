@@ -14,7 +14,9 @@ pub fn log(deployment: &str, fact: &Fact) {
         }
         Fact::Ready { pid, channel_id } => info!(deployment, pid, channel = %channel_id, "ready"),
         Fact::Exited { pid, cause, .. } => match cause {
-            ExitCause::Stopped(_) => info!(deployment, pid, reason = %cause.describe(), "stopped"),
+            ExitCause::Stopped(_) | ExitCause::Drained(_) => {
+                info!(deployment, pid, reason = %cause.describe(), "stopped")
+            }
             _ => warn!(deployment, pid, reason = %cause.describe(), "child ended"),
         },
         Fact::Restarting { attempt, delay, .. } => {
@@ -82,8 +84,15 @@ pub fn log(deployment: &str, fact: &Fact) {
             failures,
             cause,
             pid,
-        } => warn!(deployment, mail = id, failures, last_pid = pid, last_cause = %cause,
-            "mail quarantined as dead after failing every delivery; see `wfhost mail show {id}`, retry with `wfhost mail retry {id}`"),
+        } => warn!(deployment, mail = id, failures, pid, cause = %cause,
+            "mail quarantined as dead: every child that took it ended before acknowledging it; \
+             see it with `wfhost mail show {id}`, and once the child is fixed deliver it again with `wfhost mail retry {id}`"),
+        Fact::MailRetried { ids, by } => {
+            info!(deployment, items = ids.len(), by = %by, "dead mail retried: back at the head of the inbox")
+        }
+        Fact::MailPurged { count, by, .. } => {
+            info!(deployment, items = count, by = %by, "dead mail purged")
+        }
         Fact::LeaseAcquired {
             host,
             epoch,

@@ -8,9 +8,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
+
+use super::human;
 use wfhost_ipc::DrainBehavior;
 use wfhost_policy::DrainBudget;
+use wfhost_policy::drain::BudgetState;
 use wfhost_policy::fact::Fact;
+use wfhost_policy::format_duration;
 use wfhost_policy::life::{DrainPurpose, Phase};
 
 /// A deployment's place in its life (DESIGN §3).
@@ -83,10 +87,7 @@ pub struct DrainView {
 impl DrainView {
     /// The budget in force, in milliseconds.
     pub fn budget_ms(&self) -> u64 {
-        ms(self
-            .budget
-            .as_ref()
-            .map_or(self.configured, DrainBudget::budget))
+        ms(self.budget())
     }
 
     /// The budget used as of `now`, in milliseconds.
@@ -277,6 +278,15 @@ pub struct Status {
     pub steps_in_flight: usize,
     /// Why the last child ended, for operators asking "why".
     pub last_exit: Option<String>,
+    /// The same in a few words, for the status table.
+    pub last_exit_brief: Option<String>,
+    /// Unix time in milliseconds of the last exit.
+    pub last_exit_at_ms: Option<u64>,
+    /// When the deployment entered its current state.
+    pub state_since: Option<Instant>,
+    /// The next deadline of its life (ready_timeout, drain_deadline, the
+    /// SIGKILL after kill_timeout, the end of a backoff), if one is set.
+    pub deadline: Option<Instant>,
     /// Whether the last child to say Hello takes mail (`None` before any):
     /// `wfhost send` is refused while it does not.
     pub takes_mail: Option<bool>,
@@ -325,6 +335,10 @@ impl Status {
             steps: Vec::new(),
             steps_in_flight: 0,
             last_exit: None,
+            last_exit_brief: None,
+            last_exit_at_ms: None,
+            state_since: None,
+            deadline: None,
             takes_mail: None,
             implementation: None,
             ever_ready: false,
@@ -369,14 +383,20 @@ impl Status {
             // restart or failure says how it ended.
             Fact::Restarting { after, .. } => {
                 self.restarts += 1;
+                if after.starts_with("spawn failed") {
+                    self.last_exit_brief = Some("spawn failed".into());
+                    self.last_exit_at_ms = Some(at_ms);
+                }
                 self.last_exit = Some(after.clone());
             }
             Fact::Failed { last, .. } => self.last_exit = Some(last.clone()),
             Fact::Exited { cause, .. } => {
-                if let wfhost_policy::life::ExitCause::Violation(_) = cause {
+                if cause.is_violation() {
                     self.violations += 1;
                 }
                 self.last_exit = Some(cause.describe());
+                self.last_exit_brief = Some(cause.brief());
+                self.last_exit_at_ms = Some(at_ms);
             }
             Fact::Recycled {
                 cause,
@@ -419,6 +439,7 @@ impl Status {
         };
         let since =
             |t: Option<Instant>| t.map(|t| now.saturating_duration_since(t).as_millis() as u64);
+        let until = |t: Option<Instant>| t.map(|t| ms(t.saturating_duration_since(now)));
         serde_json::json!({
             "id": self.id,
             "state": self.state,
@@ -438,6 +459,7 @@ impl Status {
                 "used_ms": self.drain.used_ms(now),
                 "escalated": self.drain.escalated,
                 "purpose": self.drain_purpose.map(DrainPurpose::as_str),
+                "budget": self.drain.budget_state(now).as_str(),
             },
             "cancels_pending": self.cancels_pending,
             "journal_error": self.journal_error,
@@ -450,14 +472,116 @@ impl Status {
                 "processing": mail.processing,
                 "buffered": buffered,
                 "done": mail.done,
+                "dead": mail.dead,
             },
             "last_exit": self.last_exit,
+            "last_exit_brief": self.last_exit_brief,
+            "last_exit_at_ms": self.last_exit_at_ms,
             "implementation": self.implementation,
             "takes_mail": self.takes_mail,
             "replicas": self.replicas.iter().map(|r| r.to_json(now)).collect::<Vec<_>>(),
             "containment": self.containment,
             "cgroup": self.cgroup,
             "limits_not_applied": self.limits_not_applied,
+            "since_ms": since(self.state_since),
+            "next_in_ms": until(self.deadline),
+            "why": self.why(now),
         })
+    }
+
+    /// Why the deployment is in its state and what happens next, in one
+    /// or two sentences (`wfhost status DEP`).
+    pub fn why(&self, now: Instant) -> String {
+        let id = &self.id;
+        let pid = self.pid.map_or_else(|| "?".to_owned(), |p| p.to_string());
+        let next = self
+            .deadline
+            .map(|t| human::ms(ms(t.saturating_duration_since(now))));
+        let last = self
+            .last_exit
+            .as_deref()
+            .unwrap_or("no child has ended yet");
+        match self.state {
+            State::Starting if self.pid.is_none() => "a child is being spawned".to_owned(),
+            State::Starting => format!(
+                "its child (pid {pid}) was spawned and has not sent Ready yet{}",
+                next.map_or_else(String::new, |n| format!(
+                    "; it is killed if not ready within {n}"
+                ))
+            ),
+            State::Ready => match self.takes_mail {
+                Some(false) => {
+                    format!("its child (pid {pid}) is running; it takes no mail (a plain command)")
+                }
+                _ => format!("its child (pid {pid}) is ready and takes mail"),
+            },
+            State::Draining => {
+                let purpose = match self.drain_purpose {
+                    Some(DrainPurpose::Recycle) => "for a recycle",
+                    Some(DrainPurpose::Operator) => "by an operator",
+                    Some(DrainPurpose::Stop) => "because the supervisor is stopping",
+                    None => "",
+                };
+                let budget = match self.drain.budget_state(now) {
+                    BudgetState::Escalated => {
+                        "the budget ran out and a signed cancel was sent".to_owned()
+                    }
+                    BudgetState::Paused => format!(
+                        "the budget is paused at {} of {}: only wait steps are in flight",
+                        human::ms(self.drain.used_ms(now)),
+                        format_duration(self.drain.budget())
+                    ),
+                    _ => format!(
+                        "{} of its {} budget used",
+                        human::ms(self.drain.used_ms(now)),
+                        format_duration(self.drain.budget())
+                    ),
+                };
+                let waits = match self.steps_in_flight {
+                    0 => "for the child to report Drained".to_owned(),
+                    1 => "for 1 step in flight".to_owned(),
+                    n => format!("for {n} steps in flight"),
+                };
+                let deadline = next.map_or_else(String::new, |n| {
+                    format!("; stopped anyway in {n} (drain_deadline)")
+                });
+                format!("draining {purpose}: waiting {waits}; {budget}{deadline}")
+            }
+            State::Stopping => match next {
+                Some(n) => {
+                    format!("SIGTERM was sent to its child (pid {pid}); SIGKILL follows in {n}")
+                }
+                None => {
+                    format!("its child (pid {pid}) is being killed; waiting for it to be reaped")
+                }
+            },
+            State::Backoff => format!(
+                "its child ended ({last}); it is restarted in {}",
+                next.unwrap_or_else(|| "a moment".into())
+            ),
+            State::Failed => format!(
+                "too many restarts within the period; last: {last}; `wfhost resume {id}` starts a fresh child"
+            ),
+            State::Drained => format!(
+                "drained by an operator: no child runs and mail waits in the inbox until `wfhost resume {id}`"
+            ),
+            State::Exited => "stopped with the supervisor".to_owned(),
+        }
+    }
+}
+
+impl DrainView {
+    /// The budget in force.
+    pub fn budget(&self) -> Duration {
+        self.budget
+            .as_ref()
+            .map_or(self.configured, DrainBudget::budget)
+    }
+
+    /// Where the budget is as of `now`.
+    pub fn budget_state(&self, now: Instant) -> BudgetState {
+        self.budget
+            .as_ref()
+            .map_or(BudgetState::Idle, |b| b.state_at(now))
     }
 }

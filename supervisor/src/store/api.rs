@@ -1,12 +1,17 @@
 //! The one trait every backend implements. Its methods are storage
 //! operations, each one transaction; the rules they follow (how journal
-//! records are numbered, chained and sealed, how mail is admitted and
-//! which states it moves between) are in `crate::journal` and
-//! [`super::mail`], so a second backend does not re-implement them.
+//! records are numbered, chained and sealed, how mail is admitted, which
+//! states it moves between and when it is quarantined) are in
+//! `crate::journal`, [`super::mail`], [`super::held`] and
+//! [`super::mail_admin`], so a second backend does not re-implement them.
 
 use ed25519_dalek::SigningKey;
 
-use super::{Accepted, ChildRecord, EventRecord, MailCounts, MailItem, NewEvent, StoreError};
+use super::held::{AckOf, Ending, Holder, Replayed};
+use super::mail_admin::{MailPage, MailQuery, MailView, Retried};
+use super::{
+    Accepted, ChildRecord, EventRecord, MailCounts, MailItem, NewEvent, Offer, StoreError,
+};
 use crate::journal::{JournalHead, JournalHeads, JournalRecord, NewJournalEntry};
 
 /// Durable state of one supervisor. Every write is durable when it returns.
@@ -61,7 +66,9 @@ pub trait Store: Send {
     /// item's id comes back and nothing is written (or
     /// [`StoreError::KeyReused`] if its payload differs), so a sender can
     /// retry after losing the answer without enqueuing twice. The rules
-    /// are [`super::mail::admit`]'s.
+    /// are [`super::mail::admit`]'s. (The supervisor offers through
+    /// [`Store::enqueue_mail_many`]; tests offer one at a time.)
+    #[cfg(test)]
     fn enqueue_mail(
         &mut self,
         deployment: &str,
@@ -69,36 +76,124 @@ pub trait Store: Send {
         payload: &[u8],
         max_inbox: u64,
         at_ms: u64,
-    ) -> Result<Accepted, StoreError>;
+    ) -> Result<Accepted, StoreError> {
+        let offer = Offer {
+            deployment: deployment.to_owned(),
+            key: key.map(str::to_owned),
+            payload: payload.to_vec(),
+            max_inbox,
+            at_ms,
+        };
+        let mut answers = self.enqueue_mail_many(std::slice::from_ref(&offer))?;
+        answers.pop().expect("one answer per offer")
+    }
 
-    /// Moves the first `limit` inbox items (FIFO, by id) to processing and
-    /// returns them in that order, for sending to the child.
-    fn take_mail(&mut self, deployment: &str, limit: usize) -> Result<Vec<MailItem>, StoreError>;
+    /// [`Store::enqueue_mail`] for several offers (of any deployments) in
+    /// one transaction, so concurrent senders share one durable commit:
+    /// each answer as `enqueue_mail`'s, in order; the outer error when the
+    /// transaction itself failed (nothing of it was written).
+    fn enqueue_mail_many(
+        &mut self,
+        offers: &[Offer],
+    ) -> Result<Vec<Result<Accepted, StoreError>>, StoreError>;
 
-    /// Marks a processing item done with the child's outcome, writing the
-    /// `mail_done` event in the same transaction; `false` (and no change)
-    /// when it is not in processing for `deployment`, i.e. a duplicate or
-    /// unknown ack.
+    /// Moves items from the head of `deployment`'s inbox (FIFO, by id) to
+    /// processing, held by `holder`, and returns them in that order for
+    /// sending to it: at most `limit`, stopping where
+    /// [`super::held::takeable`] says (a suspect goes alone). Each take is
+    /// a delivery: counted, and begun in the item's history at `at_ms`.
+    fn take_mail(
+        &mut self,
+        deployment: &str,
+        holder: &Holder,
+        limit: usize,
+        at_ms: u64,
+    ) -> Result<Vec<MailItem>, StoreError>;
+
+    /// Marks an item `holder` holds done with the child's outcome, ending
+    /// its delivery in the history and writing the `mail_done` event in
+    /// the same transaction; `false` (and no change) when `holder` does not
+    /// hold it in `deployment`: a duplicate, stray or late ack.
     fn ack_mail(
         &mut self,
         deployment: &str,
+        holder: &Holder,
         id: u64,
         outcome: &str,
         at_ms: u64,
     ) -> Result<bool, StoreError>;
 
-    /// Puts every unacknowledged item of `deployment` back at the head of
-    /// its inbox in original order (its child is gone); returns how many.
-    fn replay_mail(&mut self, deployment: &str) -> Result<u64, StoreError>;
+    /// [`Store::ack_mail`] for several acknowledgements in one transaction,
+    /// so they cost one durable commit: each answer as `ack_mail`'s, in
+    /// order.
+    fn ack_mail_many(
+        &mut self,
+        deployment: &str,
+        acks: &[AckOf],
+        at_ms: u64,
+    ) -> Result<Vec<bool>, StoreError>;
 
-    /// [`Store::replay_mail`] for every deployment: at start-up, after a
-    /// supervisor died with mail in flight.
-    fn replay_all_mail(&mut self) -> Result<u64, StoreError>;
+    /// `holder`'s wiring ended: every item it holds in `deployment` goes
+    /// back to the head of the inbox in original order, or (a counted
+    /// ending that brings its failures to `max_deliveries`) to the dead
+    /// state, as [`super::held::after_ending`] rules; the deliveries end in
+    /// the history with the ending's cause. Other holders' items stay.
+    fn replay_mail(
+        &mut self,
+        deployment: &str,
+        holder: &Holder,
+        ending: &Ending,
+        max_deliveries: u32,
+    ) -> Result<Replayed, StoreError>;
+
+    /// Every processing item of every deployment back to the head of its
+    /// inbox, not counted (at start-up, after a supervisor stopped or died
+    /// with mail in flight: its children are gone); returns how many.
+    fn replay_all_mail(&mut self, at_ms: u64) -> Result<u64, StoreError>;
 
     /// Deletes done items acknowledged before `done_before_ms` (Unix ms),
-    /// and with them their idempotency keys (`mail_retention`); returns
-    /// how many went. Inbox and processing items are never pruned.
+    /// and with them their idempotency keys and histories
+    /// (`mail_retention`); returns how many went. Inbox, processing and
+    /// dead items are never pruned.
     fn prune_done_mail(&mut self, done_before_ms: u64) -> Result<u64, StoreError>;
+
+    /// A page of stored items with their histories, ascending by id, and
+    /// how many more match.
+    fn list_mail(&mut self, query: &MailQuery) -> Result<MailPage, StoreError>;
+
+    /// One item with its history, if it is stored.
+    fn mail_item(&mut self, id: u64) -> Result<Option<MailView>, StoreError>;
+
+    /// At most `len` bytes of item `id`'s payload from `offset` (empty past
+    /// its end); `None` when no such item is stored.
+    fn mail_payload(
+        &mut self,
+        id: u64,
+        offset: u64,
+        len: usize,
+    ) -> Result<Option<Vec<u8>>, StoreError>;
+
+    /// An operator's retry in `deployment`: item `id` (refused with
+    /// [`StoreError::UnknownMail`] or [`StoreError::NotDead`], changing
+    /// nothing, unless it is dead there), or its oldest dead items (at most
+    /// [`super::mail_admin::RETRY_BATCH`]), back to the inbox with failures
+    /// and attempts reset; the history notes who (`by`).
+    fn retry_dead_mail(
+        &mut self,
+        deployment: &str,
+        id: Option<u64>,
+        by: &str,
+        at_ms: u64,
+    ) -> Result<Retried, StoreError>;
+
+    /// Deletes dead items (one deployment's, or all) quarantined before
+    /// `dead_before_ms`, with their histories and keys; returns how many
+    /// went per deployment.
+    fn purge_dead_mail(
+        &mut self,
+        deployment: Option<&str>,
+        dead_before_ms: u64,
+    ) -> Result<Vec<(String, u64)>, StoreError>;
 
     /// How many of `deployment`'s items are in each state.
     fn mail_counts(&mut self, deployment: &str) -> Result<MailCounts, StoreError>;

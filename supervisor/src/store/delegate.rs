@@ -1,12 +1,13 @@
 //! The one `impl Store` both backends share: every method hands its
 //! arguments to the function of the same name in the backend's modules
-//! `children`, `journal`, `mail` and `events`, so a backend is its SQL and
+//! `children`, `journal`, `mail`, `mail_admin` and `events`, so a backend is its SQL and
 //! nothing else.
 
 /// Implements `Store` for `$backend` by calling, in the invoking module,
 /// `children::{record, forget, all}`, `journal::{append, read, heads,
-/// set_verified}`, `mail::{enqueue, take, ack, replay, prune_done, counts,
-/// done_ids}` and `events::{append, after, prune, last_seq}`.
+/// set_verified}`, `mail::{enqueue, take, ack, replay, replay_all,
+/// prune_done, counts, done_ids}`, `mail_admin::{list, item, payload,
+/// retry, purge}` and `events::{append, after, prune, last_seq}`.
 macro_rules! delegate_store {
     ($backend:ty) => {
         impl $crate::store::Store for $backend {
@@ -66,41 +67,58 @@ macro_rules! delegate_store {
                 journal::set_verified(self, head)
             }
 
-            fn enqueue_mail(
+            fn enqueue_mail_many(
                 &mut self,
-                deployment: &str,
-                key: Option<&str>,
-                payload: &[u8],
-                max_inbox: u64,
-                at_ms: u64,
-            ) -> Result<$crate::store::Accepted, $crate::store::StoreError> {
-                mail::enqueue(self, deployment, key, payload, max_inbox, at_ms)
+                offers: &[$crate::store::Offer],
+            ) -> Result<
+                Vec<Result<$crate::store::Accepted, $crate::store::StoreError>>,
+                $crate::store::StoreError,
+            > {
+                mail::enqueue_many(self, offers)
             }
 
             fn take_mail(
                 &mut self,
                 deployment: &str,
+                holder: &$crate::store::Holder,
                 limit: usize,
+                at_ms: u64,
             ) -> Result<Vec<$crate::store::MailItem>, $crate::store::StoreError> {
-                mail::take(self, deployment, limit)
+                mail::take(self, deployment, holder, limit, at_ms)
             }
 
             fn ack_mail(
                 &mut self,
                 deployment: &str,
+                holder: &$crate::store::Holder,
                 id: u64,
                 outcome: &str,
                 at_ms: u64,
             ) -> Result<bool, $crate::store::StoreError> {
-                mail::ack(self, deployment, id, outcome, at_ms)
+                mail::ack(self, deployment, holder, id, outcome, at_ms)
             }
 
-            fn replay_mail(&mut self, deployment: &str) -> Result<u64, $crate::store::StoreError> {
-                mail::replay(self, Some(deployment))
+            fn ack_mail_many(
+                &mut self,
+                deployment: &str,
+                acks: &[$crate::store::AckOf],
+                at_ms: u64,
+            ) -> Result<Vec<bool>, $crate::store::StoreError> {
+                mail::ack_many(self, deployment, acks, at_ms)
             }
 
-            fn replay_all_mail(&mut self) -> Result<u64, $crate::store::StoreError> {
-                mail::replay(self, None)
+            fn replay_mail(
+                &mut self,
+                deployment: &str,
+                holder: &$crate::store::Holder,
+                ending: &$crate::store::Ending,
+                max_deliveries: u32,
+            ) -> Result<$crate::store::Replayed, $crate::store::StoreError> {
+                mail::replay(self, deployment, holder, ending, max_deliveries)
+            }
+
+            fn replay_all_mail(&mut self, at_ms: u64) -> Result<u64, $crate::store::StoreError> {
+                mail::replay_all(self, at_ms)
             }
 
             fn prune_done_mail(
@@ -108,6 +126,47 @@ macro_rules! delegate_store {
                 done_before_ms: u64,
             ) -> Result<u64, $crate::store::StoreError> {
                 mail::prune_done(self, done_before_ms)
+            }
+
+            fn list_mail(
+                &mut self,
+                query: &$crate::store::MailQuery,
+            ) -> Result<$crate::store::MailPage, $crate::store::StoreError> {
+                mail_admin::list(self, query)
+            }
+
+            fn mail_item(
+                &mut self,
+                id: u64,
+            ) -> Result<Option<$crate::store::MailView>, $crate::store::StoreError> {
+                mail_admin::item(self, id)
+            }
+
+            fn mail_payload(
+                &mut self,
+                id: u64,
+                offset: u64,
+                len: usize,
+            ) -> Result<Option<Vec<u8>>, $crate::store::StoreError> {
+                mail_admin::payload(self, id, offset, len)
+            }
+
+            fn retry_dead_mail(
+                &mut self,
+                deployment: &str,
+                id: Option<u64>,
+                by: &str,
+                at_ms: u64,
+            ) -> Result<$crate::store::Retried, $crate::store::StoreError> {
+                mail_admin::retry(self, deployment, id, by, at_ms)
+            }
+
+            fn purge_dead_mail(
+                &mut self,
+                deployment: Option<&str>,
+                dead_before_ms: u64,
+            ) -> Result<Vec<(String, u64)>, $crate::store::StoreError> {
+                mail_admin::purge(self, deployment, dead_before_ms)
             }
 
             fn mail_counts(

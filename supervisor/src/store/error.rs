@@ -212,6 +212,26 @@ pub enum StoreError {
         /// The item accepted under it.
         id: u64,
     },
+    /// No stored mail item has this id.
+    #[error(
+        "no mail item {id} in the store\n  help: `wfhost mail list` shows the items kept (done mail is deleted after mail_retention, purged dead mail at once)"
+    )]
+    UnknownMail {
+        /// The id asked for.
+        id: u64,
+    },
+    /// An operator asked to retry mail that is not dead; nothing changed.
+    #[error(
+        "mail {id} of {deployment} is {state}, not dead: only dead mail is retried, and nothing was changed\n  help: `wfhost mail show {id}` shows where it is; `wfhost mail list --state dead` lists what can be retried"
+    )]
+    NotDead {
+        /// The item.
+        id: u64,
+        /// Its deployment.
+        deployment: String,
+        /// Where it is.
+        state: super::mail_admin::MailState,
+    },
     /// A stored row cannot be what wfhost wrote.
     #[error(
         "{location}: {what}\n  help: the store was edited or damaged; run `wfhost journal verify` and restore a backup"

@@ -1,13 +1,15 @@
 //! Mail as the store sees it (DESIGN §6): each item is in the inbox, in
-//! processing (sent to a child, not yet acknowledged) or done. The rules
-//! every backend follows live here: an item moves inbox → processing (a
-//! take), processing → done (an ack) or processing → inbox (a replay: its
-//! child is gone), nothing else; the inbox is ordered by id and a take
-//! always removes its head, so every processing id is below every inbox
-//! id and a replay puts items back at the head in their original order;
-//! how an offered item is admitted (idempotency keys, the inbox limit),
-//! how deliveries are counted, and the events written with the mail.
-//! Backends keep only the storage: one transaction per operation.
+//! processing (sent to a child, not yet acknowledged), done, or dead
+//! (quarantined). The rules every backend follows live here and in
+//! [`super::held`]: an item moves inbox → processing (a take, by one
+//! holder), processing → done (that holder's ack), processing → inbox or
+//! dead (its holder's ending: [`super::held::after_ending`]), and dead →
+//! inbox (an operator's retry), nothing else; the inbox is ordered by id
+//! and a take always removes a prefix of it, so a replay or a retry puts
+//! items back at the head in their original order; how an offered item is
+//! admitted (idempotency keys, the inbox limit), how deliveries are
+//! counted, and the events written with the mail. Backends keep only the
+//! storage: one transaction per operation.
 
 use serde::Serialize;
 use sha2::{Digest, Sha256};
@@ -24,8 +26,9 @@ pub struct MailItem {
     pub id: u64,
     /// The bytes the sender gave.
     pub payload: Vec<u8>,
-    /// Which delivery this is: 1 the first time, counting every earlier
-    /// child that took it without acknowledging it.
+    /// Which delivery this is: 1 the first time (and the first time after
+    /// an operator's retry), counting every earlier child that took it
+    /// without acknowledging it.
     pub attempt: u32,
 }
 
@@ -39,6 +42,25 @@ pub struct MailCounts {
     pub processing: u64,
     /// Acknowledged (kept until a retention job prunes them).
     pub done: u64,
+    /// Quarantined after `max_deliveries` failed deliveries (kept until an
+    /// operator retries or purges them).
+    pub dead: u64,
+}
+
+/// One item offered by a sender, for
+/// [`Store::enqueue_mail_many`](super::Store::enqueue_mail_many).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Offer {
+    /// Whose inbox.
+    pub deployment: String,
+    /// The sender's idempotency key.
+    pub key: Option<String>,
+    /// The bytes.
+    pub payload: Vec<u8>,
+    /// The deployment's `max_inbox`.
+    pub max_inbox: u64,
+    /// When it was offered (Unix ms).
+    pub at_ms: u64,
 }
 
 /// What [`Store::enqueue_mail`](super::Store::enqueue_mail) did with an

@@ -2,7 +2,8 @@
 //! --run-ignored only store::measure --no-capture`): journal append
 //! latency on SQLite and on a durable PostgreSQL (fsync on), and the
 //! start-up check over a 100,000-record journal, full and from the last
-//! verified head. Each asserts that what it measured is a correct journal.
+//! verified head; mail takes and acks with holders and history beside one
+//! durable commit. Each asserts that what it measured is correct.
 
 use std::time::{Duration, Instant};
 
@@ -156,4 +157,76 @@ fn the_start_up_check_over_100_000_records() {
     println!(
         "start-up check, PostgreSQL, {N} records: first start {full:?}, next start {anchored:?}"
     );
+}
+
+/// Times `rounds` takes of a full window (32) by one child and the 32 acks
+/// of each, with holders and the delivery history written in the same
+/// transactions; and, as the reference, one durable commit (an event).
+fn mail_cycle(store: &mut dyn Store, rounds: usize) -> [(Duration, Duration); 3] {
+    let child = super::Holder {
+        channel_id: "9f".repeat(16),
+        pid: 4242,
+    };
+    for i in 0..rounds * 32 {
+        store
+            .enqueue_mail(
+                "billing",
+                None,
+                format!("{{\"n\":{i}}}").as_bytes(),
+                u64::MAX,
+                1,
+            )
+            .expect("enqueue");
+    }
+    let (mut takes, mut acks, mut commits) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 0..rounds {
+        let t = Instant::now();
+        let items = store.take_mail("billing", &child, 32, 10).expect("take");
+        takes.push(t.elapsed());
+        assert_eq!(items.len(), 32, "round {round}");
+        for item in items {
+            let t = Instant::now();
+            assert!(
+                store
+                    .ack_mail("billing", &child, item.id, "succeeded", 11)
+                    .expect("ack")
+            );
+            acks.push(t.elapsed());
+        }
+        let t = Instant::now();
+        store
+            .append_event(
+                12,
+                Some("billing"),
+                "custom",
+                &json!({"kind": "x", "bytes": 1}),
+            )
+            .expect("event");
+        commits.push(t.elapsed());
+    }
+    let done = store.mail_counts("billing").expect("counts").done;
+    assert_eq!(done, (rounds * 32) as u64);
+    [percentiles(takes), percentiles(acks), percentiles(commits)]
+}
+
+#[test]
+#[ignore = "a measurement: run by hand"]
+fn mail_take_and_ack_with_holders_and_history() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut sqlite = SqliteStore::open(dir.path()).expect("sqlite");
+    let pg = PgServer::start_durable();
+    let mut postgres = PostgresStore::open(&pg.url("postgres")).expect("postgres");
+    for (name, store) in [
+        (
+            "SQLite (WAL, synchronous=FULL)",
+            &mut sqlite as &mut dyn Store,
+        ),
+        ("PostgreSQL 15 (fsync on, Unix socket)", &mut postgres),
+    ] {
+        let [take, ack, commit] = mail_cycle(store, 50);
+        println!(
+            "{name}: take of 32 p50 {:?} p99 {:?}; ack p50 {:?} p99 {:?}; one event commit p50 {:?} p99 {:?}",
+            take.0, take.1, ack.0, ack.1, commit.0, commit.1
+        );
+    }
 }

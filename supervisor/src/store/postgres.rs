@@ -21,7 +21,9 @@ mod lease_schema;
 mod lease_tests;
 pub mod listen;
 mod mail;
+mod mail_admin;
 mod schema;
+mod takeover;
 #[cfg(test)]
 mod tests;
 

@@ -8,6 +8,7 @@ mod errors;
 mod events;
 mod journal;
 mod mail;
+mod mail_admin;
 mod schema;
 #[cfg(test)]
 mod tests;

@@ -4,10 +4,12 @@
 //! to the database (to tamper, and to count rows). Each backend's tests
 //! instantiate the whole suite with [`backend_suite!`].
 
+pub mod batch;
 pub mod children;
 pub mod events;
 pub mod journal;
 pub mod mail;
+pub mod poison;
 
 use super::Store;
 
@@ -57,6 +59,19 @@ macro_rules! backend_suite {
             mail::replay_all_covers_every_deployment,
             mail::mail_in_flight_survives_a_supervisor_crash,
             mail::random_histories_end_with_every_accepted_id_done_exactly_once,
+            batch::offers_in_one_write_are_each_admitted_on_their_own,
+            batch::acks_in_one_write_each_land_or_not,
+            poison::a_child_acknowledges_and_gets_back_only_what_it_holds,
+            poison::a_counted_end_charges_each_held_item_and_keeps_its_last_failure,
+            poison::the_supervisors_own_stop_charges_nothing,
+            poison::a_suspect_is_taken_alone_and_nothing_follows_it,
+            poison::a_poison_item_among_32_in_flight_dies_alone_and_the_rest_are_done_once,
+            poison::dead_mail_is_retried_from_attempt_one_and_only_dead_mail_is,
+            poison::purging_deletes_only_dead_mail_older_than_the_cut_with_its_history,
+            poison::pruning_done_mail_deletes_its_history_too,
+            poison::a_list_filters_pages_and_says_how_many_more,
+            poison::a_payload_reads_back_in_pieces,
+            poison::random_poison_histories_quarantine_only_the_poison,
             events::events_are_numbered_from_one_and_read_back_whole,
             events::a_cursor_and_a_limit_page_through_the_log_without_gaps,
             events::pruning_keeps_the_newest_and_seqs_are_never_reused,

@@ -19,6 +19,7 @@ use crate::exit;
 use crate::fleet::{Command, Fleet, forward, view};
 use crate::observe::status::Status;
 use crate::shared::unix_ms;
+use crate::store::Offer;
 
 /// Answers `request` here if it is the fleet's to answer (`Ok`), or hands
 /// it back for the local handlers (`Err`): always so on a single host.
@@ -32,7 +33,17 @@ pub async fn route(
     };
     let target = match &request {
         Request::Status => return Ok(whole(status(ctx, &fleet).await)),
-        Request::Events { .. } => return Err(request),
+        // The host's own (its config, its children's output) or the
+        // store's, which every host reads alike.
+        Request::Events { .. }
+        | Request::Reload
+        | Request::Stop
+        | Request::Logs { .. }
+        | Request::MailList { .. }
+        | Request::MailShow { .. }
+        | Request::MailPayload { .. }
+        | Request::MailRetry { .. }
+        | Request::MailPurge { .. } => return Err(request),
         Request::Move { deployment, to } => {
             return Ok(whole(moved(ctx, &fleet, deployment, to).await));
         }
@@ -204,14 +215,20 @@ async fn remote_send(
             format!("unreadable payload: {e}; nothing was accepted"),
         )
     })?;
-    let (id, limit, at) = (deployment.to_owned(), cfg.max_inbox, unix_ms());
+    let offer = Offer {
+        deployment: deployment.to_owned(),
+        key,
+        payload,
+        max_inbox: cfg.max_inbox,
+        at_ms: unix_ms(),
+    };
+    // Written with whatever other senders offer meanwhile: one commit.
     let accepted = ctx
         .shared
-        .store
-        .call(move |s| s.enqueue_mail(&id, key.as_deref(), &payload, limit, at))
+        .sends
+        .offer(&ctx.shared.store, offer)
         .await
-        .map_err(|e| Response::failed(exit::FAILED, e.to_string()))?
-        .map_err(|e| Response::failed(exit::FAILED, e.to_string()))?;
+        .map_err(|e| Response::failed(exit::FAILED, e))?;
     if accepted.new {
         ctx.shared.events_written();
     }

@@ -6,15 +6,20 @@ pub mod drain;
 pub mod events;
 pub mod fleet;
 pub mod kill;
+pub mod logs;
+pub mod mail;
 pub mod recycle;
+pub mod reload;
 pub mod resume;
 pub mod send;
 pub mod status;
+pub mod stop;
 
 use std::sync::Arc;
 
 use tokio::net::UnixStream;
 
+use super::host::HostAsks;
 use super::protocol::{Request, Response};
 use crate::deployment::{Asked, DeploymentHandle};
 use crate::exit;
@@ -28,6 +33,8 @@ pub struct Context {
     pub registry: Registry,
     /// The store and the rest.
     pub shared: Arc<Shared>,
+    /// The control loop, for reload and stop.
+    pub host: HostAsks,
 }
 
 /// Answers one (non-streaming) request.
@@ -39,6 +46,8 @@ pub async fn answer(request: Request, stream: &mut UnixStream, ctx: &Context) ->
     };
     let answered = match request {
         Request::Status => status::answer(ctx).await,
+        Request::Reload => reload::answer(ctx).await,
+        Request::Stop => stop::answer(ctx).await,
         Request::Kill { deployment } => kill::answer(ctx, &deployment).await,
         Request::Drain { deployment } => drain::answer(ctx, &deployment).await,
         Request::Resume { deployment } => resume::answer(ctx, &deployment).await,
@@ -49,14 +58,31 @@ pub async fn answer(request: Request, stream: &mut UnixStream, ctx: &Context) ->
             payload_bytes,
             key,
         } => send::answer(ctx, stream, &deployment, payload_bytes, key).await,
-        Request::Events { .. } => Err(Response::failed(
+        Request::Events { .. } | Request::Logs { .. } => Err(Response::failed(
             exit::USAGE,
-            "events is a streaming request",
+            "events and logs are streaming requests",
         )),
         Request::Move { .. } => Err(Response::failed(
             exit::USAGE,
             "move hands a deployment to another host of a fleet, and this supervisor is not in one\n  help: give every host the same [store] url and a [fleet] table (see README, Running a fleet)",
         )),
+        Request::MailList {
+            deployment,
+            state,
+            after,
+            limit,
+        } => mail::list(ctx, deployment, state, after, limit).await,
+        Request::MailShow { id } => mail::show(ctx, id).await,
+        Request::MailPayload { id, offset, length } => mail::payload(ctx, id, offset, length).await,
+        Request::MailRetry {
+            id,
+            dead,
+            deployment,
+        } => mail::retry(ctx, stream, id, dead, deployment).await,
+        Request::MailPurge {
+            deployment,
+            older_than_ms,
+        } => mail::purge(ctx, stream, deployment, older_than_ms).await,
     };
     match answered {
         Ok(r) | Err(r) => r,

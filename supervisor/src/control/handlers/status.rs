@@ -1,4 +1,5 @@
-//! `status`: every deployment's status with its mail counts.
+//! `status`: every deployment's status with its mail counts, and the
+//! host's facts (cores, memory, load, the supervisor's own RSS).
 
 use std::time::Instant;
 
@@ -37,5 +38,7 @@ pub async fn answer(ctx: &Context) -> Result<Response, Response> {
         .zip(&counts)
         .map(|(h, mail)| h.with_status(|s| s.to_json(now, mail)))
         .collect();
-    Ok(Response::ok(json!({ "deployments": deployments })))
+    Ok(Response::ok(
+        json!({ "deployments": deployments, "host": crate::observe::host::now() }),
+    ))
 }

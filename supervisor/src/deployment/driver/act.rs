@@ -12,11 +12,13 @@ use wfhost_policy::{Fact, format_duration};
 
 use super::replica::{Replica, Told, Wired, settings};
 use crate::deployment::child::LiveChild;
-use crate::deployment::{Waiter, cancel, recycle};
+use crate::deployment::writes::Replay;
+use crate::deployment::{Waiter, cancel, mail, recycle};
 use crate::host::policy_tick::Watched;
 use crate::observe::record;
 use crate::observe::status::{ReplicaView, Role, State, Status};
 use crate::shared::unix_ms;
+use crate::store::Holder;
 
 impl Replica {
     /// Carries out one of the machine's actions.
@@ -81,10 +83,31 @@ impl Replica {
                 w.io.kill();
             }
             Action::Cancel { run, to } => self.operator_cancel(run, to),
-            Action::ReplayMail => self.replay = true,
+            Action::ReplayMail => {
+                if let Some(replay) = self.ended.take() {
+                    self.replays.push(replay);
+                }
+            }
             // The deployment answers once its status says so.
             Action::Answer { to, answer } => self.answers.push((to, answer)),
-            Action::Record(fact) => self.record(fact),
+            Action::Record(fact) => {
+                // The machine records a child's end just before it asks
+                // for the replay of its mail: the replay's holder and cause.
+                if let Fact::Exited {
+                    pid,
+                    channel_id,
+                    cause,
+                } = &fact
+                {
+                    let holder = Holder {
+                        channel_id: channel_id.clone(),
+                        pid: *pid,
+                    };
+                    let ending = mail::ending(cause, self.stopping);
+                    self.ended = Some(Replay { holder, ending });
+                }
+                self.record(fact)
+            }
             Action::RearmPolicy => {
                 if let Some(w) = self.wired.as_mut() {
                     self.shared.watchlist.rearm(w.io.pid);
@@ -175,8 +198,9 @@ impl Replica {
             }
             _ => {}
         }
-        self.status_mut().count(&fact, unix_ms());
         self.shared.record(Some(&self.cfg.id), &fact);
+        // Counted in status with the state it leads to, in one update.
+        self.counted.push((fact, unix_ms()));
     }
 
     /// The child is ready: pings begin and the policy watches it.
@@ -217,7 +241,12 @@ impl Replica {
     /// deployment's status, as the deployment's own (this replica serves
     /// first).
     pub(super) fn publish_into(&self, st: &mut Status, now: Instant) {
-        st.state = State::of(self.life.phase());
+        let state = State::of(self.life.phase());
+        if st.state != state || st.state_since.is_none() {
+            st.state_since = Some(now);
+        }
+        st.state = state;
+        st.deadline = self.life.deadline();
         st.drain_purpose = self.life.phase().purpose();
         st.ever_ready |= self.life.ever_ready();
         let Some(w) = &self.wired else {

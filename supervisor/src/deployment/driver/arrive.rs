@@ -15,14 +15,19 @@ use super::replica::{Replica, Told};
 use crate::deployment::child::{self, Arrived, Frame};
 use crate::deployment::throttle::Verdict;
 use crate::deployment::writes::Ack;
-use crate::deployment::{Waiter, cancel, drain};
+use crate::deployment::{Waiter, cancel, drain, mail};
 
 impl Replica {
     pub(super) async fn frame(&mut self, arrived: Arrived) {
         let Some(w) = self.wired.as_mut() else {
             return;
         };
-        match w.io.frame(&self.cfg, arrived).await {
+        let frame = w.io.frame(&self.cfg, arrived).await;
+        // A child that said Hello speaks the protocol, whatever follows.
+        if w.io.hello.is_some() && matches!(frame, Frame::Handshake | Frame::Violation(_)) {
+            self.inputs.push_back(Input::Hello);
+        }
+        match frame {
             Frame::Handshake => {}
             Frame::Ready => self.inputs.push_back(Input::Ready),
             Frame::Closed => {
@@ -77,7 +82,7 @@ impl Replica {
                 // Written in order with every other mail write this
                 // deployment owes, retried until it lands.
                 self.acks.push(Ack {
-                    pid,
+                    holder: mail::holder(&w.io),
                     id: mail_id,
                     outcome,
                 });

@@ -15,6 +15,7 @@ impl Driver {
         let answers = self.crew.stop();
         self.crew_actions.extend(answers);
         for r in &mut self.replicas {
+            r.stopping = true;
             r.inputs.push_back(Input::Request(Request::Stop));
         }
     }

@@ -15,6 +15,8 @@ use super::Driver;
 use crate::deployment::spread::{self, Hand};
 use crate::deployment::writes::Next;
 use crate::deployment::{mail, recycle};
+use crate::shared::unix_ms;
+use crate::store::Holder;
 
 impl Driver {
     /// Spreads the head of the inbox over the replicas that take mail and
@@ -43,7 +45,11 @@ impl Driver {
         if hands.is_empty() {
             return;
         }
-        let deployment = self.id.clone();
+        let holders: Vec<Holder> = hands
+            .iter()
+            .filter_map(|h| Some(mail::holder(&self.replicas.get(h.who)?.wired.as_ref()?.io)))
+            .collect();
+        let (deployment, at) = (self.id.clone(), unix_ms());
         let single = hands.len() == 1;
         // `hands` goes to the store thread and comes back.
         let taken = self
@@ -59,7 +65,14 @@ impl Driver {
                 };
                 let mut taken = Vec::with_capacity(plan.len());
                 for (who, n) in plan {
-                    taken.push((who, n, s.take_mail(&deployment, n)?));
+                    let Some(holder) = hands
+                        .iter()
+                        .position(|h| h.who == who)
+                        .and_then(|i| holders.get(i))
+                    else {
+                        continue;
+                    };
+                    taken.push((who, n, s.take_mail(&deployment, holder, n, at)?));
                 }
                 Ok::<_, crate::store::StoreError>((hands, taken))
             })
@@ -115,29 +128,40 @@ impl Driver {
             let now = Instant::now();
             let written = match self.writes.next(now) {
                 None => return,
-                Some(Next::Ack(ack)) => {
-                    let (pid, mail, outcome) = (ack.pid, ack.id, ack.outcome.clone());
-                    match mail::write_ack(self.shared(), &id, mail, &outcome).await {
+                Some(Next::Acks(acks)) => {
+                    let acks = acks.to_vec();
+                    match mail::write_acks(self.shared(), &id, &acks).await {
                         Ok(landed) => {
-                            if landed {
-                                self.acked(pid);
+                            for (ack, _) in acks.iter().zip(landed).filter(|(_, l)| *l) {
+                                self.acked(ack.holder.pid);
                             }
-                            Ok("a mail acknowledgement")
+                            Ok(("mail acknowledgements", acks.len()))
                         }
-                        Err(e) => Err(("recording a mail acknowledgement", e)),
+                        Err(e) => Err(("recording mail acknowledgements", e)),
                     }
                 }
-                Some(Next::Replay) => match mail::replay(self.shared(), &id).await {
-                    Ok(()) => Ok("the replay of unacknowledged mail"),
-                    Err(e) => Err(("returning unacknowledged mail to the inbox", e)),
-                },
+                Some(Next::Replay(r)) => {
+                    let r = r.clone();
+                    let max = self.cfg().max_deliveries;
+                    match mail::replay(self.shared(), &id, &r, max).await {
+                        Ok(()) => {
+                            // What came back is for whichever replica
+                            // takes mail now.
+                            for w in self.replicas.iter_mut().filter_map(|r| r.wired.as_mut()) {
+                                w.dispatch.want();
+                            }
+                            Ok(("the replay of unacknowledged mail", 0))
+                        }
+                        Err(e) => Err(("returning unacknowledged mail to the inbox", e)),
+                    }
+                }
             };
             match written {
-                Ok(what) => {
+                Ok((what, acks)) => {
                     if self.writes.error.is_some() {
                         info!(deployment = %id, "the store accepts mail writes again: {what} landed");
                     }
-                    self.writes.landed();
+                    self.writes.landed(acks);
                 }
                 Err((what, e)) => return self.refused(what, e, now),
             }

@@ -26,10 +26,11 @@ use tokio::time::sleep_until;
 use wfhost_policy::crew::{self, Crew};
 use wfhost_policy::life::Answer;
 
+use super::timer;
 use super::writes::Writes;
 use super::{Ask, ConfigSlot, Waiter};
 use crate::config::DeploymentConfig;
-use crate::observe::status::{ReplicaView, Role, Status};
+use crate::observe::status::{ReplicaView, Role, State, Status};
 use crate::shared::Shared;
 use replica::{Parts, Raw, Replica};
 
@@ -65,6 +66,9 @@ pub struct Driver {
     /// Where the next poll of the replicas starts, so a flooding one
     /// cannot starve the others.
     turn: usize,
+    /// Facts the replicas recorded, counted in status when it is next
+    /// published (with the state they led to, in one update).
+    counted: Vec<(wfhost_policy::Fact, u64)>,
     /// The replicas' answers, sent once the status says what they say.
     answers: Vec<(Waiter, Result<Answer, String>)>,
     /// A fleet lease was renewed: every child hears the new deadline.
@@ -104,6 +108,7 @@ impl Driver {
             answers: Vec::new(),
             lease_due: false,
             lease_lost: false,
+            counted: Vec::new(),
         }
     }
 
@@ -224,6 +229,7 @@ impl Driver {
             .filter_map(Replica::wake)
             .chain(self.writes.wake())
             .min();
+        let exact = self.replicas.iter().filter_map(Replica::exact_wake).min();
         let n = self.replicas.len().max(1);
         self.turn = (self.turn + 1) % n;
         let turn = self.turn;
@@ -255,10 +261,17 @@ impl Driver {
                 None => std::future::pending().await,
             }
         };
+        let exact = async {
+            match exact {
+                Some(at) => timer::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             (i, raw) = child => Arrival::Replica(i, raw),
             ask = asks.recv(), if *asks_open => Arrival::Ask(ask),
             () = sleep => Arrival::Wake,
+            () = exact => Arrival::Wake,
         }
     }
 
@@ -285,9 +298,12 @@ impl Driver {
 
     /// The deployment's status: its counters, the serving replica's child
     /// as the deployment's, and every replica.
-    fn publish(&self) {
+    fn publish(&mut self) {
         let now = Instant::now();
         let mut st = self.parts.status.lock().unwrap_or_else(|p| p.into_inner());
+        for (fact, at_ms) in self.counted.drain(..) {
+            st.count(&fact, at_ms);
+        }
         st.store_error = self.writes.error.clone();
         st.acks_pending = self.writes.acks_owed();
         let roles: Vec<(u32, Role)> = self
@@ -318,7 +334,16 @@ impl Driver {
             .or_else(|| self.replicas.first());
         match primary {
             Some(r) => r.publish_into(&mut st, now),
-            None => Replica::publish_none(&mut st),
+            None => {
+                // Every replica's life is over (the supervisor stops).
+                if st.state != State::Exited {
+                    st.state_since = Some(now);
+                }
+                st.state = State::Exited;
+                st.deadline = None;
+                st.drain_purpose = None;
+                Replica::publish_none(&mut st);
+            }
         }
         st.replicas = self
             .replicas

@@ -20,7 +20,7 @@ use crate::deployment::child::{Arrived, LiveChild};
 use crate::deployment::drain::Budget;
 use crate::deployment::mail::Dispatch;
 use crate::deployment::throttle::Throttle;
-use crate::deployment::writes::Ack;
+use crate::deployment::writes::{Ack, Replay};
 use crate::deployment::{Ask, ConfigSlot, Waiter};
 use crate::observe::status::{RssCell, Status};
 use crate::shared::Shared;
@@ -131,11 +131,19 @@ pub(super) struct Replica {
     pub(super) told: Vec<Told>,
     /// Acknowledgements to write, in order.
     pub(super) acks: Vec<Ack>,
-    /// Its gone child's unacknowledged mail must go back to the inbox.
-    pub(super) replay: bool,
+    /// Its gone children's unacknowledged mail, owed back to the inbox.
+    pub(super) replays: Vec<Replay>,
+    /// How its last child ended (from the `exited` fact its machine
+    /// records just before it asks for the replay of that child's mail).
+    pub(super) ended: Option<Replay>,
+    /// The supervisor is stopping it: its child's end does not count
+    /// against the mail it held.
+    pub(super) stopping: bool,
     /// Started to replace another replica: until its child is ready, a
     /// child that ends refuses the crew's recycle (rather than restart).
     pub(super) successor: bool,
+    /// Facts recorded since the status was last published, to count.
+    pub(super) counted: Vec<(wfhost_policy::Fact, u64)>,
     /// Answers to send once the deployment's status is published.
     pub(super) answers: Vec<(Waiter, Result<Answer, String>)>,
 }
@@ -152,7 +160,7 @@ pub(super) fn settings(cfg: &DeploymentConfig) -> Settings {
             backoff_max: cfg.restart.backoff_max,
             max_restarts: cfg.restart.max_restarts,
             period: cfg.restart.period,
-            healthy_after: RestartPolicy::default().healthy_after,
+            healthy_after: cfg.restart.healthy_after,
         },
     }
 }
@@ -191,8 +199,11 @@ impl Replica {
             finished: false,
             told: Vec::new(),
             acks: Vec::new(),
-            replay: false,
+            replays: Vec::new(),
+            ended: None,
+            stopping: false,
             answers: Vec::new(),
+            counted: Vec::new(),
             successor: false,
         }
     }
@@ -237,10 +248,17 @@ impl Replica {
         !self.inputs.is_empty()
     }
 
-    /// The earliest of its deadlines: the machine's, the child's pings,
-    /// its drain budget, a cancel's retry.
+    /// The earliest of the deadlines operators measure: the machine's
+    /// (a kill, a backoff, a drain deadline) and the drain budget's.
+    pub(super) fn exact_wake(&self) -> Option<Instant> {
+        let budget = self.wired.as_ref().and_then(|w| w.budget.deadline());
+        [self.life.deadline(), budget].into_iter().flatten().min()
+    }
+
+    /// The earliest of its other deadlines: the child's pings, a flood's
+    /// report, a cancel's retry.
     pub(super) fn wake(&self) -> Option<Instant> {
-        let mut wakes = vec![self.life.deadline()];
+        let mut wakes = Vec::new();
         if let Some(w) = &self.wired {
             let now = Instant::now();
             if let Some(l) = &w.liveness {
@@ -249,7 +267,6 @@ impl Replica {
                     self.cfg.liveness_interval,
                 )));
             }
-            wakes.push(w.budget.deadline());
             wakes.push(w.throttle.report_at());
             if w.commit.is_none() {
                 wakes.push(w.cancels.wake());

@@ -19,11 +19,12 @@ impl Driver {
             for ack in r.acks.drain(..) {
                 self.writes.ack(ack);
             }
-            if std::mem::take(&mut r.replay) {
-                self.writes.replay();
+            for replay in r.replays.drain(..) {
+                self.writes.replay(replay);
             }
             told.extend(r.told.drain(..).map(|t| (r.index, t)));
             self.answers.append(&mut r.answers);
+            self.counted.append(&mut r.counted);
         }
         for (index, t) in told {
             self.told(index, t);

@@ -43,6 +43,9 @@ impl Serving {
         let ctx = Context {
             registry: registry.clone(),
             shared: shared.clone(),
+            // Reload and stop are never forwarded (`handlers::fleet::local`
+            // refuses them): a control loop that takes none.
+            host: tokio::sync::mpsc::channel(1).0,
         };
         tokio::spawn(async move {
             loop {

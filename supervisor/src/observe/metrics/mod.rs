@@ -125,7 +125,8 @@ async fn serve_connection(
             Route::NotFound => response("404 Not Found", "text/plain", "not found; try /metrics\n"),
             Route::Metrics => match collect(registry, shared).await {
                 Ok(snapshots) => {
-                    let mut text = render(&snapshots, Instant::now());
+                    let host = crate::observe::host::now();
+                    let mut text = render(&snapshots, host.as_ref(), Instant::now());
                     if let Some(f) = &shared.fleet {
                         text.push_str(&fleet::render(f).await);
                     }

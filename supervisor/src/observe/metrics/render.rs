@@ -3,6 +3,7 @@
 use std::fmt::{Display, Write as _};
 use std::time::Instant;
 
+use crate::observe::host::Host;
 use crate::observe::status::{State, Status};
 use crate::store::MailCounts;
 
@@ -68,10 +69,14 @@ fn seconds(ms: u64) -> f64 {
 }
 
 /// The exposition text for `snapshots` (each deployment with its mail
-/// counts) as of `now`. Gauges with nothing to measure (no child, no RSS
-/// sample yet) are left out rather than reported as zero.
-pub fn render(snapshots: &[(Status, MailCounts)], now: Instant) -> String {
+/// counts) and the `host` as of `now`. Gauges with nothing to measure (no
+/// child, no RSS sample yet, no host facts) are left out rather than
+/// reported as zero.
+pub fn render(snapshots: &[(Status, MailCounts)], host: Option<&Host>, now: Instant) -> String {
     let mut e = Exposition::default();
+    if let Some(h) = host {
+        host_families(&mut e, h);
+    }
 
     let name = "wfhost_child_rss_bytes";
     e.family(
@@ -202,6 +207,16 @@ pub fn render(snapshots: &[(Status, MailCounts)], now: Instant) -> String {
         }
     }
 
+    let name = "wfhost_mail_dead";
+    e.family(
+        name,
+        "gauge",
+        "Mail quarantined after max_deliveries failed deliveries, waiting for `wfhost mail retry` or `purge`.",
+    );
+    for (s, mail) in snapshots {
+        e.sample(name, &[("deployment", &s.id)], mail.dead);
+    }
+
     let name = "wfhost_protocol_violations_total";
     e.family(
         name,
@@ -223,4 +238,42 @@ pub fn render(snapshots: &[(Status, MailCounts)], now: Instant) -> String {
     }
 
     e.out
+}
+
+/// The host's gauges: what an operator checks first when recycles pile up.
+fn host_families(e: &mut Exposition, h: &Host) {
+    for (name, help, value) in [
+        (
+            "wfhost_host_cores",
+            "Logical CPUs of the host (what the load average compares with).",
+            h.cores as f64,
+        ),
+        (
+            "wfhost_host_memory_total_bytes",
+            "Memory installed on the host.",
+            h.memory_total_bytes as f64,
+        ),
+        (
+            "wfhost_host_memory_available_bytes",
+            "Memory available to new work on the host (MemAvailable).",
+            h.memory_available_bytes as f64,
+        ),
+        (
+            "wfhost_supervisor_rss_bytes",
+            "Resident memory of the supervisor process itself.",
+            h.supervisor_rss_bytes as f64,
+        ),
+    ] {
+        e.family(name, "gauge", help);
+        e.sample(name, &[], value);
+    }
+    let name = "wfhost_host_load";
+    e.family(
+        name,
+        "gauge",
+        "Load average of the host over the window (1m, 5m, 15m).",
+    );
+    for (window, value) in ["1m", "5m", "15m"].into_iter().zip(h.load) {
+        e.sample(name, &[("window", window)], value);
+    }
 }

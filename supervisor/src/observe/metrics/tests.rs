@@ -160,8 +160,9 @@ fn renders_every_family_for_a_deployment() {
         inbox: 5,
         processing: 1,
         done: 17,
+        dead: 2,
     };
-    let text = render(&[(s, mail)], now);
+    let text = render(&[(s, mail)], None, now);
     let expected = r#"# HELP wfhost_child_rss_bytes Resident memory of the child's process tree at the last policy check.
 # TYPE wfhost_child_rss_bytes gauge
 wfhost_child_rss_bytes{deployment="billing"} 10485760
@@ -208,6 +209,9 @@ wfhost_drain_escalations_total{deployment="billing"} 1
 wfhost_mail{deployment="billing",state="inbox"} 5
 wfhost_mail{deployment="billing",state="processing"} 1
 wfhost_mail{deployment="billing",state="done"} 17
+# HELP wfhost_mail_dead Mail quarantined after max_deliveries failed deliveries, waiting for `wfhost mail retry` or `purge`.
+# TYPE wfhost_mail_dead gauge
+wfhost_mail_dead{deployment="billing"} 2
 # HELP wfhost_protocol_violations_total Children killed for breaking the control protocol.
 # TYPE wfhost_protocol_violations_total counter
 wfhost_protocol_violations_total{deployment="billing"} 4
@@ -226,17 +230,22 @@ fn leaves_out_what_cannot_be_measured() {
             Status::new("idle", Duration::from_millis(1500)),
             MailCounts::default(),
         )],
+        None,
         now,
     );
     assert!(!text.contains("wfhost_child_rss_bytes{"), "{text}");
+    assert!(
+        !text.contains("wfhost_host_"),
+        "no host facts, no host families: {text}"
+    );
     assert!(!text.contains("wfhost_child_uptime_seconds{"), "{text}");
     assert!(!text.contains("wfhost_recycles_by_reason_total{"), "{text}");
     assert!(text.contains("wfhost_drain_budget_seconds{deployment=\"idle\"} 1.5\n"));
     assert!(text.contains("wfhost_drain_budget_used_seconds{deployment=\"idle\"} 0\n"));
     assert!(text.contains("wfhost_deployment_state{deployment=\"idle\",state=\"starting\"} 1\n"));
     // With no deployments every family is still described.
-    let empty = render(&[], now);
-    assert_eq!(empty.lines().count(), 2 * 13, "{empty}");
+    let empty = render(&[], None, now);
+    assert_eq!(empty.lines().count(), 2 * 14, "{empty}");
     assert!(empty.lines().all(|l| l.starts_with("# ")));
 }
 
@@ -251,7 +260,7 @@ fn groups_samples_by_family_across_deployments() {
         Status::new("b", Duration::from_millis(1000)),
         MailCounts::default(),
     );
-    let text = render(&[a, b], now);
+    let text = render(&[a, b], None, now);
     let restarts: Vec<&str> = text
         .lines()
         .filter(|l| l.starts_with("wfhost_restarts_total"))
@@ -278,11 +287,36 @@ fn escapes_label_values() {
     assert_eq!(escape_label("max_rss"), "max_rss");
     let mut s = Status::new("d", Duration::from_millis(1000));
     s.recycle_reasons.insert("we\"ird\\\n".into(), 1);
-    let text = render(&[(s, MailCounts::default())], Instant::now());
+    let text = render(&[(s, MailCounts::default())], None, Instant::now());
     assert!(
         text.contains(
             "wfhost_recycles_by_reason_total{deployment=\"d\",reason=\"we\\\"ird\\\\\\n\"} 1\n"
         ),
         "{text}"
     );
+}
+
+#[test]
+fn the_host_is_described_once_with_its_load_by_window() {
+    let host = crate::observe::host::Host {
+        cores: 2,
+        memory_total_bytes: 8 << 30,
+        memory_available_bytes: 5 << 30,
+        load: [0.5, 0.25, 1.0],
+        supervisor_pid: 42,
+        supervisor_rss_bytes: 6 << 20,
+    };
+    let text = render(&[], Some(&host), Instant::now());
+    for sample in [
+        "wfhost_host_cores 2\n",
+        "wfhost_host_memory_total_bytes 8589934592\n",
+        "wfhost_host_memory_available_bytes 5368709120\n",
+        "wfhost_supervisor_rss_bytes 6291456\n",
+        "wfhost_host_load{window=\"1m\"} 0.5\n",
+        "wfhost_host_load{window=\"5m\"} 0.25\n",
+        "wfhost_host_load{window=\"15m\"} 1\n",
+    ] {
+        assert!(text.contains(sample), "no {sample:?} in\n{text}");
+    }
+    assert_eq!(text.matches("# TYPE wfhost_host_load gauge").count(), 1);
 }

@@ -15,7 +15,7 @@ use super::PostgresStore;
 use crate::fleet::rules::Claim;
 use crate::journal::NewJournalEntry;
 use crate::store::fence::{Fence, Held};
-use crate::store::{ChildRecord, NewEvent, Store};
+use crate::store::{AckOf, ChildRecord, Ending, Holder, NewEvent, Store};
 
 const TTL: i64 = 60_000;
 const GRACE: i64 = 1_000;
@@ -24,6 +24,31 @@ struct Host {
     store: PostgresStore,
     fence: Arc<Fence>,
     refused: tokio::sync::mpsc::UnboundedReceiver<String>,
+}
+
+/// A child of host `h` holding mail.
+fn holder(h: &str) -> Holder {
+    Holder {
+        channel_id: format!("{h:0>32}"),
+        pid: 42,
+    }
+}
+
+fn ack_of(h: &str, id: u64) -> AckOf {
+    AckOf {
+        holder: holder(h),
+        id,
+        outcome: "succeeded".into(),
+    }
+}
+
+/// A crash, counted.
+fn ending() -> Ending {
+    Ending {
+        cause: "exited unexpectedly: exit status 3".into(),
+        counts: true,
+        at_ms: 2,
+    }
 }
 
 fn host(url: &str, id: &str) -> Host {
@@ -187,7 +212,10 @@ fn every_write_of_a_host_that_lost_its_lease_is_fenced_and_the_holders_go_throug
         .expect("anyone enqueues")
         .id;
     assert_eq!(a.take("d", &Claim::New), Some(1));
-    let taken = a.store.take_mail("d", 10).expect("the holder takes");
+    let taken = a
+        .store
+        .take_mail("d", &holder("a"), 10, 1)
+        .expect("the holder takes");
     assert_eq!(taken.len(), 1);
     a.store
         .append_journal(&key, entry("d"))
@@ -212,9 +240,30 @@ fn every_write_of_a_host_that_lost_its_lease_is_fenced_and_the_holders_go_throug
         spawned_at_ms: 1,
     };
     let fenced = [
-        ("ack", a.store.ack_mail("d", id, "succeeded", 2).map(drop)),
-        ("take", a.store.take_mail("d", 10).map(drop)),
-        ("replay", a.store.replay_mail("d").map(drop)),
+        (
+            "ack",
+            a.store
+                .ack_mail("d", &holder("a"), id, "succeeded", 2)
+                .map(drop),
+        ),
+        (
+            "ack many",
+            a.store.ack_mail_many("d", &[ack_of("a", id)], 2).map(drop),
+        ),
+        (
+            "take",
+            a.store.take_mail("d", &holder("a"), 10, 2).map(drop),
+        ),
+        (
+            "replay",
+            a.store
+                .replay_mail("d", &holder("a"), &ending(), 5)
+                .map(drop),
+        ),
+        (
+            "takeover replay",
+            a.store.fleet_return_mail(&a.fence, "d", 2).map(drop),
+        ),
         (
             "journal",
             a.store.append_journal(&key, entry("d")).map(drop),
@@ -232,7 +281,7 @@ fn every_write_of_a_host_that_lost_its_lease_is_fenced_and_the_holders_go_throug
             "{what}: {msg}"
         );
     }
-    assert_eq!(a.refusals().len(), 5);
+    assert_eq!(a.refusals().len(), 7);
     // Events: a's for d are left out, the rest of its batch is written.
     let seqs = a
         .store
@@ -241,10 +290,19 @@ fn every_write_of_a_host_that_lost_its_lease_is_fenced_and_the_holders_go_throug
     assert_eq!(seqs.len(), 1);
     assert_eq!(a.refusals(), vec!["d".to_owned()]);
     // The ack did not count; the new holder replays and finishes it.
-    assert_eq!(b.store.replay_mail("d").expect("replay"), 1);
-    let again = b.store.take_mail("d", 10).expect("take");
+    assert_eq!(
+        b.store
+            .fleet_return_mail(&b.fence, "d", 3)
+            .expect("takeover replay"),
+        1
+    );
+    let again = b.store.take_mail("d", &holder("b"), 10, 3).expect("take");
     assert_eq!(again[0].attempt, 2);
-    assert!(b.store.ack_mail("d", id, "succeeded", 3).expect("ack"));
+    assert!(
+        b.store
+            .ack_mail("d", &holder("b"), id, "succeeded", 3)
+            .expect("ack")
+    );
     let done: Vec<String> = pg
         .psql(
             "postgres",

@@ -1,5 +1,5 @@
-//! Mail in PostgreSQL (DESIGN §6): the same rows and states as SQLite's,
-//! the same rules (`store::mail`). Enqueues for one deployment are
+//! Mail in PostgreSQL (DESIGN §6): the same rows, states and history as
+//! SQLite's, the same rules (`store::mail`, `store::held`). Enqueues for one deployment are
 //! serialized by a row lock on its `mail_counts` row, so two senders never
 //! both take the last slot and a deployment's ids grow in inbox order.
 //! Transactions that write events take the event log's advisory lock
@@ -7,8 +7,11 @@
 
 use super::events::{EVENTS_LOCK, insert};
 use super::{PostgresStore, col, fence, signed, unsigned};
+use crate::store::held::{self, Fate, Holding};
 use crate::store::mail::{self, Admission, Earlier};
-use crate::store::{Accepted, MailCounts, MailItem, StoreError};
+use crate::store::{
+    Accepted, AckOf, DeadMail, Ending, Holder, MailCounts, MailItem, Offer, Replayed, StoreError,
+};
 
 /// Accepts `payload` into `deployment`'s inbox as [`mail::admit`] rules.
 pub(super) fn enqueue(
@@ -79,37 +82,66 @@ pub(super) fn enqueue(
     result.map_err(|e| store.fail("accepting mail", &e))?
 }
 
-/// Moves the first `limit` inbox items of `deployment` to processing and
-/// returns them in FIFO order.
+/// Moves items from the head of `deployment`'s inbox to processing, held
+/// by `holder`, as [`held::takeable`] allows, and returns them in FIFO
+/// order; each take begins a delivery in the history.
 pub(super) fn take(
     store: &mut PostgresStore,
     deployment: &str,
+    holder: &Holder,
     limit: usize,
+    at_ms: u64,
 ) -> Result<Vec<MailItem>, StoreError> {
     if limit == 0 {
         return Ok(Vec::new());
     }
-    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let head = i64::try_from(limit).unwrap_or(i64::MAX);
+    let pid = i64::from(holder.pid);
     let fenced = store.fence.clone();
     let client = store.client()?;
     let result = (|| -> Result<Vec<(i64, Vec<u8>, i64)>, postgres::Error> {
         let mut tx = client.transaction()?;
         fence::check(&mut tx, fenced.as_deref(), deployment)?;
-        let rows = tx.query(
-            "SELECT id, payload, deliveries FROM mail
-             WHERE deployment = $1 AND state = 'inbox' ORDER BY id LIMIT $2 FOR UPDATE",
-            &[&deployment, &limit],
+        let holding = tx.query_one(
+            "SELECT count(*), coalesce(bool_or(failures > 0), false) FROM mail
+             WHERE deployment = $1 AND state = 'processing' AND holder_channel = $2",
+            &[&deployment, &holder.channel_id],
         )?;
-        let items = rows
+        let holding = Holding {
+            items: u64::try_from(holding.try_get::<_, i64>(0)?).unwrap_or(0),
+            suspect: holding.try_get(1)?,
+        };
+        let rows = tx.query(
+            "SELECT id, payload, deliveries, failures FROM mail
+             WHERE deployment = $1 AND state = 'inbox' ORDER BY id LIMIT $2 FOR UPDATE",
+            &[&deployment, &head],
+        )?;
+        let rows = rows
             .iter()
-            .map(|r| Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?)))
-            .collect::<Result<Vec<(i64, Vec<u8>, i64)>, postgres::Error>>()?;
-        if let Some(last) = items.last() {
+            .map(|r| {
+                let failures: i64 = r.try_get(3)?;
+                Ok(((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?), failures))
+            })
+            .collect::<Result<Vec<((i64, Vec<u8>, i64), i64)>, postgres::Error>>()?;
+        let failures = rows
+            .iter()
+            .map(|(_, f)| u32::try_from(*f).unwrap_or(u32::MAX));
+        let n = held::takeable(holding, failures, limit);
+        let items: Vec<(i64, Vec<u8>, i64)> = rows.into_iter().take(n).map(|(i, _)| i).collect();
+        if !items.is_empty() {
             // Exactly the rows just read and locked: the head of the inbox.
+            let ids: Vec<i64> = items.iter().map(|i| i.0).collect();
             tx.execute(
-                "UPDATE mail SET state = 'processing', deliveries = deliveries + 1
-                 WHERE deployment = $1 AND state = 'inbox' AND id <= $2",
-                &[&deployment, &last.0],
+                "UPDATE mail SET state = 'processing', deliveries = deliveries + 1,
+                     holder_channel = $2, holder_pid = $3, taken_at_ms = $4
+                 WHERE id = ANY($1) AND state = 'inbox'",
+                &[&ids, &holder.channel_id, &pid, &signed(at_ms)],
+            )?;
+            tx.execute(
+                "INSERT INTO mail_history (mail_id, attempt, holder_pid, holder_channel, taken_at_ms)
+                 SELECT id, deliveries, holder_pid, holder_channel, taken_at_ms
+                 FROM mail WHERE id = ANY($1) ORDER BY id",
+                &[&ids],
             )?;
         }
         tx.commit()?;
@@ -130,11 +162,12 @@ pub(super) fn take(
         .map_err(|what| store.corrupt(what))
 }
 
-/// Marks processing item `id` of `deployment` done; `false` if it is not in
-/// processing there.
+/// Marks item `id`, held by `holder` in `deployment`, done; `false` if
+/// `holder` does not hold it there.
 pub(super) fn ack(
     store: &mut PostgresStore,
     deployment: &str,
+    holder: &Holder,
     id: u64,
     outcome: &str,
     at_ms: u64,
@@ -145,62 +178,182 @@ pub(super) fn ack(
     };
     let fenced = store.fence.clone();
     let client = store.client()?;
-    let result = (|| -> Result<bool, postgres::Error> {
-        let mut tx = client.transaction()?;
-        fence::check(&mut tx, fenced.as_deref(), deployment)?;
-        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&EVENTS_LOCK])?;
-        let changed = tx.execute(
-            "UPDATE mail SET state = 'done', outcome = $3, done_at_ms = $4, payload = ''::bytea
-             WHERE id = $1 AND deployment = $2 AND state = 'processing'",
-            &[&row_id, &deployment, &outcome, &signed(at_ms)],
+    let result =
+        (|| -> Result<bool, postgres::Error> {
+            let mut tx = client.transaction()?;
+            fence::check(&mut tx, fenced.as_deref(), deployment)?;
+            tx.execute("SELECT pg_advisory_xact_lock($1)", &[&EVENTS_LOCK])?;
+            let changed = tx.execute(
+            "UPDATE mail SET state = 'done', outcome = $4, done_at_ms = $5, payload = ''::bytea,
+                 holder_channel = NULL, holder_pid = NULL
+             WHERE id = $1 AND deployment = $2 AND state = 'processing' AND holder_channel = $3",
+            &[&row_id, &deployment, &holder.channel_id, &outcome, &signed(at_ms)],
         )?;
-        if changed != 1 {
-            return Ok(false);
-        }
-        insert(&mut tx, &mail::done_event(deployment, id, outcome, at_ms))?;
-        tx.commit()?;
-        Ok(true)
-    })();
+            if changed != 1 {
+                return Ok(false);
+            }
+            end_delivery(&mut tx, row_id, at_ms, &held::done_how(outcome))?;
+            insert(&mut tx, &mail::done_event(deployment, id, outcome, at_ms))?;
+            tx.commit()?;
+            Ok(true)
+        })();
     result.map_err(|e| store.fail("acknowledging mail", &e))
 }
 
-/// Moves processing items back to the inbox: one deployment's, or every
-/// deployment's when `deployment` is `None`.
+/// Several offers, each as [`enqueue`] (one transaction each).
+pub(super) fn enqueue_many(
+    store: &mut PostgresStore,
+    offers: &[Offer],
+) -> Result<Vec<Result<Accepted, StoreError>>, StoreError> {
+    Ok(offers
+        .iter()
+        .map(|o| {
+            enqueue(
+                store,
+                &o.deployment,
+                o.key.as_deref(),
+                &o.payload,
+                o.max_inbox,
+                o.at_ms,
+            )
+        })
+        .collect())
+}
+
+/// Several acknowledgements, each as [`ack`] (one transaction each).
+pub(super) fn ack_many(
+    store: &mut PostgresStore,
+    deployment: &str,
+    acks: &[AckOf],
+    at_ms: u64,
+) -> Result<Vec<bool>, StoreError> {
+    acks.iter()
+        .map(|a| ack(store, deployment, &a.holder, a.id, &a.outcome, at_ms))
+        .collect()
+}
+
+/// Ends item `id`'s delivery in flight in the history.
+fn end_delivery(
+    tx: &mut postgres::Transaction<'_>,
+    id: i64,
+    at_ms: u64,
+    how: &str,
+) -> Result<(), postgres::Error> {
+    tx.execute(
+        "UPDATE mail_history SET ended_at_ms = $2, how = $3
+         WHERE mail_id = $1 AND ended_at_ms IS NULL AND attempt IS NOT NULL",
+        &[&id, &signed(at_ms), &how],
+    )?;
+    Ok(())
+}
+
+/// Returns what `holder` holds in `deployment` after its `ending`: back to
+/// the inbox, or dead, as [`held::after_ending`] rules.
 pub(super) fn replay(
     store: &mut PostgresStore,
-    deployment: Option<&str>,
-) -> Result<u64, StoreError> {
+    deployment: &str,
+    holder: &Holder,
+    ending: &Ending,
+    max_deliveries: u32,
+) -> Result<Replayed, StoreError> {
+    let pid = i64::from(holder.pid);
+    let at = signed(ending.at_ms);
+    let how = held::ended_how(ending);
     let fenced = store.fence.clone();
     let client = store.client()?;
-    let changed = (|| -> Result<u64, postgres::Error> {
+    let result = (|| -> Result<Replayed, postgres::Error> {
         let mut tx = client.transaction()?;
-        let changed = match deployment {
-            Some(deployment) => {
-                fence::check(&mut tx, fenced.as_deref(), deployment)?;
+        fence::check(&mut tx, fenced.as_deref(), deployment)?;
+        let rows = tx.query(
+            "SELECT id, failures FROM mail
+             WHERE deployment = $1 AND state = 'processing' AND holder_channel = $2
+             ORDER BY id FOR UPDATE",
+            &[&deployment, &holder.channel_id],
+        )?;
+        let mut replayed = Replayed::default();
+        for r in &rows {
+            let (id, failures): (i64, i64) = (r.try_get(0)?, r.try_get(1)?);
+            let before = u32::try_from(failures).unwrap_or(u32::MAX);
+            let (failures, fate) = held::after_ending(before, ending, max_deliveries);
+            if ending.counts {
+                let state = match fate {
+                    Fate::Inbox => "inbox",
+                    Fate::Dead => "dead",
+                };
+                let dead_at = (fate == Fate::Dead).then_some(at);
                 tx.execute(
-                    "UPDATE mail SET state = 'inbox' WHERE deployment = $1 AND state = 'processing'",
-                    &[&deployment],
-                )?
+                    "UPDATE mail SET state = $2, failures = $3, holder_channel = NULL,
+                         holder_pid = NULL, last_cause = $4, last_pid = $5,
+                         last_failed_at_ms = $6, dead_at_ms = $7
+                     WHERE id = $1",
+                    &[
+                        &id,
+                        &state,
+                        &i64::from(failures),
+                        &ending.cause,
+                        &pid,
+                        &at,
+                        &dead_at,
+                    ],
+                )?;
+            } else {
+                tx.execute(
+                    "UPDATE mail SET state = 'inbox', holder_channel = NULL, holder_pid = NULL
+                     WHERE id = $1",
+                    &[&id],
+                )?;
             }
-            // A fleet host replays a deployment when it takes its lease;
-            // other hosts' children may be working on the rest.
-            None if fenced.is_some() => 0,
-            None => tx.execute(
-                "UPDATE mail SET state = 'inbox' WHERE state = 'processing'",
-                &[],
-            )?,
-        };
+            end_delivery(&mut tx, id, ending.at_ms, &how)?;
+            match fate {
+                Fate::Inbox => replayed.returned += 1,
+                Fate::Dead => replayed.dead.push(DeadMail {
+                    id: u64::try_from(id).unwrap_or(0),
+                    failures,
+                    cause: ending.cause.clone(),
+                    pid: holder.pid,
+                }),
+            }
+        }
+        tx.commit()?;
+        Ok(replayed)
+    })();
+    result.map_err(|e| store.fail("returning unacknowledged mail", &e))
+}
+
+/// Every processing item of every deployment back to the inbox, not
+/// counted; returns how many.
+pub(super) fn replay_all(store: &mut PostgresStore, at_ms: u64) -> Result<u64, StoreError> {
+    // A fleet host returns a deployment's mail when it takes its lease
+    // (`takeover.rs`); other hosts' children may be working on the rest.
+    if store.fence.is_some() {
+        return Ok(0);
+    }
+    let client = store.client()?;
+    let result = (|| -> Result<u64, postgres::Error> {
+        let mut tx = client.transaction()?;
+        tx.execute(
+            "UPDATE mail_history SET ended_at_ms = $1, how = $2
+             WHERE ended_at_ms IS NULL AND attempt IS NOT NULL
+               AND mail_id IN (SELECT id FROM mail WHERE state = 'processing')",
+            &[&signed(at_ms), &held::RETURNED_AT_START],
+        )?;
+        let changed = tx.execute(
+            "UPDATE mail SET state = 'inbox', holder_channel = NULL, holder_pid = NULL
+             WHERE state = 'processing'",
+            &[],
+        )?;
         tx.commit()?;
         Ok(changed)
     })();
-    changed.map_err(|e| store.fail("replaying unacknowledged mail", &e))
+    result.map_err(|e| store.fail("replaying unacknowledged mail", &e))
 }
 
 /// Most rows one prune transaction deletes, so it never holds locks long.
 const PRUNE_BATCH: i64 = 5_000;
 
 /// Deletes done items acknowledged before `done_before_ms`, with their
-/// idempotency keys, in short transactions; returns how many went.
+/// idempotency keys and histories, in short transactions; returns how
+/// many went.
 pub(super) fn prune_done(
     store: &mut PostgresStore,
     done_before_ms: u64,
@@ -208,11 +361,22 @@ pub(super) fn prune_done(
     let cut = signed(done_before_ms);
     let mut total = 0u64;
     loop {
-        let deleted = store.client()?.execute(
-            "DELETE FROM mail WHERE id IN (
-                 SELECT id FROM mail WHERE state = 'done' AND done_at_ms < $1 LIMIT $2)",
-            &[&cut, &PRUNE_BATCH],
-        );
+        let client = store.client()?;
+        let deleted = (|| -> Result<u64, postgres::Error> {
+            let mut tx = client.transaction()?;
+            let ids: Vec<i64> = tx
+                .query(
+                    "SELECT id FROM mail WHERE state = 'done' AND done_at_ms < $1
+                     ORDER BY id LIMIT $2 FOR UPDATE",
+                    &[&cut, &PRUNE_BATCH],
+                )?
+                .iter()
+                .map(|r| r.try_get(0))
+                .collect::<Result<_, _>>()?;
+            let deleted = delete_ids(&mut tx, &ids)?;
+            tx.commit()?;
+            Ok(deleted)
+        })();
         let deleted = deleted.map_err(|e| store.fail("pruning done mail", &e))?;
         total += deleted;
         if deleted < PRUNE_BATCH as u64 {
@@ -221,13 +385,26 @@ pub(super) fn prune_done(
     }
 }
 
+/// Deletes mail rows `ids` and their history in `tx`; returns how many
+/// rows went.
+pub(super) fn delete_ids(
+    tx: &mut postgres::Transaction<'_>,
+    ids: &[i64],
+) -> Result<u64, postgres::Error> {
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    tx.execute("DELETE FROM mail_history WHERE mail_id = ANY($1)", &[&ids])?;
+    tx.execute("DELETE FROM mail WHERE id = ANY($1)", &[&ids])
+}
+
 /// How many of `deployment`'s items are in each state.
 pub(super) fn counts(
     store: &mut PostgresStore,
     deployment: &str,
 ) -> Result<MailCounts, StoreError> {
     let row = store.client()?.query_opt(
-        "SELECT inbox, processing, done FROM mail_counts WHERE deployment = $1",
+        "SELECT inbox, processing, done, dead FROM mail_counts WHERE deployment = $1",
         &[&deployment],
     );
     let Some(row) = row.map_err(|e| store.fail("counting mail", &e))? else {
@@ -239,6 +416,7 @@ pub(super) fn counts(
             inbox: unsigned(what, col(&row, 0)?)?,
             processing: unsigned(what, col(&row, 1)?)?,
             done: unsigned(what, col(&row, 2)?)?,
+            dead: unsigned(what, col(&row, 3)?)?,
         })
     })()
     .map_err(|what| store.corrupt(what))

@@ -12,7 +12,7 @@ const MIGRATE_LOCK: i64 = 0x7766_686f_7374_0001;
 /// Schema migrations in order: entry `i` takes the schema from version `i`
 /// to `i + 1`. To change the schema, append one entry; never edit a
 /// shipped one.
-const MIGRATIONS: &[&str] = &[
+pub(super) const MIGRATIONS: &[&str] = &[
     // 1: children, the signed journal and its head, mail with idempotency
     // keys, per-deployment mail counts kept by a trigger (one lookup for
     // the inbox limit and status however much mail is stored; a trigger,
@@ -101,7 +101,63 @@ const MIGRATIONS: &[&str] = &[
          kind TEXT NOT NULL,
          body TEXT NOT NULL
      );",
-    // 2: the fleet: hosts, leases with epochs, host keys, forwarded
+    // 2: mail held per child, failures counted, poison quarantined (the
+    // `dead` state, counted by the trigger), and each item's history of
+    // deliveries. A processing row from before holders were recorded is
+    // held by an unknown holder ('' and pid 0) until the start-up replay
+    // returns it.
+    "ALTER TABLE mail DROP CONSTRAINT mail_state_check;
+     ALTER TABLE mail ADD CONSTRAINT mail_state_check
+         CHECK (state IN ('inbox', 'processing', 'done', 'dead'));
+     ALTER TABLE mail
+         ADD COLUMN holder_channel TEXT,
+         ADD COLUMN holder_pid BIGINT,
+         ADD COLUMN taken_at_ms BIGINT,
+         ADD COLUMN failures BIGINT NOT NULL DEFAULT 0,
+         ADD COLUMN last_cause TEXT,
+         ADD COLUMN last_pid BIGINT,
+         ADD COLUMN last_failed_at_ms BIGINT,
+         ADD COLUMN dead_at_ms BIGINT;
+     UPDATE mail SET holder_channel = '', holder_pid = 0 WHERE state = 'processing';
+     DROP INDEX mail_processing;
+     CREATE INDEX mail_held ON mail (deployment, holder_channel, id) WHERE state = 'processing';
+     CREATE INDEX mail_dead ON mail (dead_at_ms) WHERE state = 'dead';
+     ALTER TABLE mail_counts ADD COLUMN dead BIGINT NOT NULL DEFAULT 0;
+     CREATE OR REPLACE FUNCTION wfhost_mail_counts() RETURNS trigger LANGUAGE plpgsql AS $$
+     BEGIN
+         IF TG_OP IN ('UPDATE', 'DELETE') THEN
+             UPDATE mail_counts SET
+                 inbox = inbox - (OLD.state = 'inbox')::int,
+                 processing = processing - (OLD.state = 'processing')::int,
+                 done = done - (OLD.state = 'done')::int,
+                 dead = dead - (OLD.state = 'dead')::int
+             WHERE deployment = OLD.deployment;
+         END IF;
+         IF TG_OP IN ('INSERT', 'UPDATE') THEN
+             INSERT INTO mail_counts AS c (deployment, inbox, processing, done, dead)
+             VALUES (NEW.deployment, (NEW.state = 'inbox')::int,
+                     (NEW.state = 'processing')::int, (NEW.state = 'done')::int,
+                     (NEW.state = 'dead')::int)
+             ON CONFLICT (deployment) DO UPDATE SET
+                 inbox = c.inbox + excluded.inbox,
+                 processing = c.processing + excluded.processing,
+                 done = c.done + excluded.done,
+                 dead = c.dead + excluded.dead;
+         END IF;
+         RETURN NULL;
+     END $$;
+     CREATE TABLE mail_history (
+         seq BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+         mail_id BIGINT NOT NULL,
+         attempt BIGINT,
+         holder_pid BIGINT,
+         holder_channel TEXT,
+         taken_at_ms BIGINT,
+         ended_at_ms BIGINT,
+         how TEXT
+     );
+     CREATE INDEX mail_history_by_mail ON mail_history (mail_id, seq);",
+    // 3: the fleet: hosts, leases with epochs, host keys, forwarded
     // requests, children per host, the fence, notifications.
     super::lease_schema::FLEET,
 ];

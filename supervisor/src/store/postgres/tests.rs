@@ -211,3 +211,56 @@ fn a_column_changed_by_hand_is_named_not_a_crash() {
         "{err}"
     );
 }
+
+#[test]
+fn a_version_1_store_gains_holders_and_dead_mail_and_keeps_its_mail() {
+    let server = PgServer::start();
+    let url = server.url("postgres");
+    let mut client = postgres::Client::connect(&url, NoTls).expect("connect");
+    // Mail as a version-1 wfhost left it: waiting, in flight, done.
+    client
+        .batch_execute(&format!(
+            "CREATE TABLE wfhost_schema (id INT PRIMARY KEY CHECK (id = 1), version BIGINT NOT NULL);
+             INSERT INTO wfhost_schema VALUES (1, 1);
+             {}
+             INSERT INTO mail (deployment, state, payload, enqueued_at_ms, deliveries)
+                 VALUES ('d', 'inbox', 'a', 1, 0), ('d', 'processing', 'b', 2, 1);
+             INSERT INTO mail (deployment, state, payload, enqueued_at_ms, deliveries, outcome, done_at_ms)
+                 VALUES ('d', 'done', '', 3, 1, 'succeeded', 4);",
+            super::schema::MIGRATIONS[0]
+        ))
+        .expect("a version-1 store");
+    let mut store = PostgresStore::open(&url).expect("migrates");
+    assert_eq!(
+        server.psql("postgres", "SELECT version FROM wfhost_schema"),
+        SCHEMA_VERSION.to_string()
+    );
+    let counts = store.mail_counts("d").unwrap();
+    assert_eq!(
+        (counts.inbox, counts.processing, counts.done, counts.dead),
+        (1, 1, 1, 0)
+    );
+    assert_eq!(store.replay_all_mail(5).unwrap(), 1);
+    let child = crate::store::Holder {
+        channel_id: "c".repeat(32),
+        pid: 7,
+    };
+    let taken = store.take_mail("d", &child, 10, 6).unwrap();
+    let seen: Vec<(u64, u32)> = taken.iter().map(|m| (m.id, m.attempt)).collect();
+    assert_eq!(seen, [(1, 1), (2, 2)]);
+    let back = store
+        .replay_mail(
+            "d",
+            &child,
+            &crate::store::Ending {
+                cause: "hung".into(),
+                counts: true,
+                at_ms: 7,
+            },
+            1,
+        )
+        .unwrap();
+    assert_eq!(back.dead.len(), 2, "the new dead state is allowed");
+    assert_eq!(store.mail_counts("d").unwrap().dead, 2);
+    assert_eq!(store.enqueue_mail("d", None, b"x", 9, 8).unwrap().id, 4);
+}

@@ -1,148 +1,270 @@
 //! Mail in SQLite (DESIGN §6): one `mail` row per accepted item whose
-//! `state` moves inbox → processing → done (or back to inbox on replay)
-//! as `store::mail` says; the admission rules and the events written with
-//! the mail are `store::mail`'s. States are literals in the SQL so the
-//! partial index on processing rows is usable. Each
+//! `state` moves inbox → processing → done (or back to inbox, or to dead,
+//! when its holder ends) as `store::mail` and `store::held` say, and one
+//! `mail_history` row per delivery. The rules are theirs; states are
+//! literals in the SQL so the partial index on held rows is usable. Each
 //! operation is one transaction, so an event is never written without its
 //! mail row or the other way round.
 
 use rusqlite::{OptionalExtension, TransactionBehavior, params};
 
 use super::SqliteStore;
+use crate::store::held::{self, Fate, Holding};
 use crate::store::mail::{self, Admission, Earlier};
-use crate::store::{Accepted, MailCounts, MailItem, NewEvent, StoreError};
+use crate::store::{
+    Accepted, AckOf, DeadMail, Ending, Holder, MailCounts, MailItem, NewEvent, Offer, Replayed,
+    StoreError,
+};
 
-/// Accepts `payload` into `deployment`'s inbox as [`mail::admit`] rules;
-/// the look-ups and the insert share one write transaction, so two
-/// senders cannot both take the last slot.
-pub(super) fn enqueue(
+/// Offers accepted into their deployments' inboxes as [`mail::admit`]
+/// rules, in one write transaction (one commit): the look-ups and the
+/// insert of each share it, so two senders cannot both take the last slot;
+/// each offer is admitted on its own, a refused one writing nothing.
+pub(super) fn enqueue_many(
     store: &mut SqliteStore,
-    deployment: &str,
-    key: Option<&str>,
-    payload: &[u8],
-    max_inbox: u64,
-    at_ms: u64,
-) -> Result<Accepted, StoreError> {
-    let digest = mail::payload_digest(key, payload);
-    (|| -> rusqlite::Result<Result<Accepted, StoreError>> {
+    offers: &[Offer],
+) -> Result<Vec<Result<Accepted, StoreError>>, StoreError> {
+    (|| -> rusqlite::Result<Vec<Result<Accepted, StoreError>>> {
         let tx = store
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let earlier = match key {
-            Some(key) => tx
-                .prepare_cached(
-                    "SELECT id, payload_sha256 FROM mail WHERE deployment = ?1 AND idempotency_key = ?2",
-                )?
-                .query_row(params![deployment, key], |r| {
-                    Ok(Earlier {
-                        id: r.get(0)?,
-                        payload_sha256: r.get(1)?,
-                    })
-                })
-                .optional()?,
-            None => None,
-        };
-        let pending: u64 = tx
-            .prepare_cached("SELECT inbox + processing FROM mail_counts WHERE deployment = ?1")?
-            .query_row(params![deployment], |r| r.get(0))
-            .optional()?
-            .unwrap_or(0);
-        // Dropping `tx` without a commit rolls back: nothing was written.
-        match mail::admit(deployment, key, digest.as_ref(), earlier, pending, max_inbox) {
-            Err(refused) => return Ok(Err(refused)),
-            Ok(Admission::Existing(id)) => return Ok(Ok(Accepted { id, new: false })),
-            Ok(Admission::Insert) => {}
+        let mut answers = Vec::with_capacity(offers.len());
+        for offer in offers {
+            answers.push(enqueue_in(&tx, offer)?);
         }
-        let id: u64 = tx
-            .prepare_cached(
-                "INSERT INTO mail (deployment, state, payload, enqueued_at_ms, idempotency_key, payload_sha256)
-                 VALUES (?1, 'inbox', ?2, ?3, ?4, ?5) RETURNING id",
-            )?
-            .query_row(params![deployment, payload, at_ms, key, digest], |r| {
-                r.get(0)
-            })?;
-        note(&tx, &mail::accepted_event(deployment, id, at_ms))?;
-        tx.commit()?;
-        Ok(Ok(Accepted { id, new: true }))
+        // Dropping `tx` without a commit rolls back: nothing was written.
+        if answers.iter().any(|a| a.as_ref().is_ok_and(|a| a.new)) {
+            tx.commit()?;
+        }
+        Ok(answers)
     })()
-    .map_err(|e| store.read_fail("accepting mail", &e))?
+    .map_err(|e| store.read_fail("accepting mail", &e))
 }
 
-/// Moves the first `limit` inbox items of `deployment` to processing and
-/// returns them in FIFO order.
+/// One offer inside the caller's transaction.
+fn enqueue_in(
+    tx: &rusqlite::Transaction<'_>,
+    offer: &Offer,
+) -> rusqlite::Result<Result<Accepted, StoreError>> {
+    let (deployment, key) = (offer.deployment.as_str(), offer.key.as_deref());
+    let digest = mail::payload_digest(key, &offer.payload);
+    let earlier = match key {
+        Some(key) => tx
+            .prepare_cached(
+                "SELECT id, payload_sha256 FROM mail WHERE deployment = ?1 AND idempotency_key = ?2",
+            )?
+            .query_row(params![deployment, key], |r| {
+                Ok(Earlier {
+                    id: r.get(0)?,
+                    payload_sha256: r.get(1)?,
+                })
+            })
+            .optional()?,
+        None => None,
+    };
+    let pending: u64 = tx
+        .prepare_cached("SELECT inbox + processing FROM mail_counts WHERE deployment = ?1")?
+        .query_row(params![deployment], |r| r.get(0))
+        .optional()?
+        .unwrap_or(0);
+    let admitted = mail::admit(
+        deployment,
+        key,
+        digest.as_ref(),
+        earlier,
+        pending,
+        offer.max_inbox,
+    );
+    match admitted {
+        Err(refused) => return Ok(Err(refused)),
+        Ok(Admission::Existing(id)) => return Ok(Ok(Accepted { id, new: false })),
+        Ok(Admission::Insert) => {}
+    }
+    let id: u64 = tx
+        .prepare_cached(
+            "INSERT INTO mail (deployment, state, payload, enqueued_at_ms, idempotency_key, payload_sha256)
+             VALUES (?1, 'inbox', ?2, ?3, ?4, ?5) RETURNING id",
+        )?
+        .query_row(
+            params![deployment, offer.payload, offer.at_ms, key, digest],
+            |r| r.get(0),
+        )?;
+    note(tx, &mail::accepted_event(deployment, id, offer.at_ms))?;
+    Ok(Ok(Accepted { id, new: true }))
+}
+
+/// Moves items from the head of `deployment`'s inbox to processing, held
+/// by `holder`, as [`held::takeable`] allows, and returns them in FIFO
+/// order; each take begins a delivery in the history.
 pub(super) fn take(
     store: &mut SqliteStore,
     deployment: &str,
+    holder: &Holder,
     limit: usize,
+    at_ms: u64,
 ) -> Result<Vec<MailItem>, StoreError> {
     if limit == 0 {
         return Ok(Vec::new());
     }
-    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let head = i64::try_from(limit).unwrap_or(i64::MAX);
     (|| -> rusqlite::Result<Vec<MailItem>> {
         let tx = store
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let items = tx
+        let holding = tx
             .prepare_cached(
-                "SELECT id, payload, deliveries FROM mail
+                "SELECT count(*), coalesce(max(failures > 0), 0) FROM mail
+                 WHERE deployment = ?1 AND state = 'processing' AND holder_channel = ?2",
+            )?
+            .query_row(params![deployment, holder.channel_id], |r| {
+                Ok(Holding {
+                    items: r.get(0)?,
+                    suspect: r.get(1)?,
+                })
+            })?;
+        let rows = tx
+            .prepare_cached(
+                "SELECT id, payload, deliveries, failures FROM mail
                  WHERE deployment = ?1 AND state = 'inbox' ORDER BY id LIMIT ?2",
             )?
-            .query_map(params![deployment, limit], |r| {
-                Ok(MailItem {
-                    id: r.get(0)?,
-                    payload: r.get(1)?,
-                    // This delivery is the one the UPDATE below counts.
-                    attempt: mail::attempt(r.get(2)?),
-                })
+            .query_map(params![deployment, head], |r| {
+                Ok((
+                    MailItem {
+                        id: r.get(0)?,
+                        payload: r.get(1)?,
+                        // This delivery is the one the UPDATE below counts.
+                        attempt: mail::attempt(r.get(2)?),
+                    },
+                    r.get::<_, u32>(3)?,
+                ))
             })?
             .collect::<rusqlite::Result<Vec<_>>>()?;
+        let n = held::takeable(holding, rows.iter().map(|(_, f)| *f), limit);
+        let items: Vec<MailItem> = rows.into_iter().take(n).map(|(item, _)| item).collect();
         let Some(last) = items.last() else {
             return Ok(items);
         };
         // Exactly the rows just read: the head of the inbox up to `last`.
         tx.prepare_cached(
-            "UPDATE mail SET state = 'processing', deliveries = deliveries + 1
+            "UPDATE mail SET state = 'processing', deliveries = deliveries + 1,
+                 holder_channel = ?3, holder_pid = ?4, taken_at_ms = ?5
              WHERE deployment = ?1 AND state = 'inbox' AND id <= ?2",
         )?
-        .execute(params![deployment, last.id])?;
+        .execute(params![
+            deployment,
+            last.id,
+            holder.channel_id,
+            holder.pid,
+            at_ms
+        ])?;
+        let mut begun = tx.prepare_cached(
+            "INSERT INTO mail_history (mail_id, attempt, holder_pid, holder_channel, taken_at_ms)
+             VALUES (?1, ?2, ?3, ?4, ?5)",
+        )?;
+        for item in &items {
+            begun.execute(params![
+                item.id,
+                item.attempt,
+                holder.pid,
+                holder.channel_id,
+                at_ms
+            ])?;
+        }
+        drop(begun);
         tx.commit()?;
         Ok(items)
     })()
     .map_err(|e| store.read_fail("taking mail from the inbox", &e))
 }
 
-/// Marks processing item `id` of `deployment` done; `false` if it is not in
-/// processing there.
+/// Marks an item `holder` holds done (see [`Store::ack_mail`]).
+///
+/// [`Store::ack_mail`]: crate::store::Store::ack_mail
 pub(super) fn ack(
     store: &mut SqliteStore,
     deployment: &str,
+    holder: &Holder,
     id: u64,
     outcome: &str,
     at_ms: u64,
 ) -> Result<bool, StoreError> {
-    // No stored id is above i64::MAX, so such an ack is unknown.
-    if i64::try_from(id).is_err() {
-        return Ok(false);
-    }
-    (|| -> rusqlite::Result<bool> {
+    let one = AckOf {
+        holder: holder.clone(),
+        id,
+        outcome: outcome.to_owned(),
+    };
+    let landed = ack_many(store, deployment, std::slice::from_ref(&one), at_ms)?;
+    Ok(landed.first().copied().unwrap_or(false))
+}
+
+/// Several acknowledgements in one write transaction: one commit.
+pub(super) fn ack_many(
+    store: &mut SqliteStore,
+    deployment: &str,
+    acks: &[AckOf],
+    at_ms: u64,
+) -> Result<Vec<bool>, StoreError> {
+    (|| -> rusqlite::Result<Vec<bool>> {
         let tx = store
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let changed = tx
-            .prepare_cached(
-                "UPDATE mail SET state = 'done', outcome = ?3, done_at_ms = ?4, payload = x''
-                 WHERE id = ?1 AND deployment = ?2 AND state = 'processing'",
-            )?
-            .execute(params![id, deployment, outcome, at_ms])?;
-        if changed != 1 {
-            return Ok(false);
+        let mut landed = Vec::with_capacity(acks.len());
+        for a in acks {
+            landed.push(ack_in(&tx, deployment, a, at_ms)?);
         }
-        note(&tx, &mail::done_event(deployment, id, outcome, at_ms))?;
-        tx.commit()?;
-        Ok(true)
+        if landed.iter().any(|&l| l) {
+            tx.commit()?;
+        }
+        Ok(landed)
     })()
     .map_err(|e| store.fail("acknowledging mail", &e))
+}
+
+/// One acknowledgement inside the caller's transaction.
+fn ack_in(
+    tx: &rusqlite::Transaction<'_>,
+    deployment: &str,
+    a: &AckOf,
+    at_ms: u64,
+) -> rusqlite::Result<bool> {
+    // No stored id is above i64::MAX, so such an ack is unknown.
+    if i64::try_from(a.id).is_err() {
+        return Ok(false);
+    }
+    let changed = tx
+        .prepare_cached(
+            "UPDATE mail SET state = 'done', outcome = ?4, done_at_ms = ?5, payload = x'',
+                 holder_channel = NULL, holder_pid = NULL
+             WHERE id = ?1 AND deployment = ?2 AND state = 'processing' AND holder_channel = ?3",
+        )?
+        .execute(params![
+            a.id,
+            deployment,
+            a.holder.channel_id,
+            a.outcome,
+            at_ms
+        ])?;
+    if changed != 1 {
+        return Ok(false);
+    }
+    end_delivery(tx, a.id, at_ms, &held::done_how(&a.outcome))?;
+    note(tx, &mail::done_event(deployment, a.id, &a.outcome, at_ms))?;
+    Ok(true)
+}
+
+/// Ends item `id`'s delivery in flight in the history.
+fn end_delivery(
+    tx: &rusqlite::Transaction<'_>,
+    id: u64,
+    at_ms: u64,
+    how: &str,
+) -> rusqlite::Result<()> {
+    tx.prepare_cached(
+        "UPDATE mail_history SET ended_at_ms = ?2, how = ?3
+         WHERE mail_id = ?1 AND ended_at_ms IS NULL AND attempt IS NOT NULL",
+    )?
+    .execute(params![id, at_ms, how])?;
+    Ok(())
 }
 
 /// Adds an event row inside the caller's transaction.
@@ -159,23 +281,104 @@ fn note(tx: &rusqlite::Transaction<'_>, event: &NewEvent) -> rusqlite::Result<()
     Ok(())
 }
 
-/// Moves processing items back to the inbox: one deployment's, or every
-/// deployment's when `deployment` is `None`.
-pub(super) fn replay(store: &mut SqliteStore, deployment: Option<&str>) -> Result<u64, StoreError> {
-    let changed = match deployment {
-        Some(deployment) => store
+/// Returns what `holder` holds in `deployment` after its `ending`: back to
+/// the inbox, or dead, as [`held::after_ending`] rules.
+pub(super) fn replay(
+    store: &mut SqliteStore,
+    deployment: &str,
+    holder: &Holder,
+    ending: &Ending,
+    max_deliveries: u32,
+) -> Result<Replayed, StoreError> {
+    (|| -> rusqlite::Result<Replayed> {
+        let tx = store
             .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let held_items = tx
             .prepare_cached(
-                "UPDATE mail SET state = 'inbox' WHERE deployment = ?1 AND state = 'processing'",
-            )
-            .and_then(|mut stmt| stmt.execute(params![deployment])),
-        None => store
-            .conn
-            .prepare_cached("UPDATE mail SET state = 'inbox' WHERE state = 'processing'")
-            .and_then(|mut stmt| stmt.execute([])),
+                "SELECT id, failures FROM mail
+                 WHERE deployment = ?1 AND state = 'processing' AND holder_channel = ?2 ORDER BY id",
+            )?
+            .query_map(params![deployment, holder.channel_id], |r| {
+                Ok((r.get::<_, u64>(0)?, r.get::<_, u32>(1)?))
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        let how = held::ended_how(ending);
+        let mut replayed = Replayed::default();
+        for (id, failures) in held_items {
+            let (failures, fate) = held::after_ending(failures, ending, max_deliveries);
+            if ending.counts {
+                let dead_at = (fate == Fate::Dead).then_some(ending.at_ms);
+                tx.prepare_cached(
+                    "UPDATE mail SET state = ?2, failures = ?3, holder_channel = NULL,
+                         holder_pid = NULL, last_cause = ?4, last_pid = ?5,
+                         last_failed_at_ms = ?6, dead_at_ms = ?7
+                     WHERE id = ?1",
+                )?
+                .execute(params![
+                    id,
+                    state_of(fate),
+                    failures,
+                    ending.cause,
+                    holder.pid,
+                    ending.at_ms,
+                    dead_at
+                ])?;
+            } else {
+                tx.prepare_cached(
+                    "UPDATE mail SET state = 'inbox', holder_channel = NULL, holder_pid = NULL
+                     WHERE id = ?1",
+                )?
+                .execute(params![id])?;
+            }
+            end_delivery(&tx, id, ending.at_ms, &how)?;
+            match fate {
+                Fate::Inbox => replayed.returned += 1,
+                Fate::Dead => replayed.dead.push(DeadMail {
+                    id,
+                    failures,
+                    cause: ending.cause.clone(),
+                    pid: holder.pid,
+                }),
+            }
+        }
+        tx.commit()?;
+        Ok(replayed)
+    })()
+    .map_err(|e| store.read_fail("returning unacknowledged mail", &e))
+}
+
+/// The stored state of a fate.
+fn state_of(fate: Fate) -> &'static str {
+    match fate {
+        Fate::Inbox => "inbox",
+        Fate::Dead => "dead",
     }
-    .map_err(|e| store.fail("replaying unacknowledged mail", &e))?;
-    Ok(u64::try_from(changed).unwrap_or(u64::MAX))
+}
+
+/// Every processing item of every deployment back to the inbox, not
+/// counted; returns how many.
+pub(super) fn replay_all(store: &mut SqliteStore, at_ms: u64) -> Result<u64, StoreError> {
+    (|| -> rusqlite::Result<u64> {
+        let tx = store
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        tx.prepare_cached(
+            "UPDATE mail_history SET ended_at_ms = ?1, how = ?2
+             WHERE ended_at_ms IS NULL AND attempt IS NOT NULL
+               AND mail_id IN (SELECT id FROM mail WHERE state = 'processing')",
+        )?
+        .execute(params![at_ms, held::RETURNED_AT_START])?;
+        let changed = tx
+            .prepare_cached(
+                "UPDATE mail SET state = 'inbox', holder_channel = NULL, holder_pid = NULL
+                 WHERE state = 'processing'",
+            )?
+            .execute([])?;
+        tx.commit()?;
+        Ok(u64::try_from(changed).unwrap_or(u64::MAX))
+    })()
+    .map_err(|e| store.fail("replaying unacknowledged mail", &e))
 }
 
 /// Most rows one prune transaction deletes, so it never holds the write
@@ -183,37 +386,60 @@ pub(super) fn replay(store: &mut SqliteStore, deployment: Option<&str>) -> Resul
 const PRUNE_BATCH: i64 = 5_000;
 
 /// Deletes done items acknowledged before `done_before_ms`, with their
-/// idempotency keys, in short transactions; returns how many went.
+/// idempotency keys and histories, in short transactions; returns how
+/// many went.
 pub(super) fn prune_done(store: &mut SqliteStore, done_before_ms: u64) -> Result<u64, StoreError> {
     let cut = i64::try_from(done_before_ms).unwrap_or(i64::MAX);
     let mut total = 0u64;
     loop {
-        let deleted = store
-            .conn
-            .prepare_cached(
-                "DELETE FROM mail WHERE id IN (
-                     SELECT id FROM mail WHERE state = 'done' AND done_at_ms < ?1 LIMIT ?2)",
-            )
-            .and_then(|mut stmt| stmt.execute(params![cut, PRUNE_BATCH]))
-            .map_err(|e| store.fail("pruning done mail", &e))?;
-        total += u64::try_from(deleted).unwrap_or(u64::MAX);
-        if (deleted as i64) < PRUNE_BATCH {
+        let deleted = delete_batch(
+            store,
+            "SELECT id FROM mail WHERE state = 'done' AND done_at_ms < ?1 ORDER BY id LIMIT ?2",
+            params![cut, PRUNE_BATCH],
+        )
+        .map_err(|e| store.fail("pruning done mail", &e))?;
+        total += deleted;
+        if deleted < PRUNE_BATCH as u64 {
             return Ok(total);
         }
     }
+}
+
+/// Deletes, in one transaction, the mail rows whose ids `select` (with
+/// `args`) returns, and their history; returns how many rows went.
+pub(super) fn delete_batch(
+    store: &mut SqliteStore,
+    select: &str,
+    args: impl rusqlite::Params + Copy,
+) -> rusqlite::Result<u64> {
+    let tx = store
+        .conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)?;
+    tx.prepare_cached(&format!(
+        "DELETE FROM mail_history WHERE mail_id IN ({select})"
+    ))?
+    .execute(args)?;
+    let deleted = tx
+        .prepare_cached(&format!("DELETE FROM mail WHERE id IN ({select})"))?
+        .execute(args)?;
+    tx.commit()?;
+    Ok(u64::try_from(deleted).unwrap_or(u64::MAX))
 }
 
 /// How many of `deployment`'s items are in each state.
 pub(super) fn counts(store: &mut SqliteStore, deployment: &str) -> Result<MailCounts, StoreError> {
     store
         .conn
-        .prepare_cached("SELECT inbox, processing, done FROM mail_counts WHERE deployment = ?1")
+        .prepare_cached(
+            "SELECT inbox, processing, done, dead FROM mail_counts WHERE deployment = ?1",
+        )
         .and_then(|mut stmt| {
             stmt.query_row(params![deployment], |r| {
                 Ok(MailCounts {
                     inbox: r.get(0)?,
                     processing: r.get(1)?,
                     done: r.get(2)?,
+                    dead: r.get(3)?,
                 })
             })
             .optional()

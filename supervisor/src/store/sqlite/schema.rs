@@ -113,6 +113,98 @@ pub const MIGRATIONS: &[&str] = &[
      SELECT 1,
             coalesce((SELECT seq FROM journal ORDER BY seq DESC LIMIT 1), 0),
             coalesce((SELECT hash FROM journal ORDER BY seq DESC LIMIT 1), zeroblob(32));",
+    // 5: mail held per child, failures counted, poison quarantined (the
+    // `dead` state), and each item's history of deliveries. SQLite cannot
+    // change a CHECK, so `mail` is rebuilt: rows keep their ids, the id
+    // sequence keeps its high mark (ids are never reused), and a
+    // processing row from before holders were recorded is held by an
+    // unknown holder ('' and pid 0) until the start-up replay returns it.
+    // Dropping the old table drops its triggers; the counts' triggers
+    // come back with `dead`.
+    "CREATE TABLE mail_next (
+         id INTEGER PRIMARY KEY AUTOINCREMENT,
+         deployment TEXT NOT NULL,
+         state TEXT NOT NULL CHECK (state IN ('inbox', 'processing', 'done', 'dead')),
+         payload BLOB NOT NULL,
+         enqueued_at_ms INTEGER NOT NULL,
+         deliveries INTEGER NOT NULL DEFAULT 0,
+         outcome TEXT,
+         done_at_ms INTEGER,
+         idempotency_key TEXT,
+         payload_sha256 BLOB,
+         holder_channel TEXT,
+         holder_pid INTEGER,
+         taken_at_ms INTEGER,
+         failures INTEGER NOT NULL DEFAULT 0,
+         last_cause TEXT,
+         last_pid INTEGER,
+         last_failed_at_ms INTEGER,
+         dead_at_ms INTEGER
+     ) STRICT;
+     INSERT INTO mail_next (id, deployment, state, payload, enqueued_at_ms, deliveries, outcome,
+                            done_at_ms, idempotency_key, payload_sha256, holder_channel, holder_pid)
+     SELECT id, deployment, state, payload, enqueued_at_ms, deliveries, outcome, done_at_ms,
+            idempotency_key, payload_sha256,
+            CASE WHEN state = 'processing' THEN '' END,
+            CASE WHEN state = 'processing' THEN 0 END
+     FROM mail;
+     DELETE FROM sqlite_sequence WHERE name = 'mail_next';
+     INSERT INTO sqlite_sequence (name, seq) SELECT 'mail_next', seq FROM sqlite_sequence WHERE name = 'mail';
+     DROP TABLE mail;
+     ALTER TABLE mail_next RENAME TO mail;
+     CREATE INDEX mail_by_state ON mail (deployment, state, id);
+     CREATE INDEX mail_held ON mail (deployment, holder_channel, id) WHERE state = 'processing';
+     CREATE INDEX mail_done ON mail (done_at_ms) WHERE state = 'done';
+     CREATE INDEX mail_dead ON mail (dead_at_ms) WHERE state = 'dead';
+     CREATE UNIQUE INDEX mail_by_key ON mail (deployment, idempotency_key)
+         WHERE idempotency_key IS NOT NULL;
+     ALTER TABLE mail_counts ADD COLUMN dead INTEGER NOT NULL DEFAULT 0;
+     CREATE TRIGGER mail_counts_on_insert AFTER INSERT ON mail BEGIN
+         INSERT INTO mail_counts (deployment, inbox, processing, done, dead)
+         VALUES (new.deployment, new.state = 'inbox', new.state = 'processing',
+                 new.state = 'done', new.state = 'dead')
+         ON CONFLICT (deployment) DO UPDATE SET
+             inbox = inbox + excluded.inbox,
+             processing = processing + excluded.processing,
+             done = done + excluded.done,
+             dead = dead + excluded.dead;
+     END;
+     CREATE TRIGGER mail_counts_on_update AFTER UPDATE OF deployment, state ON mail
+     WHEN old.state IS NOT new.state OR old.deployment IS NOT new.deployment BEGIN
+         UPDATE mail_counts SET
+             inbox = inbox - (old.state = 'inbox'),
+             processing = processing - (old.state = 'processing'),
+             done = done - (old.state = 'done'),
+             dead = dead - (old.state = 'dead')
+         WHERE deployment = old.deployment;
+         INSERT INTO mail_counts (deployment, inbox, processing, done, dead)
+         VALUES (new.deployment, new.state = 'inbox', new.state = 'processing',
+                 new.state = 'done', new.state = 'dead')
+         ON CONFLICT (deployment) DO UPDATE SET
+             inbox = inbox + excluded.inbox,
+             processing = processing + excluded.processing,
+             done = done + excluded.done,
+             dead = dead + excluded.dead;
+     END;
+     CREATE TRIGGER mail_counts_on_delete AFTER DELETE ON mail BEGIN
+         UPDATE mail_counts SET
+             inbox = inbox - (old.state = 'inbox'),
+             processing = processing - (old.state = 'processing'),
+             done = done - (old.state = 'done'),
+             dead = dead - (old.state = 'dead')
+         WHERE deployment = old.deployment;
+     END;
+     CREATE TABLE mail_history (
+         seq INTEGER PRIMARY KEY,
+         mail_id INTEGER NOT NULL,
+         attempt INTEGER,
+         holder_pid INTEGER,
+         holder_channel TEXT,
+         taken_at_ms INTEGER,
+         ended_at_ms INTEGER,
+         how TEXT
+     ) STRICT;
+     CREATE INDEX mail_history_by_mail ON mail_history (mail_id, seq);",
 ];
 
 /// The schema version this build writes.

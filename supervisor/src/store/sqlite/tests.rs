@@ -258,3 +258,51 @@ fn entry(i: u64) -> NewJournalEntry {
         body: json!({ "n": i }),
     }
 }
+
+#[test]
+fn a_v4_database_gains_holders_and_dead_mail_and_keeps_its_mail() {
+    // Mail as a version-4 wfhost left it: waiting, in flight (its child
+    // gone with the supervisor), done, and ids handed out up to 50.
+    let dir = database_at(
+        4,
+        "INSERT INTO mail (id, deployment, state, payload, enqueued_at_ms, deliveries, idempotency_key)
+             VALUES (1, 'd', 'inbox', x'61', 1, 0, 'k1'),
+                    (2, 'd', 'processing', x'62', 2, 1, NULL);
+         INSERT INTO mail (id, deployment, state, payload, enqueued_at_ms, deliveries, outcome, done_at_ms)
+             VALUES (3, 'd', 'done', x'', 3, 1, 'succeeded', 4);
+         UPDATE sqlite_sequence SET seq = 50 WHERE name = 'mail';",
+    );
+    let mut store = SqliteStore::open(dir.path()).unwrap();
+    let version: i64 = store
+        .conn
+        .pragma_query_value(None, "user_version", |r| r.get(0))
+        .unwrap();
+    assert_eq!(version, SCHEMA_VERSION);
+    let counts = store.mail_counts("d").unwrap();
+    assert_eq!(
+        (counts.inbox, counts.processing, counts.done, counts.dead),
+        (1, 1, 1, 0)
+    );
+    // The item in flight has an unknown holder until the start-up replay.
+    let held = store.mail_item(2).unwrap().unwrap();
+    assert_eq!(
+        held.holder.map(|h| (h.channel_id, h.pid)),
+        Some((String::new(), 0))
+    );
+    assert_eq!(store.replay_all_mail(5).unwrap(), 1);
+    let child = crate::store::Holder {
+        channel_id: "c".repeat(32),
+        pid: 7,
+    };
+    let taken = store.take_mail("d", &child, 10, 6).unwrap();
+    let seen: Vec<(u64, u32)> = taken.iter().map(|m| (m.id, m.attempt)).collect();
+    assert_eq!(seen, [(1, 1), (2, 2)]);
+    assert_eq!(
+        store.mail_item(3).unwrap().unwrap().outcome.as_deref(),
+        Some("succeeded")
+    );
+    // Ids go on above the old high mark; keys still name their item.
+    assert_eq!(store.enqueue_mail("d", None, b"x", 9, 7).unwrap().id, 51);
+    let err = store.enqueue_mail("d", Some("k1"), b"z", 9, 8).unwrap_err();
+    assert!(matches!(err, StoreError::KeyReused { id: 1, .. }), "{err}");
+}

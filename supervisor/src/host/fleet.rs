@@ -354,10 +354,11 @@ impl Leases {
     fn renew_failed(&mut self, error: &str) {
         if !self.renew_failing {
             self.renew_failing = true;
+            // Left out while it holds no lease.
             let at = self
                 .first_deadline()
-                .map(|at| at.saturating_duration_since(Instant::now()));
-            error!(host = %self.fleet.host(), error, self_fence_in = ?at,
+                .map(|at| crate::fleet::ms(at.saturating_duration_since(Instant::now())));
+            error!(host = %self.fleet.host(), error, self_fence_in_ms = at,
                 "cannot renew this host's leases; it keeps trying, and stops every deployment it holds before its leases can run out");
         }
     }

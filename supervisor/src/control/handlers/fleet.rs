@@ -102,10 +102,16 @@ pub async fn local(request: Request, deployment: &str, ctx: &Context) -> Respons
             Some(fleet) => moved(ctx, &fleet, &deployment, &to).await,
             None => Err(Response::failed(exit::USAGE, "move needs a fleet")),
         },
-        other => Err(Response::failed(
-            exit::USAGE,
-            format!("{other:?} cannot be forwarded to a deployment's owner"),
-        )),
+        other => {
+            let cmd = serde_json::to_value(&other)
+                .ok()
+                .and_then(|v| v["cmd"].as_str().map(str::to_owned))
+                .unwrap_or_default();
+            Err(Response::failed(
+                exit::USAGE,
+                format!("{cmd} cannot be forwarded to a deployment's owner"),
+            ))
+        }
     };
     whole(answered)
 }

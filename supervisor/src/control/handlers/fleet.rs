@@ -13,13 +13,10 @@ use serde_json::{Value, json};
 use tokio::net::UnixStream;
 
 use super::{Context, send, status};
-use crate::control::protocol::{self, Request, Response};
-use crate::control::server::REQUEST_TIMEOUT;
+use crate::control::protocol::{Request, Response};
 use crate::exit;
 use crate::fleet::{Command, Fleet, forward, view};
 use crate::observe::status::Status;
-use crate::shared::unix_ms;
-use crate::store::Offer;
 
 /// Answers `request` here if it is the fleet's to answer (`Ok`), or hands
 /// it back for the local handlers (`Err`): always so on a single host.
@@ -204,40 +201,7 @@ async fn remote_send(
     let mut as_known = Status::new(deployment, cfg.drain_timeout);
     as_known.takes_mail = view::takes_mail(fleet, deployment).await;
     send::admit(&cfg, &as_known, payload_bytes, key.as_deref())?;
-    let payload = tokio::time::timeout(
-        REQUEST_TIMEOUT,
-        protocol::read_payload(stream, payload_bytes),
-    )
-    .await
-    .map_err(|_| {
-        Response::failed(
-            exit::USAGE,
-            format!("the payload did not arrive within {REQUEST_TIMEOUT:?}; nothing was accepted"),
-        )
-    })?
-    .map_err(|e| {
-        Response::failed(
-            exit::USAGE,
-            format!("unreadable payload: {e}; nothing was accepted"),
-        )
-    })?;
-    let offer = Offer {
-        deployment: deployment.to_owned(),
-        key,
-        payload,
-        max_inbox: cfg.max_inbox,
-        at_ms: unix_ms(),
-    };
-    // Written with whatever other senders offer meanwhile: one commit.
-    let accepted = ctx
-        .shared
-        .sends
-        .offer(&ctx.shared.store, offer)
-        .await
-        .map_err(|e| Response::failed(exit::FAILED, e))?;
-    if accepted.new {
-        ctx.shared.events_written();
-    }
+    let accepted = send::accept(ctx, stream, &cfg, payload_bytes, key).await?;
     Ok(Response::ok(
         json!({ "deployment": deployment, "id": accepted.id, "new": accepted.new }),
     ))

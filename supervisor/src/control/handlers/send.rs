@@ -11,7 +11,7 @@ use crate::deployment::Ask;
 use crate::exit;
 use crate::observe::status::Status;
 use crate::shared::unix_ms;
-use crate::store::Offer;
+use crate::store::{Accepted, Offer};
 
 /// Checks the request, reads its payload, and answers once the store has
 /// it (or refuses, having written nothing).
@@ -25,6 +25,26 @@ pub async fn answer(
     let handle = lookup(&ctx.registry, deployment)?;
     let cfg = handle.config();
     handle.with_status(|status| admit(&cfg, status, payload_bytes, key.as_deref()))?;
+    let accepted = accept(ctx, stream, &cfg, payload_bytes, key).await?;
+    if accepted.new {
+        handle.tell(Ask::MailArrived).await;
+    }
+    Ok(Response::ok(
+        json!({ "deployment": deployment, "id": accepted.id, "new": accepted.new }),
+    ))
+}
+
+/// Reads the payload of an admitted `send` for `cfg`'s deployment and
+/// offers it to the store (a fleet host's for a deployment owned
+/// elsewhere too); the answer once it is durable, or a refusal having
+/// written nothing.
+pub(super) async fn accept(
+    ctx: &Context,
+    stream: &mut UnixStream,
+    cfg: &DeploymentConfig,
+    payload_bytes: u64,
+    key: Option<String>,
+) -> Result<Accepted, Response> {
     let payload = tokio::time::timeout(
         REQUEST_TIMEOUT,
         protocol::read_payload(stream, payload_bytes),
@@ -43,7 +63,7 @@ pub async fn answer(
         )
     })?;
     let offer = Offer {
-        deployment: deployment.to_owned(),
+        deployment: cfg.id.clone(),
         key,
         payload,
         max_inbox: cfg.max_inbox,
@@ -59,11 +79,8 @@ pub async fn answer(
     if accepted.new {
         // The store wrote the `mail_accepted` event with the mail.
         ctx.shared.events_written();
-        handle.tell(Ask::MailArrived).await;
     }
-    Ok(Response::ok(
-        json!({ "deployment": deployment, "id": accepted.id, "new": accepted.new }),
-    ))
+    Ok(accepted)
 }
 
 /// Whether a deployment takes this mail, decided before its payload is

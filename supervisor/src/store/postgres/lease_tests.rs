@@ -296,6 +296,11 @@ fn every_write_of_a_host_that_lost_its_lease_is_fenced_and_the_holders_go_throug
             .expect("takeover replay"),
         1
     );
+    // Returned uncounted, its delivery ended in the history in words.
+    let view = b.store.mail_item(id).expect("read").expect("stored");
+    assert_eq!(view.failures, 0, "a lost lease is no item's fault");
+    let how = view.history[0].how.as_deref().unwrap_or_default();
+    assert!(how.contains("lost the lease"), "{how}");
     let again = b.store.take_mail("d", &holder("b"), 10, 3).expect("take");
     assert_eq!(again[0].attempt, 2);
     assert!(

@@ -10,7 +10,7 @@ use serde::de::{self, Deserialize, Visitor};
 
 use super::containment::RawLimits;
 use super::raw::{
-    RawCommon, RawDeployment, RawFile, RawRecycle, RawRestart, RawStore, RawSupervisor,
+    RawCommon, RawDeployment, RawFile, RawFleet, RawRecycle, RawRestart, RawStore, RawSupervisor,
 };
 use super::resolve::Lookup;
 use super::*;
@@ -65,7 +65,8 @@ fn line_of<'t>(text: &'t str, table: &str, key: &str) -> Option<&'t str> {
         if let Some(header) = bare
             .strip_prefix('[')
             .map(|h| h.trim_matches(['[', ']']).split(']').next().unwrap_or(""))
-            .filter(|_| line.starts_with('['))
+            // `# [fleet]`: a table left out of the example's running config.
+            .filter(|_| line.starts_with('[') || line.starts_with("# ["))
         {
             current = header.trim().to_owned();
             continue;
@@ -88,7 +89,10 @@ fn stated_default(line: &str) -> Option<&str> {
 fn every_config_key_is_in_the_example_with_its_meaning_and_default() {
     let (_, text) = example();
     let tables = keys::<RawFile>();
-    assert_eq!(tables, ["supervisor", "defaults", "store", "deployment"]);
+    assert_eq!(
+        tables,
+        ["supervisor", "defaults", "store", "fleet", "deployment"]
+    );
     let mut wanted: Vec<(&str, &str)> = Vec::new();
     wanted.extend(
         keys::<RawSupervisor>()
@@ -96,6 +100,7 @@ fn every_config_key_is_in_the_example_with_its_meaning_and_default() {
             .map(|k| ("supervisor", k)),
     );
     wanted.extend(keys::<RawStore>().into_iter().map(|k| ("store", k)));
+    wanted.extend(keys::<RawFleet>().into_iter().map(|k| ("fleet", k)));
     for key in keys::<RawCommon>() {
         match key {
             "recycle" => wanted.extend(

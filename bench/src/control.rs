@@ -40,6 +40,8 @@ impl Follow {
     /// Follows events after seq `after`.
     pub fn open(socket: &Path, after: u64) -> anyhow::Result<Self> {
         let mut s = UnixStream::connect(socket)?;
+        // A stream that stalls is an error, not a benchmark that never ends.
+        s.set_read_timeout(Some(std::time::Duration::from_secs(30)))?;
         write_message(
             &mut s,
             &json!({"v": 2, "cmd": "events", "after": after, "follow": true}),

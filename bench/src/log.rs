@@ -43,7 +43,17 @@ impl Line {
         let v: serde_json::Value = serde_json::from_str(text).ok()?;
         let ts_us = parse_rfc3339_us(v.get("timestamp")?.as_str()?)?;
         let level = v.get("level")?.as_str()?.to_owned();
-        let fields = v.get("fields")?.as_object()?.clone();
+        // Every field at the top of the line (`--log-format json`), or
+        // under `fields` as tracing's own JSON puts them.
+        let fields = match v.get("fields").and_then(|f| f.as_object()) {
+            Some(f) => f.clone(),
+            None => {
+                let mut top = v.as_object()?.clone();
+                top.remove("timestamp");
+                top.remove("level");
+                top
+            }
+        };
         let msg = fields.get("message")?.as_str()?.to_owned();
         Some(Self {
             ts_us,

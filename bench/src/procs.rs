@@ -217,6 +217,14 @@ pub fn kill_all_descendants(timeout: Duration) -> usize {
     }
 }
 
+/// Reaps every child of this process that has exited (the orphans a
+/// subreaper adopts among them), leaving the running ones alone.
+pub fn reap_exited() {
+    let mut status = 0;
+    // SAFETY: waitpid without blocking; it only collects exited children.
+    while unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) } > 0 {}
+}
+
 /// A process reparented to this one (a subreaper).
 #[derive(Debug, Clone)]
 pub struct Adopted {

@@ -269,6 +269,20 @@ impl Supervisor {
     }
 }
 
+impl Supervisor {
+    /// SIGKILLs this supervisor alone and waits for it, leaving the rest
+    /// of the benchmark's processes running (a fleet's database, its
+    /// other hosts): what it started dies with it (`PR_SET_PDEATHSIG`)
+    /// and is reaped once exited.
+    pub fn kill_alone(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        procs::reap_exited();
+    }
+}
+
 impl Drop for Supervisor {
     fn drop(&mut self) {
         self.stop();

@@ -48,8 +48,11 @@ pub(super) struct Wired {
     pub(super) mail_bound_asked: bool,
     /// Its resident memory, written by the policy tick.
     pub(super) rss: RssCell,
-    /// It heard the fleet lease (`Lease`) since it was ready.
-    pub(super) lease_told: bool,
+    /// The fleet lease deadline it heard last (`Lease`), if any since it
+    /// was ready.
+    pub(super) lease_until: Option<std::time::Instant>,
+    /// It outlived that deadline and was asked to be replaced.
+    pub(super) lease_replaced: bool,
 }
 
 /// What arrived for a replica.
@@ -75,7 +78,8 @@ impl Wired {
             mail_done: 0,
             mail_bound_asked: false,
             rss: RssCell::default(),
-            lease_told: false,
+            lease_until: None,
+            lease_replaced: false,
         }
     }
 

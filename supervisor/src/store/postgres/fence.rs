@@ -1,17 +1,34 @@
 //! The fence in PostgreSQL (DESIGN §10b): a write concerning a deployment
-//! first calls `wfhost_fence` in its own transaction, which takes a key
-//! share lock on the deployment's lease row and raises [`FENCED`] unless
-//! this host holds it at exactly the epoch its [`Fence`] names and it has
-//! not run out. A takeover locks that row `FOR UPDATE` before it changes
-//! it, so it waits for every write already past its check, and every later
-//! write sees the new epoch: a write of the old owner either commits
-//! before the takeover or not at all. The holder's own renewal (`FOR NO
-//! KEY UPDATE`) does not wait for its writes. A store without a fence (a
-//! single host) writes unconditioned.
+//! first calls `wfhost_fence` in its own transaction, which takes a shared
+//! advisory lock for the deployment and raises [`FENCED`] unless this host
+//! holds its lease at exactly the epoch its [`Fence`] names and it has not
+//! run out. A takeover (and a release) takes that lock exclusively before
+//! it changes the lease row, so it waits for every write already past its
+//! check, and every later write sees the new epoch: a write of the old
+//! owner either commits before the takeover or not at all. Advisory locks
+//! live in the server's memory: unlike a row lock, a fence check writes
+//! nothing to the table, and the holder's renewal never waits for its own
+//! writes. A store without a fence (a single host) writes unconditioned.
 
 use postgres::Transaction;
 
 use crate::store::fence::Fence;
+
+/// The class of the fence's advisory locks (the first of their two keys;
+/// the second is the deployment's `hashtext`), as `wfhost_fence` takes
+/// them: shared by writes, exclusive for a takeover or a release.
+pub(super) const FENCE_LOCKS: i32 = 2067;
+
+/// Takes `deployment`'s fence lock exclusively in `tx`: waits for every
+/// write already past its check, and holds back every later one until
+/// `tx` ends (a takeover or a release changes the epoch or holder meanwhile).
+pub(super) fn exclusive(tx: &mut Transaction<'_>, deployment: &str) -> Result<(), postgres::Error> {
+    tx.execute(
+        "SELECT pg_advisory_xact_lock($1, hashtext($2))",
+        &[&FENCE_LOCKS, &deployment],
+    )
+    .map(drop)
+}
 
 /// The SQLSTATE `wfhost_fence` raises: the write was fenced.
 pub const FENCED: &str = "WF001";
@@ -64,12 +81,16 @@ pub(super) fn writable(
         .into_iter()
         .filter(|(d, _)| deployments.contains(&d.as_str()))
         .unzip();
+    tx.execute(
+        "SELECT pg_advisory_xact_lock_shared($1, hashtext(d)) FROM unnest($2::TEXT[]) AS u(d)",
+        &[&FENCE_LOCKS, &names],
+    )?;
     let rows = tx.query(
         "SELECT l.deployment FROM fleet_leases l
              JOIN unnest($2::TEXT[], $3::BIGINT[]) AS h(deployment, epoch)
                ON l.deployment = h.deployment AND l.epoch = h.epoch
          WHERE l.holder = $1 AND l.expires_at > clock_timestamp()
-         ORDER BY l.deployment FOR KEY SHARE OF l",
+         ORDER BY l.deployment",
         &[&fence.host(), &names, &epochs],
     )?;
     let held = rows

@@ -9,7 +9,7 @@
 use ed25519_dalek::VerifyingKey;
 use wfhost_ipc::KeyId;
 
-use super::{PostgresStore, col};
+use super::{PostgresStore, col, fence};
 use crate::fleet::rules::{Claim, HostRow, LeaseRow, View};
 use crate::store::StoreError;
 
@@ -198,8 +198,8 @@ impl PostgresStore {
         let names: Vec<&str> = held.iter().map(|(d, _, _)| d.as_str()).collect();
         let epochs: Vec<i64> = held.iter().map(|(_, e, _)| *e).collect();
         let status: Vec<Option<&str>> = held.iter().map(|(_, _, s)| s.as_deref()).collect();
-        // `FOR NO KEY UPDATE`: the holder's own writes in flight (key share
-        // locks) never hold its renewal back; a takeover's `FOR UPDATE` does.
+        // The holder's writes in flight hold only advisory locks
+        // (`fence.rs`), so they never hold its renewal back.
         let rows = self.client()?.query(
             "WITH beat AS (
                  INSERT INTO fleet_hosts (host_id, started_at, heartbeat_at, stopping)
@@ -250,6 +250,7 @@ impl PostgresStore {
                 (|| {
                     let mut tx = client.transaction()?;
                     // Waits for the old holder's writes past their fence.
+                    fence::exclusive(&mut tx, deployment)?;
                     tx.execute(
                         "SELECT 1 FROM fleet_leases WHERE deployment = $1 FOR UPDATE",
                         &[&deployment],
@@ -296,6 +297,7 @@ impl PostgresStore {
         let client = self.client()?;
         let changed = (|| {
             let mut tx = client.transaction()?;
+            fence::exclusive(&mut tx, deployment)?;
             tx.execute(
                 "SELECT 1 FROM fleet_leases WHERE deployment = $1 FOR UPDATE",
                 &[&deployment],

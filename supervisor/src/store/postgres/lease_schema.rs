@@ -58,9 +58,11 @@ pub const FLEET: &str = "
     CREATE INDEX fleet_requests_open ON fleet_requests (to_host, id) WHERE answer IS NULL;
     CREATE FUNCTION wfhost_fence(d TEXT, h TEXT, e BIGINT) RETURNS void LANGUAGE plpgsql AS $$
     BEGIN
+        -- A shared advisory lock (in memory: no row lock written to the
+        -- table) that a takeover's exclusive one waits for (fence.rs).
+        PERFORM pg_advisory_xact_lock_shared(2067, hashtext(d));
         PERFORM 1 FROM fleet_leases
-            WHERE deployment = d AND holder = h AND epoch = e AND expires_at > clock_timestamp()
-            FOR KEY SHARE;
+            WHERE deployment = d AND holder = h AND epoch = e AND expires_at > clock_timestamp();
         IF NOT FOUND THEN
             RAISE EXCEPTION USING ERRCODE = 'WF001',
                 MESSAGE = format('host %s does not hold the lease of %s at epoch %s', h, d, e);

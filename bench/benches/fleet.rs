@@ -28,13 +28,16 @@ use wfhost_bench::{Binaries, Report, Verdict};
 use wfhost_tests::postgres::PgServer;
 
 const RENEWAL_DEPLOYMENTS: usize = 1000;
-const RENEWALS: usize = 20;
+const RENEWALS: usize = 10;
 const TAKEOVERS: usize = 10;
 const SENDERS: usize = 8;
 const PER_SENDER: usize = 100;
-/// The lease timing of F1 and F2.
+/// The lease timing of F2: short, for a short takeover.
 const TTL_MS: u64 = 2000;
 const RENEW_MS: u64 = 500;
+/// F1's: 1,000 children starting on a small machine need the room.
+const F1_TTL_MS: u64 = 6000;
+const F1_RENEW_MS: u64 = 2000;
 
 fn main() -> ExitCode {
     let bins = wfhost_bench::bins::locate();
@@ -86,10 +89,11 @@ fn main() -> ExitCode {
     }
 }
 
-/// A fleet host's config body on database `db`: `[store]`, `[fleet]`.
-fn fleet_body(pg: &PgServer, db: &str, host: &str) -> String {
+/// A fleet host's config body on database `db`: `[store]`, `[fleet]`
+/// with `lease_ttl` and `lease_renew` in ms.
+fn fleet_body(pg: &PgServer, db: &str, host: &str, (ttl, renew): (u64, u64)) -> String {
     format!(
-        "[store]\nurl = {}\n\n[fleet]\nhost_id = {}\nlease_ttl = \"{TTL_MS}ms\"\nlease_renew = \"{RENEW_MS}ms\"\n\n",
+        "[store]\nurl = {}\n\n[fleet]\nhost_id = {}\nlease_ttl = \"{ttl}ms\"\nlease_renew = \"{renew}ms\"\n\n",
         toml_str(&pg.url(db)),
         toml_str(host)
     )
@@ -115,7 +119,7 @@ fn renewal(bins: &Binaries, pg: &PgServer, report: &mut Report) -> anyhow::Resul
     pg.create_database("renewal");
     let dir = TempDir::new()?;
     let child = bins.child.to_str().context("non-UTF-8 path")?;
-    let mut body = fleet_body(pg, "renewal", "solo");
+    let mut body = fleet_body(pg, "renewal", "solo", (F1_TTL_MS, F1_RENEW_MS));
     let ids: Vec<String> = (0..RENEWAL_DEPLOYMENTS)
         .map(|i| format!("d{i:04}"))
         .collect();
@@ -128,7 +132,7 @@ fn renewal(bins: &Binaries, pg: &PgServer, report: &mut Report) -> anyhow::Resul
     let mut scanned = 0;
     let mut samples = Vec::with_capacity(RENEWALS);
     sup.wait_for(
-        "20 renewals of 1,000 leases",
+        "10 renewals of 1,000 leases",
         Duration::from_secs(60),
         |lines| {
             for l in &lines[scanned..] {
@@ -195,7 +199,7 @@ fn takeover(bins: &Binaries, pg: &PgServer, report: &mut Report) -> anyhow::Resu
     let child = bins.child.to_str().context("non-UTF-8 path")?;
     let dirs = [TempDir::new()?, TempDir::new()?];
     let start = |i: usize| -> anyhow::Result<Supervisor> {
-        let mut body = fleet_body(pg, "takeover", &format!("h{i}"));
+        let mut body = fleet_body(pg, "takeover", &format!("h{i}"), (TTL_MS, RENEW_MS));
         body.push_str(&deployment("orders", &[child, "conformance"], ""));
         Supervisor::start(bins, &dirs[i], "", &body, "info")
     };

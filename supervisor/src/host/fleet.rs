@@ -259,7 +259,14 @@ impl Leases {
             let ahead = u64::try_from(at.saturating_sub(view.now_ms)).unwrap_or(0);
             read_at + Duration::from_millis(ahead)
         });
+        // Taking many leases (each a takeover and a replay) must not hold
+        // back the renewal of those held: past half a renewal, the rest
+        // wait for the next round, which comes at once and renews first.
         for (d, claim) in plan.acquire {
+            if started.elapsed() >= self.fleet.timing.renew / 2 {
+                self.round_now = true;
+                break;
+            }
             self.acquire(d, claim).await;
         }
         for d in plan.shed {

@@ -319,6 +319,21 @@ fn operator_requests_for_a_deployment_owned_elsewhere_are_answered_by_its_owner(
         .wait_deployment(&remote, "restarted after the kill", WAIT, |d| {
             d["state"] == "ready" && d["pid"].as_u64().is_some_and(|p| p as u32 != new_pid)
         });
+    // What only the owner keeps (its children's output, its dead mail)
+    // is refused here with the host to ask instead.
+    for args in [
+        vec!["logs", remote.as_str()],
+        vec!["mail", "retry", "--dead", remote.as_str()],
+    ] {
+        let out = fleet.host(0).client(&args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        assert!(
+            stderr(&out).contains(&format!("{remote} runs on h2, not on this host (h1)"))
+                && stderr(&out).contains("run the same command on h2"),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+    }
     // Unknown deployments are named with the fleet's list.
     let out = fleet.host(0).client(&["kill", "nope"]);
     assert_eq!(out.status.code(), Some(1));

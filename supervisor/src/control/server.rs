@@ -258,7 +258,11 @@ async fn serve_client(mut stream: UnixStream, ctx: ClientContext, admin_gid: Opt
             deployment,
             lines,
             follow,
-        }) => return handlers::logs::stream(stream, &ctx, &deployment, lines, follow).await,
+        }) => match handlers::fleet::elsewhere(&ctx, &deployment, "its output").await {
+            // A fleet host that does not run it names the one that does.
+            Some(refusal) => refusal,
+            None => return handlers::logs::stream(stream, &ctx, &deployment, lines, follow).await,
+        },
         Ok(request) => handlers::answer(request, &mut stream, &ctx).await,
         Err(response) => response,
     };

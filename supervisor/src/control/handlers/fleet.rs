@@ -32,6 +32,17 @@ pub async fn route(
         Request::Status => return Ok(whole(status(ctx, &fleet).await)),
         // The host's own (its config, its children's output) or the
         // store's, which every host reads alike.
+        Request::MailRetry {
+            deployment: Some(deployment),
+            ..
+        }
+        | Request::MailPurge {
+            deployment: Some(deployment),
+            ..
+        } => match elsewhere(ctx, deployment, "its dead mail's handling").await {
+            Some(refusal) => return Ok(refusal),
+            None => return Err(request),
+        },
         Request::Events { .. }
         | Request::Reload
         | Request::Stop
@@ -117,6 +128,34 @@ fn whole(answered: Result<Response, Response>) -> Response {
     match answered {
         Ok(r) | Err(r) => r,
     }
+}
+
+/// The refusal for a request only the host running `deployment` can
+/// answer (its output, its dead mail), asked on a fleet host that does
+/// not run it; none when it runs here, or this is no fleet host, or the
+/// fleet has no such deployment (the local handler answers then).
+pub async fn elsewhere(ctx: &Context, deployment: &str, what: &str) -> Option<Response> {
+    let fleet = ctx.shared.fleet.as_ref()?;
+    if here(ctx, deployment) || fleet.config(deployment).is_none() {
+        return None;
+    }
+    let owners = view::owners(fleet).await.unwrap_or_default();
+    let owner = owners
+        .iter()
+        .find(|o| o.deployment == deployment)
+        .and_then(view::holder);
+    let host = fleet.host();
+    Some(Response::failed(
+        exit::FAILED,
+        match owner {
+            Some(owner) => format!(
+                "{deployment} runs on {owner}, not on this host ({host}), and {what} is kept where it runs; nothing was done\n  help: run the same command on {owner}"
+            ),
+            None => format!(
+                "{deployment} runs on no host right now (its lease is free), and {what} is kept where it runs; nothing was done\n  help: retry once `wfhost status` names its owner, on that host"
+            ),
+        },
+    ))
 }
 
 /// Whether deployment `id` runs on this host now.

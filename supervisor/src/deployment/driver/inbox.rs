@@ -16,7 +16,7 @@ use crate::deployment::spread::{self, Hand};
 use crate::deployment::writes::Next;
 use crate::deployment::{mail, recycle};
 use crate::shared::unix_ms;
-use crate::store::Holder;
+use crate::store::{Holder, MailItem};
 
 impl Driver {
     /// Spreads the head of the inbox over the replicas that take mail and
@@ -27,21 +27,7 @@ impl Driver {
         if !self.writes.clear(now) {
             return;
         }
-        let hands: Vec<Hand> = self
-            .replicas
-            .iter()
-            .enumerate()
-            .filter(|(_, r)| r.life.takes_mail())
-            .filter_map(|(who, r)| {
-                let d = &r.wired.as_ref()?.dispatch;
-                let room = d.to_take()?;
-                Some(Hand {
-                    who,
-                    held: d.in_flight(),
-                    room,
-                })
-            })
-            .collect();
+        let hands = self.hands();
         if hands.is_empty() {
             return;
         }
@@ -77,12 +63,37 @@ impl Driver {
                 Ok::<_, crate::store::StoreError>((hands, taken))
             })
             .await;
-        let (hands, taken) = match taken {
-            Ok(Ok(t)) => t,
-            Ok(Err(e)) => return self.refused("taking mail from the inbox", e.to_string(), now),
-            Err(e) => return self.refused("taking mail from the inbox", e.to_string(), now),
-        };
-        self.writes.took();
+        match taken {
+            Ok(Ok((hands, taken))) => {
+                self.writes.took();
+                self.hand_out(hands, taken).await;
+            }
+            Ok(Err(e)) => self.refused("taking mail from the inbox", e.to_string(), now),
+            Err(e) => self.refused("taking mail from the inbox", e.to_string(), now),
+        }
+    }
+
+    /// The replicas that take mail now and have room, with what they hold.
+    fn hands(&self) -> Vec<Hand> {
+        self.replicas
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.life.takes_mail())
+            .filter_map(|(who, r)| {
+                let d = &r.wired.as_ref()?.dispatch;
+                let room = d.to_take()?;
+                Some(Hand {
+                    who,
+                    held: d.in_flight(),
+                    room,
+                })
+            })
+            .collect()
+    }
+
+    /// Sends each replica the items taken for it (`who`, how many were
+    /// asked, what came).
+    async fn hand_out(&mut self, hands: Vec<Hand>, taken: Vec<(usize, usize, Vec<MailItem>)>) {
         let total_room: usize = hands.iter().map(|h| h.room).sum();
         let mut planned = 0;
         let mut short = false;

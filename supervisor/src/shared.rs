@@ -5,7 +5,7 @@
 //! every tick of the control loop until it is written.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -42,8 +42,8 @@ pub struct Shared {
     /// --follow`) then read the durable log from their cursor, so what they
     /// print is exactly what the log holds, with no gap and no duplicate.
     pub events: watch::Sender<()>,
-    /// How many events the store keeps.
-    pub event_retention: u64,
+    /// How many events the store keeps (a reload may change it).
+    pub event_retention: AtomicU64,
     /// Journal records and events not yet written.
     pub backlog: Arc<Backlog>,
     /// Every live child, for the policy tick.
@@ -236,11 +236,16 @@ impl Shared {
         self.events.send_replace(());
     }
 
+    /// Keeps `n` events from the next pruning on (a reload).
+    pub fn set_event_retention(&self, n: u64) {
+        self.event_retention.store(n, Ordering::Relaxed);
+    }
+
     fn flush_events(&self) {
         let (backlog, feed, retention) = (
             self.backlog.clone(),
             self.events.clone(),
-            self.event_retention,
+            self.event_retention.load(Ordering::Relaxed),
         );
         self.store
             .submit(move |s| backlog.flush_events(s, &feed, retention));

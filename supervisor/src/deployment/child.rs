@@ -105,7 +105,7 @@ impl LiveChild {
     ) -> Result<Self, String> {
         let (grants, grants_read_at) = match &cfg.grants_file {
             Some(path) => {
-                let (g, at) = match (grants::read(path), checked) {
+                let (g, at) = match (grants::read(cfg, path).await, checked) {
                     (Ok(fresh), _) => fresh,
                     (Err(e), Some(checked)) => {
                         warn!(deployment = %cfg.id, error = %e,

@@ -145,6 +145,7 @@ async fn supervise(config: Config, config_path: &Path) -> anyhow::Result<()> {
         backlog: Default::default(),
         watchlist: Default::default(),
         started: tokio::sync::Notify::new(),
+        sends: Default::default(),
     });
     // The control socket first: a second supervisor on this state dir must
     // stop here, before it touches the first one's children.

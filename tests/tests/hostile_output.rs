@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use wfhost_tests::{LONG, Supervisor, describe, deployment, exec, ok, testchild, wait_for};
+use wfhost_tests::{LONG, Supervisor, deployment, describe, exec, ok, testchild, wait_for};
 
 /// The supervisor's resident memory, from `/proc/PID/status`.
 fn rss_kib(pid: u32) -> u64 {
@@ -103,7 +103,7 @@ fn a_hundred_megabytes_of_output_stall_no_neighbour_and_are_counted() {
         "{}",
         logs.lines().rev().take(5).collect::<Vec<_>>().join("\n")
     );
-    let _ = wait_for("the neighbour's mail done", LONG, || {
+    wait_for("the neighbour's mail done", LONG, || {
         let d = sup.deployment("neighbour");
         (d["mail"]["done"].as_u64() == Some(sends)).then_some(())
     });

@@ -88,6 +88,7 @@ impl Budget {
     }
 
     /// Bytes charged now.
+    #[cfg(test)]
     pub fn bytes(&self) -> usize {
         self.bytes.load(Ordering::Relaxed)
     }

@@ -122,18 +122,16 @@ impl Copy {
         loop {
             let due = self.throttle().report_at();
             let filled = match due {
-                Some(at) => {
-                    match tokio::time::timeout_at(at.into(), reader.fill_buf()).await {
-                        Ok(filled) => filled,
-                        Err(_) => {
-                            let n = self.throttle().report_due(Instant::now());
-                            if let Some(n) = n {
-                                self.suppressed(n);
-                            }
-                            continue;
+                Some(at) => match tokio::time::timeout_at(at.into(), reader.fill_buf()).await {
+                    Ok(filled) => filled,
+                    Err(_) => {
+                        let n = self.throttle().report_due(Instant::now());
+                        if let Some(n) = n {
+                            self.suppressed(n);
                         }
+                        continue;
                     }
-                }
+                },
                 None => reader.fill_buf().await,
             };
             let available = match filled {
@@ -186,6 +184,9 @@ mod tests {
         let note = &kept[100];
         assert_eq!((note.suppressed, note.text.as_str()), (4900, ""));
         let json = serde_json::to_value(&kept[0]).expect("json");
-        assert!(json.get("suppressed").is_none(), "only notes carry it: {json}");
+        assert!(
+            json.get("suppressed").is_none(),
+            "only notes carry it: {json}"
+        );
     }
 }

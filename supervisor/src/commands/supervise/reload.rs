@@ -18,7 +18,7 @@
 //!
 //! Every outcome is logged, journaled (`config_reloaded`) and answered.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -130,7 +130,7 @@ async fn read(path: &Path) -> Result<Read, String> {
         .and_then(|r| r)
 }
 
-fn read_now(path: &PathBuf) -> Result<Read, String> {
+fn read_now(path: &Path) -> Result<Read, String> {
     let text = config::read(path).map_err(|e| e.to_string())?;
     let new = config::parse(&text, path).map_err(|e| e.to_string())?;
     let missing = missing_programs(path);

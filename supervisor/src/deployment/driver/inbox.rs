@@ -83,6 +83,7 @@ impl Driver {
             Err(e) => return self.refused("taking mail from the inbox", e.to_string(), now),
         };
         self.writes.took();
+        self.mail_accepted();
         let total_room: usize = hands.iter().map(|h| h.room).sum();
         let mut planned = 0;
         let mut short = false;
@@ -162,6 +163,7 @@ impl Driver {
                         info!(deployment = %id, "the store accepts mail writes again: {what} landed");
                     }
                     self.writes.landed(acks);
+                    self.mail_accepted();
                 }
                 Err((what, e)) => return self.refused(what, e, now),
             }
@@ -196,9 +198,20 @@ impl Driver {
     /// A mail write the store refused: kept, retried, shown in status.
     pub(super) fn refused(&mut self, what: &str, error: String, now: Instant) {
         let (attempt, delay) = self.writes.refused(error.clone(), now);
+        let health = &self.shared().backlog.health;
+        health.refused(&format!("mail of {}", self.id), &error);
         if attempt == 1 || attempt.is_multiple_of(10) {
             error!(deployment = %self.id, attempt, retry_in = %format_duration(delay), error = %error,
                 "the store refused {what}; it is kept and retried, nothing is lost");
+        }
+    }
+
+    /// The store took this deployment's mail writes: no longer refusing
+    /// at the top of status once nothing of it waits for a retry.
+    fn mail_accepted(&self) {
+        if self.writes.error.is_none() {
+            let health = &self.shared().backlog.health;
+            health.accepted(&format!("mail of {}", self.id));
         }
     }
 }

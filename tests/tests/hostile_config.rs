@@ -6,7 +6,7 @@
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -377,11 +377,9 @@ fn a_stuck_config_read_freezes_nothing() {
     drop(stuck);
 }
 
-/// A grants file that turns into a FIFO once the supervisor runs: the
-/// recycle that reads it is refused and the old child keeps serving;
-/// nothing waits on the FIFO.
-#[test]
-fn a_grants_file_turned_into_a_fifo_refuses_the_recycle_and_freezes_nothing() {
+/// A supervisor with one deployment `holder` whose grants file is
+/// `grants.json` beside its config; its ready child's pid.
+fn holder_with_grants() -> (Supervisor, PathBuf, u32) {
     let dir = wfhost_tests::TempDir::new();
     let grants_path = dir.join("grants.json");
     std::fs::write(&grants_path, br#"{"token":"a"}"#).expect("grants");
@@ -398,22 +396,18 @@ fn a_grants_file_turned_into_a_fifo_refuses_the_recycle_and_freezes_nothing() {
     );
     let sup = Supervisor::start_in(dir, config);
     let pid = sup.ready_pid("holder", LONG);
-    std::fs::remove_file(&grants_path).expect("rm grants");
-    nix::unistd::mkfifo(
-        &grants_path,
-        nix::sys::stat::Mode::from_bits_truncate(0o600),
-    )
-    .expect("mkfifo");
+    (sup, grants_path, pid)
+}
+
+/// `wfhost recycle holder` is refused at once saying `said`, and the old
+/// child `pid` keeps serving.
+fn recycle_refused(sup: &Supervisor, pid: u32, said: &str) {
     let config = sup.config().to_str().expect("utf-8");
     let started = Instant::now();
     let out = wfhost_within(&["recycle", "holder", "--config", config], LONG)
-        .expect("the recycle hung on the FIFO");
+        .expect("the recycle hung reading the grants");
     assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
-    assert!(
-        stderr(&out).contains("is a FIFO (named pipe), not a regular file"),
-        "{}",
-        describe(&out)
-    );
+    assert!(stderr(&out).contains(said), "{}", describe(&out));
     assert!(started.elapsed() < Duration::from_secs(5));
     let d = sup.deployment("holder");
     assert_eq!(
@@ -421,6 +415,33 @@ fn a_grants_file_turned_into_a_fifo_refuses_the_recycle_and_freezes_nothing() {
         (Some("ready"), Some(u64::from(pid))),
         "{d}"
     );
+}
+
+/// A grants file that turns into a FIFO once the supervisor runs: the
+/// recycle that reads it is refused and the old child keeps serving;
+/// nothing waits on the FIFO.
+#[test]
+fn a_grants_file_turned_into_a_fifo_refuses_the_recycle_and_freezes_nothing() {
+    let (sup, grants_path, pid) = holder_with_grants();
+    std::fs::remove_file(&grants_path).expect("rm grants");
+    nix::unistd::mkfifo(
+        &grants_path,
+        nix::sys::stat::Mode::from_bits_truncate(0o600),
+    )
+    .expect("mkfifo");
+    recycle_refused(&sup, pid, "is a FIFO (named pipe), not a regular file");
+}
+
+/// Before: a grants file near 1 MiB could not fit the 1 MiB Welcome frame
+/// (the child got a frame it must refuse). Now one that grew past what the
+/// Welcome carries once the supervisor runs refuses the spawn, saying so
+/// and how to fix it, and the old child keeps serving.
+#[test]
+fn a_grants_file_grown_past_the_welcome_frame_refuses_the_recycle() {
+    let (sup, grants_path, pid) = holder_with_grants();
+    let big = format!("{{\"token\":\"{}\"}}", "a".repeat((1 << 20) - 20));
+    std::fs::write(&grants_path, big).expect("grants");
+    recycle_refused(&sup, pid, "its Welcome frame must fit max_frame_bytes");
 }
 
 /// Before: `ready_timeout = "0.000000001s"`, `kill_timeout` of a

@@ -13,23 +13,14 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use wfhost_tests::{LONG, Supervisor, deployment, describe, testchild, wfhost};
 
+mod hostile_support;
+use hostile_support::kib;
+
 /// Clients that stall at once.
 const CLIENTS: usize = 40;
 
 /// What each stalled client announces.
 const BIG: usize = 4 << 20;
-
-/// A `/proc/PID/status` field in KiB (`VmRSS`, `VmHWM`).
-fn kib(pid: u32, field: &str) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
-                .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())
-        })
-        .unwrap_or(0)
-}
 
 fn socket(sup: &Supervisor) -> PathBuf {
     sup.dir().join("state/wfhost.sock")

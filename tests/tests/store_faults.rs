@@ -209,6 +209,17 @@ fn scrape(addr: std::net::SocketAddr) -> String {
     out
 }
 
+/// `wfhost_store_takes_writes`, `wfhost_store_refusing_seconds` and
+/// `wfhost_store_waiting{what="acks"}` as scraped now.
+fn store_metrics(addr: std::net::SocketAddr) -> (Option<f64>, Option<f64>, Option<f64>) {
+    let text = scrape(addr);
+    (
+        metric(&text, "wfhost_store_takes_writes"),
+        metric(&text, "wfhost_store_refusing_seconds"),
+        metric(&text, "wfhost_store_waiting{what=\"acks\"}"),
+    )
+}
+
 /// Before: whether the store took writes showed only per deployment
 /// (`store_error`); journal records and events it refused were seen
 /// nowhere but the log. Now status says at the top (beside `host`), and
@@ -227,12 +238,7 @@ fn a_refusing_store_is_said_at_the_top_of_status_and_in_metrics() {
     let store = sup.status()["store"].clone();
     assert_eq!(store["takes_writes"], true, "{store}");
     assert!(store["refusing_since_ms"].is_null(), "{store}");
-    let text = scrape(addr);
-    assert_eq!(
-        metric(&text, "wfhost_store_takes_writes"),
-        Some(1.0),
-        "{text}"
-    );
+    assert_eq!(store_metrics(addr), (Some(1.0), Some(0.0), Some(0.0)));
 
     for i in 0..10 {
         send(&sup, &format!("order {i}"));
@@ -264,19 +270,11 @@ fn a_refusing_store_is_said_at_the_top_of_status_and_in_metrics() {
             .unwrap_or(0),
         "{status}"
     );
-    let text = scrape(addr);
-    assert_eq!(
-        metric(&text, "wfhost_store_takes_writes"),
-        Some(0.0),
-        "{text}"
-    );
+    let (takes, refusing, acks) = store_metrics(addr);
+    assert_eq!(takes, Some(0.0));
     assert!(
-        metric(&text, "wfhost_store_waiting{what=\"acks\"}") > Some(0.0),
-        "{text}"
-    );
-    assert!(
-        metric(&text, "wfhost_store_refusing_seconds") > Some(0.0),
-        "{text}"
+        refusing > Some(0.0) && acks > Some(0.0),
+        "{refusing:?} {acks:?}"
     );
     let table = ok("status", &sup.client(&["status"]));
     assert!(
@@ -298,17 +296,7 @@ fn a_refusing_store_is_said_at_the_top_of_status_and_in_metrics() {
         (s["takes_writes"] == true && idle).then_some(s)
     });
     assert!(store["last_error"].is_null(), "{store}");
-    let text = scrape(addr);
-    assert_eq!(
-        metric(&text, "wfhost_store_takes_writes"),
-        Some(1.0),
-        "{text}"
-    );
-    assert_eq!(
-        metric(&text, "wfhost_store_refusing_seconds"),
-        Some(0.0),
-        "{text}"
-    );
+    assert_eq!(store_metrics(addr), (Some(1.0), Some(0.0), Some(0.0)));
     let table = ok("status", &sup.client(&["status"]));
     assert!(!table.contains("store: REFUSING"), "{table}");
 }

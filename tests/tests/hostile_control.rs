@@ -78,8 +78,15 @@ struct Attack {
 
 /// Starts `CLIENTS` stalled clients, each sending `head` and then all but
 /// one byte of `body_len`; times a neighbour's `status` and samples the
-/// supervisor's memory for `hold`, then lets them go.
-fn attack(sup: &Supervisor, head: &[u8], body_len: usize, hold: Duration) -> Attack {
+/// supervisor's memory for `hold` (running `midway` once, half way), then
+/// lets them go.
+fn attack(
+    sup: &Supervisor,
+    head: &[u8],
+    body_len: usize,
+    hold: Duration,
+    mut midway: impl FnMut(),
+) -> Attack {
     let pid = sup.pid();
     let before = kib(pid, "VmRSS");
     let mut releases = Vec::new();
@@ -94,7 +101,12 @@ fn attack(sup: &Supervisor, head: &[u8], body_len: usize, hold: Duration) -> Att
     let started = Instant::now();
     let mut slowest = Duration::ZERO;
     let mut peak = before;
+    let mut ran = false;
     while started.elapsed() < hold {
+        if !ran && started.elapsed() > hold / 2 {
+            midway();
+            ran = true;
+        }
         let t = Instant::now();
         let out = wfhost(&["status", "--json", "--socket", sock]);
         assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
@@ -132,7 +144,7 @@ fn forty_stalled_four_mib_requests_hold_nothing() {
     let sup = Supervisor::start(&deployment("steady", &testchild("well-behaved"), ""));
     sup.ready_pid("steady", LONG);
     let head = (BIG as u32).to_be_bytes().to_vec();
-    let a = attack(&sup, &head, BIG - 1, Duration::from_secs(3));
+    let a = attack(&sup, &head, BIG - 1, Duration::from_secs(3), || {});
     eprintln!(
         "40 stalled 4 MiB requests: supervisor peak RSS +{:.1} MiB, slowest neighbour status {:?}",
         a.grew_mib, a.slowest_status
@@ -167,7 +179,20 @@ fn forty_stalled_four_mib_sends_stay_within_the_budget() {
     let head = framed(&serde_json::json!({
         "v": 2, "cmd": "send", "deployment": "big", "payload_bytes": BIG, "key": "stalled"
     }));
-    let a = attack(&sup, &head, BIG - 1, Duration::from_secs(3));
+    let file = sup.dir().join("payload");
+    std::fs::write(&file, vec![b'x'; BIG]).expect("payload");
+    let arg = format!("@{}", file.display());
+    // An operator's own 4 MiB send meanwhile is told why, and what to do.
+    let mut told = String::new();
+    let a = attack(&sup, &head, BIG - 1, Duration::from_secs(3), || {
+        let out = sup.client(&["send", "big", &arg, "--key", "operator"]);
+        assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+        told = wfhost_tests::stderr(&out);
+    });
+    assert!(
+        told.contains("its limit is 32MiB") && told.contains("try again in a moment"),
+        "{told}"
+    );
     let refused = a
         .answers
         .iter()
@@ -193,9 +218,6 @@ fn forty_stalled_four_mib_sends_stay_within_the_budget() {
         a.slowest_status
     );
     // Nothing was accepted from them; a real 4 MiB mail now goes through.
-    let file = sup.dir().join("payload");
-    std::fs::write(&file, vec![b'x'; BIG]).expect("payload");
-    let arg = format!("@{}", file.display());
     let out = sup.client(&["send", "big", &arg]);
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
     let d = sup.deployment("big");

@@ -280,6 +280,11 @@ impl Build<'_> {
         let limits = Tunables::merge(own, defaults);
         limits.check(&table, grants_file.is_some())?;
         let at = limits.schedule(&table)?;
+        // Checked to be at most MAX_FRAME_BYTES (64 MiB) above.
+        let max_frame_bytes = u32::try_from(limits.max_frame_bytes.value).unwrap_or(u32::MAX);
+        if let Some(path) = &grants_file {
+            check_grants(path, &id, max_frame_bytes, grants.at(&table))?;
+        }
 
         Ok(DeploymentConfig {
             id,
@@ -314,8 +319,8 @@ impl Build<'_> {
             ready_timeout: limits.ready_timeout.value,
             liveness_interval: limits.liveness_interval.value,
             liveness_timeout: limits.liveness_timeout.value,
-            // Both checked to be at most MAX_FRAME_BYTES (64 MiB) above.
-            max_frame_bytes: u32::try_from(limits.max_frame_bytes.value).unwrap_or(u32::MAX),
+            max_frame_bytes,
+            // Checked to be at most MAX_SEND_PAYLOAD (16 MiB) above.
             max_mail_bytes: u32::try_from(limits.max_mail_bytes.value).unwrap_or(u32::MAX),
             max_inbox: limits.max_inbox.value,
             limits: resources,
@@ -354,6 +359,37 @@ impl Build<'_> {
         out.push(resolved.to_string_lossy().into_owned());
         out.extend(args.iter().skip(1).map(|a| a.get_ref().0.clone()));
         Ok(out)
+    }
+}
+
+/// A grants file that exists must be a regular file its `Welcome` frame
+/// can carry (one that does not exist yet is checked at every spawn).
+fn check_grants(
+    path: &Path,
+    id: &str,
+    max_frame_bytes: u32,
+    span: Range<usize>,
+) -> Result<(), Problem> {
+    let room = crate::deployment::grants::room(id, max_frame_bytes);
+    match file::regular_len(path) {
+        Ok(Some(len)) if len > room => Err(Problem::new(
+            span,
+            format!(
+                "grants_file {} is {len} bytes, more than a Welcome frame carries for it ({room})",
+                path.display()
+            ),
+            crate::deployment::grants::too_large_hint(max_frame_bytes, room),
+        )),
+        Ok(_) => Ok(()),
+        Err(file::ReadError::NotRegular(what)) => Err(Problem::new(
+            span,
+            format!(
+                "grants_file {} is {what}, not a regular file",
+                path.display()
+            ),
+            "point grants_file at a JSON file (a symbolic link to one is fine)",
+        )),
+        Err(_) => Ok(()),
     }
 }
 

@@ -40,7 +40,104 @@ pub(super) struct Tunables {
 /// Most children one deployment may run side by side.
 const MAX_REPLICAS: u32 = 256;
 
+/// The shortest `recycle.max_uptime` and `max_grants_age`.
+const MIN_RECYCLE_BOUND: Duration = Duration::from_millis(100);
+const RECYCLE_WHY: &str = "a child recycled sooner than it can be spawned and ready would be replaced before it \
+                           served; use e.g. \"6h\", or remove the key to disable this bound";
+
+/// A refusal of duration `key` (at `span`) shorter than `floor`.
+fn too_short(
+    key: &str,
+    span: Range<usize>,
+    value: Duration,
+    floor: Duration,
+    why: &str,
+) -> Problem {
+    let what = if value.is_zero() {
+        format!("{key} is zero")
+    } else {
+        format!(
+            "{key} {} is shorter than {}",
+            format_duration(value),
+            format_duration(floor)
+        )
+    };
+    Problem::new(
+        span,
+        what,
+        format!("give at least \"{}\": {why}", format_duration(floor)),
+    )
+}
+
 impl Tunables {
+    /// The shortest value of each duration a working child can meet, and
+    /// why: below these a deployment could only fail, or restart-loop at
+    /// once (DESIGN §8's table of bounds says the same).
+    fn floors(&self) -> [(&'static str, &Setting<Duration>, Duration, &'static str); 9] {
+        let ms = Duration::from_millis;
+        [
+            (
+                "ready_timeout",
+                &self.ready_timeout,
+                ms(100),
+                "a spawn, the child's own start-up and its handshake take milliseconds even for the \
+                 smallest child, tens of them on a busy machine (the default is \"10s\")",
+            ),
+            (
+                "liveness_interval",
+                &self.liveness_interval,
+                ms(10),
+                "a ping more often than that is load, not liveness (the default is \"10s\")",
+            ),
+            (
+                "liveness_timeout",
+                &self.liveness_timeout,
+                ms(100),
+                "a healthy child descheduled for a few tens of milliseconds on a busy machine must not \
+                 be killed as hung (the default is \"30s\")",
+            ),
+            (
+                "kill_timeout",
+                &self.kill_timeout,
+                ms(10),
+                "a child needs a few milliseconds to act on SIGTERM before it is killed (the default is \"10s\")",
+            ),
+            (
+                "drain_timeout",
+                &self.drain_timeout,
+                ms(10),
+                "the child needs a few milliseconds to hear the drain before its budget can run out \
+                 (the default is \"60s\")",
+            ),
+            (
+                "drain_deadline",
+                &self.drain_deadline,
+                ms(10),
+                "the child needs a few milliseconds to drain before it is killed (the default is \"90s\")",
+            ),
+            (
+                "restart.backoff_max",
+                &self.backoff_max,
+                ms(10),
+                "restarts with no delay between them are a busy loop (the default is \"30s\")",
+            ),
+            (
+                "restart.period",
+                &self.period,
+                Duration::from_secs(1),
+                "each restart takes a spawn and a handshake; in a shorter window too few fit to reach \
+                 max_restarts, and a crash loop would run forever instead of failing (the default is \"60s\")",
+            ),
+            (
+                "restart.healthy_after",
+                &self.healthy_after,
+                ms(100),
+                "a crash after a shorter run would count as healthy, be restarted at once and never \
+                 counted, so a crash loop would never fail (the default is \"1s\")",
+            ),
+        ]
+    }
+
     /// `recycle.at`, parsed; the error points at the list.
     pub(super) fn schedule(
         &self,
@@ -162,35 +259,29 @@ impl Tunables {
 
     /// Checks every bound; errors point at the value that breaks it.
     pub(super) fn check(&self, table: &Range<usize>, has_grants_file: bool) -> Result<(), Problem> {
-        let positive = [
-            ("drain_timeout", &self.drain_timeout),
-            ("drain_deadline", &self.drain_deadline),
-            ("kill_timeout", &self.kill_timeout),
-            ("ready_timeout", &self.ready_timeout),
-            ("liveness_interval", &self.liveness_interval),
-            ("liveness_timeout", &self.liveness_timeout),
-            ("restart.backoff_max", &self.backoff_max),
-            ("restart.period", &self.period),
-        ];
-        for (key, s) in positive {
-            if s.value.is_zero() {
-                return Err(Problem::new(
-                    s.at(table),
-                    format!("{key} is zero"),
-                    "give it a positive duration, e.g. \"10s\"",
-                ));
+        for (key, s, floor, why) in self.floors() {
+            if s.value < floor {
+                return Err(too_short(key, s.at(table), s.value, floor, why));
             }
         }
-        for (key, s) in [
-            ("recycle.max_uptime", &self.max_uptime),
-            ("recycle.max_grants_age", &self.max_grants_age),
+        for (key, s, floor, why) in [
+            (
+                "recycle.max_uptime",
+                &self.max_uptime,
+                MIN_RECYCLE_BOUND,
+                RECYCLE_WHY,
+            ),
+            (
+                "recycle.max_grants_age",
+                &self.max_grants_age,
+                MIN_RECYCLE_BOUND,
+                RECYCLE_WHY,
+            ),
         ] {
-            if s.value.is_some_and(|d| d.is_zero()) {
-                return Err(Problem::new(
-                    s.at(table),
-                    format!("{key} is zero, which would recycle on every policy tick"),
-                    "give it a positive duration such as \"6h\", or remove it to disable this bound",
-                ));
+            if let Some(d) = s.value
+                && d < floor
+            {
+                return Err(too_short(key, s.at(table), d, floor, why));
             }
         }
         if self.drain_deadline.value < self.drain_timeout.value {
@@ -242,6 +333,22 @@ impl Tunables {
                 self.max_mail_bytes.at(table),
                 "max_mail_bytes is zero, so no mail could ever be sent",
                 "allow at least one byte (the default is \"256KiB\")",
+            ));
+        }
+        let carried = crate::control::protocol::MAX_SEND_PAYLOAD;
+        if mail > carried {
+            return Err(Problem::new(
+                self.max_mail_bytes.at(table),
+                format!(
+                    "max_mail_bytes {} is more than the control socket carries in one send ({})",
+                    format_size(mail),
+                    format_size(carried)
+                ),
+                format!(
+                    "use at most \"{}\" (the default is \"256KiB\"); pass bigger data by reference \
+                     (a path or URL in the mail)",
+                    format_size(carried)
+                ),
             ));
         }
         if frame < mail.saturating_add(FRAME_HEADROOM) {

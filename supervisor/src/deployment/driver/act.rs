@@ -33,7 +33,7 @@ impl Replica {
                 }
             }
             Action::Vet => {
-                let vetted = recycle::vet(&self.cfg);
+                let vetted = recycle::vet(&self.cfg).await;
                 self.inputs.push_back(Input::Vetted(vetted));
             }
             Action::SendDrain(purpose) => {

@@ -66,6 +66,7 @@ impl Driver {
         match taken {
             Ok(Ok((hands, taken))) => {
                 self.writes.took();
+                self.mail_accepted();
                 self.hand_out(hands, taken).await;
             }
             Ok(Err(e)) => self.refused("taking mail from the inbox", e.to_string(), now),
@@ -173,6 +174,7 @@ impl Driver {
                         info!(deployment = %id, "the store accepts mail writes again: {what} landed");
                     }
                     self.writes.landed(acks);
+                    self.mail_accepted();
                 }
                 Err((what, e)) => return self.refused(what, e, now),
             }
@@ -207,9 +209,20 @@ impl Driver {
     /// A mail write the store refused: kept, retried, shown in status.
     pub(super) fn refused(&mut self, what: &str, error: String, now: Instant) {
         let (attempt, delay) = self.writes.refused(error.clone(), now);
+        let health = &self.shared().backlog.health;
+        health.refused(&format!("mail of {}", self.id), &error);
         if attempt == 1 || attempt.is_multiple_of(10) {
             error!(deployment = %self.id, attempt, retry_in = %format_duration(delay), error = %error,
                 "the store refused {what}; it is kept and retried, nothing is lost");
+        }
+    }
+
+    /// The store took this deployment's mail writes: no longer refusing
+    /// at the top of status once nothing of it waits for a retry.
+    fn mail_accepted(&self) {
+        if self.writes.error.is_none() {
+            let health = &self.shared().backlog.health;
+            health.accepted(&format!("mail of {}", self.id));
         }
     }
 }

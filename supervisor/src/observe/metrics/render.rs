@@ -5,6 +5,7 @@ use std::time::Instant;
 
 use crate::observe::host::Host;
 use crate::observe::status::{State, Status};
+use crate::shared::health::StoreView;
 use crate::store::MailCounts;
 
 /// Every state, in the order the `wfhost_deployment_state` family lists them.
@@ -276,4 +277,42 @@ fn host_families(e: &mut Exposition, h: &Host) {
     for (window, value) in ["1m", "5m", "15m"].into_iter().zip(h.load) {
         e.sample(name, &[("window", window)], value);
     }
+}
+
+/// The store's gauges at `now_ms` (Unix milliseconds): whether it takes
+/// writes, for how long it has refused, and what waits for it.
+pub fn store(view: &StoreView, now_ms: u64) -> String {
+    let mut e = Exposition::default();
+    let name = "wfhost_store_takes_writes";
+    e.family(
+        name,
+        "gauge",
+        "1 while the store takes every write, 0 while it refuses some (see wfhost status: store).",
+    );
+    e.sample(name, &[], u8::from(view.takes_writes));
+    let name = "wfhost_store_refusing_seconds";
+    e.family(
+        name,
+        "gauge",
+        "How long the store has refused writes (0 while it takes them).",
+    );
+    let refusing = view
+        .refusing_since_ms
+        .map_or(0, |since| now_ms.saturating_sub(since));
+    e.sample(name, &[], seconds(refusing));
+    let name = "wfhost_store_waiting";
+    e.family(
+        name,
+        "gauge",
+        "Writes waiting for the store to take them: mail acks, journal records, events.",
+    );
+    let w = &view.waiting;
+    for (what, n) in [
+        ("acks", w.acks),
+        ("journal_records", w.journal_records),
+        ("events", w.events),
+    ] {
+        e.sample(name, &[("what", what)], n);
+    }
+    e.out
 }

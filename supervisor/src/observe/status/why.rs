@@ -37,38 +37,7 @@ impl Status {
                 }
                 _ => format!("its child (pid {pid}) is ready and takes mail"),
             },
-            State::Draining => {
-                let purpose = match self.drain_purpose {
-                    Some(DrainPurpose::Recycle) => "for a recycle",
-                    Some(DrainPurpose::Operator) => "by an operator",
-                    Some(DrainPurpose::Stop) => "because the supervisor is stopping",
-                    None => "",
-                };
-                let budget = match self.drain.budget_state(now) {
-                    BudgetState::Escalated => {
-                        "the budget ran out and a signed cancel was sent".to_owned()
-                    }
-                    BudgetState::Paused => format!(
-                        "the budget is paused at {} of {}: only wait steps are in flight",
-                        human::ms(self.drain.used_ms(now)),
-                        format_duration(self.drain.budget())
-                    ),
-                    _ => format!(
-                        "{} of its {} budget used",
-                        human::ms(self.drain.used_ms(now)),
-                        format_duration(self.drain.budget())
-                    ),
-                };
-                let waits = match self.steps_in_flight {
-                    0 => "for the child to report Drained".to_owned(),
-                    1 => "for 1 step in flight".to_owned(),
-                    n => format!("for {n} steps in flight"),
-                };
-                let deadline = next.map_or_else(String::new, |n| {
-                    format!("; stopped anyway in {n} (drain_deadline)")
-                });
-                format!("draining {purpose}: waiting {waits}; {budget}{deadline}")
-            }
+            State::Draining => self.why_draining(now, next),
             State::Stopping => match next {
                 Some(n) => {
                     format!("SIGTERM was sent to its child (pid {pid}); SIGKILL follows in {n}")
@@ -89,5 +58,38 @@ impl Status {
             ),
             State::Exited => "stopped with the supervisor".to_owned(),
         }
+    }
+
+    /// Why a draining deployment waits: for what purpose, on what, how
+    /// much of its budget is used, and when it is stopped anyway.
+    fn why_draining(&self, now: Instant, next: Option<String>) -> String {
+        let purpose = match self.drain_purpose {
+            Some(DrainPurpose::Recycle) => "for a recycle",
+            Some(DrainPurpose::Operator) => "by an operator",
+            Some(DrainPurpose::Stop) => "because the supervisor is stopping",
+            None => "",
+        };
+        let budget = match self.drain.budget_state(now) {
+            BudgetState::Escalated => "the budget ran out and a signed cancel was sent".to_owned(),
+            BudgetState::Paused => format!(
+                "the budget is paused at {} of {}: only wait steps are in flight",
+                human::ms(self.drain.used_ms(now)),
+                format_duration(self.drain.budget())
+            ),
+            _ => format!(
+                "{} of its {} budget used",
+                human::ms(self.drain.used_ms(now)),
+                format_duration(self.drain.budget())
+            ),
+        };
+        let waits = match self.steps_in_flight {
+            0 => "for the child to report Drained".to_owned(),
+            1 => "for 1 step in flight".to_owned(),
+            n => format!("for {n} steps in flight"),
+        };
+        let deadline = next.map_or_else(String::new, |n| {
+            format!("; stopped anyway in {n} (drain_deadline)")
+        });
+        format!("draining {purpose}: waiting {waits}; {budget}{deadline}")
     }
 }

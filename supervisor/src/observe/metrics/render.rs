@@ -78,7 +78,17 @@ pub fn render(snapshots: &[(Status, MailCounts)], host: Option<&Host>, now: Inst
     if let Some(h) = host {
         host_families(&mut e, h);
     }
+    child_families(&mut e, snapshots, now);
+    restart_and_recycle_families(&mut e, snapshots);
+    drain_families(&mut e, snapshots, now);
+    mail_families(&mut e, snapshots);
+    fault_families(&mut e, snapshots);
+    e.out
+}
 
+/// The live child of each deployment: its memory, its uptime, and the
+/// deployment's state.
+fn child_families(e: &mut Exposition, snapshots: &[(Status, MailCounts)], now: Instant) {
     let name = "wfhost_child_rss_bytes";
     e.family(
         name,
@@ -116,7 +126,11 @@ pub fn render(snapshots: &[(Status, MailCounts)], host: Option<&Host>, now: Inst
             );
         }
     }
+}
 
+/// What each deployment's children went through: restarts, and
+/// recycles by origin and by reason.
+fn restart_and_recycle_families(e: &mut Exposition, snapshots: &[(Status, MailCounts)]) {
     let name = "wfhost_restarts_total";
     e.family(
         name,
@@ -155,7 +169,11 @@ pub fn render(snapshots: &[(Status, MailCounts)], host: Option<&Host>, now: Inst
             e.sample(name, &[("deployment", &s.id), ("reason", reason)], n);
         }
     }
+}
 
+/// Each deployment's drain: under way, its budget used and in force,
+/// and the budgets that escalated.
+fn drain_families(e: &mut Exposition, snapshots: &[(Status, MailCounts)], now: Instant) {
     let name = "wfhost_drain_active";
     e.family(name, "gauge", "1 while a drain is under way.");
     for (s, _) in snapshots {
@@ -191,7 +209,10 @@ pub fn render(snapshots: &[(Status, MailCounts)], host: Option<&Host>, now: Inst
     for (s, _) in snapshots {
         e.sample(name, &[("deployment", &s.id)], s.escalations);
     }
+}
 
+/// Each deployment's mail in the store, live and dead.
+fn mail_families(e: &mut Exposition, snapshots: &[(Status, MailCounts)]) {
     let name = "wfhost_mail";
     e.family(
         name,
@@ -217,7 +238,11 @@ pub fn render(snapshots: &[(Status, MailCounts)], host: Option<&Host>, now: Inst
     for (s, mail) in snapshots {
         e.sample(name, &[("deployment", &s.id)], mail.dead);
     }
+}
 
+/// What went wrong with each deployment's children: protocol
+/// violations, and cancels the journal has not accepted yet.
+fn fault_families(e: &mut Exposition, snapshots: &[(Status, MailCounts)]) {
     let name = "wfhost_protocol_violations_total";
     e.family(
         name,
@@ -237,8 +262,6 @@ pub fn render(snapshots: &[(Status, MailCounts)], host: Option<&Host>, now: Inst
     for (s, _) in snapshots {
         e.sample(name, &[("deployment", &s.id)], s.cancels_pending);
     }
-
-    e.out
 }
 
 /// The host's gauges: what an operator checks first when recycles pile up.

@@ -3,25 +3,47 @@
 //! start: one request and its answer, mail sent, an `events --follow`
 //! stream.
 
-use std::io::Write;
+use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 
 use anyhow::{Context, bail};
 use serde_json::{Value, json};
-use wfhost_tests::control::{read_message, write_message};
 
 /// One request and its answer; `payload` follows a `send`.
 pub fn call(socket: &Path, request: &Value, payload: &[u8]) -> anyhow::Result<Value> {
     let mut s = UnixStream::connect(socket).context("connecting to the control socket")?;
     write_message(&mut s, request)?;
     s.write_all(payload)?;
-    Ok(read_message(&mut s)?)
+    read_message(&mut s)
+}
+
+fn write_message(s: &mut UnixStream, v: &Value) -> anyhow::Result<()> {
+    let bytes = serde_json::to_vec(v)?;
+    s.write_all(&u32::try_from(bytes.len())?.to_be_bytes())?;
+    s.write_all(&bytes)?;
+    Ok(())
+}
+
+fn read_message(s: &mut UnixStream) -> anyhow::Result<Value> {
+    let mut len = [0u8; 4];
+    s.read_exact(&mut len)?;
+    let mut buf = vec![0u8; u32::from_be_bytes(len) as usize];
+    s.read_exact(&mut buf)?;
+    Ok(serde_json::from_slice(&buf)?)
 }
 
 /// Sends one `{}` item to `deployment`; its id.
 pub fn send(socket: &Path, deployment: &str) -> anyhow::Result<u64> {
-    wfhost_tests::control::send(socket, deployment, b"{}").map_err(anyhow::Error::msg)
+    let payload = b"{}";
+    let answer = call(
+        socket,
+        &json!({"v": 2, "cmd": "send", "deployment": deployment, "payload_bytes": payload.len()}),
+        payload,
+    )?;
+    answer["data"]["id"]
+        .as_u64()
+        .with_context(|| format!("send refused: {answer}"))
 }
 
 /// `status`'s deployments.

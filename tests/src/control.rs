@@ -7,16 +7,14 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 
-/// Writes one length-prefixed JSON message.
-pub fn write_message(s: &mut UnixStream, v: &Value) -> std::io::Result<()> {
+fn write_message(s: &mut UnixStream, v: &Value) -> std::io::Result<()> {
     let bytes = serde_json::to_vec(v)?;
     let len = u32::try_from(bytes.len()).map_err(std::io::Error::other)?;
     s.write_all(&len.to_be_bytes())?;
     s.write_all(&bytes)
 }
 
-/// Reads one length-prefixed JSON message.
-pub fn read_message(s: &mut UnixStream) -> std::io::Result<Value> {
+fn read_message(s: &mut UnixStream) -> std::io::Result<Value> {
     let mut len = [0u8; 4];
     s.read_exact(&mut len)?;
     let mut buf = vec![0u8; u32::from_be_bytes(len) as usize];

@@ -5,7 +5,8 @@ use tokio::net::UnixStream;
 
 use super::{Context, lookup};
 use crate::config::DeploymentConfig;
-use crate::control::protocol::{self, MAX_KEY_BYTES, Response};
+use crate::control::budget;
+use crate::control::protocol::{MAX_KEY_BYTES, Response};
 use crate::control::server::REQUEST_TIMEOUT;
 use crate::deployment::Ask;
 use crate::exit;
@@ -47,7 +48,7 @@ pub(super) async fn accept(
 ) -> Result<Accepted, Response> {
     let payload = tokio::time::timeout(
         REQUEST_TIMEOUT,
-        protocol::read_payload(stream, payload_bytes),
+        budget::read_payload(stream, payload_bytes, &ctx.budget),
     )
     .await
     .map_err(|_| {
@@ -56,11 +57,12 @@ pub(super) async fn accept(
             format!("the payload did not arrive within {REQUEST_TIMEOUT:?}; nothing was accepted"),
         )
     })?
-    .map_err(|e| {
-        Response::failed(
+    .map_err(|e| match e {
+        budget::ReadError::Full(why) => Response::failed(exit::FAILED, why),
+        e => Response::failed(
             exit::USAGE,
             format!("unreadable payload: {e}; nothing was accepted"),
-        )
+        ),
     })?;
     let offer = Offer {
         deployment: cfg.id.clone(),

@@ -24,6 +24,10 @@ impl Driver {
     /// good (the machines see the kill and the exits).
     fn lease_lost(&mut self) {
         self.lease_lost = true;
+        // Its mail writes the store refused were fenced: nothing waits for
+        // the store, so status does not say it refuses writes.
+        let health = &self.shared().backlog.health;
+        health.accepted(&format!("mail of {}", self.id));
         for r in &mut self.replicas {
             if let Some(w) = r.wired.as_ref() {
                 w.io.kill();

@@ -46,6 +46,9 @@ impl Serving {
             // Reload and stop are never forwarded (`handlers::fleet::local`
             // refuses them): a control loop that takes none.
             host: tokio::sync::mpsc::channel(1).0,
+            // Forwarded requests carry no payloads (sends are never
+            // forwarded): a budget of their own.
+            budget: Arc::default(),
         };
         tokio::spawn(async move {
             loop {

@@ -35,6 +35,7 @@ pub use render::render;
 use crate::host::Registry;
 use crate::observe::status::Status;
 use crate::shared::Shared;
+use crate::shared::unix_ms;
 use crate::store::MailCounts;
 
 /// The most request-head bytes read from a client.
@@ -127,6 +128,8 @@ async fn serve_connection(
                 Ok(snapshots) => {
                     let host = crate::observe::host::now();
                     let mut text = render(&snapshots, host.as_ref(), Instant::now());
+                    let acks = snapshots.iter().map(|(s, _)| s.acks_pending).sum();
+                    text.push_str(&render::store(&shared.store_view(acks), unix_ms()));
                     if let Some(f) = &shared.fleet {
                         text.push_str(&fleet::render(f).await);
                     }

@@ -39,6 +39,9 @@ const RENEW_MS: u64 = 500;
 const F1_TTL_MS: u64 = 6000;
 const F1_RENEW_MS: u64 = 2000;
 
+/// One figure's measurement, into the report.
+type Figure = fn(&Binaries, &PgServer, &mut Report) -> anyhow::Result<()>;
+
 fn main() -> ExitCode {
     let bins = wfhost_bench::bins::locate();
     procs::become_subreaper();
@@ -56,29 +59,30 @@ fn main() -> ExitCode {
     let wanted = |f: &str| only.is_empty() || only.iter().any(|o| o == f);
     let pg = PgServer::start_durable();
     let mut report = Report::new();
-    if wanted("F1") {
-        report.run(
+    let figures: [(&str, &str, &str, Figure); 3] = [
+        (
             "F1",
             "lease renewal, 1,000 deployments on one host, p50",
             "≤ 50 ms (1% of the default lease_renew)",
-            |r| renewal(&bins, &pg, r),
-        );
-    }
-    if wanted("F2") {
-        report.run(
+            renewal,
+        ),
+        (
             "F2",
             "takeover after SIGKILL, median of 10",
             "≤ lease_ttl + lease_renew + 1 s (ready)",
-            |r| takeover(&bins, &pg, r),
-        );
-    }
-    if wanted("F3") {
-        report.run(
+            takeover,
+        ),
+        (
             "F3",
             "mail through PostgreSQL (fleet host), 8 senders: throughput",
             "≥ 0.5× SQLite",
-            |r| throughput(&bins, &pg, r),
-        );
+            throughput,
+        ),
+    ];
+    for (id, what, target, figure) in figures {
+        if wanted(id) {
+            report.run(id, what, target, |r| figure(&bins, &pg, r));
+        }
     }
     drop(cleanup);
     println!("{}", report.render("wfhost-bench fleet"));

@@ -13,75 +13,6 @@ use crate::store::{
     Accepted, AckOf, DeadMail, Ending, Holder, MailCounts, MailItem, Offer, Replayed, StoreError,
 };
 
-/// Accepts `payload` into `deployment`'s inbox as [`mail::admit`] rules.
-pub(super) fn enqueue(
-    store: &mut PostgresStore,
-    deployment: &str,
-    key: Option<&str>,
-    payload: &[u8],
-    max_inbox: u64,
-    at_ms: u64,
-) -> Result<Accepted, StoreError> {
-    let digest = mail::payload_digest(key, payload);
-    let client = store.client()?;
-    let result = (|| -> Result<Result<Accepted, StoreError>, postgres::Error> {
-        let mut tx = client.transaction()?;
-        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&EVENTS_LOCK])?;
-        tx.execute(
-            "INSERT INTO mail_counts (deployment) VALUES ($1) ON CONFLICT (deployment) DO NOTHING",
-            &[&deployment],
-        )?;
-        let pending: i64 = tx
-            .query_one(
-                "SELECT inbox + processing FROM mail_counts WHERE deployment = $1 FOR UPDATE",
-                &[&deployment],
-            )?
-            .try_get(0)?;
-        let earlier = match key {
-            Some(key) => tx
-                .query_opt(
-                    "SELECT id, payload_sha256 FROM mail WHERE deployment = $1 AND idempotency_key = $2",
-                    &[&deployment, &key],
-                )?
-                .map(|r| -> Result<Earlier, postgres::Error> {
-                    Ok(Earlier {
-                        id: u64::try_from(r.try_get::<_, i64>(0)?).unwrap_or(0),
-                        payload_sha256: r.try_get(1)?,
-                    })
-                })
-                .transpose()?,
-            None => None,
-        };
-        let pending = u64::try_from(pending).unwrap_or(0);
-        // Dropping `tx` without a commit rolls back: nothing was written.
-        match mail::admit(
-            deployment,
-            key,
-            digest.as_ref(),
-            earlier,
-            pending,
-            max_inbox,
-        ) {
-            Err(refused) => return Ok(Err(refused)),
-            Ok(Admission::Existing(id)) => return Ok(Ok(Accepted { id, new: false })),
-            Ok(Admission::Insert) => {}
-        }
-        let digest = digest.as_ref().map(|d| d.as_slice());
-        let id: i64 = tx
-            .query_one(
-                "INSERT INTO mail (deployment, state, payload, enqueued_at_ms, idempotency_key, payload_sha256)
-                 VALUES ($1, 'inbox', $2, $3, $4, $5) RETURNING id",
-                &[&deployment, &payload, &signed(at_ms), &key, &digest],
-            )?
-            .try_get(0)?;
-        let id = u64::try_from(id).unwrap_or(0);
-        insert(&mut tx, &mail::accepted_event(deployment, id, at_ms))?;
-        tx.commit()?;
-        Ok(Ok(Accepted { id, new: true }))
-    })();
-    result.map_err(|e| store.fail("accepting mail", &e))?
-}
-
 /// Moves items from the head of `deployment`'s inbox to processing, held
 /// by `holder`, as [`held::takeable`] allows, and returns them in FIFO
 /// order; each take begins a delivery in the history.
@@ -172,64 +103,154 @@ pub(super) fn ack(
     outcome: &str,
     at_ms: u64,
 ) -> Result<bool, StoreError> {
-    // No stored id is above i64::MAX, so such an ack is unknown.
-    let Ok(row_id) = i64::try_from(id) else {
-        return Ok(false);
+    let one = AckOf {
+        holder: holder.clone(),
+        id,
+        outcome: outcome.to_owned(),
     };
-    let fenced = store.fence.clone();
-    let client = store.client()?;
-    let result =
-        (|| -> Result<bool, postgres::Error> {
-            let mut tx = client.transaction()?;
-            fence::check(&mut tx, fenced.as_deref(), deployment)?;
-            tx.execute("SELECT pg_advisory_xact_lock($1)", &[&EVENTS_LOCK])?;
-            let changed = tx.execute(
-            "UPDATE mail SET state = 'done', outcome = $4, done_at_ms = $5, payload = ''::bytea,
-                 holder_channel = NULL, holder_pid = NULL
-             WHERE id = $1 AND deployment = $2 AND state = 'processing' AND holder_channel = $3",
-            &[&row_id, &deployment, &holder.channel_id, &outcome, &signed(at_ms)],
-        )?;
-            if changed != 1 {
-                return Ok(false);
-            }
-            end_delivery(&mut tx, row_id, at_ms, &held::done_how(outcome))?;
-            insert(&mut tx, &mail::done_event(deployment, id, outcome, at_ms))?;
-            tx.commit()?;
-            Ok(true)
-        })();
-    result.map_err(|e| store.fail("acknowledging mail", &e))
+    Ok(
+        ack_many(store, deployment, std::slice::from_ref(&one), at_ms)?
+            .first()
+            .copied()
+            .unwrap_or(false),
+    )
 }
 
-/// Several offers, each as [`enqueue`] (one transaction each).
-pub(super) fn enqueue_many(
-    store: &mut PostgresStore,
-    offers: &[Offer],
-) -> Result<Vec<Result<Accepted, StoreError>>, StoreError> {
-    Ok(offers
-        .iter()
-        .map(|o| {
-            enqueue(
-                store,
-                &o.deployment,
-                o.key.as_deref(),
-                &o.payload,
-                o.max_inbox,
-                o.at_ms,
-            )
-        })
-        .collect())
-}
-
-/// Several acknowledgements, each as [`ack`] (one transaction each).
+/// Several acknowledgements for `deployment` in one transaction (one
+/// fence check, one durable commit), each `true` when its holder held the
+/// item, as if alone.
 pub(super) fn ack_many(
     store: &mut PostgresStore,
     deployment: &str,
     acks: &[AckOf],
     at_ms: u64,
 ) -> Result<Vec<bool>, StoreError> {
-    acks.iter()
-        .map(|a| ack(store, deployment, &a.holder, a.id, &a.outcome, at_ms))
-        .collect()
+    let fenced = store.fence.clone();
+    let client = store.client()?;
+    let result = (|| -> Result<Vec<bool>, postgres::Error> {
+        let mut tx = client.transaction()?;
+        fence::check(&mut tx, fenced.as_deref(), deployment)?;
+        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&EVENTS_LOCK])?;
+        let mut landed = Vec::with_capacity(acks.len());
+        for a in acks {
+            landed.push(ack_one(&mut tx, deployment, a, at_ms)?);
+        }
+        tx.commit()?;
+        Ok(landed)
+    })();
+    result.map_err(|e| store.fail("acknowledging mail", &e))
+}
+
+/// One acknowledgement inside [`ack_many`]'s transaction.
+fn ack_one(
+    tx: &mut postgres::Transaction<'_>,
+    deployment: &str,
+    a: &AckOf,
+    at_ms: u64,
+) -> Result<bool, postgres::Error> {
+    // No stored id is above i64::MAX, so such an ack is unknown.
+    let Ok(row_id) = i64::try_from(a.id) else {
+        return Ok(false);
+    };
+    let changed = tx.execute(
+        "UPDATE mail SET state = 'done', outcome = $4, done_at_ms = $5, payload = ''::bytea,
+             holder_channel = NULL, holder_pid = NULL
+         WHERE id = $1 AND deployment = $2 AND state = 'processing' AND holder_channel = $3",
+        &[
+            &row_id,
+            &deployment,
+            &a.holder.channel_id,
+            &a.outcome,
+            &signed(at_ms),
+        ],
+    )?;
+    if changed != 1 {
+        return Ok(false);
+    }
+    end_delivery(tx, row_id, at_ms, &held::done_how(&a.outcome))?;
+    insert(tx, &mail::done_event(deployment, a.id, &a.outcome, at_ms))?;
+    Ok(true)
+}
+
+/// Several offers in one transaction (one durable commit), each admitted
+/// or refused as if alone: a refusal writes nothing for that offer and
+/// leaves the others be.
+pub(super) fn enqueue_many(
+    store: &mut PostgresStore,
+    offers: &[Offer],
+) -> Result<Vec<Result<Accepted, StoreError>>, StoreError> {
+    let client = store.client()?;
+    let result = (|| -> Result<Vec<Result<Accepted, StoreError>>, postgres::Error> {
+        let mut tx = client.transaction()?;
+        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&EVENTS_LOCK])?;
+        let mut answers = Vec::with_capacity(offers.len());
+        for o in offers {
+            answers.push(admit_one(&mut tx, o)?);
+        }
+        tx.commit()?;
+        Ok(answers)
+    })();
+    result.map_err(|e| store.fail("accepting mail", &e))
+}
+
+/// One offer inside [`enqueue_many`]'s transaction, as [`mail::admit`]
+/// rules; enqueues for one deployment are serialized by the row lock on
+/// its `mail_counts` row.
+fn admit_one(
+    tx: &mut postgres::Transaction<'_>,
+    o: &Offer,
+) -> Result<Result<Accepted, StoreError>, postgres::Error> {
+    let (deployment, key) = (o.deployment.as_str(), o.key.as_deref());
+    let digest = mail::payload_digest(key, &o.payload);
+    tx.execute(
+        "INSERT INTO mail_counts (deployment) VALUES ($1) ON CONFLICT (deployment) DO NOTHING",
+        &[&deployment],
+    )?;
+    let pending: i64 = tx
+        .query_one(
+            "SELECT inbox + processing FROM mail_counts WHERE deployment = $1 FOR UPDATE",
+            &[&deployment],
+        )?
+        .try_get(0)?;
+    let earlier = match key {
+        Some(key) => tx
+            .query_opt(
+                "SELECT id, payload_sha256 FROM mail WHERE deployment = $1 AND idempotency_key = $2",
+                &[&deployment, &key],
+            )?
+            .map(|r| -> Result<Earlier, postgres::Error> {
+                Ok(Earlier {
+                    id: u64::try_from(r.try_get::<_, i64>(0)?).unwrap_or(0),
+                    payload_sha256: r.try_get(1)?,
+                })
+            })
+            .transpose()?,
+        None => None,
+    };
+    let pending = u64::try_from(pending).unwrap_or(0);
+    match mail::admit(
+        deployment,
+        key,
+        digest.as_ref(),
+        earlier,
+        pending,
+        o.max_inbox,
+    ) {
+        Err(refused) => return Ok(Err(refused)),
+        Ok(Admission::Existing(id)) => return Ok(Ok(Accepted { id, new: false })),
+        Ok(Admission::Insert) => {}
+    }
+    let digest = digest.as_ref().map(|d| d.as_slice());
+    let id: i64 = tx
+        .query_one(
+            "INSERT INTO mail (deployment, state, payload, enqueued_at_ms, idempotency_key, payload_sha256)
+             VALUES ($1, 'inbox', $2, $3, $4, $5) RETURNING id",
+            &[&deployment, &o.payload, &signed(o.at_ms), &key, &digest],
+        )?
+        .try_get(0)?;
+    let id = u64::try_from(id).unwrap_or(0);
+    insert(tx, &mail::accepted_event(deployment, id, o.at_ms))?;
+    Ok(Ok(Accepted { id, new: true }))
 }
 
 /// Ends item `id`'s delivery in flight in the history.

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use tokio::signal::unix::{Signal, SignalKind, signal};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{error, info, warn};
 
 use wfhost_policy::{Fact, format_duration};
@@ -127,13 +127,24 @@ async fn supervise(config: Config, config_path: &Path) -> anyhow::Result<()> {
     let notifier = Notifier::from_env();
     let settings = &config.supervisor;
     let backend = Backend::of(&settings.state_dir, config.store_url.as_deref());
-    let (store, reader, key) = open_store(&backend, settings)?;
+    // The control socket first: a second supervisor on this state dir must
+    // stop here, before it opens the store or touches the first one's
+    // children.
+    create_state_dir(&settings.state_dir)?;
+    let control = server::Server::bind(settings)?;
     let spawner = Spawner::start(tokio::runtime::Handle::current())
         .context("cannot start the spawner thread")?;
-    let store =
-        StoreHandle::start("wfhost-store", store).context("cannot start the store thread")?;
-    let reader = StoreHandle::start("wfhost-store-read", reader)
-        .context("cannot start the store reader thread")?;
+    let fresh = fresh_state(&backend, &settings.state_dir);
+    let (store, reader, key, opening) = if fresh {
+        open_behind(&backend, settings)?
+    } else {
+        let (store, reader, key) = open_store(&backend, settings)?;
+        let store =
+            StoreHandle::start("wfhost-store", store).context("cannot start the store thread")?;
+        let reader = StoreHandle::start("wfhost-store-read", reader)
+            .context("cannot start the store reader thread")?;
+        (store, reader, key, None)
+    };
     let (events, _) = watch::channel(());
     let shared = Arc::new(Shared {
         store,
@@ -146,33 +157,41 @@ async fn supervise(config: Config, config_path: &Path) -> anyhow::Result<()> {
         watchlist: Default::default(),
         started: tokio::sync::Notify::new(),
     });
-    // The control socket first: a second supervisor on this state dir must
-    // stop here, before it touches the first one's children.
     let mut sup = Supervisor::new(&shared);
     let (host_asks, mut asks) = mpsc::channel(8);
-    let control = server::Server::bind(settings, sup.registry(), shared.clone(), host_asks)?;
     let metrics = match settings.metrics_listen {
         Some(addr) => Some(crate::observe::metrics::bind(addr).await?),
         None => None,
     };
-    host::kill_orphans(&shared)
-        .await
-        .context("cannot read the children table")?;
-    recover_unwritten(&shared, &settings.state_dir).await;
-    let at = crate::shared::unix_ms();
-    let replayed = shared.store.call(move |s| s.replay_all_mail(at)).await??;
-    if replayed > 0 {
-        info!(
-            items = replayed,
-            "mail left in processing by a previous supervisor returned to the inbox"
-        );
+    // A store that did not exist holds no children to clean up after, no
+    // kept records and no mail: nothing of it precedes the first spawn.
+    if !fresh {
+        host::kill_orphans(&shared)
+            .await
+            .context("cannot read the children table")?;
+        recover_unwritten(&shared, &settings.state_dir).await;
+        let at = crate::shared::unix_ms();
+        let replayed = shared.store.call(move |s| s.replay_all_mail(at)).await??;
+        if replayed > 0 {
+            info!(
+                items = replayed,
+                "mail left in processing by a previous supervisor returned to the inbox"
+            );
+        }
     }
 
     let mut signals = Signals::watch()?;
-    warn_missing_programs(config_path);
     sup.start_all(&config);
+    // Only warnings (the config is read again to check every program):
+    // beside the first spawns rather than before them.
+    let checked = config_path.to_path_buf();
+    tokio::task::spawn_blocking(move || warn_missing_programs(&checked));
     info!(socket = %control.path().display(), deployments = config.deployments.len(), "supervising");
-    let control_task = tokio::spawn(control.serve());
+    let control_task = tokio::spawn(control.serve(server::Served {
+        registry: sup.registry(),
+        shared: shared.clone(),
+        host: host_asks,
+    }));
     let policy_task = tokio::spawn(crate::host::policy_tick::run(
         shared.watchlist.clone(),
         settings.policy_interval,
@@ -202,8 +221,26 @@ async fn supervise(config: Config, config_path: &Path) -> anyhow::Result<()> {
     let mut ticker = tokio::time::interval(tick);
     let mut ready_sent = false;
     let mut last_status = String::new();
+    // Resolves once a store created beside the first spawns is open (at
+    // once fails the start: every child is killed).
+    let opened = async move {
+        match opening {
+            Some(opening) => opening.wait().await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(opened);
+    let mut store_failed = None;
     let graceful = loop {
         tokio::select! {
+            result = &mut opened, if store_failed.is_none() => match result {
+                Ok(()) => store_failed = Some(None),
+                Err(e) => {
+                    error!(error = %e, "the new store could not be opened; killing every child and exiting");
+                    store_failed = Some(Some(e));
+                    break false;
+                }
+            },
             _ = signals.term.recv() => { info!("SIGTERM: draining and stopping every child"); break true }
             _ = signals.int.recv() => { info!("SIGINT: draining and stopping every child"); break true }
             _ = signals.quit.recv() => { info!("SIGQUIT: killing every child now"); break false }
@@ -309,8 +346,114 @@ async fn supervise(config: Config, config_path: &Path) -> anyhow::Result<()> {
         .call(move |s| guard::log_head_at_stop(s, &verifying))
         .await;
     keep_unwritten(&shared, &settings.state_dir)?;
+    if let Some(Some(e)) = store_failed {
+        anyhow::bail!("{e}");
+    }
     info!("all children stopped; exiting");
     Ok(())
+}
+
+/// The state dir, created owner-only if it is not there: the control
+/// socket that locks it lives in it.
+fn create_state_dir(dir: &Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .with_context(|| {
+            format!(
+                "cannot create the state directory {}; create it, or make its parent writable by this user",
+                dir.display()
+            )
+        })
+}
+
+/// Whether this start creates its store: SQLite with no database file yet
+/// and no records a previous supervisor kept outside it. Then nothing
+/// the store could hold has to be read before the first spawn.
+fn fresh_state(backend: &Backend, state_dir: &Path) -> bool {
+    match backend {
+        Backend::Sqlite(_) => {
+            !Path::new(&backend.describe()).exists() && unwritten::found(state_dir).is_empty()
+        }
+        Backend::Postgres(_) => false,
+    }
+}
+
+/// Both store threads opening, for [`open_behind`].
+struct Opening {
+    store: oneshot::Receiver<Result<(), String>>,
+    reader: oneshot::Receiver<Result<(), String>>,
+}
+
+impl Opening {
+    /// Both opened, or why not.
+    async fn wait(self) -> Result<(), String> {
+        let gone = |_| "the store thread stopped while opening".to_owned();
+        self.store.await.map_err(gone)??;
+        self.reader.await.map_err(gone)?
+    }
+}
+
+/// A new store opened on its own threads while the children start: the
+/// key is found or generated here (children get its public half at
+/// spawn); the store thread creates the schema, writes a new key and
+/// checks the (empty) journal before it runs anything queued, so no
+/// record is stored, and no cancel sent, before the key that signs it is
+/// on disk; the reader opens once the database exists.
+fn open_behind(
+    backend: &Backend,
+    settings: &SupervisorSettings,
+) -> anyhow::Result<(
+    StoreHandle,
+    StoreHandle,
+    ed25519_dalek::SigningKey,
+    Option<Opening>,
+)> {
+    let found = signing_key::find_or_generate(settings)?;
+    let key = found.key().clone();
+    let verifying = key.verifying_key();
+    let (created, wait_created) = std::sync::mpsc::channel::<()>();
+    let (store_tx, store_rx) = oneshot::channel();
+    let b = backend.clone();
+    let store = StoreHandle::start_opening(
+        "wfhost-store",
+        move || {
+            let at = b.describe();
+            let mut store = b
+                .open()
+                .with_context(|| format!("cannot open the store {at}"))?;
+            found.persist()?;
+            info!(key = %found.path().display(), key_id = %wfhost_ipc::KeyId::of(&verifying), "signing key loaded");
+            guard::check_at_start(&mut *store, &verifying)
+                .with_context(|| format!("refusing to start on the store {at}"))?;
+            let _ = created.send(());
+            Ok(store)
+        },
+        store_tx,
+    )
+    .context("cannot start the store thread")?;
+    let (reader_tx, reader_rx) = oneshot::channel();
+    let b = backend.clone();
+    let reader = StoreHandle::start_opening(
+        "wfhost-store-read",
+        move || {
+            wait_created
+                .recv()
+                .map_err(|_| anyhow::anyhow!("the store was not created"))?;
+            let at = b.describe();
+            b.open_existing()
+                .with_context(|| format!("cannot open a read connection to the store {at}"))
+        },
+        reader_tx,
+    )
+    .context("cannot start the store reader thread")?;
+    let opening = Opening {
+        store: store_rx,
+        reader: reader_rx,
+    };
+    Ok((store, reader, key, Some(opening)))
 }
 
 /// What the store never took is kept outside it for the next start, and

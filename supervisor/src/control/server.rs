@@ -33,26 +33,31 @@ pub fn socket_path(state_dir: &Path) -> PathBuf {
     }
 }
 
-/// The bound control socket.
+/// The bound control socket. Bound first thing at start-up: it is what
+/// refuses a second supervisor on the same state dir, before that one
+/// opens the store or touches a child.
 pub struct Server {
     listener: UnixListener,
     path: PathBuf,
     link: Option<PathBuf>,
     admin_gid: Option<Gid>,
-    registry: Registry,
-    shared: Arc<Shared>,
-    host: HostAsks,
+}
+
+/// What a client's request is answered with.
+pub struct Served {
+    /// The live deployments.
+    pub registry: Registry,
+    /// The store, the key and the rest of the supervisor's shared state.
+    pub shared: Arc<Shared>,
+    /// Where reload and stop requests go.
+    pub host: HostAsks,
 }
 
 impl Server {
-    /// Binds the socket with mode 0600. A stale socket (nobody answers) is
-    /// replaced; a live one belongs to another supervisor and is refused.
-    pub fn bind(
-        settings: &SupervisorSettings,
-        registry: Registry,
-        shared: Arc<Shared>,
-        host: HostAsks,
-    ) -> anyhow::Result<Self> {
+    /// Binds the socket with mode 0600 (inside a tokio runtime). A stale
+    /// socket (nobody answers) is replaced; a live one belongs to another
+    /// supervisor and is refused.
+    pub fn bind(settings: &SupervisorSettings) -> anyhow::Result<Self> {
         let path = socket_path(&settings.state_dir);
         if path.exists() {
             match std::os::unix::net::UnixStream::connect(&path) {
@@ -109,9 +114,6 @@ impl Server {
             path,
             link,
             admin_gid,
-            registry,
-            shared,
-            host,
         })
     }
 
@@ -120,15 +122,16 @@ impl Server {
         &self.path
     }
 
-    /// Accepts and answers clients until the task is aborted.
-    pub async fn serve(self) {
+    /// Accepts and answers clients until the task is aborted. Clients that
+    /// connect before this runs wait in the listen backlog.
+    pub async fn serve(self, with: Served) {
         loop {
             match self.listener.accept().await {
                 Ok((stream, _)) => {
                     let ctx = ClientContext {
-                        registry: self.registry.clone(),
-                        shared: self.shared.clone(),
-                        host: self.host.clone(),
+                        registry: with.registry.clone(),
+                        shared: with.shared.clone(),
+                        host: with.host.clone(),
                     };
                     tokio::spawn(serve_client(stream, ctx, self.admin_gid));
                 }

@@ -45,8 +45,29 @@ pub struct Args {
 /// feeds the systemd watchdog (if its interval is shorter it wakes at that).
 const TICK: Duration = Duration::from_secs(1);
 
+/// How long after every deployment is up the start-up's leftovers are
+/// given back ([`trim_resident`]): time for the first pings and mail.
+const TRIM_AFTER_START: Duration = Duration::from_secs(3);
+
+/// Gives back what start-up left resident and idling does not use (free
+/// heap, code run once): DESIGN §10, idle RSS.
+fn trim_resident() {
+    match wfhost_process::trim() {
+        Ok(t) => tracing::debug!(
+            before_kib = t.before_kib,
+            after_kib = t.after_kib,
+            "gave back start-up memory"
+        ),
+        Err(e) => {
+            warn!(error = %e, "cannot give back start-up memory; the supervisor only stays larger")
+        }
+    }
+}
+
 /// Runs the supervisor; returns the process exit code.
 pub fn run(args: Args) -> u8 {
+    // Before any thread exists (DESIGN §10: idle RSS).
+    wfhost_process::one_arena();
     let loaded = config::find(args.config.as_deref())
         .and_then(|path| config::load(&path).map(|c| (c, path)));
     let (config, path) = match loaded {
@@ -220,6 +241,7 @@ async fn supervise(config: Config, config_path: &Path) -> anyhow::Result<()> {
         .map_or(TICK, |w| w.min(TICK));
     let mut ticker = tokio::time::interval(tick);
     let mut ready_sent = false;
+    let mut trim_at: Option<Instant> = None;
     let mut last_status = String::new();
     // Resolves once a store created beside the first spawns is open (at
     // once fails the start: every child is killed).
@@ -274,6 +296,7 @@ async fn supervise(config: Config, config_path: &Path) -> anyhow::Result<()> {
             _ = shared.started.notified(), if !ready_sent => {
                 if sup.all_started() {
                     ready_sent = true;
+                    trim_at = Some(Instant::now() + TRIM_AFTER_START);
                     let line = sup.summary();
                     info!(status = %line, "every deployment is up");
                     notify(notifier.as_ref(), "ready", |n| n.ready_with_status(&line));
@@ -285,8 +308,13 @@ async fn supervise(config: Config, config_path: &Path) -> anyhow::Result<()> {
                 // The watchdog is fed from the control loop itself, so a
                 // wedged loop starves it.
                 notify(watchdog, "watchdog", Notifier::watchdog);
+                if trim_at.is_some_and(|at| Instant::now() >= at) {
+                    trim_at = None;
+                    trim_resident();
+                }
                 if !ready_sent && sup.all_started() {
                     ready_sent = true;
+                    trim_at = Some(Instant::now() + TRIM_AFTER_START);
                     let line = sup.summary();
                     info!(status = %line, "every deployment is up");
                     notify(notifier.as_ref(), "ready", |n| n.ready_with_status(&line));

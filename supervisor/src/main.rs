@@ -12,6 +12,7 @@ mod logging;
 mod mail_retention;
 mod observe;
 mod procfs;
+mod send_batch;
 mod shared;
 mod signing_key;
 mod store;

@@ -51,6 +51,8 @@ pub struct Shared {
     /// Signalled when a deployment first gets a ready child or fails, so
     /// systemd hears `READY=1` without waiting for the next tick.
     pub started: tokio::sync::Notify,
+    /// Mail offered by senders, written together.
+    pub sends: Arc<crate::send_batch::SendBatch>,
 }
 
 /// Records waiting for the store, oldest first.

@@ -3,6 +3,7 @@
 //! operator reads (command output, the journal, the event log, the store).
 //! Tests drive only the binaries.
 
+pub mod control;
 pub mod postgres;
 
 use std::path::{Path, PathBuf};
@@ -646,6 +647,11 @@ impl Supervisor {
     /// supervisor process (e.g. `NOTIFY_SOCKET`, `WATCHDOG_USEC`).
     pub fn start_with_env(body: &str, env: &[(&str, &str)]) -> Self {
         Self::start_with("", body, env)
+    }
+
+    /// The control socket.
+    pub fn socket(&self) -> PathBuf {
+        self.dir.join("state/wfhost.sock")
     }
 
     /// Waits until the control socket accepts connections: the file

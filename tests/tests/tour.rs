@@ -10,7 +10,7 @@ fn the_demo_tells_each_stage_and_exits_0() {
     for (what, words) in [
         (
             "start",
-            "started three workflow children, each on a private socketpair at fd 3",
+            "started four workflow children, each on a private socketpair at fd 3",
         ),
         (
             "mail",
@@ -38,6 +38,8 @@ fn the_demo_tells_each_stage_and_exits_0() {
             "used the whole 1500 ms budget, so the supervisor signed a cancel",
         ),
         ("verified", "cancel of run exec-"),
+        ("gapless", "checkout (recycle.overlap = true) while pid"),
+        ("nothing lost", "4 of 4 carts done, none lost, none twice"),
         (
             "stop",
             "`wfhost stop`: the supervisor drained and stopped every child",

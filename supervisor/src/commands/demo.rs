@@ -1,11 +1,13 @@
 //! `wfhost demo`: a self-contained tour on a temporary state dir. It starts
-//! a real supervisor with three deployments and tells, one plain sentence
+//! a real supervisor with four deployments and tells, one plain sentence
 //! a stage, what wfhost does that other supervisors do not: mail that is
 //! never lost while a child asks to be replaced and the policy replaces
 //! it; a drain whose budget stays paused while a wait step (a person
 //! approving) outlasts it; a budget that runs out, so a signed cancel is
-//! journaled, sent, and verified by the child; a graceful stop; a journal
-//! whose every signature and link checks out.
+//! journaled, sent, and verified by the child; a recycle without a gap
+//! (`recycle.overlap`), the new child serving while the old one winds
+//! down; a graceful stop; a journal whose every signature and link checks
+//! out.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -30,7 +32,8 @@ pub struct Args {
 /// recycled every 5 items, recycled by policy after 6 s of uptime);
 /// `approvals` has a 3 s approval (a wait step) against a 1 s budget;
 /// `reports` hosts a command that ignores SIGTERM, so its drain budget runs
-/// out.
+/// out; `checkout` recycles make-before-break, its drained steps winding
+/// down for 2 s.
 const CONFIG: &str = r#"[supervisor]
 state_dir = "state"
 policy_interval = "200ms"
@@ -53,6 +56,12 @@ id = "reports"
 command = ["wfhost-child", "exec", "--drain", "cancel", "--", "sh", "-c", "trap '' TERM; while :; do sleep 1; done"]
 drain_timeout = "1500ms"
 drain_deadline = "10s"
+
+[[deployment]]
+id = "checkout"
+command = ["wfhost-child", "demo", "--step-ms", "100", "--approve-ms", "20", "--cleanup-ms", "2000"]
+recycle = { overlap = true }
+drain_timeout = "5s"
 "#;
 
 /// Runs the tour.
@@ -170,13 +179,14 @@ impl Tour {
         self.wait("approvals", "ready", ready)?;
         let reports = self.wait("reports", "ready", ready)?;
         self.say(&format!(
-            "The supervisor started three workflow children, each on a private socketpair at fd 3: \
-             orders (pid {}), approvals, and reports (pid {}, a command that ignores SIGTERM).",
+            "The supervisor started four workflow children, each on a private socketpair at fd 3: \
+             orders (pid {}), approvals, reports (pid {}, a command that ignores SIGTERM) and checkout.",
             orders["pid"], reports["pid"]
         ));
         self.mail_and_recycles(&orders)?;
         self.wait_step_outlasts_the_drain()?;
         self.budget_runs_out()?;
+        self.gapless()?;
         self.stop()?;
         self.verify_journal(&exe)?;
         println!("\ndemo complete");
@@ -281,6 +291,71 @@ impl Tour {
         self.say(&format!(
             "The child checked the signature against the supervisor's public key before obeying it: \"{verified}\"; \
              it killed its command and reports is drained."
+        ));
+        Ok(())
+    }
+
+    /// An overlapping recycle: the successor is ready and serving before
+    /// the old child drains, so mail never waits for the drain.
+    fn gapless(&self) -> anyhow::Result<()> {
+        let send = |text: &str| {
+            self.target()
+                .send("checkout", text.as_bytes(), None)
+                .map_err(|e| anyhow::anyhow!(e.message))
+        };
+        let old = self.wait("checkout", "ready", |d| d["state"] == "ready")?;
+        send("cart 1")?;
+        self.wait("checkout", "a step in flight", |d| {
+            n(&d["steps_in_flight"]) > 0
+        })?;
+        let target = self.target();
+        let began = Instant::now();
+        let recycle = std::thread::spawn(move || {
+            target.call(Request::Recycle {
+                deployment: "checkout".into(),
+                reason: Some("new release".into()),
+            })
+        });
+        let d = self.wait("checkout", "the successor serving", |d| {
+            d["pid"] != old["pid"] && d["state"] == "ready"
+        })?;
+        let took = began.elapsed();
+        for i in 2..=4 {
+            send(&format!("cart {i}"))?;
+        }
+        let new_pid = d["pid"].clone();
+        let serving = |d: &Value| {
+            let replicas = d["replicas"].as_array().cloned().unwrap_or_default();
+            let by_new = replicas
+                .iter()
+                .find(|r| r["pid"] == new_pid)
+                .map_or(0, |r| n(&r["mail_done"]));
+            let old_alive = replicas.iter().any(|r| r["pid"] == old["pid"]);
+            (by_new >= 3, old_alive)
+        };
+        let d = self.wait("checkout", "the new child serving", |d| serving(d).0)?;
+        let old_still_there = serving(&d).1;
+        self.say(&format!(
+            "We recycled checkout (recycle.overlap = true) while pid {} worked on a cart: its successor, pid {}, was ready {} ms later and did the next 3 carts {}; checkout never stopped taking mail.",
+            old["pid"],
+            new_pid,
+            took.as_millis(),
+            if old_still_there {
+                "while the old child was still winding down its drained step"
+            } else {
+                "as the old child finished"
+            }
+        ));
+        match recycle.join() {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => bail!("the recycle failed: {}", e.message),
+            Err(_) => bail!("the recycle thread panicked"),
+        }
+        let d = self.wait("checkout", "all 4 carts done", |d| d["mail"]["done"] == 4)?;
+        self.say(&format!(
+            "Once the old child had drained, the one cart it had not finished went to pid {}: {} of 4 carts done, none lost, none twice.",
+            d["pid"],
+            n(&d["mail"]["done"])
         ));
         Ok(())
     }

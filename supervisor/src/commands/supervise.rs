@@ -177,6 +177,7 @@ async fn supervise(config: Config, config_path: &Path) -> anyhow::Result<()> {
         backlog: Default::default(),
         watchlist: Default::default(),
         started: tokio::sync::Notify::new(),
+        sends: Default::default(),
     });
     let mut sup = Supervisor::new(&shared);
     let (host_asks, mut asks) = mpsc::channel(8);

@@ -6,16 +6,15 @@
 //! `max_deliveries` (DESIGN §6).
 
 use tracing::{debug, info};
-use wfhost_ipc::Outcome;
 use wfhost_policy::Fact;
 use wfhost_policy::fact::outcome_text;
 use wfhost_policy::life::ExitCause;
 
 use super::child::LiveChild;
-use super::writes::Replay;
+use super::writes::{Ack, Replay};
 use crate::observe::record;
 use crate::shared::{Shared, unix_ms};
-use crate::store::{Ending, Holder};
+use crate::store::{AckOf, Ending, Holder};
 
 /// Most mail items in flight to one child at once.
 pub const WINDOW: usize = 32;
@@ -88,30 +87,38 @@ pub fn ending(cause: &ExitCause, stopping: bool) -> Ending {
     }
 }
 
-/// Moves mail acknowledged by `holder` to done: true when it held it
-/// (false for a duplicate, stray or late ack), or why the store refused.
-pub async fn write_ack(
+/// Moves acknowledged mail to done in one transaction: for each, true
+/// when its child held it (false for a duplicate, stray or late ack), or
+/// why the store refused them all.
+pub async fn write_acks(
     shared: &Shared,
     deployment: &str,
-    holder: &Holder,
-    id: u64,
-    outcome: &Outcome,
-) -> Result<bool, String> {
-    let (owner, text, at) = (deployment.to_owned(), outcome_text(outcome), unix_ms());
-    let holder = holder.clone();
+    acks: &[Ack],
+) -> Result<Vec<bool>, String> {
+    let owner = deployment.to_owned();
+    let batch: Vec<AckOf> = acks
+        .iter()
+        .map(|a| AckOf {
+            holder: a.holder.clone(),
+            id: a.id,
+            outcome: outcome_text(&a.outcome),
+        })
+        .collect();
+    let at = unix_ms();
     let landed = shared
         .store
-        .call(move |s| s.ack_mail(&owner, &holder, id, &text, at))
+        .call(move |s| s.ack_mail_many(&owner, &batch, at))
         .await
         .map_err(|e| e.to_string())?
         .map_err(|e| e.to_string())?;
-    if landed {
-        // The store wrote the `mail_done` event with the ack.
+    if landed.iter().any(|&l| l) {
+        // The store wrote each `mail_done` event with its ack.
         shared.events_written();
-    } else {
+    }
+    for (a, _) in acks.iter().zip(&landed).filter(|(_, l)| !**l) {
         debug!(
             deployment,
-            mail = id,
+            mail = a.id,
             "ack for mail this child does not hold; ignored"
         );
     }

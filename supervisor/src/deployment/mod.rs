@@ -18,6 +18,7 @@
 //! | `grants.rs` | the grants file |
 //! | `output.rs` | a child's stdout and stderr into the log |
 //! | `throttle.rs` | how many observational facts a child may publish |
+//! | `timer.rs` | sleeps that end within a fraction of a millisecond |
 //! | `writes.rs` | the mail writes owed to the store, retried in order |
 
 mod cancel;
@@ -31,6 +32,7 @@ pub mod recycle;
 pub mod spawn;
 mod spread;
 mod throttle;
+mod timer;
 pub mod writes;
 
 use std::sync::{Arc, Mutex};

@@ -62,20 +62,26 @@ impl Writes {
     }
 
     /// The next write to try at `now`, if one is owed and not waiting for
-    /// a retry.
-    pub fn next(&self, now: Instant) -> Option<Next<'_>> {
+    /// a retry: every acknowledgement owed (up to [`ACKS_PER_WRITE`], one
+    /// commit for all), else the first replay.
+    pub fn next(&mut self, now: Instant) -> Option<Next<'_>> {
         if self.retry_at.is_some_and(|at| now < at) {
             return None;
         }
-        match self.acks.front() {
-            Some(ack) => Some(Next::Ack(ack)),
-            None => self.replays.front().map(Next::Replay),
+        if self.acks.is_empty() {
+            return self.replays.front().map(Next::Replay);
         }
+        let n = self.acks.len().min(ACKS_PER_WRITE);
+        let acks = self.acks.make_contiguous();
+        acks.get(..n).map(Next::Acks)
     }
 
-    /// The write just tried landed.
-    pub fn landed(&mut self) {
-        if self.acks.pop_front().is_none() {
+    /// The write just tried landed: `acks` acknowledgements, or (with 0)
+    /// the first replay.
+    pub fn landed(&mut self, acks: usize) {
+        if acks > 0 {
+            self.acks.drain(..acks.min(self.acks.len()));
+        } else {
             self.replays.pop_front();
         }
         self.failures = 0;
@@ -123,11 +129,14 @@ impl Writes {
     }
 }
 
+/// Most acknowledgements written in one transaction.
+pub const ACKS_PER_WRITE: usize = 256;
+
 /// A write to try.
 #[derive(Debug)]
 pub enum Next<'a> {
-    /// An acknowledgement.
-    Ack(&'a Ack),
+    /// Acknowledgements, oldest first, in one transaction.
+    Acks(&'a [Ack]),
     /// A replay.
     Replay(&'a Replay),
 }
@@ -172,23 +181,42 @@ mod tests {
         w.ack(ack(2));
         w.replay(replay(8));
         assert!(!w.clear(t0), "nothing new is taken while writes are owed");
-        assert!(matches!(w.next(t0), Some(Next::Ack(a)) if a.id == 1));
+        let ids = |w: &mut Writes, t| match w.next(t) {
+            Some(Next::Acks(a)) => a.iter().map(|a| a.id).collect::<Vec<_>>(),
+            _ => Vec::new(),
+        };
+        // Every ack owed goes in one write, before any replay.
+        assert_eq!(ids(&mut w, t0), [1, 2]);
         assert_eq!(w.refused("disk full".into(), t0), (1, RETRY_INITIAL));
         assert!(w.next(t0).is_none(), "waits for the retry");
         assert_eq!(w.error.as_deref(), Some("disk full"));
         let t1 = t0 + RETRY_INITIAL;
-        assert!(matches!(w.next(t1), Some(Next::Ack(a)) if a.id == 1));
-        w.landed();
-        assert!(matches!(w.next(t1), Some(Next::Ack(a)) if a.id == 2));
-        w.landed();
+        assert_eq!(ids(&mut w, t1), [1, 2]);
+        w.landed(2);
         // Each gone child's replay, in the order they ended.
         assert!(matches!(w.next(t1), Some(Next::Replay(r)) if r.holder.pid == 7));
         assert!(!w.clear(t1));
-        w.landed();
+        w.landed(0);
         assert!(matches!(w.next(t1), Some(Next::Replay(r)) if r.holder.pid == 8));
-        w.landed();
+        w.landed(0);
         assert!(w.next(t1).is_none());
         assert!(w.clear(t1));
         assert_eq!(w.error, None);
+    }
+
+    #[test]
+    fn a_write_carries_at_most_its_share_of_acks() {
+        let t0 = Instant::now();
+        let mut w = Writes::default();
+        for id in 0..(ACKS_PER_WRITE as u64 + 10) {
+            w.ack(ack(id));
+        }
+        let first = match w.next(t0) {
+            Some(Next::Acks(a)) => a.len(),
+            _ => 0,
+        };
+        assert_eq!(first, ACKS_PER_WRITE);
+        w.landed(first);
+        assert_eq!(w.acks_owed(), 10);
     }
 }

@@ -7,9 +7,11 @@
 
 use ed25519_dalek::SigningKey;
 
-use super::held::{Ending, Holder, Replayed};
+use super::held::{AckOf, Ending, Holder, Replayed};
 use super::mail_admin::{MailPage, MailQuery, MailView, Retried};
-use super::{Accepted, ChildRecord, EventRecord, MailCounts, MailItem, NewEvent, StoreError};
+use super::{
+    Accepted, ChildRecord, EventRecord, MailCounts, MailItem, NewEvent, Offer, StoreError,
+};
 use crate::journal::{JournalHead, JournalHeads, JournalRecord, NewJournalEntry};
 
 /// Durable state of one supervisor. Every write is durable when it returns.
@@ -64,7 +66,9 @@ pub trait Store: Send {
     /// item's id comes back and nothing is written (or
     /// [`StoreError::KeyReused`] if its payload differs), so a sender can
     /// retry after losing the answer without enqueuing twice. The rules
-    /// are [`super::mail::admit`]'s.
+    /// are [`super::mail::admit`]'s. (The supervisor offers through
+    /// [`Store::enqueue_mail_many`]; tests offer one at a time.)
+    #[cfg(test)]
     fn enqueue_mail(
         &mut self,
         deployment: &str,
@@ -72,7 +76,26 @@ pub trait Store: Send {
         payload: &[u8],
         max_inbox: u64,
         at_ms: u64,
-    ) -> Result<Accepted, StoreError>;
+    ) -> Result<Accepted, StoreError> {
+        let offer = Offer {
+            deployment: deployment.to_owned(),
+            key: key.map(str::to_owned),
+            payload: payload.to_vec(),
+            max_inbox,
+            at_ms,
+        };
+        let mut answers = self.enqueue_mail_many(std::slice::from_ref(&offer))?;
+        answers.pop().expect("one answer per offer")
+    }
+
+    /// [`Store::enqueue_mail`] for several offers (of any deployments) in
+    /// one transaction, so concurrent senders share one durable commit:
+    /// each answer as `enqueue_mail`'s, in order; the outer error when the
+    /// transaction itself failed (nothing of it was written).
+    fn enqueue_mail_many(
+        &mut self,
+        offers: &[Offer],
+    ) -> Result<Vec<Result<Accepted, StoreError>>, StoreError>;
 
     /// Moves items from the head of `deployment`'s inbox (FIFO, by id) to
     /// processing, held by `holder`, and returns them in that order for
@@ -99,6 +122,16 @@ pub trait Store: Send {
         outcome: &str,
         at_ms: u64,
     ) -> Result<bool, StoreError>;
+
+    /// [`Store::ack_mail`] for several acknowledgements in one transaction,
+    /// so they cost one durable commit: each answer as `ack_mail`'s, in
+    /// order.
+    fn ack_mail_many(
+        &mut self,
+        deployment: &str,
+        acks: &[AckOf],
+        at_ms: u64,
+    ) -> Result<Vec<bool>, StoreError>;
 
     /// `holder`'s wiring ended: every item it holds in `deployment` goes
     /// back to the head of the inbox in original order, or (a counted

@@ -67,15 +67,14 @@ macro_rules! delegate_store {
                 journal::set_verified(self, head)
             }
 
-            fn enqueue_mail(
+            fn enqueue_mail_many(
                 &mut self,
-                deployment: &str,
-                key: Option<&str>,
-                payload: &[u8],
-                max_inbox: u64,
-                at_ms: u64,
-            ) -> Result<$crate::store::Accepted, $crate::store::StoreError> {
-                mail::enqueue(self, deployment, key, payload, max_inbox, at_ms)
+                offers: &[$crate::store::Offer],
+            ) -> Result<
+                Vec<Result<$crate::store::Accepted, $crate::store::StoreError>>,
+                $crate::store::StoreError,
+            > {
+                mail::enqueue_many(self, offers)
             }
 
             fn take_mail(
@@ -97,6 +96,15 @@ macro_rules! delegate_store {
                 at_ms: u64,
             ) -> Result<bool, $crate::store::StoreError> {
                 mail::ack(self, deployment, holder, id, outcome, at_ms)
+            }
+
+            fn ack_mail_many(
+                &mut self,
+                deployment: &str,
+                acks: &[$crate::store::AckOf],
+                at_ms: u64,
+            ) -> Result<Vec<bool>, $crate::store::StoreError> {
+                mail::ack_many(self, deployment, acks, at_ms)
             }
 
             fn replay_mail(

@@ -26,6 +26,17 @@ pub struct Holder {
     pub pid: u32,
 }
 
+/// One acknowledgement for [`Store::ack_mail_many`](super::Store::ack_mail_many).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AckOf {
+    /// The child that acknowledged.
+    pub holder: Holder,
+    /// The item.
+    pub id: u64,
+    /// How processing ended.
+    pub outcome: String,
+}
+
 /// How a holder's wiring ended, for [`Store::replay_mail`](super::Store::replay_mail).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Ending {

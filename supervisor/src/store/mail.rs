@@ -47,6 +47,22 @@ pub struct MailCounts {
     pub dead: u64,
 }
 
+/// One item offered by a sender, for
+/// [`Store::enqueue_mail_many`](super::Store::enqueue_mail_many).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Offer {
+    /// Whose inbox.
+    pub deployment: String,
+    /// The sender's idempotency key.
+    pub key: Option<String>,
+    /// The bytes.
+    pub payload: Vec<u8>,
+    /// The deployment's `max_inbox`.
+    pub max_inbox: u64,
+    /// When it was offered (Unix ms).
+    pub at_ms: u64,
+}
+
 /// What [`Store::enqueue_mail`](super::Store::enqueue_mail) did with an
 /// offered item.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -4,6 +4,7 @@
 //! to the database (to tamper, and to count rows). Each backend's tests
 //! instantiate the whole suite with [`backend_suite!`].
 
+pub mod batch;
 pub mod children;
 pub mod events;
 pub mod journal;
@@ -58,6 +59,8 @@ macro_rules! backend_suite {
             mail::replay_all_covers_every_deployment,
             mail::mail_in_flight_survives_a_supervisor_crash,
             mail::random_histories_end_with_every_accepted_id_done_exactly_once,
+            batch::offers_in_one_write_are_each_admitted_on_their_own,
+            batch::acks_in_one_write_each_land_or_not,
             poison::a_child_acknowledges_and_gets_back_only_what_it_holds,
             poison::a_counted_end_charges_each_held_item_and_keeps_its_last_failure,
             poison::the_supervisors_own_stop_charges_nothing,

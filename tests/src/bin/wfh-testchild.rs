@@ -20,6 +20,7 @@
 //! | `custom-flood` | like `well-behaved`, after `Ready` first sends `WFH_FLOOD` (9000) `Custom` events, kinds `WFH_NAME_CHARS` (8) long |
 //! | `slow-ready` | like `well-behaved`, but sends `Ready` only 1 s after `Welcome` |
 //! | `last-words` | handshake and `Ready`; on its first mail reports run `mail-ID` (step `work` started and finished, run terminal), acks it, and exits 0 at once |
+//! | `worker` | handshake and `Ready`; works its mail one item at a time, `WFH_WORK_MS` (5) each, acking each and printing `wfh-testchild worker id=ID pid=PID at_ms=T`; on `Drain` it finishes what it holds, winds down for `WFH_DRAIN_MS` (2000), then sends `Drained` |
 //! | `poison` | like `well-behaved`, and prints `wfh-testchild poison mail id=ID attempt=N payload=TEXT` for every mail; payload `poison` makes it exit 3 at once (unless the file `$WFH_CURED` exists), a payload starting with `hold` is never acknowledged |
 
 use std::os::fd::{FromRawFd, RawFd};
@@ -34,7 +35,7 @@ use wfhost_ipc::{
     Outcome, PROTOCOL_VERSION,
 };
 
-const USAGE: &str = "usage: wfh-testchild garbage|protocol-1|wrong-channel|no-ready|ignore-term|recycle-loop|step-flood|custom-flood|outlive|well-behaved|slow-ready|last-words|poison";
+const USAGE: &str = "usage: wfh-testchild garbage|protocol-1|wrong-channel|no-ready|ignore-term|recycle-loop|step-flood|custom-flood|outlive|well-behaved|slow-ready|last-words|worker|poison";
 
 /// The exit code of `poison` on its poison mail.
 const POISONED: i32 = 3;
@@ -98,6 +99,7 @@ fn main() -> ExitCode {
             "slow-ready" => well_behaved(SLOW_READY, Vec::new()).await,
             "last-words" => last_words().await,
             "poison" => poison().await,
+            "worker" => worker().await,
             _ => Err(format!("unknown mode {mode:?}\n{USAGE}")),
         }
     });
@@ -343,6 +345,74 @@ async fn well_behaved(ready_after: Duration, after_ready: Vec<Event>) -> Result<
             Ok(Some(Control::Shutdown)) | Ok(None) => return Ok(()),
             Ok(Some(Control::Cancel(_) | Control::Welcome(_) | Control::Lease { .. })) => {}
             Err(e) => return Err(format!("control channel: {e}")),
+        }
+    }
+}
+
+/// Milliseconds from the environment variable `name`, else `default`.
+fn env_ms(name: &str, default: u64) -> Duration {
+    Duration::from_millis(
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default),
+    )
+}
+
+/// A worker that takes time per item and winds down slowly on a drain.
+async fn worker() -> Result<(), Failure> {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(|e| format!("cannot watch SIGTERM: {e}"))?;
+    let (work, wind_down) = (env_ms("WFH_WORK_MS", 5), env_ms("WFH_DRAIN_MS", 2000));
+    let (mut reader, mut writer) = handshake(true).await?;
+    let mut queue = std::collections::VecDeque::new();
+    let mut draining = false;
+    let mut busy_until: Option<tokio::time::Instant> = None;
+    loop {
+        let due =
+            busy_until.or_else(|| (!queue.is_empty()).then(|| tokio::time::Instant::now() + work));
+        busy_until = due;
+        let finish = async {
+            match due {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = term.recv() => return Ok(()),
+            () = finish => {
+                busy_until = None;
+                if let Some(id) = queue.pop_front() {
+                    println!(
+                        "wfh-testchild worker id={id} pid={} at_ms={}",
+                        std::process::id(),
+                        std::time::SystemTime::now()
+                            .duration_since(std::time::UNIX_EPOCH)
+                            .map_or(0, |d| d.as_millis())
+                    );
+                    send(&mut writer, Event::MailAck { id, outcome: Outcome::Succeeded }).await?;
+                }
+                if draining && queue.is_empty() {
+                    tokio::time::sleep(wind_down).await;
+                    send(&mut writer, Event::Drained).await?;
+                    draining = false;
+                }
+            }
+            message = reader.next() => match message {
+                Ok(Some(Control::Ping { nonce })) => send(&mut writer, Event::Pong { nonce }).await?,
+                Ok(Some(Control::Mail { id, .. })) => queue.push_back(id),
+                Ok(Some(Control::Drain { .. })) => {
+                    if queue.is_empty() {
+                        tokio::time::sleep(wind_down).await;
+                        send(&mut writer, Event::Drained).await?;
+                    } else {
+                        draining = true;
+                    }
+                }
+                Ok(Some(Control::Shutdown)) | Ok(None) => return Ok(()),
+                Ok(Some(Control::Cancel(_) | Control::Welcome(_) | Control::Lease { .. })) => {}
+                Err(e) => return Err(format!("control channel: {e}")),
+            },
         }
     }
 }

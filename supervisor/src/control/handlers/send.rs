@@ -11,6 +11,7 @@ use crate::deployment::Ask;
 use crate::exit;
 use crate::observe::status::Status;
 use crate::shared::unix_ms;
+use crate::store::Offer;
 
 /// Checks the request, reads its payload, and answers once the store has
 /// it (or refuses, having written nothing).
@@ -41,14 +42,20 @@ pub async fn answer(
             format!("unreadable payload: {e}; nothing was accepted"),
         )
     })?;
-    let (id, limit, at) = (deployment.to_owned(), cfg.max_inbox, unix_ms());
+    let offer = Offer {
+        deployment: deployment.to_owned(),
+        key,
+        payload,
+        max_inbox: cfg.max_inbox,
+        at_ms: unix_ms(),
+    };
+    // Written with whatever other senders offer meanwhile: one commit.
     let accepted = ctx
         .shared
-        .store
-        .call(move |s| s.enqueue_mail(&id, key.as_deref(), &payload, limit, at))
+        .sends
+        .offer(&ctx.shared.store, offer)
         .await
-        .map_err(|e| Response::failed(exit::FAILED, e.to_string()))?
-        .map_err(|e| Response::failed(exit::FAILED, e.to_string()))?;
+        .map_err(|e| Response::failed(exit::FAILED, e))?;
     if accepted.new {
         // The store wrote the `mail_accepted` event with the mail.
         ctx.shared.events_written();

@@ -128,32 +128,40 @@ impl Driver {
             let now = Instant::now();
             let written = match self.writes.next(now) {
                 None => return,
-                Some(Next::Ack(ack)) => {
-                    let (holder, mail, outcome) = (ack.holder.clone(), ack.id, ack.outcome.clone());
-                    match mail::write_ack(self.shared(), &id, &holder, mail, &outcome).await {
+                Some(Next::Acks(acks)) => {
+                    let acks = acks.to_vec();
+                    match mail::write_acks(self.shared(), &id, &acks).await {
                         Ok(landed) => {
-                            if landed {
-                                self.acked(holder.pid);
+                            for (ack, _) in acks.iter().zip(landed).filter(|(_, l)| *l) {
+                                self.acked(ack.holder.pid);
                             }
-                            Ok("a mail acknowledgement")
+                            Ok(("mail acknowledgements", acks.len()))
                         }
-                        Err(e) => Err(("recording a mail acknowledgement", e)),
+                        Err(e) => Err(("recording mail acknowledgements", e)),
                     }
                 }
                 Some(Next::Replay(r)) => {
+                    let r = r.clone();
                     let max = self.cfg().max_deliveries;
-                    match mail::replay(self.shared(), &id, r, max).await {
-                        Ok(()) => Ok("the replay of unacknowledged mail"),
+                    match mail::replay(self.shared(), &id, &r, max).await {
+                        Ok(()) => {
+                            // What came back is for whichever replica
+                            // takes mail now.
+                            for w in self.replicas.iter_mut().filter_map(|r| r.wired.as_mut()) {
+                                w.dispatch.want();
+                            }
+                            Ok(("the replay of unacknowledged mail", 0))
+                        }
                         Err(e) => Err(("returning unacknowledged mail to the inbox", e)),
                     }
                 }
             };
             match written {
-                Ok(what) => {
+                Ok((what, acks)) => {
                     if self.writes.error.is_some() {
                         info!(deployment = %id, "the store accepts mail writes again: {what} landed");
                     }
-                    self.writes.landed();
+                    self.writes.landed(acks);
                 }
                 Err((what, e)) => return self.refused(what, e, now),
             }

@@ -25,6 +25,7 @@ use tokio::time::sleep_until;
 use wfhost_policy::crew::{self, Crew};
 use wfhost_policy::life::Answer;
 
+use super::timer;
 use super::writes::Writes;
 use super::{Ask, ConfigSlot, Waiter};
 use crate::config::DeploymentConfig;
@@ -212,6 +213,7 @@ impl Driver {
             .filter_map(Replica::wake)
             .chain(self.writes.wake())
             .min();
+        let exact = self.replicas.iter().filter_map(Replica::exact_wake).min();
         let n = self.replicas.len().max(1);
         self.turn = (self.turn + 1) % n;
         let turn = self.turn;
@@ -243,10 +245,17 @@ impl Driver {
                 None => std::future::pending().await,
             }
         };
+        let exact = async {
+            match exact {
+                Some(at) => timer::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             (i, raw) = child => Arrival::Replica(i, raw),
             ask = asks.recv(), if *asks_open => Arrival::Ask(ask),
             () = sleep => Arrival::Wake,
+            () = exact => Arrival::Wake,
         }
     }
 

@@ -245,10 +245,17 @@ impl Replica {
         !self.inputs.is_empty()
     }
 
-    /// The earliest of its deadlines: the machine's, the child's pings,
-    /// its drain budget, a cancel's retry.
+    /// The earliest of the deadlines operators measure: the machine's
+    /// (a kill, a backoff, a drain deadline) and the drain budget's.
+    pub(super) fn exact_wake(&self) -> Option<Instant> {
+        let budget = self.wired.as_ref().and_then(|w| w.budget.deadline());
+        [self.life.deadline(), budget].into_iter().flatten().min()
+    }
+
+    /// The earliest of its other deadlines: the child's pings, a flood's
+    /// report, a cancel's retry.
     pub(super) fn wake(&self) -> Option<Instant> {
-        let mut wakes = vec![self.life.deadline()];
+        let mut wakes = Vec::new();
         if let Some(w) = &self.wired {
             let now = Instant::now();
             if let Some(l) = &w.liveness {
@@ -257,7 +264,6 @@ impl Replica {
                     self.cfg.liveness_interval,
                 )));
             }
-            wakes.push(w.budget.deadline());
             wakes.push(w.throttle.report_at());
             if w.commit.is_none() {
                 wakes.push(w.cancels.wake());

@@ -10,7 +10,7 @@ use super::{PostgresStore, col, signed, unsigned};
 use crate::store::held::{self, Fate, Holding};
 use crate::store::mail::{self, Admission, Earlier};
 use crate::store::{
-    Accepted, DeadMail, Ending, Holder, MailCounts, MailItem, Replayed, StoreError,
+    Accepted, AckOf, DeadMail, Ending, Holder, MailCounts, MailItem, Offer, Replayed, StoreError,
 };
 
 /// Accepts `payload` into `deployment`'s inbox as [`mail::admit`] rules.
@@ -194,6 +194,38 @@ pub(super) fn ack(
             Ok(true)
         })();
     result.map_err(|e| store.fail("acknowledging mail", &e))
+}
+
+/// Several offers, each as [`enqueue`] (one transaction each).
+pub(super) fn enqueue_many(
+    store: &mut PostgresStore,
+    offers: &[Offer],
+) -> Result<Vec<Result<Accepted, StoreError>>, StoreError> {
+    Ok(offers
+        .iter()
+        .map(|o| {
+            enqueue(
+                store,
+                &o.deployment,
+                o.key.as_deref(),
+                &o.payload,
+                o.max_inbox,
+                o.at_ms,
+            )
+        })
+        .collect())
+}
+
+/// Several acknowledgements, each as [`ack`] (one transaction each).
+pub(super) fn ack_many(
+    store: &mut PostgresStore,
+    deployment: &str,
+    acks: &[AckOf],
+    at_ms: u64,
+) -> Result<Vec<bool>, StoreError> {
+    acks.iter()
+        .map(|a| ack(store, deployment, &a.holder, a.id, &a.outcome, at_ms))
+        .collect()
 }
 
 /// Ends item `id`'s delivery in flight in the history.

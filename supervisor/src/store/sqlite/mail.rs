@@ -12,63 +12,85 @@ use super::SqliteStore;
 use crate::store::held::{self, Fate, Holding};
 use crate::store::mail::{self, Admission, Earlier};
 use crate::store::{
-    Accepted, DeadMail, Ending, Holder, MailCounts, MailItem, NewEvent, Replayed, StoreError,
+    Accepted, AckOf, DeadMail, Ending, Holder, MailCounts, MailItem, NewEvent, Offer, Replayed,
+    StoreError,
 };
 
-/// Accepts `payload` into `deployment`'s inbox as [`mail::admit`] rules;
-/// the look-ups and the insert share one write transaction, so two
-/// senders cannot both take the last slot.
-pub(super) fn enqueue(
+/// Offers accepted into their deployments' inboxes as [`mail::admit`]
+/// rules, in one write transaction (one commit): the look-ups and the
+/// insert of each share it, so two senders cannot both take the last slot;
+/// each offer is admitted on its own, a refused one writing nothing.
+pub(super) fn enqueue_many(
     store: &mut SqliteStore,
-    deployment: &str,
-    key: Option<&str>,
-    payload: &[u8],
-    max_inbox: u64,
-    at_ms: u64,
-) -> Result<Accepted, StoreError> {
-    let digest = mail::payload_digest(key, payload);
-    (|| -> rusqlite::Result<Result<Accepted, StoreError>> {
+    offers: &[Offer],
+) -> Result<Vec<Result<Accepted, StoreError>>, StoreError> {
+    (|| -> rusqlite::Result<Vec<Result<Accepted, StoreError>>> {
         let tx = store
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let earlier = match key {
-            Some(key) => tx
-                .prepare_cached(
-                    "SELECT id, payload_sha256 FROM mail WHERE deployment = ?1 AND idempotency_key = ?2",
-                )?
-                .query_row(params![deployment, key], |r| {
-                    Ok(Earlier {
-                        id: r.get(0)?,
-                        payload_sha256: r.get(1)?,
-                    })
-                })
-                .optional()?,
-            None => None,
-        };
-        let pending: u64 = tx
-            .prepare_cached("SELECT inbox + processing FROM mail_counts WHERE deployment = ?1")?
-            .query_row(params![deployment], |r| r.get(0))
-            .optional()?
-            .unwrap_or(0);
-        // Dropping `tx` without a commit rolls back: nothing was written.
-        match mail::admit(deployment, key, digest.as_ref(), earlier, pending, max_inbox) {
-            Err(refused) => return Ok(Err(refused)),
-            Ok(Admission::Existing(id)) => return Ok(Ok(Accepted { id, new: false })),
-            Ok(Admission::Insert) => {}
+        let mut answers = Vec::with_capacity(offers.len());
+        for offer in offers {
+            answers.push(enqueue_in(&tx, offer)?);
         }
-        let id: u64 = tx
-            .prepare_cached(
-                "INSERT INTO mail (deployment, state, payload, enqueued_at_ms, idempotency_key, payload_sha256)
-                 VALUES (?1, 'inbox', ?2, ?3, ?4, ?5) RETURNING id",
-            )?
-            .query_row(params![deployment, payload, at_ms, key, digest], |r| {
-                r.get(0)
-            })?;
-        note(&tx, &mail::accepted_event(deployment, id, at_ms))?;
-        tx.commit()?;
-        Ok(Ok(Accepted { id, new: true }))
+        // Dropping `tx` without a commit rolls back: nothing was written.
+        if answers.iter().any(|a| a.as_ref().is_ok_and(|a| a.new)) {
+            tx.commit()?;
+        }
+        Ok(answers)
     })()
-    .map_err(|e| store.read_fail("accepting mail", &e))?
+    .map_err(|e| store.read_fail("accepting mail", &e))
+}
+
+/// One offer inside the caller's transaction.
+fn enqueue_in(
+    tx: &rusqlite::Transaction<'_>,
+    offer: &Offer,
+) -> rusqlite::Result<Result<Accepted, StoreError>> {
+    let (deployment, key) = (offer.deployment.as_str(), offer.key.as_deref());
+    let digest = mail::payload_digest(key, &offer.payload);
+    let earlier = match key {
+        Some(key) => tx
+            .prepare_cached(
+                "SELECT id, payload_sha256 FROM mail WHERE deployment = ?1 AND idempotency_key = ?2",
+            )?
+            .query_row(params![deployment, key], |r| {
+                Ok(Earlier {
+                    id: r.get(0)?,
+                    payload_sha256: r.get(1)?,
+                })
+            })
+            .optional()?,
+        None => None,
+    };
+    let pending: u64 = tx
+        .prepare_cached("SELECT inbox + processing FROM mail_counts WHERE deployment = ?1")?
+        .query_row(params![deployment], |r| r.get(0))
+        .optional()?
+        .unwrap_or(0);
+    let admitted = mail::admit(
+        deployment,
+        key,
+        digest.as_ref(),
+        earlier,
+        pending,
+        offer.max_inbox,
+    );
+    match admitted {
+        Err(refused) => return Ok(Err(refused)),
+        Ok(Admission::Existing(id)) => return Ok(Ok(Accepted { id, new: false })),
+        Ok(Admission::Insert) => {}
+    }
+    let id: u64 = tx
+        .prepare_cached(
+            "INSERT INTO mail (deployment, state, payload, enqueued_at_ms, idempotency_key, payload_sha256)
+             VALUES (?1, 'inbox', ?2, ?3, ?4, ?5) RETURNING id",
+        )?
+        .query_row(
+            params![deployment, offer.payload, offer.at_ms, key, digest],
+            |r| r.get(0),
+        )?;
+    note(tx, &mail::accepted_event(deployment, id, offer.at_ms))?;
+    Ok(Ok(Accepted { id, new: true }))
 }
 
 /// Moves items from the head of `deployment`'s inbox to processing, held
@@ -155,8 +177,9 @@ pub(super) fn take(
     .map_err(|e| store.read_fail("taking mail from the inbox", &e))
 }
 
-/// Marks item `id`, held by `holder` in `deployment`, done; `false` if
-/// `holder` does not hold it there.
+/// Marks an item `holder` holds done (see [`Store::ack_mail`]).
+///
+/// [`Store::ack_mail`]: crate::store::Store::ack_mail
 pub(super) fn ack(
     store: &mut SqliteStore,
     deployment: &str,
@@ -165,30 +188,68 @@ pub(super) fn ack(
     outcome: &str,
     at_ms: u64,
 ) -> Result<bool, StoreError> {
-    // No stored id is above i64::MAX, so such an ack is unknown.
-    if i64::try_from(id).is_err() {
-        return Ok(false);
-    }
-    (|| -> rusqlite::Result<bool> {
+    let one = AckOf {
+        holder: holder.clone(),
+        id,
+        outcome: outcome.to_owned(),
+    };
+    let landed = ack_many(store, deployment, std::slice::from_ref(&one), at_ms)?;
+    Ok(landed.first().copied().unwrap_or(false))
+}
+
+/// Several acknowledgements in one write transaction: one commit.
+pub(super) fn ack_many(
+    store: &mut SqliteStore,
+    deployment: &str,
+    acks: &[AckOf],
+    at_ms: u64,
+) -> Result<Vec<bool>, StoreError> {
+    (|| -> rusqlite::Result<Vec<bool>> {
         let tx = store
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let changed = tx
-            .prepare_cached(
-                "UPDATE mail SET state = 'done', outcome = ?4, done_at_ms = ?5, payload = x'',
-                     holder_channel = NULL, holder_pid = NULL
-                 WHERE id = ?1 AND deployment = ?2 AND state = 'processing' AND holder_channel = ?3",
-            )?
-            .execute(params![id, deployment, holder.channel_id, outcome, at_ms])?;
-        if changed != 1 {
-            return Ok(false);
+        let mut landed = Vec::with_capacity(acks.len());
+        for a in acks {
+            landed.push(ack_in(&tx, deployment, a, at_ms)?);
         }
-        end_delivery(&tx, id, at_ms, &held::done_how(outcome))?;
-        note(&tx, &mail::done_event(deployment, id, outcome, at_ms))?;
-        tx.commit()?;
-        Ok(true)
+        if landed.iter().any(|&l| l) {
+            tx.commit()?;
+        }
+        Ok(landed)
     })()
     .map_err(|e| store.fail("acknowledging mail", &e))
+}
+
+/// One acknowledgement inside the caller's transaction.
+fn ack_in(
+    tx: &rusqlite::Transaction<'_>,
+    deployment: &str,
+    a: &AckOf,
+    at_ms: u64,
+) -> rusqlite::Result<bool> {
+    // No stored id is above i64::MAX, so such an ack is unknown.
+    if i64::try_from(a.id).is_err() {
+        return Ok(false);
+    }
+    let changed = tx
+        .prepare_cached(
+            "UPDATE mail SET state = 'done', outcome = ?4, done_at_ms = ?5, payload = x'',
+                 holder_channel = NULL, holder_pid = NULL
+             WHERE id = ?1 AND deployment = ?2 AND state = 'processing' AND holder_channel = ?3",
+        )?
+        .execute(params![
+            a.id,
+            deployment,
+            a.holder.channel_id,
+            a.outcome,
+            at_ms
+        ])?;
+    if changed != 1 {
+        return Ok(false);
+    }
+    end_delivery(tx, a.id, at_ms, &held::done_how(&a.outcome))?;
+    note(tx, &mail::done_event(deployment, a.id, &a.outcome, at_ms))?;
+    Ok(true)
 }
 
 /// Ends item `id`'s delivery in flight in the history.

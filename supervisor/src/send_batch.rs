@@ -1,0 +1,94 @@
+//! Mail offered by concurrent senders, written to the store together: the
+//! first sender to find no write under way starts a writer, which writes
+//! every offer waiting at that moment in one transaction (one durable
+//! commit), then whatever arrived meanwhile, until nothing waits. One
+//! sender alone pays one commit, as before; eight at once pay about one
+//! between them.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::oneshot;
+
+use crate::store::{Accepted, Offer};
+use crate::store_handle::StoreHandle;
+
+/// Most offers written in one transaction.
+const MAX_BATCH: usize = 256;
+
+type Answer = Result<Accepted, String>;
+type Waiting = Vec<(Offer, oneshot::Sender<Answer>)>;
+
+/// The offers waiting for the next write.
+#[derive(Default)]
+pub struct SendBatch {
+    waiting: Mutex<Waiting>,
+    writing: AtomicBool,
+}
+
+impl SendBatch {
+    /// Writes `offer` (with whatever else waits) and answers once it is
+    /// durable, or refused (writing nothing of it).
+    pub async fn offer(self: &Arc<Self>, store: &StoreHandle, offer: Offer) -> Answer {
+        let (tx, rx) = oneshot::channel();
+        self.lock().push((offer, tx));
+        if !self.writing.swap(true, Ordering::AcqRel) {
+            // A task of its own: a sender that goes away mid-write cannot
+            // leave the others unanswered or the writer flag set.
+            tokio::spawn(Arc::clone(self).write_all(store.clone()));
+        }
+        rx.await
+            .unwrap_or_else(|_| Err("the store thread is gone; nothing was accepted".into()))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Waiting> {
+        self.waiting.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn take(&self) -> Waiting {
+        let mut waiting = self.lock();
+        let n = waiting.len().min(MAX_BATCH);
+        waiting.drain(..n).collect()
+    }
+
+    /// Writes batches until nothing waits, then lets the next sender start
+    /// a writer.
+    async fn write_all(self: Arc<Self>, store: StoreHandle) {
+        loop {
+            let batch = self.take();
+            if batch.is_empty() {
+                self.writing.store(false, Ordering::Release);
+                // An offer queued after `take` by a sender that still saw
+                // `writing` set is ours to write.
+                if self.lock().is_empty() || self.writing.swap(true, Ordering::AcqRel) {
+                    return;
+                }
+                continue;
+            }
+            write(&store, batch).await;
+        }
+    }
+}
+
+/// One transaction for `batch`, each sender answered.
+async fn write(store: &StoreHandle, batch: Waiting) {
+    let (offers, answers): (Vec<Offer>, Vec<oneshot::Sender<Answer>>) = batch.into_iter().unzip();
+    let results = store.call(move |s| s.enqueue_mail_many(&offers)).await;
+    match results {
+        Ok(Ok(results)) => {
+            for (tx, result) in answers.into_iter().zip(results) {
+                let _ = tx.send(result.map_err(|e| e.to_string()));
+            }
+        }
+        Ok(Err(e)) => {
+            for tx in answers {
+                let _ = tx.send(Err(e.to_string()));
+            }
+        }
+        Err(gone) => {
+            for tx in answers {
+                let _ = tx.send(Err(gone.to_string()));
+            }
+        }
+    }
+}

@@ -1,0 +1,107 @@
+//! Offers and acknowledgements written many in one transaction: each
+//! answered as it would be alone, in order, a refusal touching nothing
+//! else.
+
+use super::Fixture;
+use super::mail::{holder, recount};
+use crate::store::{AckOf, MailCounts, Offer, StoreError};
+
+fn offer(deployment: &str, key: Option<&str>, payload: &str, max_inbox: u64) -> Offer {
+    Offer {
+        deployment: deployment.into(),
+        key: key.map(str::to_owned),
+        payload: payload.as_bytes().to_vec(),
+        max_inbox,
+        at_ms: 1_700_000_000_000,
+    }
+}
+
+pub fn offers_in_one_write_are_each_admitted_on_their_own(f: &dyn Fixture) {
+    let mut store = f.open();
+    let answers = store
+        .enqueue_mail_many(&[
+            offer("a", None, "1", 2),
+            offer("b", Some("k"), "2", 10),
+            offer("a", None, "3", 2),
+            // The inbox of `a` is full now: refused, nothing written.
+            offer("a", None, "4", 2),
+            // A retry under the same key: the earlier id, nothing written.
+            offer("b", Some("k"), "2", 10),
+            // The same key with another payload: refused.
+            offer("b", Some("k"), "other", 10),
+        ])
+        .unwrap();
+    assert_eq!(answers.len(), 6);
+    let id = |i: usize| answers[i].as_ref().map(|a| (a.id, a.new)).ok();
+    let (first, second, third) = (id(0).unwrap(), id(1).unwrap(), id(2).unwrap());
+    assert!(first.1 && second.1 && third.1);
+    assert!(
+        first.0 < second.0 && second.0 < third.0,
+        "ids in offer order"
+    );
+    assert!(matches!(
+        answers[3],
+        Err(StoreError::InboxFull { limit: 2, .. })
+    ));
+    assert_eq!(id(4), Some((second.0, false)));
+    assert!(matches!(answers[5], Err(StoreError::KeyReused { .. })));
+    let counts = store.mail_counts("a").unwrap();
+    assert_eq!((counts.inbox, counts.processing), (2, 0));
+    assert_eq!(store.mail_counts("a").unwrap(), recount(f, "a"));
+    let accepted = f.count("SELECT count(*) FROM events WHERE kind = 'mail_accepted'");
+    assert_eq!(accepted, 3, "one event per accepted item");
+}
+
+pub fn acks_in_one_write_each_land_or_not(f: &dyn Fixture) {
+    let mut store = f.open();
+    let ids: Vec<u64> = (0..4)
+        .map(|i| {
+            store
+                .enqueue_mail_many(&[offer("d", None, &format!("m{i}"), 100)])
+                .unwrap()[0]
+                .as_ref()
+                .unwrap()
+                .id
+        })
+        .collect();
+    let (one, two) = (holder(1), holder(2));
+    store.take_mail("d", &one, 3, 1).unwrap();
+    store.take_mail("d", &two, 1, 1).unwrap();
+    let ack = |h: &crate::store::Holder, id: u64| AckOf {
+        holder: h.clone(),
+        id,
+        outcome: "succeeded".into(),
+    };
+    let landed = store
+        .ack_mail_many(
+            "d",
+            &[
+                ack(&one, ids[0]),
+                // Not its item: another child holds it.
+                ack(&one, ids[3]),
+                ack(&one, ids[1]),
+                // A duplicate.
+                ack(&one, ids[0]),
+                ack(&two, ids[3]),
+            ],
+            2,
+        )
+        .unwrap();
+    assert_eq!(landed, [true, false, true, false, true]);
+    assert_eq!(
+        store.mail_counts("d").unwrap(),
+        MailCounts {
+            inbox: 0,
+            processing: 1,
+            done: 3,
+            dead: 0
+        }
+    );
+    let done = f.count("SELECT count(*) FROM events WHERE kind = 'mail_done'");
+    assert_eq!(done, 3, "one event per landed ack");
+    // Nothing to do: no transaction, nothing changes.
+    assert_eq!(
+        store.ack_mail_many("d", &[ack(&two, ids[0])], 3).unwrap(),
+        [false]
+    );
+}

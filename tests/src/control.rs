@@ -1,0 +1,38 @@
+//! The control socket spoken directly (protocol 2, docs/control.md), for
+//! tests that send mail faster than one `wfhost send` process per item.
+
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+
+use serde_json::{Value, json};
+
+fn write_message(s: &mut UnixStream, v: &Value) -> std::io::Result<()> {
+    let bytes = serde_json::to_vec(v)?;
+    let len = u32::try_from(bytes.len()).map_err(std::io::Error::other)?;
+    s.write_all(&len.to_be_bytes())?;
+    s.write_all(&bytes)
+}
+
+fn read_message(s: &mut UnixStream) -> std::io::Result<Value> {
+    let mut len = [0u8; 4];
+    s.read_exact(&mut len)?;
+    let mut buf = vec![0u8; u32::from_be_bytes(len) as usize];
+    s.read_exact(&mut buf)?;
+    Ok(serde_json::from_slice(&buf)?)
+}
+
+/// Sends one mail item to `deployment` over the control socket at
+/// `socket`; its id, or the refusal.
+pub fn send(socket: &Path, deployment: &str, payload: &[u8]) -> Result<u64, String> {
+    let mut s = UnixStream::connect(socket).map_err(|e| format!("connect: {e}"))?;
+    let request = json!({
+        "v": 2, "cmd": "send", "deployment": deployment, "payload_bytes": payload.len(),
+    });
+    write_message(&mut s, &request).map_err(|e| format!("write: {e}"))?;
+    s.write_all(payload).map_err(|e| format!("write: {e}"))?;
+    let answer = read_message(&mut s).map_err(|e| format!("read: {e}"))?;
+    answer["data"]["id"]
+        .as_u64()
+        .ok_or_else(|| format!("send refused: {answer}"))
+}

@@ -11,14 +11,12 @@
 //! - **14** latency at a light load: one item at a time, 20 ms apart; from
 //!   the send to its `mail_done` read on an `events --follow` stream.
 
-use std::io::{Read, Write};
-use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
-use serde_json::{Value, json};
+use anyhow::Context;
+use wfhost_bench::control::{Follow, last_seq};
 use wfhost_bench::procs::{self, CleanupGuard};
 use wfhost_bench::stats::{Summary, dur};
 use wfhost_bench::supervisor::{Supervisor, TempDir, deployment};
@@ -60,85 +58,6 @@ fn main() -> ExitCode {
     } else {
         ExitCode::SUCCESS
     }
-}
-
-/// One control request and its answer; `payload` follows a `send`.
-fn call(socket: &Path, request: &Value, payload: &[u8]) -> anyhow::Result<Value> {
-    let mut s = UnixStream::connect(socket).context("connecting to the control socket")?;
-    write_message(&mut s, request)?;
-    s.write_all(payload)?;
-    read_message(&mut s)
-}
-
-fn write_message(s: &mut UnixStream, v: &Value) -> anyhow::Result<()> {
-    let bytes = serde_json::to_vec(v)?;
-    s.write_all(&u32::try_from(bytes.len())?.to_be_bytes())?;
-    s.write_all(&bytes)?;
-    Ok(())
-}
-
-fn read_message(s: &mut UnixStream) -> anyhow::Result<Value> {
-    let mut len = [0u8; 4];
-    s.read_exact(&mut len)?;
-    let mut buf = vec![0u8; u32::from_be_bytes(len) as usize];
-    s.read_exact(&mut buf)?;
-    Ok(serde_json::from_slice(&buf)?)
-}
-
-/// Sends one `{}` item; its id.
-fn send(socket: &Path) -> anyhow::Result<u64> {
-    let payload = b"{}";
-    let answer = call(
-        socket,
-        &json!({"v": 2, "cmd": "send", "deployment": "orders", "payload_bytes": payload.len()}),
-        payload,
-    )?;
-    answer["data"]["id"]
-        .as_u64()
-        .with_context(|| format!("send refused: {answer}"))
-}
-
-/// An `events --follow` stream from the present on.
-struct Follow(UnixStream);
-
-impl Follow {
-    fn open(socket: &Path, after: u64) -> anyhow::Result<Self> {
-        let mut s = UnixStream::connect(socket)?;
-        write_message(
-            &mut s,
-            &json!({"v": 2, "cmd": "events", "after": after, "follow": true}),
-        )?;
-        let started = read_message(&mut s)?;
-        if started["ok"] != true {
-            bail!("events refused: {started}");
-        }
-        Ok(Self(s))
-    }
-
-    /// Reads events until one `f` accepts.
-    fn until(&mut self, mut f: impl FnMut(&Value) -> bool) -> anyhow::Result<Value> {
-        loop {
-            let event = read_message(&mut self.0)?;
-            if f(&event) {
-                return Ok(event);
-            }
-        }
-    }
-}
-
-/// The highest event seq so far (followers start after it).
-fn last_seq(socket: &Path) -> anyhow::Result<u64> {
-    let mut s = UnixStream::connect(socket)?;
-    write_message(
-        &mut s,
-        &json!({"v": 2, "cmd": "events", "after": 0, "follow": false}),
-    )?;
-    let mut last = 0;
-    let _started = read_message(&mut s)?;
-    while let Ok(event) = read_message(&mut s) {
-        last = event["seq"].as_u64().unwrap_or(last);
-    }
-    Ok(last)
 }
 
 /// One durable commit of a mail-sized row, `n` times; samples in seconds.
@@ -183,7 +102,7 @@ fn mail(bins: &Binaries, report: &mut Report) -> anyhow::Result<()> {
     let mut latencies = Vec::with_capacity(LATENCY_SAMPLES);
     for _ in 0..LATENCY_SAMPLES {
         let t = Instant::now();
-        let id = send(&socket)?;
+        let id = wfhost_bench::control::send(&socket, "orders")?;
         follow.until(|e| e["kind"] == "mail_done" && e["body"]["id"] == id)?;
         latencies.push(t.elapsed().as_secs_f64());
         std::thread::sleep(Duration::from_millis(20));
@@ -211,7 +130,7 @@ fn mail(bins: &Binaries, report: &mut Report) -> anyhow::Result<()> {
             let socket = socket.clone();
             std::thread::spawn(move || -> anyhow::Result<()> {
                 for _ in 0..PER_SENDER {
-                    send(&socket)?;
+                    wfhost_bench::control::send(&socket, "orders")?;
                 }
                 Ok(())
             })

@@ -7,6 +7,7 @@
 //! target, and PASS or MISS. Nothing here is a timed test.
 
 pub mod bins;
+pub mod control;
 pub mod log;
 pub mod procs;
 pub mod report;

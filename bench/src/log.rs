@@ -1,5 +1,5 @@
 //! Reading the supervisor's JSON log (`--log-format json`): one object per
-//! line, `{"timestamp": "…Z" (µs), "level", "fields": {"message", …}}`.
+//! line, `{"timestamp": "…Z" (µs), "level", "message", …fields}`.
 
 use std::fs::File;
 use std::io::Read;
@@ -43,7 +43,17 @@ impl Line {
         let v: serde_json::Value = serde_json::from_str(text).ok()?;
         let ts_us = parse_rfc3339_us(v.get("timestamp")?.as_str()?)?;
         let level = v.get("level")?.as_str()?.to_owned();
-        let fields = v.get("fields")?.as_object()?.clone();
+        // Fields sit at the top level beside `timestamp` and `level`
+        // (flattened), or in a `fields` object (tracing's default).
+        let fields = match v.get("fields").and_then(|f| f.as_object()) {
+            Some(f) => f.clone(),
+            None => {
+                let mut f = v.as_object()?.clone();
+                f.remove("timestamp");
+                f.remove("level");
+                f
+            }
+        };
         let msg = fields.get("message")?.as_str()?.to_owned();
         Some(Self {
             ts_us,

@@ -4,12 +4,15 @@ steps, one item at a time:
 
 | step    | drain behaviour | does                                           |
 |---------|-----------------|------------------------------------------------|
-| fetch   | cancel          | fetches the order (``--fetch-ms``)             |
+| fetch   | cancel          | fetches the order (``--fetch-ms``), or computes |
+|         |                 | it (``--crunch N``: N rounds of SHA-256, CPU)  |
 | approve | wait            | a person approves it (``--approve-ms``)        |
 
 The payload is JSON, e.g. ``{"order": "A-17", "approve_ms": 3000}``
-(``fetch_ms`` and ``approve_ms`` override the flags for one item); any
-other payload is an order named by its text.
+(``fetch_ms``, ``approve_ms`` and ``crunch`` override the flags for one
+item); any other payload is an order named by its text. ``crunch`` makes
+the example CPU-bound, the case ``replicas`` is for: one Python process
+uses one core.
 
 What ends a run decides its acknowledgement:
 
@@ -31,6 +34,7 @@ the story item by item.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import sys
 import time
@@ -65,23 +69,30 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         default=500,
         help="how long approve takes (waited for on drain)",
     )
+    p.add_argument(
+        "--crunch",
+        type=int,
+        default=0,
+        metavar="N",
+        help="instead of sleeping in fetch, compute N rounds of SHA-256 (CPU-bound work)",
+    )
     args = p.parse_args(argv)
-    if args.recycle_every < 0 or args.fetch_ms < 0 or args.approve_ms < 0:
+    if min(args.recycle_every, args.fetch_ms, args.approve_ms, args.crunch) < 0:
         p.error(
-            "--recycle-every, --fetch-ms and --approve-ms take numbers of 0 or more"
+            "--recycle-every, --fetch-ms, --approve-ms and --crunch take numbers of 0 or more"
         )
     return args
 
 
-def plan(mail: wfhost.Mail, args: argparse.Namespace) -> tuple[str, int, int]:
-    """The order's name and how long each step takes."""
+def plan(mail: wfhost.Mail, args: argparse.Namespace) -> tuple[str, int, int, int]:
+    """The order's name, how long each step takes, and its rounds of work."""
     try:
         doc = mail.json()
     except ValueError:
         doc = None
     if not isinstance(doc, dict):
         text = mail.payload.decode("utf-8", "replace").strip()
-        return text or f"#{mail.id}", args.fetch_ms, args.approve_ms
+        return text or f"#{mail.id}", args.fetch_ms, args.approve_ms, args.crunch
 
     def ms(key: str, default: int) -> int:
         value = doc.get(key, default)
@@ -91,7 +102,18 @@ def plan(mail: wfhost.Mail, args: argparse.Namespace) -> tuple[str, int, int]:
         str(doc.get("order", f"#{mail.id}")),
         ms("fetch_ms", args.fetch_ms),
         ms("approve_ms", args.approve_ms),
+        ms("crunch", args.crunch),
     )
+
+
+def crunch(step: wfhost.Step, rounds: int) -> None:
+    """CPU-bound work: ``rounds`` chained SHA-256 digests, checking every
+    thousand whether the step must stop (raising ``Cancelled``)."""
+    digest = b"wfhost"
+    for i in range(rounds):
+        digest = hashlib.sha256(digest).digest()
+        if i % 1000 == 0:
+            step.check()
 
 
 def mark(path: Path, text: str) -> None:
@@ -106,7 +128,7 @@ def process(
 ) -> bool:
     """Runs one order and settles its mail; True when it was acknowledged."""
     run = f"order-{mail.id}"
-    order, fetch_ms, approve_ms = plan(mail, args)
+    order, fetch_ms, approve_ms, rounds = plan(mail, args)
     say(f"mail {mail.id}: order {order} received (attempt {mail.attempt})")
     steps = (("fetch", "cancel", fetch_ms), ("approve", "wait", approve_ms))
     if mail.attempt > 1:
@@ -130,7 +152,9 @@ def process(
                 )
                 continue
             with rt.step(run, name, drain) as step:
-                if drain == "cancel":
+                if drain == "cancel" and rounds:
+                    crunch(step, rounds)
+                elif drain == "cancel":
                     step.sleep(
                         ms / 1000
                     )  # ends early, raising Cancelled, if the step must stop
@@ -176,7 +200,7 @@ def main(argv: list[str]) -> int:
         return 2
     every = args.recycle_every
     say(
-        f"ready for deployment {rt.deployment} (fetch {args.fetch_ms} ms, approve {args.approve_ms} ms, "
+        f"ready for deployment {rt.deployment} (fetch {args.fetch_ms} ms, crunch {args.crunch}, approve {args.approve_ms} ms, "
         f"recycle {'every ' + str(every) + ' items' if every else 'never'}, markers in {markers})"
     )
     acked = 0

@@ -247,6 +247,8 @@ pub enum Fact {
         removed: Vec<String>,
         /// Deployments recycled onto their new settings.
         changed: Vec<String>,
+        /// `[supervisor]` settings applied, each `key old → new`.
+        settings: Vec<String>,
         /// Why the file was refused.
         error: Option<String>,
     },
@@ -438,6 +440,7 @@ impl Fact {
                 added,
                 removed,
                 changed,
+                settings,
                 error,
             } => {
                 let mut body = json!({"accepted": accepted});
@@ -445,6 +448,7 @@ impl Fact {
                     put(&mut body, "added", json!(added));
                     put(&mut body, "removed", json!(removed));
                     put(&mut body, "changed", json!(changed));
+                    put(&mut body, "settings", json!(settings));
                 }
                 if let Some(e) = error {
                     put(&mut body, "error", e.clone());

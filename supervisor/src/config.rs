@@ -16,35 +16,51 @@
 //! | `event_retention` | 100000 | 1 to 10^9 |
 //! | `mail_retention` | 7d | ≥ 1s; done mail (and its idempotency key) older than this is deleted |
 //! | `log_format` | `text` | `text` or `json`; `supervise --log-format` overrides it |
-//! | `drain_timeout` | 60s | > 0 |
-//! | `drain_deadline` | 90s | ≥ `drain_timeout` |
-//! | `kill_timeout` | 10s | > 0 |
-//! | `ready_timeout` | 10s | > 0 |
-//! | `liveness_interval` | 10s | > 0 |
-//! | `liveness_timeout` | 30s | > `liveness_interval` |
+//! | `allow_empty` | false | true: a reload of a file with no deployment may stop every running one |
+//! | `drain_timeout` | 60s | ≥ 10ms |
+//! | `drain_deadline` | 90s | ≥ 10ms, ≥ `drain_timeout` |
+//! | `kill_timeout` | 10s | ≥ 10ms |
+//! | `ready_timeout` | 10s | ≥ 100ms |
+//! | `liveness_interval` | 10s | ≥ 10ms |
+//! | `liveness_timeout` | 30s | ≥ 100ms, > `liveness_interval` |
 //! | `max_frame_bytes` | 1MiB | ≤ 64MiB, ≥ `max_mail_bytes` + 4KiB |
-//! | `max_mail_bytes` | 256KiB | ≥ 1 |
+//! | `max_mail_bytes` | 256KiB | 1 to 16MiB (what the control socket carries in one send) |
 //! | `max_inbox` | 10000 | 1 to 10^8 |
 //! | `max_deliveries` | 5 | 1 to 1000; failed deliveries before mail is quarantined as dead |
-//! | `recycle.max_uptime`, `.max_grants_age` | none | > 0; grant age needs `grants_file` |
+//! | `recycle.max_uptime`, `.max_grants_age` | none | ≥ 100ms; grant age needs `grants_file` |
 //! | `recycle.max_rss` | none | ≥ 1MiB |
 //! | `recycle.jitter` | 0% | ≤ 50% |
 //! | `recycle.max_mail` | none | 1 to 10⁹ items acknowledged since `Ready` |
 //! | `recycle.at` | none | `"HH:MM[:SS]"` or five cron fields, local time; must fire within 8 years |
 //! | `recycle.overlap` | false | true: the successor is ready before the old child drains |
 //! | `replicas` | 1 | 1 to 256 children sharing the inbox |
-//! | `restart.backoff_initial` / `backoff_max` | 100ms / 30s | 0 ≤ initial ≤ max; max > 0 (initial 0: every restart at once) |
-//! | `restart.healthy_after` | 1s | a run this long was healthy: its crash restarts at once and is not counted |
-//! | `restart.max_restarts` in `restart.period` | 5 in 60s | 1 to 10000; period > 0 |
+//! | `restart.backoff_initial` / `backoff_max` | 100ms / 30s | 0 ≤ initial ≤ max; max ≥ 10ms (initial 0: every restart at once) |
+//! | `restart.healthy_after` | 1s | ≥ 100ms; a run this long was healthy: its crash restarts at once and is not counted |
+//! | `restart.max_restarts` in `restart.period` | 5 in 60s | 1 to 10000; period ≥ 1s |
 //! | `[store] url` | none: SQLite in `state_dir` | a PostgreSQL URL or `key=value` string naming a server and database |
 //! | `cgroup_root` | the supervisor's own cgroup if delegated, else none | an absolute path, or `"none"` |
 //! | `limits.*` | none | see `containment.rs` |
 //! | `working_dir` | the config file's directory | must exist; relative to the config file's directory |
+//! | `grants_file` | none | a regular file of JSON that fits the `Welcome` frame (`max_frame_bytes` less about 100 bytes, at most 1MiB) |
+//!
+//! The lower bounds on durations are the least a working child can meet
+//! (a spawn and handshake take milliseconds, tens of them on a busy
+//! machine; a child needs a few to act on a signal or a drain), or, for
+//! `restart.period` and `healthy_after`, the least that still lets a crash
+//! loop be counted and failed: below them a deployment could only fail or
+//! restart-loop at once. Each refusal names file:line:column and says why.
+//!
+//! The config file and grants files must be regular files (a FIFO, device
+//! or directory is refused at once: a FIFO would block the reader), and the
+//! supervisor reads them on a thread of its own with a timeout, so a stuck
+//! filesystem never freezes it.
 
 mod build;
+pub mod changes;
 mod containment;
 pub mod defaults;
 mod error;
+pub mod file;
 mod programs;
 mod raw;
 mod resolve;
@@ -53,7 +69,6 @@ mod types;
 mod units;
 
 use std::collections::HashMap;
-use std::io::Read;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
@@ -125,10 +140,7 @@ pub struct Locations {
 /// program that is gone. Falls back to the full parse for the error when
 /// even the TOML syntax is broken.
 pub fn locations_of(path: &Path) -> Result<Locations, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    let text = read(path)?;
     let full = || {
         load(path).map(|c| Locations {
             state_dir: c.supervisor.state_dir,
@@ -164,10 +176,7 @@ pub fn locations_of(path: &Path) -> Result<Locations, ConfigError> {
 /// leniently like [`locations_of`]: a missing or well-formed url needs no
 /// full load; anything else gets the full load's error.
 pub fn store_url_of(path: &Path) -> Result<Option<String>, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    let text = read(path)?;
     let full = || load(path).map(|c| c.store_url);
     let Ok(table) = toml::from_str::<toml::Table>(&text) else {
         return full();
@@ -185,26 +194,27 @@ pub fn store_url_of(path: &Path) -> Result<Option<String>, ConfigError> {
 
 /// Reads, parses and validates the config file at `path`.
 pub fn load(path: &Path) -> Result<Config, ConfigError> {
-    let text = read_text(path)?;
+    let text = read(path)?;
     parse(&text, path)
 }
 
-/// The config file's text: at most [`MAX_CONFIG_BYTES`] of UTF-8.
-fn read_text(path: &Path) -> Result<String, ConfigError> {
-    let read_err = |source| ConfigError::Read {
-        path: path.to_path_buf(),
-        source,
-    };
-    let file = std::fs::File::open(path).map_err(read_err)?;
-    let mut bytes = Vec::new();
-    file.take(MAX_CONFIG_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(read_err)?;
-    if bytes.len() as u64 > MAX_CONFIG_BYTES {
-        return Err(ConfigError::TooLarge {
+/// The config file's text: at most [`MAX_CONFIG_BYTES`] of UTF-8, from a
+/// regular file (a FIFO, device or directory is refused at once, never
+/// waited on).
+pub fn read(path: &Path) -> Result<String, ConfigError> {
+    let bytes = file::read_regular(path, MAX_CONFIG_BYTES).map_err(|e| match e {
+        file::ReadError::Io(source) => ConfigError::Read {
             path: path.to_path_buf(),
-        });
-    }
+            source,
+        },
+        file::ReadError::NotRegular(what) => ConfigError::NotRegular {
+            path: path.to_path_buf(),
+            what,
+        },
+        file::ReadError::TooLarge => ConfigError::TooLarge {
+            path: path.to_path_buf(),
+        },
+    })?;
     String::from_utf8(bytes).map_err(|e| {
         let valid = e.utf8_error().valid_up_to();
         let prefix = String::from_utf8_lossy(&e.as_bytes()[..valid]).into_owned();
@@ -234,6 +244,11 @@ fn parse_with(text: &str, path: &Path, lookup: &Lookup) -> Result<Config, Config
     let log_format = build
         .log_format(raw.supervisor.as_ref())
         .map_err(|p| p.into_error(text, path))?;
+    let allow_empty = raw
+        .supervisor
+        .as_ref()
+        .and_then(|s| s.allow_empty.as_ref())
+        .is_some_and(|b| *b.get_ref());
     let supervisor = build
         .supervisor(raw.supervisor)
         .map_err(|p| p.into_error(text, path))?;
@@ -253,6 +268,7 @@ fn parse_with(text: &str, path: &Path, lookup: &Lookup) -> Result<Config, Config
         store_url,
         log_format,
         deployments,
+        allow_empty,
     })
 }
 

@@ -14,6 +14,11 @@
 //! The `deployment`, `pid` and `stream` fields become that subject; the
 //! other fields follow the message as `key=value`, quoted when the value
 //! holds a space. A JSON line has the same fields at its top level.
+//! Lines reach stderr through [`sink`], which never blocks the logger.
+
+mod sink;
+
+pub use sink::flush;
 
 use std::fmt::{self, Write as _};
 use std::io::IsTerminal;
@@ -23,6 +28,7 @@ use tracing::{Event, Level, Subscriber};
 use tracing_subscriber::filter::{LevelFilter, Targets};
 use tracing_subscriber::fmt::format::Writer;
 use tracing_subscriber::fmt::time::{FormatTime, SystemTime};
+use tracing_subscriber::fmt::writer::BoxMakeWriter;
 use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
 use tracing_subscriber::prelude::*;
 use tracing_subscriber::registry::LookupSpan;
@@ -51,11 +57,15 @@ pub fn init(format: LogFormat) {
         _ => (Targets::new().with_default(LevelFilter::INFO), None),
     };
     let registry = tracing_subscriber::registry().with(filter);
+    let writer = || match sink::Sink::get() {
+        Some(sink) => BoxMakeWriter::new(sink),
+        None => BoxMakeWriter::new(std::io::stderr),
+    };
     let result = match format {
         LogFormat::Text => registry
             .with(
                 tracing_subscriber::fmt::layer()
-                    .with_writer(std::io::stderr)
+                    .with_writer(writer())
                     // Colour only for a person at a terminal: in files and
                     // journald escape codes would split the fields.
                     .event_format(Text {
@@ -70,7 +80,7 @@ pub fn init(format: LogFormat) {
                     .flatten_event(true)
                     .with_current_span(false)
                     .with_span_list(false)
-                    .with_writer(std::io::stderr)
+                    .with_writer(writer())
                     .with_target(false)
                     .with_ansi(false),
             )

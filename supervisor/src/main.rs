@@ -157,5 +157,7 @@ fn main() -> ExitCode {
             exit::OK
         }
     };
+    // The supervisor's last lines may still wait for stderr.
+    logging::flush(std::time::Duration::from_secs(2));
     ExitCode::from(code)
 }

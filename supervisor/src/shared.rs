@@ -2,10 +2,13 @@
 //! spawner, and the queues that make journal records and events durable
 //! without ever dropping one: a record the store refuses (a lock held by
 //! another process, a full disk) stays queued, in order, and is retried on
-//! every tick of the control loop until it is written.
+//! every tick of the control loop until it is written. [`health`] keeps
+//! what the store refuses, for status and metrics at the top.
+
+pub mod health;
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -42,8 +45,8 @@ pub struct Shared {
     /// --follow`) then read the durable log from their cursor, so what they
     /// print is exactly what the log holds, with no gap and no duplicate.
     pub events: watch::Sender<()>,
-    /// How many events the store keeps.
-    pub event_retention: u64,
+    /// How many events the store keeps (a reload may change it).
+    pub event_retention: AtomicU64,
     /// Journal records and events not yet written.
     pub backlog: Arc<Backlog>,
     /// Every live child, for the policy tick.
@@ -62,9 +65,16 @@ pub struct Backlog {
     events: Mutex<Vec<NewEvent>>,
     /// Mail acknowledgements stopped deployments still owed the store.
     acks: Mutex<Vec<AckRecord>>,
-    /// The last write failed: log once per streak, and once on recovery.
-    failing: AtomicBool,
+    /// What the store refuses: logged once per streak, and once on
+    /// recovery; shown in status and metrics.
+    pub health: health::StoreHealth,
 }
+
+/// What [`health`] calls journal writes.
+const JOURNAL: &str = "journal records";
+
+/// What [`health`] calls event writes.
+const EVENTS: &str = "events";
 
 /// Events between two prunings of the event table.
 const PRUNE_EVERY: u64 = 1024;
@@ -87,18 +97,25 @@ fn entry(deployment: Option<&str>, fact: &Fact) -> NewJournalEntry {
 }
 
 impl Backlog {
-    /// Notes a failed write, loudly the first time.
+    /// Notes a failed write of `what`, loudly the first time.
     fn failed(&self, what: &str, e: &StoreError) {
-        if !self.failing.swap(true, Ordering::Relaxed) {
-            error!(error = %e, "cannot write {what} to the store; it stays queued and is retried every second");
+        if self.health.refused(what, &e.to_string()) {
+            error!(error = %e, "cannot write {what} to the store; they stay queued and are retried every second");
         }
     }
 
-    /// Notes a write that went through after failures.
-    fn recovered(&self) {
-        if self.failing.swap(false, Ordering::Relaxed) {
-            info!("the store accepts writes again; queued journal records and events are written");
+    /// Notes a write of `what` that went through, said after failures.
+    fn recovered(&self, what: &str) {
+        if self.health.accepted(what) {
+            info!("the store accepts writes again; queued {what} are written");
         }
+    }
+
+    /// Journal records and events waiting for the store.
+    fn waiting(&self) -> (usize, usize) {
+        let journal = self.journal.lock().unwrap_or_else(|p| p.into_inner()).len();
+        let events = self.events.lock().unwrap_or_else(|p| p.into_inner()).len();
+        (journal, events)
     }
 
     /// Writes queued journal records in order; stops at the first refusal
@@ -131,7 +148,7 @@ impl Backlog {
         }
         match s.append_events(&batch) {
             Ok(seqs) => {
-                self.recovered();
+                self.recovered(EVENTS);
                 feed.send_replace(());
                 // Pruning is cheap but not free: once per PRUNE_EVERY events.
                 if seqs.iter().any(|seq| seq % PRUNE_EVERY == 0)
@@ -141,7 +158,7 @@ impl Backlog {
                 }
             }
             Err(e) => {
-                self.failed("events", &e);
+                self.failed(EVENTS, &e);
                 let mut queue = self.events.lock().unwrap_or_else(|p| p.into_inner());
                 let newer = std::mem::replace(&mut *queue, batch);
                 queue.extend(newer);
@@ -172,8 +189,8 @@ impl Shared {
         let (backlog, key) = (self.backlog.clone(), self.key.clone());
         self.store
             .submit(move |s| match backlog.flush_journal(s, &key) {
-                Ok(()) => backlog.recovered(),
-                Err(e) => backlog.failed("a journal record", &e),
+                Ok(()) => backlog.recovered(JOURNAL),
+                Err(e) => backlog.failed(JOURNAL, &e),
             });
     }
 
@@ -193,11 +210,11 @@ impl Shared {
                     .and_then(|()| s.append_journal(&key, entry));
                 match written {
                     Ok(record) => {
-                        backlog.recovered();
+                        backlog.recovered(JOURNAL);
                         Ok(record.seq)
                     }
                     Err(e) => {
-                        backlog.failed("a journal record", &e);
+                        backlog.failed(JOURNAL, &e);
                         Err(e.to_string())
                     }
                 }
@@ -238,11 +255,16 @@ impl Shared {
         self.events.send_replace(());
     }
 
+    /// Keeps `n` events from the next pruning on (a reload).
+    pub fn set_event_retention(&self, n: u64) {
+        self.event_retention.store(n, Ordering::Relaxed);
+    }
+
     fn flush_events(&self) {
         let (backlog, feed, retention) = (
             self.backlog.clone(),
             self.events.clone(),
-            self.event_retention,
+            self.event_retention.load(Ordering::Relaxed),
         );
         self.store
             .submit(move |s| backlog.flush_events(s, &feed, retention));
@@ -269,6 +291,26 @@ impl Shared {
         {
             self.flush_events();
         }
+    }
+
+    /// Whether the store takes writes, and what waits for it; `acks` are
+    /// the running deployments' acknowledgements owed (each keeps its own).
+    pub fn store_view(&self, acks: usize) -> health::StoreView {
+        let (journal_records, events) = self.backlog.waiting();
+        let stopped = self
+            .backlog
+            .acks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .len();
+        health::StoreView::new(
+            self.backlog.health.refusals(),
+            health::Waiting {
+                acks: acks.saturating_add(stopped),
+                journal_records,
+                events,
+            },
+        )
     }
 
     /// Keeps the acknowledgements a stopped deployment still owed the

@@ -9,16 +9,12 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use wfhost_tests::{LONG, Supervisor, demo, deployment, describe, testchild, wait_for};
 
-/// The supervisor's resident memory, from `/proc/PID/status`.
+mod hostile_support;
+use hostile_support::kib;
+
+/// The supervisor's resident memory, in KiB.
 fn rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("VmRSS:"))
-                .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())
-        })
-        .unwrap_or(0)
+    kib(pid, "VmRSS")
 }
 
 /// How long `f` takes, and its result.

@@ -11,7 +11,7 @@ use wfhost_tests::{
     write_config_with_settings,
 };
 
-const FAMILIES: [(&str, &str); 18] = [
+const FAMILIES: [(&str, &str); 22] = [
     ("wfhost_host_cores", "gauge"),
     ("wfhost_host_memory_total_bytes", "gauge"),
     ("wfhost_host_memory_available_bytes", "gauge"),
@@ -30,6 +30,10 @@ const FAMILIES: [(&str, &str); 18] = [
     ("wfhost_mail", "gauge"),
     ("wfhost_protocol_violations_total", "counter"),
     ("wfhost_cancels_pending", "gauge"),
+    ("wfhost_mail_dead", "gauge"),
+    ("wfhost_store_takes_writes", "gauge"),
+    ("wfhost_store_refusing_seconds", "gauge"),
+    ("wfhost_store_waiting", "gauge"),
 ];
 
 /// A loopback port free right now: bound by us, then released for the

@@ -6,7 +6,9 @@
 use std::process::{Child, Command, Stdio};
 
 use serde_json::Value;
-use wfhost_tests::{LONG, Supervisor, demo, deployment, describe, mail_counts, query, wait_for};
+use wfhost_tests::{
+    LONG, Supervisor, demo, deployment, describe, mail_counts, ok, query, wait_for,
+};
 
 /// Makes every `pwrite64` of process `pid` (all its threads) fail with
 /// `errno` until dropped.
@@ -186,4 +188,115 @@ fn records_a_read_only_store_refused_at_stop_are_kept_and_written_by_the_next_st
         kept_after.iter().all(|n| n.ends_with(".recovered")),
         "{kept_after:?}"
     );
+}
+
+/// The exposition's value of `sample` (a metric name with its labels).
+fn metric(text: &str, sample: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(sample)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// `/metrics` of the supervisor listening at `addr`.
+fn scrape(addr: std::net::SocketAddr) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).expect("metrics listen");
+    s.set_read_timeout(Some(LONG)).expect("timeout");
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .expect("request");
+    let mut out = String::new();
+    s.read_to_string(&mut out).expect("answer");
+    out
+}
+
+/// `wfhost_store_takes_writes`, `wfhost_store_refusing_seconds` and
+/// `wfhost_store_waiting{what="acks"}` as scraped now.
+fn store_metrics(addr: std::net::SocketAddr) -> (Option<f64>, Option<f64>, Option<f64>) {
+    let text = scrape(addr);
+    (
+        metric(&text, "wfhost_store_takes_writes"),
+        metric(&text, "wfhost_store_refusing_seconds"),
+        metric(&text, "wfhost_store_waiting{what=\"acks\"}"),
+    )
+}
+
+/// Before: whether the store took writes showed only per deployment
+/// (`store_error`); journal records and events it refused were seen
+/// nowhere but the log. Now status says at the top (beside `host`), and
+/// metrics say, since when the store refuses, why, and what waits, and
+/// both say it is over once it takes writes again.
+#[test]
+fn a_refusing_store_is_said_at_the_top_of_status_and_in_metrics() {
+    let addr = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port");
+    let sup = Supervisor::start_with_settings(
+        &format!("metrics_listen = \"{addr}\""),
+        &demo_orders("300"),
+    );
+    sup.ready_pid("orders", LONG);
+    let store = sup.status()["store"].clone();
+    assert_eq!(store["takes_writes"], true, "{store}");
+    assert!(store["refusing_since_ms"].is_null(), "{store}");
+    assert_eq!(store_metrics(addr), (Some(1.0), Some(0.0), Some(0.0)));
+
+    for i in 0..10 {
+        send(&sup, &format!("order {i}"));
+    }
+    let fault = Fault::inject(sup.pid(), "ENOSPC");
+    let injected = wfhost_tests::unix_ms();
+    let status = wait_for("the store's refusal at the top", LONG, || {
+        let st = sup.status();
+        let s = &st["store"];
+        (s["takes_writes"] == false && s["waiting"]["acks"].as_u64() > Some(0)).then_some(st)
+    });
+    let store = &status["store"];
+    assert!(
+        store["last_error"].as_str().unwrap_or("").contains("full"),
+        "{store}"
+    );
+    let since = store["refusing_since_ms"].as_u64().unwrap_or(0);
+    assert!(since >= injected.saturating_sub(1000), "{store}");
+    let refused: Vec<&str> = store["refused"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|r| r["what"].as_str()).collect())
+        .unwrap_or_default();
+    assert!(refused.contains(&"mail of orders"), "{store}");
+    let waiting = |k: &str| store["waiting"][k].as_u64().unwrap_or(0);
+    assert_eq!(
+        waiting("acks"),
+        status["deployments"][0]["acks_pending"]
+            .as_u64()
+            .unwrap_or(0),
+        "{status}"
+    );
+    let (takes, refusing, acks) = store_metrics(addr);
+    assert_eq!(takes, Some(0.0));
+    assert!(
+        refusing > Some(0.0) && acks > Some(0.0),
+        "{refusing:?} {acks:?}"
+    );
+    let table = ok("status", &sup.client(&["status"]));
+    assert!(
+        table.contains("store: REFUSING WRITES for ") && table.contains("mail acks"),
+        "{table}"
+    );
+    eprintln!(
+        "store refusing: {} acks, {} journal records, {} events waiting; refused: {refused:?}",
+        waiting("acks"),
+        waiting("journal_records"),
+        waiting("events")
+    );
+
+    drop(fault);
+    let store = wait_for("the store taking writes again", LONG, || {
+        let s = sup.status()["store"].clone();
+        let w = &s["waiting"];
+        let idle = w["acks"] == 0 && w["journal_records"] == 0 && w["events"] == 0;
+        (s["takes_writes"] == true && idle).then_some(s)
+    });
+    assert!(store["last_error"].is_null(), "{store}");
+    assert_eq!(store_metrics(addr), (Some(1.0), Some(0.0), Some(0.0)));
+    let table = ok("status", &sup.client(&["status"]));
+    assert!(!table.contains("store: REFUSING"), "{table}");
 }

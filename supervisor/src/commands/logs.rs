@@ -5,13 +5,14 @@
 use crate::commands::journal::rfc3339_ms;
 use crate::control::client::{self, Target};
 use crate::control::protocol::Request;
-use crate::deployment::output::MAX_LINES;
+use crate::deployment::output::{LINE_BURST, LINES_PER_SECOND, MAX_LINES};
 
 /// Arguments of `wfhost logs`.
 #[derive(Debug, clap::Args)]
 #[command(after_help = format!(
     "The supervisor keeps the last {MAX_LINES} lines (at most 128 KiB) of each deployment's output; \
-     its own log has every line."
+     its own log has every line a child's rate allows ({LINE_BURST} at once, {LINES_PER_SECOND} a second; \
+     past it lines are counted and the count said)."
 ))]
 pub struct Args {
     #[command(flatten)]
@@ -42,6 +43,13 @@ pub fn run(args: Args) -> u8 {
             println!("{line}");
         } else if let Some(missed) = line["missed"].as_u64() {
             println!("… {missed} lines missed: the supervisor keeps the last {MAX_LINES}");
+        } else if let Some(n) = line["suppressed"].as_u64() {
+            println!(
+                "{} {id}[{}] … {n} lines of output suppressed: more than {LINE_BURST} at once or \
+                 {LINES_PER_SECOND} a second",
+                rfc3339_ms(line["at_ms"].as_u64().unwrap_or(0)),
+                line["pid"],
+            );
         } else {
             println!(
                 "{} {id}[{}] {}: {}{}",

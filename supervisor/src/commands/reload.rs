@@ -1,7 +1,10 @@
 //! `wfhost reload`: what SIGHUP does, without finding the pid: the
-//! supervisor re-reads its config file, starts added deployments, stops
-//! removed ones, recycles changed ones, and says so; a file that does not
-//! load is refused, naming its problem, and the running config is kept.
+//! supervisor re-reads its config file, applies its `[supervisor]`
+//! settings, starts added deployments, stops removed ones, recycles
+//! changed ones, and says so; a file that does not load, changes what only
+//! a restart applies, or has no deployment while some run (without
+//! `allow_empty = true`) is refused, naming its problem, and the running
+//! config is kept.
 
 use serde_json::Value;
 
@@ -39,13 +42,14 @@ pub fn run(args: Args) -> u8 {
             ("removed", "stopped (drained under its budget)"),
             ("changed", "recycled onto its new settings"),
             ("unchanged", "unchanged"),
+            ("settings", "settings applied"),
         ] {
             let list = ids(key);
             if !list.is_empty() {
                 println!("  {what}: {}", list.join(", "));
             }
         }
-        if ["added", "removed", "changed"]
+        if ["added", "removed", "changed", "settings"]
             .iter()
             .all(|k| ids(k).is_empty())
         {

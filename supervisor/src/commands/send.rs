@@ -52,9 +52,9 @@ pub fn run(args: Args) -> u8 {
 }
 
 /// The largest payload any deployment can take (its `max_mail_bytes` is
-/// below its `max_frame_bytes`, at most 64 MiB): reading stops one byte
-/// past it, so `send @/dev/zero` is refused instead of filling memory.
-const MAX_PAYLOAD: u64 = crate::config::MAX_FRAME_BYTES;
+/// at most what the control socket carries in one send): reading stops one
+/// byte past it, so `send @/dev/zero` is refused instead of filling memory.
+const MAX_PAYLOAD: u64 = crate::control::protocol::MAX_SEND_PAYLOAD;
 
 fn read_payload(arg: &str) -> Result<Vec<u8>, String> {
     let (source, name): (Box<dyn std::io::Read>, String) = if arg == "-" {

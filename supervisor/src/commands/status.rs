@@ -72,6 +72,27 @@ fn ms_of(v: &Value) -> Option<String> {
 }
 
 /// The host line: what an operator checks first when recycles pile up.
+/// The store, said only while it refuses writes: since when, why, and
+/// what waits (it all goes through on its own once the store takes writes).
+fn store_line(store: &Value) -> Option<String> {
+    if store["takes_writes"].as_bool()? {
+        return None;
+    }
+    let since = store["refusing_since_ms"].as_u64()?;
+    let for_ms = crate::shared::unix_ms().saturating_sub(since);
+    let w = &store["waiting"];
+    let n = |k: &str| w[k].as_u64().unwrap_or(0);
+    Some(format!(
+        "store: REFUSING WRITES for {} ({}); waiting: {} mail acks, {} journal records, {} events, \
+         written once it takes writes again (check the disk: df, dmesg)\n",
+        human::ms(for_ms),
+        store["last_error"].as_str().unwrap_or("no reason given"),
+        n("acks"),
+        n("journal_records"),
+        n("events"),
+    ))
+}
+
 fn host_line(host: &Value) -> Option<String> {
     let n = |k: &str| host[k].as_u64();
     let load: Vec<String> = host["load"]
@@ -192,6 +213,7 @@ fn table(data: &Value) -> String {
         }
     }
     let mut out = data.get("host").and_then(host_line).unwrap_or_default();
+    out.push_str(&data.get("store").and_then(store_line).unwrap_or_default());
     out.push_str(&render(&header, &rows));
     if !notes.is_empty() {
         out.push('\n');

@@ -12,11 +12,9 @@ use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{error, info, warn};
 
-use wfhost_policy::{Fact, format_duration};
-
 use crate::config::SupervisorSettings;
 use crate::config::{self, Config};
-use crate::control::host::{HostAsk, Reloaded, Stopping};
+use crate::control::host::{HostAsk, Stopping};
 use crate::control::server;
 use crate::deployment::spawn::Spawner;
 use crate::exit;
@@ -28,6 +26,8 @@ use crate::signing_key;
 use crate::store::{Backend, Store, guard};
 use crate::store_handle::StoreHandle;
 use crate::unwritten;
+
+mod reload;
 
 /// Arguments of `wfhost supervise`.
 #[derive(Debug, clap::Args)]
@@ -173,7 +173,7 @@ async fn supervise(config: Config, config_path: &Path) -> anyhow::Result<()> {
         key: Arc::new(key),
         spawner,
         events,
-        event_retention: settings.event_retention,
+        event_retention: settings.event_retention.into(),
         backlog: Default::default(),
         watchlist: Default::default(),
         started: tokio::sync::Notify::new(),
@@ -209,6 +209,7 @@ async fn supervise(config: Config, config_path: &Path) -> anyhow::Result<()> {
     let checked = config_path.to_path_buf();
     tokio::task::spawn_blocking(move || warn_missing_programs(&checked));
     info!(socket = %control.path().display(), deployments = config.deployments.len(), "supervising");
+    let admission = control.admission();
     let control_task = tokio::spawn(control.serve(server::Served {
         registry: sup.registry(),
         shared: shared.clone(),
@@ -223,14 +224,22 @@ async fn supervise(config: Config, config_path: &Path) -> anyhow::Result<()> {
         settings.mail_retention,
     ));
     let progress_task = tokio::spawn(crate::observe::drain_log::run(sup.registry()));
+    let mut metrics_task = None;
     if let (Some(listener), Some(addr)) = (metrics, settings.metrics_listen) {
         info!(listen = %addr, "serving Prometheus metrics at /metrics");
-        tokio::spawn(crate::observe::metrics::serve(
+        metrics_task = Some(tokio::spawn(crate::observe::metrics::serve(
             listener,
             sup.registry(),
             shared.clone(),
-        ));
+        )));
     }
+    let mut in_force = reload::InForce {
+        config: config.clone(),
+        policy: policy_task,
+        retention: retention_task,
+        metrics: metrics_task,
+        admission,
+    };
 
     // Only when systemd asked for a watchdog, and asked us (WATCHDOG_PID).
     let watchdog = notifier
@@ -270,14 +279,14 @@ async fn supervise(config: Config, config_path: &Path) -> anyhow::Result<()> {
             _ = signals.hup.recv() => {
                 info!("SIGHUP: reloading the config");
                 notify(notifier.as_ref(), "reloading", Notifier::reloading);
-                let _ = reload(&mut sup, config_path, &shared).await;
+                let _ = reload::reload(&mut sup, config_path, &shared, &mut in_force).await;
                 notify(notifier.as_ref(), "ready", Notifier::ready);
             }
             Some(ask) = asks.recv() => match ask {
                 HostAsk::Reload(tx) => {
                     info!("reload asked over the control socket");
                     notify(notifier.as_ref(), "reloading", Notifier::reloading);
-                    let _ = tx.send(reload(&mut sup, config_path, &shared).await);
+                    let _ = tx.send(reload::reload(&mut sup, config_path, &shared, &mut in_force).await);
                     notify(notifier.as_ref(), "ready", Notifier::ready);
                 }
                 HostAsk::Stop(tx) => {
@@ -363,8 +372,7 @@ async fn supervise(config: Config, config_path: &Path) -> anyhow::Result<()> {
         }
     }
     control_task.abort();
-    policy_task.abort();
-    retention_task.abort();
+    in_force.abort();
     progress_task.abort();
     // Let queued journal records and events reach the disk before exiting
     // (one last try for any the store refused).
@@ -569,79 +577,12 @@ fn open_store(backend: &Backend, settings: &SupervisorSettings) -> anyhow::Resul
     })
 }
 
-/// SIGHUP or `wfhost reload`: re-reads the config; a bad file is refused
-/// and the running configuration kept. Returns what became of each
-/// deployment, or why the file was refused.
-async fn reload(sup: &mut Supervisor, path: &Path, shared: &Shared) -> Result<Reloaded, String> {
-    let started = Instant::now();
-    match config::load(path) {
-        Err(e) => {
-            let why = e.to_string();
-            error!(error = %why.replace("\n  help: ", "; help: "), "the new config is refused; keeping the running one");
-            shared.record(
-                None,
-                &Fact::ConfigReloaded {
-                    accepted: false,
-                    added: Vec::new(),
-                    removed: Vec::new(),
-                    changed: Vec::new(),
-                    error: Some(why.clone()),
-                },
-            );
-            Err(why)
-        }
-        Ok(new) => {
-            warn_missing_programs(path);
-            let summary = sup.reload(&new).await;
-            let unchanged: Vec<String> = new
-                .deployments
-                .iter()
-                .map(|d| d.id.clone())
-                .filter(|id| !summary.added.contains(id) && !summary.changed.contains(id))
-                .collect();
-            let list = |ids: &[String]| {
-                if ids.is_empty() {
-                    "none".to_owned()
-                } else {
-                    ids.join(", ")
-                }
-            };
-            info!(added = %list(&summary.added), removed = %list(&summary.removed),
-                changed = %list(&summary.changed), took = %format_duration(started.elapsed()),
-                "config reloaded");
-            shared.record(
-                None,
-                &Fact::ConfigReloaded {
-                    accepted: true,
-                    added: summary.added.clone(),
-                    removed: summary.removed.clone(),
-                    changed: summary.changed.clone(),
-                    error: None,
-                },
-            );
-            Ok(Reloaded {
-                path: path.display().to_string(),
-                added: summary.added,
-                removed: summary.removed,
-                changed: summary.changed,
-                unchanged,
-            })
-        }
-    }
-}
-
 /// Says which programs a child will need but that cannot be found (a
 /// typo after `wfhost-child exec --`, a script not where it is looked
 /// for): its spawn would fail later and be restarted until it is failed.
 fn warn_missing_programs(path: &Path) {
-    let Ok(checked) = config::programs(path) else {
-        return;
-    };
-    for c in checked {
-        if let Err(e) = c.found {
-            let problem = e.to_string().replace("\n  help: ", "; help: ");
-            warn!(deployment = %c.deployment, "{problem}");
-        }
+    for m in reload::missing_programs(path) {
+        warn!("{m}");
     }
 }
 

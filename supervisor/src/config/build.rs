@@ -79,6 +79,7 @@ pub(super) struct Build<'a> {
 }
 
 impl Build<'_> {
+    /// `[supervisor]`, each key checked; the built-in settings without it.
     pub(super) fn supervisor(
         &self,
         raw: Option<RawSupervisor>,
@@ -103,64 +104,14 @@ impl Build<'_> {
             .signing_key
             .map(|s| self.path(&s, "signing_key"))
             .transpose()?;
-        let policy_interval = match raw.policy_interval {
-            Some(s) => {
-                let d = dur(s.get_ref());
-                if d < Duration::from_millis(10) || d > Duration::from_secs(86_400) {
-                    return Err(Problem::new(
-                        s.span(),
-                        format!("policy_interval {} is out of range", format_duration(d)),
-                        "choose between \"10ms\" and \"1d\" (the default is \"60s\")",
-                    ));
-                }
-                d
-            }
-            None => defaults::POLICY_INTERVAL,
-        };
-        let admin_group = match raw.admin_group {
-            Some(s) => {
-                let name = s.get_ref().0.clone();
-                resolve::group(&name).map_err(|f| Problem::failure(s.span(), f))?;
-                Some(name)
-            }
-            None => None,
-        };
-        let event_retention = match raw.event_retention {
-            Some(s) => {
-                let n = *s.get_ref();
-                if !(1..=1_000_000_000).contains(&n) {
-                    return Err(Problem::new(
-                        s.span(),
-                        format!("event_retention {n} is out of range"),
-                        "keep between 1 and 1000000000 events (the default is 100000)",
-                    ));
-                }
-                n
-            }
-            None => defaults::EVENT_RETENTION,
-        };
-        let mail_retention = match raw.mail_retention {
-            Some(s) => {
-                let d = dur(s.get_ref());
-                if d < Duration::from_secs(1) {
-                    return Err(Problem::new(
-                        s.span(),
-                        format!("mail_retention {} is too short", format_duration(d)),
-                        "keep done mail at least \"1s\" (the default is \"7d\"; a retried `send --key` is idempotent for that long)",
-                    ));
-                }
-                d
-            }
-            None => defaults::MAIL_RETENTION,
-        };
         Ok(SupervisorSettings {
             state_dir,
             signing_key,
-            policy_interval,
-            admin_group,
+            policy_interval: policy_interval(raw.policy_interval)?,
+            admin_group: admin_group(raw.admin_group)?,
             metrics_listen: raw.metrics_listen.map(|s| s.get_ref().0),
-            event_retention,
-            mail_retention,
+            event_retention: event_retention(raw.event_retention)?,
+            mail_retention: mail_retention(raw.mail_retention)?,
             cgroup_root: containment::cgroup_root(raw.cgroup_root)?,
         })
     }
@@ -202,6 +153,8 @@ impl Build<'_> {
         Ok(resolve::relative_to(self.dir, text))
     }
 
+    /// One `[[deployment]]` over `[defaults]`, every key checked; `seen`
+    /// holds the ids taken so far.
     pub(super) fn deployment(
         &self,
         dep: Spanned<RawDeployment>,
@@ -210,76 +163,30 @@ impl Build<'_> {
     ) -> Result<DeploymentConfig, Problem> {
         let table = dep.span();
         let (id, command, mut own) = dep.into_inner().split();
-        let id_span = id.span();
-        let id = id.into_inner().0;
-        if let Some(first) = seen.get(&id) {
-            return Err(Problem::new(
-                id_span,
-                format!("deployment id {id:?} is used twice"),
-                format!(
-                    "give each [[deployment]] its own id (the first {id:?} starts at byte {})",
-                    first.start
-                ),
-            ));
-        }
-        seen.insert(id.clone(), id_span.clone());
-
+        let id = claim_id(id, seen)?;
         let command = self.command(command)?;
         let env = merge_env(own.env.take(), &defaults.env)?;
-
         let user = pick_opt(own.user.take(), &defaults.user, |t| t.0.clone());
         let group = pick_opt(own.group.take(), &defaults.group, |t| t.0.clone());
-        let (mut uid, mut gid) = (None, None);
-        if let Some(name) = &user.value {
-            let (u, g) = resolve::user(name).map_err(|f| Problem::failure(user.at(&table), f))?;
-            uid = Some(u);
-            gid = Some(g);
-        }
-        if let Some(name) = &group.value {
-            gid = Some(resolve::group(name).map_err(|f| Problem::failure(group.at(&table), f))?);
-        }
-
+        let (uid, gid) = ids(&user, &group, &table)?;
         let working_dir = pick_opt(own.working_dir.take(), &defaults.working_dir, |t| {
             t.0.clone()
         });
-        let working_dir = match &working_dir.value {
-            Some(text) => {
-                let span = working_dir.at(&table);
-                if text.is_empty() {
-                    return Err(Problem::new(
-                        span,
-                        "working_dir is empty",
-                        "write a directory, or remove the key",
-                    ));
-                }
-                let path = resolve::relative_to(self.dir, text);
-                resolve::directory(&path).map_err(|f| Problem::failure(span, f))?;
-                Some(path)
-            }
-            // The child starts where the config file is, so a relative
-            // argument means the same from whatever directory the
-            // supervisor was started in.
-            None => Some(self.dir.to_path_buf()),
-        };
+        let working_dir = self.working_dir(&working_dir, &table)?;
         let grants = pick_opt(own.grants_file.take(), &defaults.grants_file, |t| {
             t.0.clone()
         });
-        let grants_file = match &grants.value {
-            Some(text) if text.is_empty() => {
-                return Err(Problem::new(
-                    grants.at(&table),
-                    "grants_file is empty",
-                    "write a path, or remove the key",
-                ));
-            }
-            Some(text) => Some(resolve::relative_to(self.dir, text)),
-            None => None,
-        };
+        let grants_file = self.grants_file(&grants, &table)?;
 
         let resources = containment::limits(own.limits.take(), &defaults.limits, &table)?;
         let limits = Tunables::merge(own, defaults);
         limits.check(&table, grants_file.is_some())?;
         let at = limits.schedule(&table)?;
+        // Checked to be at most MAX_FRAME_BYTES (64 MiB) above.
+        let max_frame_bytes = u32::try_from(limits.max_frame_bytes.value).unwrap_or(u32::MAX);
+        if let Some(path) = &grants_file {
+            check_grants(path, &id, max_frame_bytes, grants.at(&table))?;
+        }
 
         Ok(DeploymentConfig {
             id,
@@ -291,37 +198,67 @@ impl Build<'_> {
             gid,
             working_dir,
             grants_file,
-            recycle: RecycleSettings {
-                max_uptime: limits.max_uptime.value,
-                max_rss: limits.max_rss.value,
-                max_grants_age: limits.max_grants_age.value,
-                jitter_percent: limits.jitter.value,
-                max_mail: limits.max_mail.value,
-                at,
-                overlap: limits.overlap.value,
-            },
+            recycle: limits.recycle(at),
             replicas: limits.replicas.value,
-            restart: RestartSettings {
-                backoff_initial: limits.backoff_initial.value,
-                backoff_max: limits.backoff_max.value,
-                max_restarts: limits.max_restarts.value,
-                period: limits.period.value,
-                healthy_after: limits.healthy_after.value,
-            },
+            restart: limits.restart(),
             drain_timeout: limits.drain_timeout.value,
             drain_deadline: limits.drain_deadline.value,
             kill_timeout: limits.kill_timeout.value,
             ready_timeout: limits.ready_timeout.value,
             liveness_interval: limits.liveness_interval.value,
             liveness_timeout: limits.liveness_timeout.value,
-            // Both checked to be at most MAX_FRAME_BYTES (64 MiB) above.
-            max_frame_bytes: u32::try_from(limits.max_frame_bytes.value).unwrap_or(u32::MAX),
+            max_frame_bytes,
+            // Checked to be at most MAX_SEND_PAYLOAD (16 MiB) above.
             max_mail_bytes: u32::try_from(limits.max_mail_bytes.value).unwrap_or(u32::MAX),
             max_inbox: limits.max_inbox.value,
             limits: resources,
             // Checked to be at most 1000 above.
             max_deliveries: u32::try_from(limits.max_deliveries.value).unwrap_or(u32::MAX),
         })
+    }
+
+    /// `working_dir`, absolute and an existing directory; without it,
+    /// the config file's directory.
+    fn working_dir(
+        &self,
+        setting: &Setting<Option<String>>,
+        table: &Range<usize>,
+    ) -> Result<Option<PathBuf>, Problem> {
+        let Some(text) = &setting.value else {
+            // The child starts where the config file is, so a relative
+            // argument means the same from whatever directory the
+            // supervisor was started in.
+            return Ok(Some(self.dir.to_path_buf()));
+        };
+        let span = setting.at(table);
+        if text.is_empty() {
+            return Err(Problem::new(
+                span,
+                "working_dir is empty",
+                "write a directory, or remove the key",
+            ));
+        }
+        let path = resolve::relative_to(self.dir, text);
+        resolve::directory(&path).map_err(|f| Problem::failure(span, f))?;
+        Ok(Some(path))
+    }
+
+    /// `grants_file`, absolute, if set (its contents are checked once the
+    /// frame size is known).
+    fn grants_file(
+        &self,
+        setting: &Setting<Option<String>>,
+        table: &Range<usize>,
+    ) -> Result<Option<PathBuf>, Problem> {
+        match &setting.value {
+            Some(text) if text.is_empty() => Err(Problem::new(
+                setting.at(table),
+                "grants_file is empty",
+                "write a path, or remove the key",
+            )),
+            Some(text) => Ok(Some(resolve::relative_to(self.dir, text))),
+            None => Ok(None),
+        }
     }
 
     /// The command, its program resolved to an absolute path.
@@ -354,6 +291,137 @@ impl Build<'_> {
         out.push(resolved.to_string_lossy().into_owned());
         out.extend(args.iter().skip(1).map(|a| a.get_ref().0.clone()));
         Ok(out)
+    }
+}
+
+/// `[supervisor] policy_interval`, between 10ms and a day.
+fn policy_interval(raw: Option<Spanned<units::DurationValue>>) -> Result<Duration, Problem> {
+    let Some(s) = raw else {
+        return Ok(defaults::POLICY_INTERVAL);
+    };
+    let d = dur(s.get_ref());
+    if d < Duration::from_millis(10) || d > Duration::from_secs(86_400) {
+        return Err(Problem::new(
+            s.span(),
+            format!("policy_interval {} is out of range", format_duration(d)),
+            "choose between \"10ms\" and \"1d\" (the default is \"60s\")",
+        ));
+    }
+    Ok(d)
+}
+
+/// `[supervisor] admin_group`, a group that exists.
+fn admin_group(
+    raw: Option<Spanned<raw::Text<{ raw::PATH_MAX }>>>,
+) -> Result<Option<String>, Problem> {
+    let Some(s) = raw else {
+        return Ok(None);
+    };
+    let name = s.get_ref().0.clone();
+    resolve::group(&name).map_err(|f| Problem::failure(s.span(), f))?;
+    Ok(Some(name))
+}
+
+/// `[supervisor] event_retention`, between 1 and a billion events.
+fn event_retention(raw: Option<Spanned<u64>>) -> Result<u64, Problem> {
+    let Some(s) = raw else {
+        return Ok(defaults::EVENT_RETENTION);
+    };
+    let n = *s.get_ref();
+    if !(1..=1_000_000_000).contains(&n) {
+        return Err(Problem::new(
+            s.span(),
+            format!("event_retention {n} is out of range"),
+            "keep between 1 and 1000000000 events (the default is 100000)",
+        ));
+    }
+    Ok(n)
+}
+
+/// `[supervisor] mail_retention`, at least a second.
+fn mail_retention(raw: Option<Spanned<units::DurationValue>>) -> Result<Duration, Problem> {
+    let Some(s) = raw else {
+        return Ok(defaults::MAIL_RETENTION);
+    };
+    let d = dur(s.get_ref());
+    if d < Duration::from_secs(1) {
+        return Err(Problem::new(
+            s.span(),
+            format!("mail_retention {} is too short", format_duration(d)),
+            "keep done mail at least \"1s\" (the default is \"7d\"; a retried `send --key` is idempotent for that long)",
+        ));
+    }
+    Ok(d)
+}
+
+/// The deployment's id, refused if an earlier deployment has it.
+fn claim_id(
+    id: Spanned<raw::DeploymentId>,
+    seen: &mut HashMap<String, Range<usize>>,
+) -> Result<String, Problem> {
+    let id_span = id.span();
+    let id = id.into_inner().0;
+    if let Some(first) = seen.get(&id) {
+        return Err(Problem::new(
+            id_span,
+            format!("deployment id {id:?} is used twice"),
+            format!(
+                "give each [[deployment]] its own id (the first {id:?} starts at byte {})",
+                first.start
+            ),
+        ));
+    }
+    seen.insert(id.clone(), id_span);
+    Ok(id)
+}
+
+/// The uid and gid the child runs as: the user's own, its gid replaced
+/// by `group`'s when that is set too.
+fn ids(
+    user: &Setting<Option<String>>,
+    group: &Setting<Option<String>>,
+    table: &Range<usize>,
+) -> Result<(Option<u32>, Option<u32>), Problem> {
+    let (mut uid, mut gid) = (None, None);
+    if let Some(name) = &user.value {
+        let (u, g) = resolve::user(name).map_err(|f| Problem::failure(user.at(table), f))?;
+        uid = Some(u);
+        gid = Some(g);
+    }
+    if let Some(name) = &group.value {
+        gid = Some(resolve::group(name).map_err(|f| Problem::failure(group.at(table), f))?);
+    }
+    Ok((uid, gid))
+}
+
+/// A grants file that exists must be a regular file its `Welcome` frame
+/// can carry (one that does not exist yet is checked at every spawn).
+fn check_grants(
+    path: &Path,
+    id: &str,
+    max_frame_bytes: u32,
+    span: Range<usize>,
+) -> Result<(), Problem> {
+    let room = crate::deployment::grants::room(id, max_frame_bytes);
+    match file::regular_len(path) {
+        Ok(Some(len)) if len > room => Err(Problem::new(
+            span,
+            format!(
+                "grants_file {} is {len} bytes, more than a Welcome frame carries for it ({room})",
+                path.display()
+            ),
+            crate::deployment::grants::too_large_hint(max_frame_bytes, room),
+        )),
+        Ok(_) => Ok(()),
+        Err(file::ReadError::NotRegular(what)) => Err(Problem::new(
+            span,
+            format!(
+                "grants_file {} is {what}, not a regular file",
+                path.display()
+            ),
+            "point grants_file at a JSON file (a symbolic link to one is fine)",
+        )),
+        Err(_) => Ok(()),
     }
 }
 

@@ -32,6 +32,19 @@ pub enum ConfigError {
         CONFIG_ENV
     )]
     NotFound,
+    /// The path names a FIFO, a device, a directory: nothing to read a
+    /// config from (and a FIFO or terminal could block the reader).
+    #[error(
+        "{}: is {what}, not a regular file, so it is not read as a config\n  help: point at the config file \
+         itself (a symbolic link to one is fine)",
+        path.display()
+    )]
+    NotRegular {
+        /// The path.
+        path: PathBuf,
+        /// What it is instead.
+        what: &'static str,
+    },
     /// The file is too big to be a config.
     #[error(
         "{}: the file is larger than {} bytes, too large for a config\n  help: check that this is the right file",

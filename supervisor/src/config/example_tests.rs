@@ -190,8 +190,18 @@ fn every_default_the_example_states_is_the_one_applied() {
             drop(parsed);
             let set = parse_here(&probe);
             assert_eq!(
-                (&set.supervisor, set.log_format, &set.deployments),
-                (&bare.supervisor, bare.log_format, &bare.deployments),
+                (
+                    &set.supervisor,
+                    set.log_format,
+                    set.allow_empty,
+                    &set.deployments
+                ),
+                (
+                    &bare.supervisor,
+                    bare.log_format,
+                    bare.allow_empty,
+                    &bare.deployments
+                ),
                 "[{table}] {key}: the example says the default is {default}, the code differs"
             );
             checked += 1;

@@ -34,7 +34,7 @@ type Arg = Spanned<Text<ARG_MAX>>;
 /// Checks every program the config at `path` names. A file that does not
 /// parse gets the parse error (`load` then reports the same).
 pub fn programs(path: &Path) -> Result<Vec<Checked>, ConfigError> {
-    let text = super::read_text(path)?;
+    let text = super::read(path)?;
     let raw: RawFile = toml::from_str(&text).map_err(|e| {
         let span = e.span().unwrap_or(0..0);
         Problem::from_message(span, e.message()).into_error(&text, path)

@@ -181,6 +181,8 @@ pub struct RawSupervisor {
     pub log_format: Option<Spanned<Text<PATH_MAX>>>,
     /// Where children's cgroups are made, or `"none"`.
     pub cgroup_root: Option<Spanned<Text<PATH_MAX>>>,
+    /// A reload may stop every running deployment.
+    pub allow_empty: Option<Spanned<bool>>,
 }
 
 /// `[store]`: where the durable store lives.

@@ -473,22 +473,141 @@ fn env_keys_must_be_names_and_not_reserved() {
 }
 
 #[test]
-fn zero_durations_are_refused() {
-    for key in [
-        "drain_timeout",
-        "kill_timeout",
-        "ready_timeout",
-        "liveness_interval",
+fn durations_too_short_to_work_are_refused_where_written() {
+    // Each key, a value below its floor (the issue's "1ns", "1µs"), the
+    // floor the hint names.
+    for (key, written, floor) in [
+        ("ready_timeout", "\"0.000000001s\"", "100ms"),
+        ("ready_timeout", "\"99ms\"", "100ms"),
+        ("liveness_interval", "\"0.001ms\"", "10ms"),
+        ("liveness_timeout", "\"50ms\"", "100ms"),
+        ("kill_timeout", "\"0.000001ms\"", "10ms"),
+        ("drain_timeout", "\"9ms\"", "10ms"),
+        ("drain_deadline", "\"1ms\"", "10ms"),
     ] {
-        let (line, _, msg, hint) = bad(&one(&format!("{key} = \"0s\"")));
-        assert_eq!(line, 4);
-        assert!(msg.contains(&format!("{key} is zero")), "{msg}");
-        assert!(hint.contains("positive"), "{hint}");
+        let extra = if key == "liveness_timeout" {
+            format!("liveness_interval = \"10ms\"\n{key} = {written}")
+        } else if key == "drain_deadline" {
+            format!("drain_timeout = \"10ms\"\n{key} = {written}")
+        } else {
+            format!("{key} = {written}")
+        };
+        let (line, col, msg, hint) = bad(&one(&extra));
+        let want_line = if extra.contains('\n') { 5 } else { 4 };
+        assert_eq!((line, col), (want_line, key.len() + 4), "{key}: {msg}");
+        assert!(msg.starts_with(key) && msg.contains(floor), "{key}: {msg}");
+        assert!(
+            hint.starts_with(&format!("give at least \"{floor}\"")),
+            "{key}: {hint}"
+        );
     }
-    let (_, _, msg, _) = bad(&one("restart = { period = \"0ms\" }"));
-    assert!(msg.contains("restart.period is zero"), "{msg}");
-    let (_, _, msg, _) = bad(&one("recycle = { max_uptime = \"0s\" }"));
-    assert!(msg.contains("max_uptime is zero"), "{msg}");
+    let (_, _, msg, _) = bad(&one("kill_timeout = \"0s\""));
+    assert_eq!(msg, "kill_timeout is zero");
+    for (table, key, floor) in [
+        ("restart", "period", "1s"),
+        ("restart", "backoff_max", "10ms"),
+        ("restart", "healthy_after", "100ms"),
+        ("recycle", "max_uptime", "100ms"),
+    ] {
+        let (line, _, msg, hint) = bad(&one(&format!(
+            "{table} = {{ {key} = \"1ms\", backoff_initial = \"0s\" }}"
+        )
+        .replace(
+            ", backoff_initial = \"0s\"",
+            if table == "restart" {
+                ", backoff_initial = \"0s\""
+            } else {
+                ""
+            },
+        )));
+        assert_eq!(line, 4);
+        assert!(
+            msg.contains(&format!("{table}.{key} 1ms is shorter than {floor}")),
+            "{msg}"
+        );
+        assert!(hint.contains(floor), "{hint}");
+    }
+    // The floors themselves are accepted.
+    ok(&one(
+        "ready_timeout = \"100ms\"\nliveness_interval = \"10ms\"\nliveness_timeout = \"100ms\"\n\
+         kill_timeout = \"10ms\"\ndrain_timeout = \"10ms\"\ndrain_deadline = \"10ms\"\n\
+         restart = { period = \"1s\", backoff_initial = \"0s\", backoff_max = \"10ms\", healthy_after = \"100ms\" }\n\
+         recycle = { max_uptime = \"100ms\" }",
+    ));
+}
+
+#[test]
+fn a_grants_file_must_be_regular_and_fit_the_welcome_frame() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("wfhost.toml");
+    let grants = dir.path().join("grants.json");
+    let write = |extra: &str| {
+        std::fs::write(
+            &path,
+            format!("{}grants_file = \"grants.json\"\n{extra}", one("")),
+        )
+        .unwrap();
+    };
+    write("");
+    assert!(
+        load(&path).is_ok(),
+        "a missing grants file is checked at spawn"
+    );
+    std::fs::write(&grants, vec![b' '; 1 << 20]).unwrap();
+    let err = load(&path).unwrap_err().to_string();
+    assert!(
+        err.contains(":5:15: grants_file")
+            && err.contains("1048576 bytes, more than a Welcome frame carries"),
+        "{err}"
+    );
+    assert!(err.contains("raise max_frame_bytes"), "{err}");
+    write("max_frame_bytes = \"2MiB\"");
+    assert!(load(&path).is_ok(), "1 MiB fits a 2 MiB frame");
+    std::fs::write(&grants, vec![b' '; (1 << 20) + 1]).unwrap();
+    let err = load(&path).unwrap_err().to_string();
+    assert!(err.contains("never more than 1048576"), "{err}");
+    write("");
+    std::fs::write(&grants, vec![b' '; (1 << 20) - 200]).unwrap();
+    assert!(
+        load(&path).is_ok(),
+        "the room is the frame less about 100 bytes"
+    );
+    std::fs::remove_file(&grants).unwrap();
+    nix::unistd::mkfifo(&grants, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let err = load(&path).unwrap_err().to_string();
+    assert!(
+        err.contains("is a FIFO (named pipe), not a regular file"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_config_that_is_not_a_regular_file_is_refused_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("wfhost.toml");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    for path in [fifo.as_path(), dir.path(), Path::new("/dev/zero")] {
+        for err in [
+            load(path).unwrap_err(),
+            locations_of(path).unwrap_err(),
+            store_url_of(path).unwrap_err(),
+        ] {
+            assert!(matches!(err, ConfigError::NotRegular { .. }), "{err}");
+            let text = err.to_string();
+            assert!(
+                text.contains("not a regular file") && text.contains("help:"),
+                "{text}"
+            );
+        }
+    }
+}
+
+#[test]
+fn allow_empty_is_off_unless_set() {
+    assert!(!ok("").allow_empty);
+    assert!(ok("[supervisor]\nallow_empty = true\n").allow_empty);
+    let (_, _, msg, _) = bad("[supervisor]\nallow_empty = \"yes\"\n");
+    assert!(msg.contains("invalid type"), "{msg}");
 }
 
 #[test]
@@ -537,6 +656,19 @@ fn frame_and_mail_sizes_are_bounded() {
 
     let (_, _, msg, _) = bad(&one("max_mail_bytes = 0"));
     assert!(msg.contains("max_mail_bytes is zero"), "{msg}");
+
+    // What the control socket carries in one send.
+    let (_, _, msg, hint) = bad(&one(
+        "max_mail_bytes = \"17MiB\"\nmax_frame_bytes = \"32MiB\"",
+    ));
+    assert!(
+        msg.contains("more than the control socket carries in one send (16MiB)"),
+        "{msg}"
+    );
+    assert!(hint.contains("at most \"16MiB\""), "{hint}");
+    ok(&one(
+        "max_mail_bytes = \"16MiB\"\nmax_frame_bytes = \"17MiB\"",
+    ));
 }
 
 #[test]

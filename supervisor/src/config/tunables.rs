@@ -1,14 +1,19 @@
 //! The scalar settings of a deployment (timeouts, sizes, limits, the
-//! recycle and restart tables), merged key by key and checked against
-//! each other.
+//! recycle and restart tables), merged key by key; [`check`] holds the
+//! bounds they must keep, alone and against each other.
 
 use std::ops::Range;
 use std::time::Duration;
 
+use toml::Spanned;
+
 use super::build::{Setting, dur, pick, pick_opt, size};
 use super::error::Problem;
 use super::raw::RawCommon;
+use super::units::{DurationValue, SizeValue};
 use super::*;
+
+mod check;
 
 /// The scalar (non-path, non-identity) settings of a deployment, merged.
 pub(super) struct Tunables {
@@ -37,9 +42,6 @@ pub(super) struct Tunables {
     pub(super) healthy_after: Setting<Duration>,
 }
 
-/// Most children one deployment may run side by side.
-const MAX_REPLICAS: u32 = 256;
-
 impl Tunables {
     /// `recycle.at`, parsed; the error points at the list.
     pub(super) fn schedule(
@@ -55,296 +57,116 @@ impl Tunables {
         })
     }
 
+    /// The recycle table as the deployment runs it, `at` parsed by
+    /// [`Self::schedule`].
+    pub(super) fn recycle(&self, at: wfhost_policy::schedule::Schedule) -> RecycleSettings {
+        RecycleSettings {
+            max_uptime: self.max_uptime.value,
+            max_rss: self.max_rss.value,
+            max_grants_age: self.max_grants_age.value,
+            jitter_percent: self.jitter.value,
+            max_mail: self.max_mail.value,
+            at,
+            overlap: self.overlap.value,
+        }
+    }
+
+    /// The restart table as the deployment runs it.
+    pub(super) fn restart(&self) -> RestartSettings {
+        RestartSettings {
+            backoff_initial: self.backoff_initial.value,
+            backoff_max: self.backoff_max.value,
+            max_restarts: self.max_restarts.value,
+            period: self.period.value,
+            healthy_after: self.healthy_after.value,
+        }
+    }
+
     /// Merges the deployment's own scalar keys with `[defaults]`.
     pub(super) fn merge(own: RawCommon, d: &RawCommon) -> Self {
         let own_recycle = own.recycle.unwrap_or_default();
         let def_recycle = d.recycle.clone().unwrap_or_default();
+        let (r, dr) = (own_recycle, &def_recycle);
         let own_restart = own.restart.unwrap_or_default();
         let def_restart = d.restart.clone().unwrap_or_default();
+        let (t, dt) = (own_restart, &def_restart);
         Self {
-            drain_timeout: pick(
-                own.drain_timeout,
-                &d.drain_timeout,
-                defaults::DRAIN_TIMEOUT,
-                dur,
-            ),
-            drain_deadline: pick(
+            drain_timeout: timed(own.drain_timeout, &d.drain_timeout, defaults::DRAIN_TIMEOUT),
+            drain_deadline: timed(
                 own.drain_deadline,
                 &d.drain_deadline,
                 defaults::DRAIN_DEADLINE,
-                dur,
             ),
-            kill_timeout: pick(
-                own.kill_timeout,
-                &d.kill_timeout,
-                defaults::KILL_TIMEOUT,
-                dur,
-            ),
-            ready_timeout: pick(
-                own.ready_timeout,
-                &d.ready_timeout,
-                defaults::READY_TIMEOUT,
-                dur,
-            ),
-            liveness_interval: pick(
+            kill_timeout: timed(own.kill_timeout, &d.kill_timeout, defaults::KILL_TIMEOUT),
+            ready_timeout: timed(own.ready_timeout, &d.ready_timeout, defaults::READY_TIMEOUT),
+            liveness_interval: timed(
                 own.liveness_interval,
                 &d.liveness_interval,
                 defaults::LIVENESS_INTERVAL,
-                dur,
             ),
-            liveness_timeout: pick(
+            liveness_timeout: timed(
                 own.liveness_timeout,
                 &d.liveness_timeout,
                 defaults::LIVENESS_TIMEOUT,
-                dur,
             ),
-            max_frame_bytes: pick(
+            max_frame_bytes: sized(
                 own.max_frame_bytes,
                 &d.max_frame_bytes,
                 defaults::MAX_FRAME_BYTES,
-                size,
             ),
-            max_mail_bytes: pick(
+            max_mail_bytes: sized(
                 own.max_mail_bytes,
                 &d.max_mail_bytes,
                 defaults::MAX_MAIL_BYTES,
-                size,
             ),
-            max_inbox: pick(own.max_inbox, &d.max_inbox, defaults::MAX_INBOX, |n| *n),
-            max_deliveries: pick(
+            max_inbox: as_written(own.max_inbox, &d.max_inbox, defaults::MAX_INBOX),
+            max_deliveries: as_written(
                 own.max_deliveries,
                 &d.max_deliveries,
                 defaults::MAX_DELIVERIES,
-                |n| *n,
             ),
-            max_uptime: pick_opt(own_recycle.max_uptime, &def_recycle.max_uptime, dur),
-            max_rss: pick_opt(own_recycle.max_rss, &def_recycle.max_rss, size),
-            max_grants_age: pick_opt(own_recycle.max_grants_age, &def_recycle.max_grants_age, dur),
-            jitter: pick(own_recycle.jitter, &def_recycle.jitter, 0, |p| *p.get()),
-            max_mail: pick_opt(own_recycle.max_mail, &def_recycle.max_mail, |n| *n),
-            at: pick(own_recycle.at, &def_recycle.at, Vec::new(), |v| {
+            max_uptime: pick_opt(r.max_uptime, &dr.max_uptime, dur),
+            max_rss: pick_opt(r.max_rss, &dr.max_rss, size),
+            max_grants_age: pick_opt(r.max_grants_age, &dr.max_grants_age, dur),
+            jitter: pick(r.jitter, &dr.jitter, 0, |p| *p.get()),
+            max_mail: pick_opt(r.max_mail, &dr.max_mail, |n| *n),
+            at: pick(r.at, &dr.at, Vec::new(), |v| {
                 v.iter().map(|t| t.0.clone()).collect()
             }),
-            overlap: pick(own_recycle.overlap, &def_recycle.overlap, false, |b| *b),
-            replicas: pick(own.replicas, &d.replicas, 1, |n| *n),
-            backoff_initial: pick(
-                own_restart.backoff_initial,
-                &def_restart.backoff_initial,
+            overlap: as_written(r.overlap, &dr.overlap, false),
+            replicas: as_written(own.replicas, &d.replicas, 1),
+            backoff_initial: timed(
+                t.backoff_initial,
+                &dt.backoff_initial,
                 defaults::BACKOFF_INITIAL,
-                dur,
             ),
-            backoff_max: pick(
-                own_restart.backoff_max,
-                &def_restart.backoff_max,
-                defaults::BACKOFF_MAX,
-                dur,
-            ),
-            max_restarts: pick(
-                own_restart.max_restarts,
-                &def_restart.max_restarts,
-                defaults::MAX_RESTARTS,
-                |n| *n,
-            ),
-            healthy_after: pick(
-                own_restart.healthy_after,
-                &def_restart.healthy_after,
-                defaults::HEALTHY_AFTER,
-                dur,
-            ),
-            period: pick(
-                own_restart.period,
-                &def_restart.period,
-                defaults::RESTART_PERIOD,
-                dur,
-            ),
+            backoff_max: timed(t.backoff_max, &dt.backoff_max, defaults::BACKOFF_MAX),
+            max_restarts: as_written(t.max_restarts, &dt.max_restarts, defaults::MAX_RESTARTS),
+            healthy_after: timed(t.healthy_after, &dt.healthy_after, defaults::HEALTHY_AFTER),
+            period: timed(t.period, &dt.period, defaults::RESTART_PERIOD),
         }
     }
+}
 
-    /// Checks every bound; errors point at the value that breaks it.
-    pub(super) fn check(&self, table: &Range<usize>, has_grants_file: bool) -> Result<(), Problem> {
-        let positive = [
-            ("drain_timeout", &self.drain_timeout),
-            ("drain_deadline", &self.drain_deadline),
-            ("kill_timeout", &self.kill_timeout),
-            ("ready_timeout", &self.ready_timeout),
-            ("liveness_interval", &self.liveness_interval),
-            ("liveness_timeout", &self.liveness_timeout),
-            ("restart.backoff_max", &self.backoff_max),
-            ("restart.period", &self.period),
-        ];
-        for (key, s) in positive {
-            if s.value.is_zero() {
-                return Err(Problem::new(
-                    s.at(table),
-                    format!("{key} is zero"),
-                    "give it a positive duration, e.g. \"10s\"",
-                ));
-            }
-        }
-        for (key, s) in [
-            ("recycle.max_uptime", &self.max_uptime),
-            ("recycle.max_grants_age", &self.max_grants_age),
-        ] {
-            if s.value.is_some_and(|d| d.is_zero()) {
-                return Err(Problem::new(
-                    s.at(table),
-                    format!("{key} is zero, which would recycle on every policy tick"),
-                    "give it a positive duration such as \"6h\", or remove it to disable this bound",
-                ));
-            }
-        }
-        if self.drain_deadline.value < self.drain_timeout.value {
-            let s = if self.drain_deadline.span.is_some() {
-                &self.drain_deadline
-            } else {
-                &self.drain_timeout
-            };
-            return Err(Problem::new(
-                s.at(table),
-                format!(
-                    "drain_deadline ({}) is shorter than drain_timeout ({})",
-                    format_duration(self.drain_deadline.value),
-                    format_duration(self.drain_timeout.value)
-                ),
-                "a recycle would kill the child before its drain budget could escalate to a signed cancel: make drain_deadline at least drain_timeout",
-            ));
-        }
-        if self.liveness_timeout.value <= self.liveness_interval.value {
-            let s = if self.liveness_timeout.span.is_some() {
-                &self.liveness_timeout
-            } else {
-                &self.liveness_interval
-            };
-            return Err(Problem::new(
-                s.at(table),
-                format!(
-                    "liveness_timeout ({}) must be longer than liveness_interval ({})",
-                    format_duration(self.liveness_timeout.value),
-                    format_duration(self.liveness_interval.value)
-                ),
-                "allow at least one missed ping, e.g. liveness_interval = \"10s\", liveness_timeout = \"30s\"",
-            ));
-        }
-        let frame = self.max_frame_bytes.value;
-        let mail = self.max_mail_bytes.value;
-        if frame > MAX_FRAME_BYTES {
-            return Err(Problem::new(
-                self.max_frame_bytes.at(table),
-                format!(
-                    "max_frame_bytes {} is above the protocol's limit",
-                    format_size(frame)
-                ),
-                "use at most \"64MiB\" (the default is \"1MiB\")",
-            ));
-        }
-        if mail == 0 {
-            return Err(Problem::new(
-                self.max_mail_bytes.at(table),
-                "max_mail_bytes is zero, so no mail could ever be sent",
-                "allow at least one byte (the default is \"256KiB\")",
-            ));
-        }
-        if frame < mail.saturating_add(FRAME_HEADROOM) {
-            let s = if self.max_frame_bytes.span.is_some() {
-                &self.max_frame_bytes
-            } else {
-                &self.max_mail_bytes
-            };
-            return Err(Problem::new(
-                s.at(table),
-                format!(
-                    "max_frame_bytes ({}) leaves no room for a max_mail_bytes ({}) payload",
-                    format_size(frame),
-                    format_size(mail)
-                ),
-                format!(
-                    "make max_frame_bytes at least max_mail_bytes + 4KiB ({} bytes), or lower max_mail_bytes",
-                    mail.saturating_add(FRAME_HEADROOM)
-                ),
-            ));
-        }
-        if !(1..=100_000_000).contains(&self.max_inbox.value) {
-            return Err(Problem::new(
-                self.max_inbox.at(table),
-                format!("max_inbox {} is out of range", self.max_inbox.value),
-                "keep between 1 and 100000000 messages (the default is 10000)",
-            ));
-        }
-        if !(1..=1_000).contains(&self.max_deliveries.value) {
-            return Err(Problem::new(
-                self.max_deliveries.at(table),
-                format!(
-                    "max_deliveries {} is out of range",
-                    self.max_deliveries.value
-                ),
-                "keep between 1 and 1000 deliveries (the default is 5): after that many children end holding an item, it is quarantined as dead",
-            ));
-        }
-        if let Some(rss) = self.max_rss.value
-            && rss < 1 << 20
-        {
-            return Err(Problem::new(
-                self.max_rss.at(table),
-                format!("recycle.max_rss {} is below 1MiB", format_size(rss)),
-                "no process runs in less: the child would be recycled on every tick; use e.g. \"512MiB\"",
-            ));
-        }
-        if self.max_grants_age.value.is_some() && !has_grants_file {
-            return Err(Problem::new(
-                self.max_grants_age.at(table),
-                "recycle.max_grants_age is set but the deployment has no grants_file",
-                "set grants_file, or remove max_grants_age",
-            ));
-        }
-        if let Some(n) = self.max_mail.value
-            && !(1..=1_000_000_000).contains(&n)
-        {
-            return Err(Problem::new(
-                self.max_mail.at(table),
-                format!("recycle.max_mail {n} is out of range"),
-                "recycle after 1 to 1000000000 acknowledged items, e.g. 1000, or remove it",
-            ));
-        }
-        if !(1..=MAX_REPLICAS).contains(&self.replicas.value) {
-            return Err(Problem::new(
-                self.replicas.at(table),
-                format!("replicas {} is out of range", self.replicas.value),
-                format!("run 1 to {MAX_REPLICAS} children per deployment (the default is 1)"),
-            ));
-        }
-        if self.jitter.value > 50 {
-            return Err(Problem::new(
-                self.jitter.at(table),
-                format!("recycle.jitter {}% is above 50%", self.jitter.value),
-                "use at most \"50%\": more would let a bound be overshot by half again",
-            ));
-        }
-        if self.backoff_initial.value > self.backoff_max.value {
-            let s = if self.backoff_initial.span.is_some() {
-                &self.backoff_initial
-            } else {
-                &self.backoff_max
-            };
-            return Err(Problem::new(
-                s.at(table),
-                format!(
-                    "restart.backoff_initial ({}) is longer than restart.backoff_max ({})",
-                    format_duration(self.backoff_initial.value),
-                    format_duration(self.backoff_max.value)
-                ),
-                "make backoff_initial at most backoff_max",
-            ));
-        }
-        if !(1..=10_000).contains(&self.max_restarts.value) {
-            return Err(Problem::new(
-                self.max_restarts.at(table),
-                format!(
-                    "restart.max_restarts {} is out of range",
-                    self.max_restarts.value
-                ),
-                "allow between 1 and 10000 restarts per period (the default is 5)",
-            ));
-        }
-        Ok(())
-    }
+/// [`pick`] for a duration.
+fn timed(
+    own: Option<Spanned<DurationValue>>,
+    d: &Option<Spanned<DurationValue>>,
+    builtin: Duration,
+) -> Setting<Duration> {
+    pick(own, d, builtin, dur)
+}
+
+/// [`pick`] for a size.
+fn sized(
+    own: Option<Spanned<SizeValue>>,
+    d: &Option<Spanned<SizeValue>>,
+    builtin: u64,
+) -> Setting<u64> {
+    pick(own, d, builtin, size)
+}
+
+/// [`pick`] for a number or flag taken as written.
+fn as_written<V: Copy>(own: Option<Spanned<V>>, d: &Option<Spanned<V>>, builtin: V) -> Setting<V> {
+    pick(own, d, builtin, |v| *v)
 }

@@ -24,6 +24,10 @@ pub struct Config {
     pub log_format: crate::logging::LogFormat,
     /// Every `[[deployment]]`, in file order, with `[defaults]` merged in.
     pub deployments: Vec<DeploymentConfig>,
+    /// `[supervisor] allow_empty`: a reload of this file may stop every
+    /// running deployment (without it, a file with none is refused by a
+    /// reload while any run: an emptied file is more often an accident).
+    pub allow_empty: bool,
 }
 
 /// `[supervisor]`: settings of the supervisor process itself.

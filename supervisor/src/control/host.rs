@@ -18,6 +18,8 @@ pub struct Reloaded {
     pub changed: Vec<String>,
     /// Deployments left as they were.
     pub unchanged: Vec<String>,
+    /// `[supervisor]` settings applied, each `key old → new`.
+    pub settings: Vec<String>,
 }
 
 /// A graceful stop that has begun.

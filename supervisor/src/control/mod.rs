@@ -2,6 +2,8 @@
 //! server with one handler per request, the requests only its control
 //! loop carries out (reload, stop), and the CLI's client.
 
+pub mod admission;
+pub mod budget;
 pub mod client;
 mod handlers;
 pub mod host;

@@ -33,8 +33,16 @@ pub const VERSION: u32 = 2;
 /// Longest idempotency key `send` accepts, in bytes.
 pub const MAX_KEY_BYTES: usize = 256;
 
-/// Largest message either side accepts.
+/// Largest message either side accepts (an answer such as `status`).
 pub const MAX_MESSAGE: u32 = 4 << 20;
+
+/// Largest request the supervisor reads: requests are small JSON (a
+/// `send`'s payload follows its request, outside this bound).
+pub const MAX_REQUEST: u32 = 64 << 10;
+
+/// Largest `send` payload the socket carries: `check-config` refuses a
+/// `max_mail_bytes` above it.
+pub const MAX_SEND_PAYLOAD: u64 = 16 << 20;
 
 /// The socket's file name inside its directory.
 pub const SOCKET_NAME: &str = "wfhost.sock";
@@ -207,23 +215,6 @@ impl Response {
             error: Some(error.into()),
         }
     }
-}
-
-/// Reads exactly `len` raw bytes (a `send` payload after its request),
-/// growing the buffer as they arrive rather than trusting `len` up front.
-pub async fn read_payload(
-    stream: &mut (impl AsyncRead + Unpin),
-    len: u64,
-) -> std::io::Result<Vec<u8>> {
-    let mut payload = Vec::new();
-    let read = (&mut *stream).take(len).read_to_end(&mut payload).await?;
-    if (read as u64) < len {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::UnexpectedEof,
-            format!("the request announced {len} payload bytes but only {read} came"),
-        ));
-    }
-    Ok(payload)
 }
 
 /// Reads one length-prefixed JSON message.

@@ -1,16 +1,18 @@
 //! The supervisor's end of the control socket: binding (never stealing a
-//! live socket), admission by peer credentials, and answering requests.
+//! live socket), admission by peer credentials, the bounds every client
+//! shares (connections and buffered bytes, [`budget`](super::budget)), and
+//! answering requests.
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use nix::unistd::{Gid, Uid};
 use tokio::net::{UnixListener, UnixStream};
 use tracing::{debug, warn};
 
+use super::admission::Admission;
+use super::budget::{self, Budget, Seat};
 use super::handlers::{self, Context as ClientContext};
 use super::host::HostAsks;
 use super::protocol::{self, Envelope, Request, Response, SOCKET_NAME};
@@ -40,7 +42,8 @@ pub struct Server {
     listener: UnixListener,
     path: PathBuf,
     link: Option<PathBuf>,
-    admin_gid: Option<Gid>,
+    admission: Admission,
+    budget: Arc<Budget>,
 }
 
 /// What a client's request is answered with.
@@ -80,24 +83,8 @@ impl Server {
         }
         let listener = UnixListener::bind(&path)
             .with_context(|| format!("cannot bind the control socket {}", path.display()))?;
-        let admin_gid = match &settings.admin_group {
-            Some(name) => match nix::unistd::Group::from_name(name) {
-                Ok(Some(g)) => Some(g.gid),
-                _ => bail!("admin_group {name:?} does not exist; create it or remove the setting"),
-            },
-            None => None,
-        };
-        // 0600 unless an admin group is configured: then the group may
-        // connect too (SO_PEERCRED still checks every caller).
-        let mode = if let Some(gid) = admin_gid {
-            nix::unistd::chown(&path, None, Some(gid))
-                .with_context(|| format!("cannot give {} to admin_group", path.display()))?;
-            0o660
-        } else {
-            0o600
-        };
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))
-            .with_context(|| format!("cannot set mode {mode:o} on {}", path.display()))?;
+        let admission = Admission::new(&path);
+        admission.set_group(settings.admin_group.as_deref())?;
         // Under systemd the socket lives in $RUNTIME_DIRECTORY; a link in the
         // state dir lets `--config` clients (which lack that variable) find it.
         let link = settings.state_dir.join(SOCKET_NAME);
@@ -113,7 +100,8 @@ impl Server {
             listener,
             path,
             link,
-            admin_gid,
+            admission,
+            budget: Arc::default(),
         })
     }
 
@@ -122,18 +110,31 @@ impl Server {
         &self.path
     }
 
-    /// Accepts and answers clients until the task is aborted. Clients that
-    /// connect before this runs wait in the listen backlog.
+    /// Who may connect, for a reload to change `admin_group`.
+    pub fn admission(&self) -> Admission {
+        self.admission.clone()
+    }
+
+    /// Accepts and answers clients until the task is aborted; a client
+    /// past [`budget::MAX_CLIENTS`] is told so at once and closed. Clients
+    /// that connect before this runs wait in the listen backlog.
     pub async fn serve(self, with: Served) {
+        let mut refusals = Refusals::default();
         loop {
             match self.listener.accept().await {
                 Ok((stream, _)) => {
+                    let Some(seat) = self.budget.seat() else {
+                        refuse_now(&stream, &Budget::too_many_clients());
+                        refusals.note(&self.budget);
+                        continue;
+                    };
                     let ctx = ClientContext {
                         registry: with.registry.clone(),
                         shared: with.shared.clone(),
                         host: with.host.clone(),
+                        budget: self.budget.clone(),
                     };
-                    tokio::spawn(serve_client(stream, ctx, self.admin_gid));
+                    tokio::spawn(serve_client(stream, ctx, self.admission.clone(), seat));
                 }
                 Err(e) => {
                     warn!(error = %e, "control socket accept failed");
@@ -144,31 +145,52 @@ impl Server {
     }
 }
 
+/// Clients refused for the connection limit: logged at most once a
+/// second, with how many, so a flood of them cannot flood the log.
+#[derive(Default)]
+struct Refusals {
+    since_log: u64,
+    logged_at: Option<Instant>,
+}
+
+impl Refusals {
+    fn note(&mut self, budget: &Budget) {
+        self.since_log += 1;
+        let due = self
+            .logged_at
+            .is_none_or(|at| at.elapsed() >= Duration::from_secs(1));
+        if due {
+            warn!(
+                refused = self.since_log,
+                open = budget.clients(),
+                limit = budget::MAX_CLIENTS,
+                "control-socket clients refused: the connection limit is reached"
+            );
+            self.since_log = 0;
+            self.logged_at = Some(Instant::now());
+        }
+    }
+}
+
+/// Writes `error` to a client that will not be served, without waiting:
+/// a refusal is far smaller than a socket's buffer, and a client that
+/// never reads it must not hold anything.
+fn refuse_now(stream: &UnixStream, error: &str) {
+    let response = Response::failed(exit::FAILED, error);
+    let Ok(json) = serde_json::to_vec(&response) else {
+        return;
+    };
+    let mut message = (json.len() as u32).to_be_bytes().to_vec();
+    message.extend_from_slice(&json);
+    let _ = stream.try_write(&message);
+}
+
 impl Drop for Server {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.path);
         if let Some(link) = &self.link {
             let _ = std::fs::remove_file(link);
         }
-    }
-}
-
-/// Whether a peer may use the socket: root, our own user, or a member of
-/// the configured admin group.
-fn admitted(uid: u32, gid: u32, admin_gid: Option<Gid>) -> bool {
-    if uid == 0 || uid == Uid::current().as_raw() {
-        return true;
-    }
-    let Some(admin) = admin_gid else { return false };
-    if gid == admin.as_raw() {
-        return true;
-    }
-    match nix::unistd::User::from_uid(Uid::from_raw(uid)) {
-        Ok(Some(user)) => std::ffi::CString::new(user.name)
-            .ok()
-            .and_then(|name| nix::unistd::getgrouplist(&name, user.gid).ok())
-            .is_some_and(|groups| groups.contains(&admin)),
-        _ => false,
     }
 }
 
@@ -200,19 +222,25 @@ async fn discard_request(stream: &mut UnixStream) {
     .await;
 }
 
-async fn serve_client(mut stream: UnixStream, ctx: ClientContext, admin_gid: Option<Gid>) {
+/// Serves one client; its seat is held until it is gone.
+async fn serve_client(
+    mut stream: UnixStream,
+    ctx: ClientContext,
+    admission: Admission,
+    _seat: Seat,
+) {
     let request = match stream.peer_cred() {
-        Ok(cred) if admitted(cred.uid(), cred.gid(), admin_gid) => {
+        Ok(cred) if admission.admits(cred.uid(), cred.gid()) => {
             let read = tokio::time::timeout(
                 REQUEST_TIMEOUT,
-                protocol::read_message::<Envelope>(&mut stream),
+                budget::read_request::<Envelope>(&mut stream, &ctx.budget),
             );
             let read = match read.await {
                 Ok(r) => r,
-                Err(_) => Err(std::io::Error::new(
+                Err(_) => Err(budget::ReadError::Io(std::io::Error::new(
                     std::io::ErrorKind::TimedOut,
                     "no request within 10s",
-                )),
+                ))),
             };
             match read {
                 Ok(envelope) if envelope.v != protocol::VERSION => Err(Response::failed(
@@ -224,6 +252,10 @@ async fn serve_client(mut stream: UnixStream, ctx: ClientContext, admin_gid: Opt
                     ),
                 )),
                 Ok(envelope) => Ok(envelope.request),
+                Err(budget::ReadError::Full(why)) => {
+                    debug!(error = %why, "control request refused: the buffer budget is spent");
+                    Err(Response::failed(exit::FAILED, why))
+                }
                 Err(e) => {
                     debug!(error = %e, "unreadable control request");
                     Err(Response::failed(

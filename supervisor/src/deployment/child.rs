@@ -105,7 +105,7 @@ impl LiveChild {
     ) -> Result<Self, String> {
         let (grants, grants_read_at) = match &cfg.grants_file {
             Some(path) => {
-                let (g, at) = match (grants::read(path), checked) {
+                let (g, at) = match (grants::read(cfg, path).await, checked) {
                     (Ok(fresh), _) => fresh,
                     (Err(e), Some(checked)) => {
                         warn!(deployment = %cfg.id, error = %e,
@@ -139,12 +139,7 @@ impl LiveChild {
             stderr,
         } = spawned.map_err(|e| format!("{program}: {e}"))?;
         let started_at = Instant::now();
-        if let Some(out) = stdout {
-            tokio::spawn(output::log_lines(out, cfg.id.clone(), pid, "stdout"));
-        }
-        if let Some(err) = stderr {
-            tokio::spawn(output::log_lines(err, cfg.id.clone(), pid, "stderr"));
-        }
+        output::spawn(stdout, stderr, &cfg.id, pid);
         shared.remember_child(&cfg.id, pid, &channel_id);
         let end = SupervisorEnd::new(control, channel_id.clone(), cfg.max_frame_bytes);
         Ok(Self {

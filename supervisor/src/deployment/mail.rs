@@ -78,11 +78,14 @@ pub fn holder(child: &LiveChild) -> Holder {
 
 /// How a child's wiring ended, for the replay of what it held: every end
 /// counts against its mail but the supervisor's own stop (`stopping`: its
-/// SIGTERM, SIGQUIT, or a reload that removed the deployment).
+/// SIGTERM, SIGQUIT, or a reload that removed the deployment) and a drain
+/// the child completed (a recycle or an operator drain it honoured: what
+/// it gave back it was asked to give back, so frequent recycles never
+/// quarantine innocent mail).
 pub fn ending(cause: &ExitCause, stopping: bool) -> Ending {
     Ending {
         cause: cause.describe(),
-        counts: !stopping,
+        counts: !stopping && !matches!(cause, ExitCause::Drained(_)),
         at_ms: unix_ms(),
     }
 }

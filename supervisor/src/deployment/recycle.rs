@@ -37,13 +37,16 @@ use crate::localtime;
 /// the old one drains). A recycle whose successor could not start is
 /// refused, and the old child keeps serving, rather than being replaced by
 /// none.
-pub fn vet(cfg: &DeploymentConfig) -> Result<Option<Fresh>, String> {
+pub async fn vet(cfg: &DeploymentConfig) -> Result<Option<Fresh>, String> {
     if let Some(program) = cfg.command.first() {
         nix::unistd::access(program.as_str(), nix::unistd::AccessFlags::X_OK).map_err(|e| {
             format!("command {program} cannot be run ({e}); restore it or fix the config")
         })?;
     }
-    cfg.grants_file.as_deref().map(grants::read).transpose()
+    match cfg.grants_file.as_deref() {
+        Some(path) => grants::read(cfg, path).await.map(Some),
+        None => Ok(None),
+    }
 }
 
 /// The recycle bounds of a deployment in policy terms.

@@ -19,6 +19,8 @@ pub struct Throttle {
     tokens: f64,
     at: Instant,
     dropped: u64,
+    burst: f64,
+    per_second: f64,
 }
 
 /// What to do with one fact.
@@ -33,20 +35,27 @@ pub enum Verdict {
 }
 
 impl Throttle {
-    /// A full bucket at `now`.
+    /// A full bucket at `now`, at the rate for facts.
     pub fn new(now: Instant) -> Self {
+        Self::with_rate(now, BURST, PER_SECOND)
+    }
+
+    /// A full bucket at `now` of `burst` tokens, refilled at `per_second`
+    /// (the same bound for something other than facts: output lines).
+    pub fn with_rate(now: Instant, burst: u32, per_second: u32) -> Self {
         Self {
-            tokens: f64::from(BURST),
+            tokens: f64::from(burst),
             at: now,
             dropped: 0,
+            burst: f64::from(burst),
+            per_second: f64::from(per_second),
         }
     }
 
     fn refill(&mut self, now: Instant) {
         let elapsed = now.saturating_duration_since(self.at);
         self.at = now;
-        self.tokens =
-            (self.tokens + elapsed.as_secs_f64() * f64::from(PER_SECOND)).min(f64::from(BURST));
+        self.tokens = (self.tokens + elapsed.as_secs_f64() * self.per_second).min(self.burst);
     }
 
     /// Whether a fact at `now` is published.
@@ -86,7 +95,7 @@ impl Throttle {
     /// When a report of what was left out is next possible, if one is owed.
     pub fn report_at(&self) -> Option<Instant> {
         (self.dropped > 0).then(|| {
-            let wait = (1.0 - self.tokens).max(0.0) / f64::from(PER_SECOND);
+            let wait = (1.0 - self.tokens).max(0.0) / self.per_second;
             self.at + Duration::from_secs_f64(wait)
         })
     }

@@ -98,8 +98,9 @@ impl Supervisor {
 
     /// Applies a new configuration: starts added deployments, stops removed
     /// ones (drained under their budget), and recycles changed ones onto
-    /// their new settings (origin operator). Supervisor-wide settings other
-    /// than the deployments take effect at the next start.
+    /// their new settings (origin operator). The `[supervisor]` settings
+    /// are the reload's to apply or refuse (`commands/supervise/reload.rs`)
+    /// before this is called.
     pub async fn reload(&mut self, config: &Config) -> ReloadSummary {
         let mut summary = ReloadSummary::default();
         let current: BTreeMap<String, DeploymentHandle> = self

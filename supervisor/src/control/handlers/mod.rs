@@ -34,6 +34,8 @@ pub struct Context {
     pub shared: Arc<Shared>,
     /// The control loop, for reload and stop.
     pub host: HostAsks,
+    /// What every client's requests may hold together.
+    pub budget: Arc<crate::control::budget::Budget>,
 }
 
 /// Answers one (non-streaming) request.

@@ -35,5 +35,6 @@ pub async fn answer(ctx: &Context) -> Result<Response, Response> {
         "removed": reloaded.removed,
         "changed": reloaded.changed,
         "unchanged": reloaded.unchanged,
+        "settings": reloaded.settings,
     })))
 }

@@ -5,7 +5,8 @@ use tokio::net::UnixStream;
 
 use super::{Context, lookup};
 use crate::config::DeploymentConfig;
-use crate::control::protocol::{self, MAX_KEY_BYTES, Response};
+use crate::control::budget;
+use crate::control::protocol::{MAX_KEY_BYTES, Response};
 use crate::control::server::REQUEST_TIMEOUT;
 use crate::deployment::Ask;
 use crate::exit;
@@ -27,7 +28,7 @@ pub async fn answer(
     handle.with_status(|status| admit(&cfg, status, payload_bytes, key.as_deref()))?;
     let payload = tokio::time::timeout(
         REQUEST_TIMEOUT,
-        protocol::read_payload(stream, payload_bytes),
+        budget::read_payload(stream, payload_bytes, &ctx.budget),
     )
     .await
     .map_err(|_| {
@@ -36,11 +37,12 @@ pub async fn answer(
             format!("the payload did not arrive within {REQUEST_TIMEOUT:?}; nothing was accepted"),
         )
     })?
-    .map_err(|e| {
-        Response::failed(
+    .map_err(|e| match e {
+        budget::ReadError::Full(why) => Response::failed(exit::FAILED, why),
+        e => Response::failed(
             exit::USAGE,
             format!("unreadable payload: {e}; nothing was accepted"),
-        )
+        ),
     })?;
     let offer = Offer {
         deployment: deployment.to_owned(),

@@ -1,5 +1,6 @@
 //! `status`: every deployment's status with its mail counts, and the
-//! host's facts (cores, memory, load, the supervisor's own RSS).
+//! host's facts (cores, memory, load, the supervisor's own RSS), and
+//! whether the store takes writes.
 
 use std::time::Instant;
 
@@ -38,7 +39,13 @@ pub async fn answer(ctx: &Context) -> Result<Response, Response> {
         .zip(&counts)
         .map(|(h, mail)| h.with_status(|s| s.to_json(now, mail)))
         .collect();
-    Ok(Response::ok(
-        json!({ "deployments": deployments, "host": crate::observe::host::now() }),
-    ))
+    let acks = handles
+        .iter()
+        .map(|h| h.with_status(|s| s.acks_pending))
+        .sum();
+    Ok(Response::ok(json!({
+        "deployments": deployments,
+        "host": crate::observe::host::now(),
+        "store": ctx.shared.store_view(acks),
+    })))
 }

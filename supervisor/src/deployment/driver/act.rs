@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use tracing::{debug, error, info, warn};
 use wfhost_ipc::{CancelOrigin, Control};
-use wfhost_policy::life::{Action, Fresh, Input, KillWhy};
+use wfhost_policy::life::{Action, DrainPurpose, Fresh, Input, KillWhy};
 use wfhost_policy::liveness::Liveness;
 use wfhost_policy::{Fact, format_duration};
 
@@ -21,110 +21,143 @@ use crate::shared::unix_ms;
 use crate::store::Holder;
 
 impl Replica {
-    /// Carries out one of the machine's actions.
+    /// Carries out one of the machine's actions: one arm per action, kept
+    /// as one table so what each action does is read in one place.
     pub(super) async fn act(&mut self, action: Action<Waiter>) {
         let now = Instant::now();
-        let id = self.label.clone();
         match action {
             Action::Spawn { grants } => self.spawn(grants).await,
-            Action::Dispatch => {
-                if let Some(w) = self.wired.as_mut() {
-                    w.dispatch.want();
-                }
-            }
-            Action::Vet => {
-                let vetted = recycle::vet(&self.cfg);
-                self.inputs.push_back(Input::Vetted(vetted));
-            }
-            Action::SendDrain(purpose) => {
-                let Some(w) = self.wired.as_mut() else { return };
-                let budget = self.cfg.drain_timeout;
-                w.budget.begin(now, budget);
-                info!(deployment = %id, pid = w.io.pid, purpose = purpose.as_str(), budget = %format_duration(budget), "draining");
-                let budget_ms = u64::try_from(budget.as_millis()).unwrap_or(u64::MAX);
-                // A drain that starts with nothing to cancel starts paused.
-                let paused = w.budget.transition(now);
-                if let Err(e) = w.io.send(&self.cfg, Control::Drain { budget_ms }).await {
-                    debug!(deployment = %id, pid = w.io.pid, error = %e, "drain not sent");
-                }
-                if let Some(fact) = paused {
-                    self.record(fact);
-                }
-            }
-            Action::EndDrain { purpose, why } => {
-                let budget = match self.wired.as_mut() {
-                    Some(w) => Some(&mut w.budget),
-                    None => self.retired.as_mut(),
-                };
-                let used = budget.map_or(Duration::ZERO, |b| b.end(now));
-                if why == "drain_deadline passed" {
-                    warn!(deployment = %id, purpose = purpose.as_str(), "drain_deadline passed before the child drained; stopping it");
-                }
-                self.record(Fact::DrainEnded { purpose, why, used });
-            }
-            Action::Terminate => {
-                let Some(w) = self.wired.as_mut() else { return };
-                info!(deployment = %id, pid = w.io.pid, "stopping: SIGTERM to process group");
-                w.io.terminate().await;
-            }
-            Action::Kill(why) => {
-                let Some(w) = self.wired.as_ref() else { return };
-                let pid = w.io.pid;
-                match why {
-                    KillWhy::Misconduct(cause) => {
-                        error!(deployment = %id, pid, reason = %cause.describe(), "killing child")
-                    }
-                    KillWhy::Operator => warn!(deployment = %id, pid, "operator forced SIGKILL"),
-                    KillWhy::Overdue => {
-                        warn!(deployment = %id, pid, kill_timeout = %format_duration(self.cfg.kill_timeout),
-                            "child did not exit after SIGTERM; sending SIGKILL")
-                    }
-                }
-                w.io.kill();
-            }
+            Action::Dispatch => self.want_dispatch(),
+            Action::Vet => self.vet().await,
+            Action::SendDrain(purpose) => self.send_drain(purpose, now).await,
+            Action::EndDrain { purpose, why } => self.end_drain(purpose, why, now),
+            Action::Terminate => self.terminate().await,
+            Action::Kill(why) => self.kill(why),
             Action::Cancel { run, to } => self.operator_cancel(run, to),
-            Action::ReplayMail => {
-                if let Some(replay) = self.ended.take() {
-                    self.replays.push(replay);
-                }
-            }
+            Action::ReplayMail => self.replay_mail(),
             // The deployment answers once its status says so.
             Action::Answer { to, answer } => self.answers.push((to, answer)),
-            Action::Record(fact) => {
-                // The machine records a child's end just before it asks
-                // for the replay of its mail: the replay's holder and cause.
-                if let Fact::Exited {
-                    pid,
-                    channel_id,
-                    cause,
-                } = &fact
-                {
-                    let holder = Holder {
-                        channel_id: channel_id.clone(),
-                        pid: *pid,
-                    };
-                    let ending = mail::ending(cause, self.stopping);
-                    self.ended = Some(Replay { holder, ending });
-                }
-                self.record(fact)
-            }
-            Action::RearmPolicy => {
-                if let Some(w) = self.wired.as_mut() {
-                    self.shared.watchlist.rearm(w.io.pid);
-                    // A refused `max_mail` recycle asks again after as
-                    // many items more, not on every ack.
-                    if w.mail_bound_asked {
-                        w.mail_bound_asked = false;
-                        w.mail_done = 0;
-                    }
-                }
-            }
+            Action::Record(fact) => self.record_ending(fact),
+            Action::RearmPolicy => self.rearm_policy(),
             Action::Started => self.shared.started.notify_one(),
-            Action::Finish => {
-                self.finished = true;
-                self.told.push(Told::Finished);
+            Action::Finish => self.finish(),
+        }
+    }
+
+    /// The live child may take more mail.
+    fn want_dispatch(&mut self) {
+        if let Some(w) = self.wired.as_mut() {
+            w.dispatch.want();
+        }
+    }
+
+    /// Checks whether a recycle may go ahead; the machine hears the verdict.
+    async fn vet(&mut self) {
+        let vetted = recycle::vet(&self.cfg).await;
+        self.inputs.push_back(Input::Vetted(vetted));
+    }
+
+    /// Starts the drain budget and tells the child to drain.
+    async fn send_drain(&mut self, purpose: DrainPurpose, now: Instant) {
+        let id = &self.label;
+        let Some(w) = self.wired.as_mut() else { return };
+        let budget = self.cfg.drain_timeout;
+        w.budget.begin(now, budget);
+        info!(deployment = %id, pid = w.io.pid, purpose = purpose.as_str(), budget = %format_duration(budget), "draining");
+        let budget_ms = u64::try_from(budget.as_millis()).unwrap_or(u64::MAX);
+        // A drain that starts with nothing to cancel starts paused.
+        let paused = w.budget.transition(now);
+        if let Err(e) = w.io.send(&self.cfg, Control::Drain { budget_ms }).await {
+            debug!(deployment = %id, pid = w.io.pid, error = %e, "drain not sent");
+        }
+        if let Some(fact) = paused {
+            self.record(fact);
+        }
+    }
+
+    /// Ends the drain's budget (the live child's, else the one just
+    /// reaped) and records how much of it was used.
+    fn end_drain(&mut self, purpose: DrainPurpose, why: &'static str, now: Instant) {
+        let budget = match self.wired.as_mut() {
+            Some(w) => Some(&mut w.budget),
+            None => self.retired.as_mut(),
+        };
+        let used = budget.map_or(Duration::ZERO, |b| b.end(now));
+        if why == "drain_deadline passed" {
+            warn!(deployment = %self.label, purpose = purpose.as_str(), "drain_deadline passed before the child drained; stopping it");
+        }
+        self.record(Fact::DrainEnded { purpose, why, used });
+    }
+
+    /// SIGTERM to the live child's process group.
+    async fn terminate(&mut self) {
+        let Some(w) = self.wired.as_mut() else { return };
+        info!(deployment = %self.label, pid = w.io.pid, "stopping: SIGTERM to process group");
+        w.io.terminate().await;
+    }
+
+    /// SIGKILL to the live child, logged with why.
+    fn kill(&mut self, why: KillWhy) {
+        let id = &self.label;
+        let Some(w) = self.wired.as_ref() else { return };
+        let pid = w.io.pid;
+        match why {
+            KillWhy::Misconduct(cause) => {
+                error!(deployment = %id, pid, reason = %cause.describe(), "killing child")
+            }
+            KillWhy::Operator => warn!(deployment = %id, pid, "operator forced SIGKILL"),
+            KillWhy::Overdue => {
+                warn!(deployment = %id, pid, kill_timeout = %format_duration(self.cfg.kill_timeout),
+                    "child did not exit after SIGTERM; sending SIGKILL")
             }
         }
+        w.io.kill();
+    }
+
+    /// The ended child's unacknowledged mail is owed back to the inbox.
+    fn replay_mail(&mut self) {
+        if let Some(replay) = self.ended.take() {
+            self.replays.push(replay);
+        }
+    }
+
+    /// Records a fact; a child's end is also kept as the holder and cause
+    /// of the mail replay the machine asks for just after.
+    fn record_ending(&mut self, fact: Fact) {
+        if let Fact::Exited {
+            pid,
+            channel_id,
+            cause,
+        } = &fact
+        {
+            let holder = Holder {
+                channel_id: channel_id.clone(),
+                pid: *pid,
+            };
+            let ending = mail::ending(cause, self.stopping);
+            self.ended = Some(Replay { holder, ending });
+        }
+        self.record(fact)
+    }
+
+    /// The policy watches the live child's bounds again after a refused
+    /// recycle.
+    fn rearm_policy(&mut self) {
+        if let Some(w) = self.wired.as_mut() {
+            self.shared.watchlist.rearm(w.io.pid);
+            // A refused `max_mail` recycle asks again after as
+            // many items more, not on every ack.
+            if w.mail_bound_asked {
+                w.mail_bound_asked = false;
+                w.mail_done = 0;
+            }
+        }
+    }
+
+    /// The replica's life is over; its deployment hears so.
+    fn finish(&mut self) {
+        self.finished = true;
+        self.told.push(Told::Finished);
     }
 
     /// Spawns the next child with the configuration in force now.

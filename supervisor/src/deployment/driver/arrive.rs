@@ -5,7 +5,7 @@
 use std::time::Instant;
 
 use tracing::{debug, error, info, warn};
-use wfhost_ipc::{Control, Event};
+use wfhost_ipc::{Control, DrainBehavior, Event, Outcome};
 use wfhost_policy::Fact;
 use wfhost_policy::format_duration;
 use wfhost_policy::life::{Input, Misconduct, RecycleCause};
@@ -42,81 +42,125 @@ impl Replica {
     }
 
     /// One event of a live child: bookkeeping, facts, and what the machine
-    /// must hear of it.
+    /// must hear of it. One arm per event, kept as one table so what each
+    /// event does is read in one place.
     pub(super) async fn event(&mut self, event: Event) {
+        if self.wired.is_none() {
+            return;
+        }
+        let now = Instant::now();
+        // A finished step or an acknowledged item is work done.
+        let worked = matches!(event, Event::StepFinished { .. } | Event::MailAck { .. });
+        let fact = match event {
+            Event::Pong { nonce } => self.pong(nonce, now),
+            Event::StepStarted { run, step, drain } => self.step_started(run, step, drain, now),
+            Event::StepFinished { run, step, outcome } => {
+                self.step_finished(run, step, outcome, now)
+            }
+            Event::RunTerminal { run, outcome } => self.run_terminal(run, outcome, now),
+            Event::MailAck { id, outcome } => self.mail_ack(id, outcome),
+            Event::Drained => self.child_drained(),
+            Event::RecycleRequest { reason } => self.recycle_asked(&reason),
+            Event::Custom { kind, bytes } => custom(&kind, bytes.len()),
+            // The handshake's frames are taken by `LiveChild::frame`.
+            Event::Hello(_) | Event::Ready => None,
+        };
+        self.tell_progress(worked);
+        self.publish_admitted(fact, now);
+    }
+
+    /// A ping answered.
+    fn pong(&mut self, nonce: u64, now: Instant) -> Option<Fact> {
+        let w = self.wired.as_mut()?;
+        if let Some(l) = w.liveness.as_mut() {
+            l.on_pong(nonce, now);
+        }
+        None
+    }
+
+    /// A step started: counted by the drain budget, or refused as a
+    /// violation (a step the budget cannot take).
+    fn step_started(
+        &mut self,
+        run: String,
+        step: String,
+        drain: DrainBehavior,
+        now: Instant,
+    ) -> Option<Fact> {
+        let w = self.wired.as_mut()?;
+        match w.budget.step_started(&run, &step, drain, now) {
+            Ok(()) => Some(Fact::StepStarted { run, step, drain }),
+            Err(v) => {
+                self.inputs
+                    .push_back(Input::Misbehaved(Misconduct::Violation(v)));
+                None
+            }
+        }
+    }
+
+    /// A step finished.
+    fn step_finished(
+        &mut self,
+        run: String,
+        step: String,
+        outcome: Outcome,
+        now: Instant,
+    ) -> Option<Fact> {
+        let w = self.wired.as_mut()?;
+        w.budget.step_finished(&run, &step, now);
+        Some(Fact::StepFinished { run, step, outcome })
+    }
+
+    /// A run ended: its steps leave the budget.
+    fn run_terminal(&mut self, run: String, outcome: Outcome, now: Instant) -> Option<Fact> {
+        let w = self.wired.as_mut()?;
+        w.budget.run_terminal(&run, now);
+        Some(Fact::RunTerminal { run, outcome })
+    }
+
+    /// A mail item acknowledged: written in order with every other mail
+    /// write this deployment owes, retried until it lands.
+    fn mail_ack(&mut self, id: u64, outcome: Outcome) -> Option<Fact> {
+        let w = self.wired.as_ref()?;
+        self.acks.push(Ack {
+            holder: mail::holder(&w.io),
+            id,
+            outcome,
+        });
+        None
+    }
+
+    /// The child reports it has drained.
+    fn child_drained(&mut self) -> Option<Fact> {
+        let pid = self.wired.as_ref()?.io.pid;
+        self.inputs.push_back(Input::Drained);
+        Some(Fact::ChildDrained { pid })
+    }
+
+    /// The child asks to be recycled. With overlap, the crew starts its
+    /// successor first; a child that asks before doing any work is
+    /// recycled in place, where its machine holds a loop of such asks back.
+    fn recycle_asked(&mut self, reason: &str) -> Option<Fact> {
+        let w = self.wired.as_ref()?;
+        let reason = clip(reason);
+        info!(deployment = %self.label, pid = w.io.pid, reason = %reason, "the child asked to be recycled");
+        if self.cfg.recycle.overlap && w.worked_told {
+            self.told.push(Told::Recycle {
+                cause: RecycleCause::Child,
+                reason,
+            });
+        } else {
+            self.inputs.push_back(Input::RecycleAsked(reason));
+        }
+        None
+    }
+
+    /// Tells the machine the child's first work, and whether steps are in
+    /// flight, when either changed.
+    fn tell_progress(&mut self, worked: bool) {
         let Some(w) = self.wired.as_mut() else {
             return;
         };
-        let now = Instant::now();
-        let id = &self.label;
-        let pid = w.io.pid;
-        let mut facts = Vec::new();
-        let mut worked = false;
-        match event {
-            Event::Pong { nonce } => {
-                if let Some(l) = w.liveness.as_mut() {
-                    l.on_pong(nonce, now);
-                }
-            }
-            Event::StepStarted { run, step, drain } => {
-                match w.budget.step_started(&run, &step, drain, now) {
-                    Ok(()) => facts.push(Fact::StepStarted { run, step, drain }),
-                    Err(v) => self
-                        .inputs
-                        .push_back(Input::Misbehaved(Misconduct::Violation(v))),
-                }
-            }
-            Event::StepFinished { run, step, outcome } => {
-                w.budget.step_finished(&run, &step, now);
-                facts.push(Fact::StepFinished { run, step, outcome });
-                worked = true;
-            }
-            Event::RunTerminal { run, outcome } => {
-                w.budget.run_terminal(&run, now);
-                facts.push(Fact::RunTerminal { run, outcome });
-            }
-            Event::MailAck {
-                id: mail_id,
-                outcome,
-            } => {
-                // Written in order with every other mail write this
-                // deployment owes, retried until it lands.
-                self.acks.push(Ack {
-                    holder: mail::holder(&w.io),
-                    id: mail_id,
-                    outcome,
-                });
-                worked = true;
-            }
-            Event::Drained => {
-                facts.push(Fact::ChildDrained { pid });
-                self.inputs.push_back(Input::Drained);
-            }
-            Event::RecycleRequest { reason } => {
-                let reason: String = reason.chars().take(MAX_REASON_CHARS).collect();
-                info!(deployment = %id, pid, reason = %reason, "the child asked to be recycled");
-                // With overlap, the crew starts its successor first; a
-                // child that asks before doing any work is recycled in
-                // place, where its machine holds a loop of such asks back.
-                if self.cfg.recycle.overlap && w.worked_told {
-                    self.told.push(Told::Recycle {
-                        cause: RecycleCause::Child,
-                        reason,
-                    });
-                } else {
-                    self.inputs.push_back(Input::RecycleAsked(reason));
-                }
-            }
-            Event::Custom { kind, bytes } => {
-                let kind = kind.chars().take(MAX_REASON_CHARS).collect();
-                facts.push(Fact::Custom {
-                    kind,
-                    bytes: bytes.len(),
-                });
-            }
-            // The handshake's frames are taken by `LiveChild::frame`.
-            Event::Hello(_) | Event::Ready => {}
-        }
         if worked && !w.worked_told {
             w.worked_told = true;
             self.inputs.push_back(Input::Worked);
@@ -126,9 +170,16 @@ impl Replica {
             w.steps_told = any;
             self.inputs.push_back(Input::StepsInFlight(any));
         }
-        // The child's own reports are rate-limited; the budget's are not.
-        let mut admitted = Vec::with_capacity(facts.len() + 1);
-        for fact in facts {
+    }
+
+    /// Records the child's own report as far as its rate limit admits,
+    /// then what the budget's transition says (never limited).
+    fn publish_admitted(&mut self, fact: Option<Fact>, now: Instant) {
+        let Some(w) = self.wired.as_mut() else {
+            return;
+        };
+        let mut admitted = Vec::with_capacity(3);
+        if let Some(fact) = fact {
             match w.throttle.admit(now) {
                 Verdict::Publish => admitted.push(fact),
                 Verdict::PublishAfterDropped(dropped) => {
@@ -250,4 +301,17 @@ impl Replica {
             });
         }
     }
+}
+
+/// A custom event's fact: its kind, clipped, and its size.
+fn custom(kind: &str, bytes: usize) -> Option<Fact> {
+    Some(Fact::Custom {
+        kind: clip(kind),
+        bytes,
+    })
+}
+
+/// A child's text cut to [`MAX_REASON_CHARS`] characters.
+fn clip(text: &str) -> String {
+    text.chars().take(MAX_REASON_CHARS).collect()
 }

@@ -16,7 +16,7 @@ use crate::deployment::spread::{self, Hand};
 use crate::deployment::writes::Next;
 use crate::deployment::{mail, recycle};
 use crate::shared::unix_ms;
-use crate::store::Holder;
+use crate::store::{Holder, MailItem};
 
 impl Driver {
     /// Spreads the head of the inbox over the replicas that take mail and
@@ -27,21 +27,7 @@ impl Driver {
         if !self.writes.clear(now) {
             return;
         }
-        let hands: Vec<Hand> = self
-            .replicas
-            .iter()
-            .enumerate()
-            .filter(|(_, r)| r.life.takes_mail())
-            .filter_map(|(who, r)| {
-                let d = &r.wired.as_ref()?.dispatch;
-                let room = d.to_take()?;
-                Some(Hand {
-                    who,
-                    held: d.in_flight(),
-                    room,
-                })
-            })
-            .collect();
+        let hands = self.hands();
         if hands.is_empty() {
             return;
         }
@@ -77,12 +63,38 @@ impl Driver {
                 Ok::<_, crate::store::StoreError>((hands, taken))
             })
             .await;
-        let (hands, taken) = match taken {
-            Ok(Ok(t)) => t,
-            Ok(Err(e)) => return self.refused("taking mail from the inbox", e.to_string(), now),
-            Err(e) => return self.refused("taking mail from the inbox", e.to_string(), now),
-        };
-        self.writes.took();
+        match taken {
+            Ok(Ok((hands, taken))) => {
+                self.writes.took();
+                self.mail_accepted();
+                self.hand_out(hands, taken).await;
+            }
+            Ok(Err(e)) => self.refused("taking mail from the inbox", e.to_string(), now),
+            Err(e) => self.refused("taking mail from the inbox", e.to_string(), now),
+        }
+    }
+
+    /// The replicas that take mail now and have room, with what they hold.
+    fn hands(&self) -> Vec<Hand> {
+        self.replicas
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.life.takes_mail())
+            .filter_map(|(who, r)| {
+                let d = &r.wired.as_ref()?.dispatch;
+                let room = d.to_take()?;
+                Some(Hand {
+                    who,
+                    held: d.in_flight(),
+                    room,
+                })
+            })
+            .collect()
+    }
+
+    /// Sends each replica the items taken for it (`who`, how many were
+    /// asked, what came).
+    async fn hand_out(&mut self, hands: Vec<Hand>, taken: Vec<(usize, usize, Vec<MailItem>)>) {
         let total_room: usize = hands.iter().map(|h| h.room).sum();
         let mut planned = 0;
         let mut short = false;
@@ -162,6 +174,7 @@ impl Driver {
                         info!(deployment = %id, "the store accepts mail writes again: {what} landed");
                     }
                     self.writes.landed(acks);
+                    self.mail_accepted();
                 }
                 Err((what, e)) => return self.refused(what, e, now),
             }
@@ -196,9 +209,20 @@ impl Driver {
     /// A mail write the store refused: kept, retried, shown in status.
     pub(super) fn refused(&mut self, what: &str, error: String, now: Instant) {
         let (attempt, delay) = self.writes.refused(error.clone(), now);
+        let health = &self.shared().backlog.health;
+        health.refused(&format!("mail of {}", self.id), &error);
         if attempt == 1 || attempt.is_multiple_of(10) {
             error!(deployment = %self.id, attempt, retry_in = %format_duration(delay), error = %error,
                 "the store refused {what}; it is kept and retried, nothing is lost");
+        }
+    }
+
+    /// The store took this deployment's mail writes: no longer refusing
+    /// at the top of status once nothing of it waits for a retry.
+    fn mail_accepted(&self) {
+        if self.writes.error.is_none() {
+            let health = &self.shared().backlog.health;
+            health.accepted(&format!("mail of {}", self.id));
         }
     }
 }

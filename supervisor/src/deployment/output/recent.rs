@@ -38,6 +38,14 @@ pub struct Line {
     pub text: String,
     /// The line was longer than the log keeps and was cut.
     pub cut: bool,
+    /// Not a line but a note: this many lines were left out here, past
+    /// the child's rate (`text` is empty).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub suppressed: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// The recent output of one deployment.
@@ -68,6 +76,15 @@ impl Recent {
 
     /// Keeps a line, dropping the oldest past the bounds.
     pub fn push(&self, pid: u32, stream: &'static str, text: &str, cut: bool) {
+        self.keep(pid, stream, text, cut, 0);
+    }
+
+    /// Keeps the note that `n` lines were left out.
+    pub fn push_suppressed(&self, pid: u32, stream: &'static str, n: u64) {
+        self.keep(pid, stream, "", false, n);
+    }
+
+    fn keep(&self, pid: u32, stream: &'static str, text: &str, cut: bool, suppressed: u64) {
         let seq = {
             let mut ring = self.ring.lock().unwrap_or_else(|p| p.into_inner());
             let seq = ring.next;
@@ -80,6 +97,7 @@ impl Recent {
                 stream,
                 text: text.to_owned(),
                 cut,
+                suppressed,
             });
             while ring.lines.len() > MAX_LINES || ring.bytes > MAX_BYTES && ring.lines.len() > 1 {
                 if let Some(old) = ring.lines.pop_front() {

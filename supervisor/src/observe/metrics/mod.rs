@@ -34,6 +34,7 @@ pub use render::render;
 use crate::host::Registry;
 use crate::observe::status::Status;
 use crate::shared::Shared;
+use crate::shared::unix_ms;
 use crate::store::MailCounts;
 
 /// The most request-head bytes read from a client.
@@ -125,7 +126,9 @@ async fn serve_connection(
             Route::Metrics => match collect(registry, shared).await {
                 Ok(snapshots) => {
                     let host = crate::observe::host::now();
-                    let text = render(&snapshots, host.as_ref(), Instant::now());
+                    let mut text = render(&snapshots, host.as_ref(), Instant::now());
+                    let acks = snapshots.iter().map(|(s, _)| s.acks_pending).sum();
+                    text.push_str(&render::store(&shared.store_view(acks), unix_ms()));
                     response("200 OK", CONTENT_TYPE, &text)
                 }
                 Err(e) => {

@@ -5,6 +5,7 @@ use std::time::Instant;
 
 use crate::observe::host::Host;
 use crate::observe::status::{State, Status};
+use crate::shared::health::StoreView;
 use crate::store::MailCounts;
 
 /// Every state, in the order the `wfhost_deployment_state` family lists them.
@@ -77,7 +78,17 @@ pub fn render(snapshots: &[(Status, MailCounts)], host: Option<&Host>, now: Inst
     if let Some(h) = host {
         host_families(&mut e, h);
     }
+    child_families(&mut e, snapshots, now);
+    restart_and_recycle_families(&mut e, snapshots);
+    drain_families(&mut e, snapshots, now);
+    mail_families(&mut e, snapshots);
+    fault_families(&mut e, snapshots);
+    e.out
+}
 
+/// The live child of each deployment: its memory, its uptime, and the
+/// deployment's state.
+fn child_families(e: &mut Exposition, snapshots: &[(Status, MailCounts)], now: Instant) {
     let name = "wfhost_child_rss_bytes";
     e.family(
         name,
@@ -115,7 +126,11 @@ pub fn render(snapshots: &[(Status, MailCounts)], host: Option<&Host>, now: Inst
             );
         }
     }
+}
 
+/// What each deployment's children went through: restarts, and
+/// recycles by origin and by reason.
+fn restart_and_recycle_families(e: &mut Exposition, snapshots: &[(Status, MailCounts)]) {
     let name = "wfhost_restarts_total";
     e.family(
         name,
@@ -154,7 +169,11 @@ pub fn render(snapshots: &[(Status, MailCounts)], host: Option<&Host>, now: Inst
             e.sample(name, &[("deployment", &s.id), ("reason", reason)], n);
         }
     }
+}
 
+/// Each deployment's drain: under way, its budget used and in force,
+/// and the budgets that escalated.
+fn drain_families(e: &mut Exposition, snapshots: &[(Status, MailCounts)], now: Instant) {
     let name = "wfhost_drain_active";
     e.family(name, "gauge", "1 while a drain is under way.");
     for (s, _) in snapshots {
@@ -190,7 +209,10 @@ pub fn render(snapshots: &[(Status, MailCounts)], host: Option<&Host>, now: Inst
     for (s, _) in snapshots {
         e.sample(name, &[("deployment", &s.id)], s.escalations);
     }
+}
 
+/// Each deployment's mail in the store, live and dead.
+fn mail_families(e: &mut Exposition, snapshots: &[(Status, MailCounts)]) {
     let name = "wfhost_mail";
     e.family(
         name,
@@ -216,7 +238,11 @@ pub fn render(snapshots: &[(Status, MailCounts)], host: Option<&Host>, now: Inst
     for (s, mail) in snapshots {
         e.sample(name, &[("deployment", &s.id)], mail.dead);
     }
+}
 
+/// What went wrong with each deployment's children: protocol
+/// violations, and cancels the journal has not accepted yet.
+fn fault_families(e: &mut Exposition, snapshots: &[(Status, MailCounts)]) {
     let name = "wfhost_protocol_violations_total";
     e.family(
         name,
@@ -236,8 +262,6 @@ pub fn render(snapshots: &[(Status, MailCounts)], host: Option<&Host>, now: Inst
     for (s, _) in snapshots {
         e.sample(name, &[("deployment", &s.id)], s.cancels_pending);
     }
-
-    e.out
 }
 
 /// The host's gauges: what an operator checks first when recycles pile up.
@@ -276,4 +300,42 @@ fn host_families(e: &mut Exposition, h: &Host) {
     for (window, value) in ["1m", "5m", "15m"].into_iter().zip(h.load) {
         e.sample(name, &[("window", window)], value);
     }
+}
+
+/// The store's gauges at `now_ms` (Unix milliseconds): whether it takes
+/// writes, for how long it has refused, and what waits for it.
+pub fn store(view: &StoreView, now_ms: u64) -> String {
+    let mut e = Exposition::default();
+    let name = "wfhost_store_takes_writes";
+    e.family(
+        name,
+        "gauge",
+        "1 while the store takes every write, 0 while it refuses some (see wfhost status: store).",
+    );
+    e.sample(name, &[], u8::from(view.takes_writes));
+    let name = "wfhost_store_refusing_seconds";
+    e.family(
+        name,
+        "gauge",
+        "How long the store has refused writes (0 while it takes them).",
+    );
+    let refusing = view
+        .refusing_since_ms
+        .map_or(0, |since| now_ms.saturating_sub(since));
+    e.sample(name, &[], seconds(refusing));
+    let name = "wfhost_store_waiting";
+    e.family(
+        name,
+        "gauge",
+        "Writes waiting for the store to take them: mail acks, journal records, events.",
+    );
+    let w = &view.waiting;
+    for (what, n) in [
+        ("acks", w.acks),
+        ("journal_records", w.journal_records),
+        ("events", w.events),
+    ] {
+        e.sample(name, &[("what", what)], n);
+    }
+    e.out
 }

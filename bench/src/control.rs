@@ -1,0 +1,100 @@
+//! Speaking the control socket (control protocol 2) straight from a
+//! benchmark, so figures are the supervisor's and not the CLI's process
+//! start: one request and its answer, mail sent, an `events --follow`
+//! stream.
+
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+
+use anyhow::{Context, bail};
+use serde_json::{Value, json};
+
+/// One request and its answer; `payload` follows a `send`.
+pub fn call(socket: &Path, request: &Value, payload: &[u8]) -> anyhow::Result<Value> {
+    let mut s = UnixStream::connect(socket).context("connecting to the control socket")?;
+    write_message(&mut s, request)?;
+    s.write_all(payload)?;
+    read_message(&mut s)
+}
+
+fn write_message(s: &mut UnixStream, v: &Value) -> anyhow::Result<()> {
+    let bytes = serde_json::to_vec(v)?;
+    s.write_all(&u32::try_from(bytes.len())?.to_be_bytes())?;
+    s.write_all(&bytes)?;
+    Ok(())
+}
+
+fn read_message(s: &mut UnixStream) -> anyhow::Result<Value> {
+    let mut len = [0u8; 4];
+    s.read_exact(&mut len)?;
+    let mut buf = vec![0u8; u32::from_be_bytes(len) as usize];
+    s.read_exact(&mut buf)?;
+    Ok(serde_json::from_slice(&buf)?)
+}
+
+/// Sends one `{}` item to `deployment`; its id.
+pub fn send(socket: &Path, deployment: &str) -> anyhow::Result<u64> {
+    let payload = b"{}";
+    let answer = call(
+        socket,
+        &json!({"v": 2, "cmd": "send", "deployment": deployment, "payload_bytes": payload.len()}),
+        payload,
+    )?;
+    answer["data"]["id"]
+        .as_u64()
+        .with_context(|| format!("send refused: {answer}"))
+}
+
+/// `status`'s deployments.
+pub fn status(socket: &Path) -> anyhow::Result<Vec<Value>> {
+    let answer = call(socket, &json!({"v": 2, "cmd": "status"}), &[])?;
+    match answer["data"]["deployments"].as_array() {
+        Some(d) => Ok(d.clone()),
+        None => bail!("status refused: {answer}"),
+    }
+}
+
+/// An `events --follow` stream.
+pub struct Follow(UnixStream);
+
+impl Follow {
+    /// Follows events after seq `after`.
+    pub fn open(socket: &Path, after: u64) -> anyhow::Result<Self> {
+        let mut s = UnixStream::connect(socket)?;
+        write_message(
+            &mut s,
+            &json!({"v": 2, "cmd": "events", "after": after, "follow": true}),
+        )?;
+        let started = read_message(&mut s)?;
+        if started["ok"] != true {
+            bail!("events refused: {started}");
+        }
+        Ok(Self(s))
+    }
+
+    /// Reads events until one `f` accepts.
+    pub fn until(&mut self, mut f: impl FnMut(&Value) -> bool) -> anyhow::Result<Value> {
+        loop {
+            let event = read_message(&mut self.0)?;
+            if f(&event) {
+                return Ok(event);
+            }
+        }
+    }
+}
+
+/// The highest event seq so far (followers start after it).
+pub fn last_seq(socket: &Path) -> anyhow::Result<u64> {
+    let mut s = UnixStream::connect(socket)?;
+    write_message(
+        &mut s,
+        &json!({"v": 2, "cmd": "events", "after": 0, "follow": false}),
+    )?;
+    let mut last = 0;
+    let _started = read_message(&mut s)?;
+    while let Ok(event) = read_message(&mut s) {
+        last = event["seq"].as_u64().unwrap_or(last);
+    }
+    Ok(last)
+}

@@ -1,0 +1,89 @@
+//! What a deployment went through, counted from the facts recorded
+//! about it: restarts, recycles, violations, escalations, the last exit.
+
+use serde::Serialize;
+use wfhost_policy::fact::Fact;
+
+use super::Status;
+
+/// The last recycle, for operators asking "why was it replaced?".
+#[derive(Debug, Clone, Serialize)]
+pub struct LastRecycle {
+    /// Who asked.
+    pub origin: &'static str,
+    /// Why.
+    pub reason: String,
+    /// Unix time in milliseconds when it completed.
+    pub at_ms: u64,
+    /// The replaced child's pid.
+    pub old_pid: Option<u32>,
+    /// The new child's pid.
+    pub new_pid: u32,
+}
+
+/// Recycles by origin.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct RecycleCounts {
+    /// Bounds passed.
+    pub policy: u64,
+    /// Operator, signal or reload.
+    pub operator: u64,
+    /// The child asked.
+    #[serde(rename = "self")]
+    pub self_: u64,
+}
+
+impl Status {
+    /// Counts what a recorded fact adds to the deployment's history
+    /// (restarts, recycles, violations, the last exit): status is a
+    /// projection of the facts, so nothing is counted twice or missed.
+    pub fn count(&mut self, fact: &Fact, at_ms: u64) {
+        match fact {
+            // A child that never started has no `exited` fact: its
+            // restart or failure says how it ended.
+            Fact::Restarting { after, .. } => {
+                self.restarts += 1;
+                if after.starts_with("spawn failed") {
+                    self.last_exit_brief = Some("spawn failed".into());
+                    self.last_exit_at_ms = Some(at_ms);
+                }
+                self.last_exit = Some(after.clone());
+            }
+            Fact::Failed { last, .. } => self.last_exit = Some(last.clone()),
+            Fact::Exited { cause, .. } => {
+                if cause.is_violation() {
+                    self.violations += 1;
+                }
+                self.last_exit = Some(cause.describe());
+                self.last_exit_brief = Some(cause.brief());
+                self.last_exit_at_ms = Some(at_ms);
+            }
+            Fact::Recycled {
+                cause,
+                reason,
+                old_pid,
+                new_pid,
+                ..
+            } => {
+                match cause.origin() {
+                    "policy" => self.recycles.policy += 1,
+                    "operator" => self.recycles.operator += 1,
+                    _ => self.recycles.self_ += 1,
+                }
+                *self
+                    .recycle_reasons
+                    .entry(cause.key().to_owned())
+                    .or_default() += 1;
+                self.last_recycle = Some(LastRecycle {
+                    origin: cause.origin(),
+                    reason: reason.clone(),
+                    at_ms,
+                    old_pid: *old_pid,
+                    new_pid: *new_pid,
+                });
+            }
+            Fact::DrainEscalated { .. } => self.escalations += 1,
+            _ => {}
+        }
+    }
+}

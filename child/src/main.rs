@@ -6,10 +6,14 @@ mod cli;
 
 use std::process::ExitCode;
 
-use clap::Parser;
+use cli::Chosen;
 
 fn main() -> ExitCode {
-    let args = cli::Cli::parse();
+    let args = match Chosen::from_args() {
+        // A plain command's wrapper: one thread, no runtime, no subscriber.
+        Chosen::Exec(args) => return ExitCode::from(cli::run_exec(args)),
+        Chosen::Other(cli) => cli,
+    };
     cli::log::install();
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -364,3 +364,32 @@ async fn a_command_that_cannot_start_fails_the_run_and_exits_127() {
 async fn outside_wfhost_it_says_so_and_exits_2() {
     assert_refuses_outside_wfhost(&["exec", "--", "true"]).await;
 }
+
+#[tokio::test]
+async fn a_drain_stops_a_program_that_leaves_its_signal_mask_as_it_found_it() {
+    // `sleep` installs no handler and touches no mask: SIGTERM reaches it
+    // only if exec (which reads its own signals from a signalfd) did not
+    // pass its blocked mask on.
+    let mut s = start(&["exec", "--run", "r", "--", "sleep", "1000"]).await;
+    expect_started(&mut s, "r", DrainBehavior::Cancel).await;
+    s.send(Control::Drain { budget_ms: 60_000 }).await;
+    s.expect_run_end("r", "command", Outcome::Cancelled).await;
+    assert_eq!(s.next().await, Event::Drained);
+    s.expect_eof().await;
+    assert_eq!(s.exit_code().await, Some(128 + libc::SIGTERM));
+}
+
+#[tokio::test]
+async fn sigint_to_wfhost_child_is_forwarded_to_the_command() {
+    let mut s = start(&["exec", "--run", "r", "--", "sleep", "1000"]).await;
+    expect_started(&mut s, "r", DrainBehavior::Cancel).await;
+    // SAFETY: plain kill(2) of the child we spawned.
+    assert_eq!(unsafe { libc::kill(s.pid() as i32, libc::SIGINT) }, 0);
+    s.expect_run_end(
+        "r",
+        "command",
+        Outcome::Failed("killed by signal SIGINT".into()),
+    )
+    .await;
+    assert_eq!(s.exit_code().await, Some(128 + libc::SIGINT));
+}

@@ -15,6 +15,8 @@
 //! - [`Rlimits`]: what `setrlimit` bounds in a child before it runs;
 //! - [`Cgroup`]: cgroup v2 groups that hold a child and all it starts, and
 //!   `cgroup.kill` for all of it at once;
+//! - [`one_arena`] and [`trim`]: what a long-lived process keeps resident
+//!   without using it (allocator arenas, start-up code pages);
 //! - [`become_subreaper`] and the rest of `orphans`: containment without
 //!   cgroups, by adopting what escapes the process group and telling it
 //!   apart by its [`ENV_ORIGIN`].
@@ -25,6 +27,7 @@ mod cgroup;
 mod group;
 mod nofile;
 mod orphans;
+mod resident;
 mod rlimits;
 mod setup;
 mod spawn;
@@ -38,6 +41,7 @@ pub use orphans::{
     ENV_ORIGIN, become_subreaper, is_subreaper, is_zombie, origin_of, own_children, processes_from,
     try_reap,
 };
+pub use resident::{Trimmed, one_arena, trim};
 pub use rlimits::{Capped, Rlimits};
 pub use setup::ChildSetup;
 pub use spawn::{ChildSpec, Spawned, Spawner, spawn_with_channel};

@@ -23,8 +23,10 @@ const FALLBACK_FD_SCAN: libc::rlim_t = 1 << 20;
 /// its parent's spawning thread dies (and not started at all if the
 /// parent is already gone), optionally its control channel at exactly fd
 /// 3, every fd above it (or above 2 without a channel) close-on-exec, the
-/// soft `RLIMIT_NOFILE` back at [`CHILD_NOFILE_SOFT`], and any configured
-/// [`Rlimits`].
+/// soft `RLIMIT_NOFILE` back at [`CHILD_NOFILE_SOFT`], any configured
+/// [`Rlimits`], and no signal blocked (a parent that reads its signals
+/// from a `signalfd`, as `wfhost-child exec` does, blocks them, and a
+/// mask survives `exec`).
 #[derive(Debug, Clone, Copy)]
 pub struct ChildSetup {
     parent: libc::pid_t,
@@ -135,6 +137,12 @@ impl ChildSetup {
             mark_cloexec_from(first_private, self.scan_to)?;
             if libc::setrlimit(libc::RLIMIT_NOFILE, &self.nofile) != 0 {
                 return Err(io::Error::last_os_error());
+            }
+            let mut none: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut none);
+            let rc = libc::pthread_sigmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
+            if rc != 0 {
+                return Err(io::Error::from_raw_os_error(rc));
             }
         }
         self.rlimits.apply()

@@ -160,3 +160,29 @@ fn rlimits_are_set_before_the_program_runs() {
         "{text}"
     );
 }
+
+#[test]
+fn the_program_starts_with_no_signal_blocked_whatever_its_parent_blocks() {
+    // SAFETY: plain sigset manipulation of this test's own thread (each
+    // test is a process of its own).
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::sigaddset(&mut set, libc::SIGCHLD);
+        assert_eq!(
+            libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()),
+            0
+        );
+    }
+    let out_path = PathBuf::from(format!("/tmp/wfh-sigmask-{}", std::process::id()));
+    let setup = ChildSetup::new().expect("setup");
+    let mut child = sh(
+        &format!("grep SigBlk /proc/self/status > {}", out_path.display()),
+        setup,
+    );
+    assert!(child.wait().expect("wait").success());
+    let text = std::fs::read_to_string(&out_path).expect("status");
+    let _ = std::fs::remove_file(&out_path);
+    assert_eq!(text.trim(), "SigBlk:\t0000000000000000", "{text}");
+}

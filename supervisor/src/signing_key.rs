@@ -148,7 +148,14 @@ pub fn load(path: &Path) -> Result<SigningKey, KeyFileError> {
 /// never overwrites an existing file.
 pub fn write_new(path: &Path) -> Result<SigningKey, KeyFileError> {
     let key = key::generate().map_err(KeyFileError::Generate)?;
-    let pem = key::to_pem(&key).map_err(KeyFileError::Generate)?;
+    write(path, &key)?;
+    Ok(key)
+}
+
+/// Writes `key` to a file that must not exist yet, durably (the file and
+/// its directory entry), readable by its owner only.
+pub fn write(path: &Path, key: &SigningKey) -> Result<(), KeyFileError> {
+    let pem = key::to_pem(key).map_err(KeyFileError::Generate)?;
     let write_err = |source| KeyFileError::Write {
         path: path.to_path_buf(),
         source,
@@ -181,7 +188,7 @@ pub fn write_new(path: &Path) -> Result<SigningKey, KeyFileError> {
     {
         let _ = dir.sync_all();
     }
-    Ok(key)
+    Ok(())
 }
 
 /// The supervisor's key and where it lives: the configured `signing_key`
@@ -221,6 +228,65 @@ pub fn load_or_create(
         Err(KeyFileError::Exists { .. }) => load(&path).map(|key| (key, path)),
         Err(e) => Err(e),
     }
+}
+
+/// The key a start-up found: on disk already, or new and not written
+/// yet ([`find_or_generate`]).
+pub enum Found {
+    /// Loaded from this file.
+    Loaded(SigningKey, PathBuf),
+    /// Generated for this file, which must be written ([`write`]) before
+    /// anything it signs is stored or sent.
+    New(SigningKey, PathBuf),
+}
+
+impl Found {
+    /// The key.
+    pub fn key(&self) -> &SigningKey {
+        match self {
+            Self::Loaded(key, _) | Self::New(key, _) => key,
+        }
+    }
+
+    /// Where it lives (or will).
+    pub fn path(&self) -> &Path {
+        match self {
+            Self::Loaded(_, path) | Self::New(_, path) => path,
+        }
+    }
+
+    /// Writes a new key (a loaded one is already there), and says so.
+    pub fn persist(&self) -> Result<(), KeyFileError> {
+        let Self::New(key, path) = self else {
+            return Ok(());
+        };
+        write(path, key)?;
+        let public = key.verifying_key();
+        tracing::info!(
+            path = %path.display(),
+            public_key = %key::public_hex(&public),
+            key_id = %KeyId::of(&public),
+            "created a new signing key"
+        );
+        Ok(())
+    }
+}
+
+/// As [`load_or_create`], but a key that does not exist yet is only
+/// generated: the caller writes it with [`Found::persist`] off the path
+/// to the first spawn (children need only its public half), before the
+/// store takes anything it signs.
+pub fn find_or_generate(settings: &SupervisorSettings) -> Result<Found, KeyFileError> {
+    if let Some(path) = &settings.signing_key {
+        return load(path).map(|key| Found::Loaded(key, path.clone()));
+    }
+    let path = settings.state_dir.join(DEFAULT_KEY_FILE);
+    match load(&path) {
+        Err(KeyFileError::NotFound { .. }) => {}
+        other => return other.map(|key| Found::Loaded(key, path)),
+    }
+    let key = key::generate().map_err(KeyFileError::Generate)?;
+    Ok(Found::New(key, path))
 }
 
 #[cfg(test)]
@@ -340,5 +406,27 @@ mod tests {
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
         let err = load_or_create(&settings(dir.path(), None)).unwrap_err();
         assert!(matches!(err, KeyFileError::Insecure { .. }), "{err}");
+    }
+
+    #[test]
+    fn a_generated_key_is_on_disk_only_once_persisted_and_then_found() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = settings(dir.path(), None);
+        let found = find_or_generate(&s).unwrap();
+        assert!(matches!(found, Found::New(..)));
+        assert!(!found.path().exists(), "nothing written before persist");
+        found.persist().unwrap();
+        assert_eq!(mode(found.path()), 0o600);
+        let again = find_or_generate(&s).unwrap();
+        assert!(matches!(again, Found::Loaded(..)));
+        assert_eq!(again.key().to_bytes(), found.key().to_bytes());
+        again.persist().unwrap();
+        assert!(
+            matches!(
+                Found::New(found.key().clone(), found.path().to_path_buf()).persist(),
+                Err(KeyFileError::Exists { .. })
+            ),
+            "a key already there is never overwritten"
+        );
     }
 }

@@ -38,6 +38,33 @@ impl StoreHandle {
         Ok(Self { jobs })
     }
 
+    /// A store thread named `name` that first runs `open`, then the jobs
+    /// queued meanwhile and later, in order. `opened` hears how the open
+    /// went; after a failure every job is dropped (its caller sees
+    /// [`StoreGone`]). For a start-up that spawns children while a new
+    /// store is created: nothing reaches the store before it is ready.
+    pub fn start_opening(
+        name: &str,
+        open: impl FnOnce() -> anyhow::Result<Box<dyn Store>> + Send + 'static,
+        opened: oneshot::Sender<Result<(), String>>,
+    ) -> std::io::Result<Self> {
+        let (jobs, rx) = mpsc::channel::<Job>();
+        std::thread::Builder::new()
+            .name(name.to_owned())
+            .spawn(move || match open() {
+                Ok(mut store) => {
+                    let _ = opened.send(Ok(()));
+                    for job in rx {
+                        job(store.as_mut());
+                    }
+                }
+                Err(e) => {
+                    let _ = opened.send(Err(format!("{e:#}")));
+                }
+            })?;
+        Ok(Self { jobs })
+    }
+
     /// Queues `f` without waiting for it (records that only describe what
     /// already happened).
     pub fn submit(&self, f: impl FnOnce(&mut dyn Store) + Send + 'static) {

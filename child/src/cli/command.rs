@@ -12,7 +12,7 @@ use std::process::{ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
-use tokio::process::{Child, Command};
+use std::process::{Child, Command};
 use wfhost_ipc::Outcome;
 use wfhost_ipc::handshake::{ENV_ALL, ENV_CHANNEL_ID, ENV_DEPLOYMENT};
 use wfhost_process::{ChildSetup, is_zombie, kill_tree, own_children, try_reap};
@@ -50,15 +50,14 @@ pub fn spawn(argv: &[OsString], identity: &Identity<'_>) -> io::Result<Child> {
     cmd.args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::inherit())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(false);
+        .stderr(Stdio::inherit());
     for var in ENV_ALL {
         cmd.env_remove(var);
     }
     cmd.env(ENV_DEPLOYMENT, identity.deployment)
         .env(ENV_CHANNEL_ID, identity.channel_id)
         .env(ENV_RUN, identity.run);
-    ChildSetup::new()?.install(cmd.as_std_mut());
+    ChildSetup::new()?.install(&mut cmd);
     cmd.spawn()
 }
 
@@ -72,20 +71,10 @@ pub fn adopt_orphans() {
     }
 }
 
-/// Reaps the orphans that died, leaving `command` (the runtime's to reap)
-/// alone.
-pub fn reap_orphans(command: Option<u32>) {
-    for pid in own_children() {
-        if Some(pid) != command && is_zombie(pid) {
-            try_reap(pid);
-        }
-    }
-}
-
 /// Kills and reaps every process the exited command left behind (every
 /// child of wfhost-child now, with its tree), until none is left; returns
 /// how many were killed.
-pub async fn kill_leftovers() -> usize {
+pub fn kill_leftovers() -> usize {
     let deadline = Instant::now() + LEFTOVERS_GONE_WITHIN;
     let mut killed = std::collections::HashSet::new();
     loop {
@@ -107,7 +96,7 @@ pub async fn kill_leftovers() -> usize {
             );
             return killed.len();
         }
-        tokio::time::sleep(Duration::from_millis(1)).await;
+        std::thread::sleep(Duration::from_millis(1));
     }
 }
 

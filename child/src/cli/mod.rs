@@ -107,12 +107,172 @@ impl From<DrainArg> for DrainBehavior {
     }
 }
 
-/// Runs the chosen subcommand and returns the process exit code.
+/// What to run: `exec` runs on the calling thread alone; everything else
+/// needs the async runtime.
+pub enum Chosen {
+    /// `wfhost-child exec`.
+    Exec(ExecArgs),
+    /// Any other subcommand.
+    Other(Cli),
+}
+
+impl Chosen {
+    /// The subcommand of this process's arguments: an ordinary `exec`
+    /// line is read by hand (clap's parser costs a plain command's
+    /// wrapper more than the rest of its start); anything else, help and
+    /// mistakes included, goes through clap.
+    pub fn from_args() -> Self {
+        if let Some(args) = exec_line(std::env::args_os().skip(1)) {
+            return Self::Exec(args);
+        }
+        match Cli::parse().command {
+            Command::Exec(args) => Self::Exec(args),
+            other => Self::Other(Cli { command: other }),
+        }
+    }
+}
+
+/// `exec [--drain cancel|wait] [--run NAME] [--] CMD ARGS…` read by hand,
+/// or `None` for anything clap must judge (a help flag, an unknown flag,
+/// a bad value, no command).
+fn exec_line(mut args: impl Iterator<Item = OsString>) -> Option<ExecArgs> {
+    if args.next()? != "exec" {
+        return None;
+    }
+    let mut drain = DrainArg::Cancel;
+    let mut run = None;
+    let mut command = Vec::new();
+    while let Some(arg) = args.next() {
+        let text = arg.to_str();
+        let (flag, inline) = match text.and_then(|t| t.split_once('=')) {
+            Some((flag, value)) if flag.starts_with("--") => (Some(flag), Some(value.to_owned())),
+            _ => (text, None),
+        };
+        match flag {
+            Some("--") => {
+                command.extend(args.by_ref());
+                break;
+            }
+            Some("--drain") => {
+                let value = match inline {
+                    Some(v) => v,
+                    None => args.next()?.into_string().ok()?,
+                };
+                drain = match value.as_str() {
+                    "cancel" => DrainArg::Cancel,
+                    "wait" => DrainArg::Wait,
+                    _ => return None,
+                };
+            }
+            Some("--run") => {
+                run = Some(match inline {
+                    Some(v) => v,
+                    None => args.next()?.into_string().ok()?,
+                });
+            }
+            Some(f) if f.starts_with('-') => return None,
+            _ => {
+                command.push(arg);
+                command.extend(args.by_ref());
+                break;
+            }
+        }
+    }
+    if command.is_empty() {
+        return None;
+    }
+    Some(ExecArgs {
+        drain,
+        run,
+        command,
+    })
+}
+
+/// Runs `exec` on this thread and returns the process exit code.
+pub fn run_exec(args: ExecArgs) -> u8 {
+    exec::run(args)
+}
+
+/// Runs any other subcommand and returns the process exit code.
 pub async fn run(cli: Cli) -> u8 {
     match cli.command {
-        Command::Exec(args) => exec::run(args).await,
+        Command::Exec(args) => exec::run(args),
         Command::Demo(args) => demo::run(args).await,
         Command::Conformance => conformance::run().await,
         Command::Man(args) => man::run(args),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line(args: &[&str]) -> Option<ExecArgs> {
+        exec_line(args.iter().map(OsString::from))
+    }
+
+    #[test]
+    fn ordinary_exec_lines_are_read_by_hand() {
+        let a = line(&["exec", "--", "sleep", "1"]).unwrap();
+        assert_eq!((a.drain, a.run.as_deref()), (DrainArg::Cancel, None));
+        assert_eq!(a.command, ["sleep", "1"]);
+        let a = line(&[
+            "exec",
+            "--drain",
+            "wait",
+            "--run=job",
+            "--",
+            "sh",
+            "-c",
+            "x",
+        ])
+        .unwrap();
+        assert_eq!((a.drain, a.run.as_deref()), (DrainArg::Wait, Some("job")));
+        assert_eq!(a.command, ["sh", "-c", "x"]);
+        let a = line(&["exec", "--drain=cancel", "--run", "r", "cat", "--", "-n"]).unwrap();
+        assert_eq!(
+            a.command,
+            ["cat", "--", "-n"],
+            "all after the command is its own"
+        );
+    }
+
+    #[test]
+    fn anything_unusual_is_left_to_clap() {
+        for args in [
+            &["exec", "--help"][..],
+            &["exec", "-h", "--", "x"],
+            &["exec", "--drain", "later", "--", "x"],
+            &["exec", "--drain"],
+            &["exec", "--bogus", "--", "x"],
+            &["exec", "--"],
+            &["exec"],
+            &["demo"],
+            &[],
+        ] {
+            assert!(line(args).is_none(), "{args:?}");
+        }
+    }
+
+    #[test]
+    fn the_hand_reading_agrees_with_clap() {
+        let args = [
+            "wfhost-child",
+            "exec",
+            "--run",
+            "r",
+            "--drain",
+            "wait",
+            "--",
+            "a",
+            "-b",
+        ];
+        let Command::Exec(by_clap) = Cli::parse_from(args).command else {
+            panic!("not exec");
+        };
+        let by_hand = line(&args[1..]).unwrap();
+        assert_eq!(by_hand.drain, by_clap.drain);
+        assert_eq!(by_hand.run, by_clap.run);
+        assert_eq!(by_hand.command, by_clap.command);
     }
 }

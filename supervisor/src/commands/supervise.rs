@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use tokio::signal::unix::{Signal, SignalKind, signal};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{error, info, warn};
 
 use crate::config::SupervisorSettings;
@@ -45,8 +45,29 @@ pub struct Args {
 /// feeds the systemd watchdog (if its interval is shorter it wakes at that).
 const TICK: Duration = Duration::from_secs(1);
 
+/// How long after every deployment is up the start-up's leftovers are
+/// given back ([`trim_resident`]): time for the first pings and mail.
+const TRIM_AFTER_START: Duration = Duration::from_secs(3);
+
+/// Gives back what start-up left resident and idling does not use (free
+/// heap, code run once): DESIGN §10, idle RSS.
+fn trim_resident() {
+    match wfhost_process::trim() {
+        Ok(t) => tracing::debug!(
+            before_kib = t.before_kib,
+            after_kib = t.after_kib,
+            "gave back start-up memory"
+        ),
+        Err(e) => {
+            warn!(error = %e, "cannot give back start-up memory; the supervisor only stays larger")
+        }
+    }
+}
+
 /// Runs the supervisor; returns the process exit code.
 pub fn run(args: Args) -> u8 {
+    // Before any thread exists (DESIGN §10: idle RSS).
+    wfhost_process::one_arena();
     let loaded = config::find(args.config.as_deref())
         .and_then(|path| config::load(&path).map(|c| (c, path)));
     let (config, path) = match loaded {
@@ -127,23 +148,31 @@ async fn supervise(config: Config, config_path: &Path) -> anyhow::Result<()> {
     let notifier = Notifier::from_env();
     let settings = &config.supervisor;
     let backend = Backend::of(&settings.state_dir, config.store_url.as_deref());
-    let (store, reader, key, fleet) = match (&config.fleet, &backend) {
+    // The control socket first: a second supervisor on this state dir must
+    // stop here, before it opens the store or touches the first one's
+    // children.
+    create_state_dir(&settings.state_dir)?;
+    let control = server::Server::bind(settings)?;
+    let spawner = Spawner::start(tokio::runtime::Handle::current())
+        .context("cannot start the spawner thread")?;
+    let fresh = fresh_state(&backend, &settings.state_dir);
+    let (store, reader, key, opening, fleet) = match (&config.fleet, &backend) {
         (Some(f), Backend::Postgres(url)) => {
             let (store, reader, key, started) =
                 crate::fleet::open::start(url, f, settings, &config.deployments)?;
-            (store, reader, key, Some(started))
+            let (store, reader) = store_threads(store, reader)?;
+            (store, reader, key, None, Some(started))
+        }
+        _ if fresh => {
+            let (store, reader, key, opening) = open_behind(&backend, settings)?;
+            (store, reader, key, opening, None)
         }
         _ => {
             let (store, reader, key) = open_store(&backend, settings)?;
-            (store, reader, key, None)
+            let (store, reader) = store_threads(store, reader)?;
+            (store, reader, key, None, None)
         }
     };
-    let spawner = Spawner::start(tokio::runtime::Handle::current())
-        .context("cannot start the spawner thread")?;
-    let store =
-        StoreHandle::start("wfhost-store", store).context("cannot start the store thread")?;
-    let reader = StoreHandle::start("wfhost-store-read", reader)
-        .context("cannot start the store reader thread")?;
     let (events, _) = watch::channel(());
     let shared = Arc::new(Shared {
         store,
@@ -158,37 +187,45 @@ async fn supervise(config: Config, config_path: &Path) -> anyhow::Result<()> {
         fleet: fleet.as_ref().map(|f| f.fleet.clone()),
         sends: Default::default(),
     });
-    // The control socket first: a second supervisor on this state dir must
-    // stop here, before it touches the first one's children.
     let mut sup = Supervisor::new(&shared);
     if let Some(f) = fleet {
         sup.join_fleet(f.leases, f.commands, f.refusals, f.heard);
     }
     let (host_asks, mut asks) = mpsc::channel(8);
-    let control = server::Server::bind(settings, sup.registry(), shared.clone(), host_asks)?;
     let metrics = match settings.metrics_listen {
         Some(addr) => Some(crate::observe::metrics::bind(addr).await?),
         None => None,
     };
-    host::kill_orphans(&shared)
-        .await
-        .context("cannot read the children table")?;
-    recover_unwritten(&shared, &settings.state_dir).await;
-    let at = crate::shared::unix_ms();
-    let replayed = shared.store.call(move |s| s.replay_all_mail(at)).await??;
-    if replayed > 0 {
-        info!(
-            items = replayed,
-            "mail left in processing by a previous supervisor returned to the inbox"
-        );
+    // A store that did not exist holds no children to clean up after, no
+    // kept records and no mail: nothing of it precedes the first spawn.
+    if !fresh {
+        host::kill_orphans(&shared)
+            .await
+            .context("cannot read the children table")?;
+        recover_unwritten(&shared, &settings.state_dir).await;
+        let at = crate::shared::unix_ms();
+        let replayed = shared.store.call(move |s| s.replay_all_mail(at)).await??;
+        if replayed > 0 {
+            info!(
+                items = replayed,
+                "mail left in processing by a previous supervisor returned to the inbox"
+            );
+        }
     }
 
     let mut signals = Signals::watch()?;
-    warn_missing_programs(config_path);
     sup.start_all(&config);
+    // Only warnings (the config is read again to check every program):
+    // beside the first spawns rather than before them.
+    let checked = config_path.to_path_buf();
+    tokio::task::spawn_blocking(move || warn_missing_programs(&checked));
     info!(socket = %control.path().display(), deployments = config.deployments.len(), "supervising");
     let admission = control.admission();
-    let control_task = tokio::spawn(control.serve());
+    let control_task = tokio::spawn(control.serve(server::Served {
+        registry: sup.registry(),
+        shared: shared.clone(),
+        host: host_asks,
+    }));
     let policy_task = tokio::spawn(crate::host::policy_tick::run(
         shared.watchlist.clone(),
         settings.policy_interval,
@@ -225,9 +262,28 @@ async fn supervise(config: Config, config_path: &Path) -> anyhow::Result<()> {
         .map_or(TICK, |w| w.min(TICK));
     let mut ticker = tokio::time::interval(tick);
     let mut ready_sent = false;
+    let mut trim_at: Option<Instant> = None;
     let mut last_status = String::new();
+    // Resolves once a store created beside the first spawns is open (at
+    // once fails the start: every child is killed).
+    let opened = async move {
+        match opening {
+            Some(opening) => opening.wait().await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(opened);
+    let mut store_failed = None;
     let graceful = loop {
         tokio::select! {
+            result = &mut opened, if store_failed.is_none() => match result {
+                Ok(()) => store_failed = Some(None),
+                Err(e) => {
+                    error!(error = %e, "the new store could not be opened; killing every child and exiting");
+                    store_failed = Some(Some(e));
+                    break false;
+                }
+            },
             _ = signals.term.recv() => { info!("SIGTERM: draining and stopping every child"); break true }
             _ = signals.int.recv() => { info!("SIGINT: draining and stopping every child"); break true }
             _ = signals.quit.recv() => { info!("SIGQUIT: killing every child now"); break false }
@@ -261,6 +317,7 @@ async fn supervise(config: Config, config_path: &Path) -> anyhow::Result<()> {
             _ = shared.started.notified(), if !ready_sent => {
                 if sup.all_started() {
                     ready_sent = true;
+                    trim_at = Some(Instant::now() + TRIM_AFTER_START);
                     let line = sup.summary();
                     info!(status = %line, "every deployment is up");
                     notify(notifier.as_ref(), "ready", |n| n.ready_with_status(&line));
@@ -272,8 +329,13 @@ async fn supervise(config: Config, config_path: &Path) -> anyhow::Result<()> {
                 // The watchdog is fed from the control loop itself, so a
                 // wedged loop starves it.
                 notify(watchdog, "watchdog", Notifier::watchdog);
+                if trim_at.is_some_and(|at| Instant::now() >= at) {
+                    trim_at = None;
+                    trim_resident();
+                }
                 if !ready_sent && sup.all_started() {
                     ready_sent = true;
+                    trim_at = Some(Instant::now() + TRIM_AFTER_START);
                     let line = sup.summary();
                     info!(status = %line, "every deployment is up");
                     notify(notifier.as_ref(), "ready", |n| n.ready_with_status(&line));
@@ -335,8 +397,126 @@ async fn supervise(config: Config, config_path: &Path) -> anyhow::Result<()> {
         .call(move |s| guard::log_head_at_stop_keys(s, &keys))
         .await;
     keep_unwritten(&shared, &settings.state_dir)?;
+    if let Some(Some(e)) = store_failed {
+        anyhow::bail!("{e}");
+    }
     info!("all children stopped; exiting");
     Ok(())
+}
+
+/// The state dir, created owner-only if it is not there: the control
+/// socket that locks it lives in it.
+fn create_state_dir(dir: &Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .with_context(|| {
+            format!(
+                "cannot create the state directory {}; create it, or make its parent writable by this user",
+                dir.display()
+            )
+        })
+}
+
+/// Whether this start creates its store: SQLite with no database file yet
+/// and no records a previous supervisor kept outside it. Then nothing
+/// the store could hold has to be read before the first spawn.
+/// The store's writer and reader, each on a thread of its own.
+fn store_threads(
+    store: Box<dyn crate::store::Store>,
+    reader: Box<dyn crate::store::Store>,
+) -> anyhow::Result<(StoreHandle, StoreHandle)> {
+    let store =
+        StoreHandle::start("wfhost-store", store).context("cannot start the store thread")?;
+    let reader = StoreHandle::start("wfhost-store-read", reader)
+        .context("cannot start the store reader thread")?;
+    Ok((store, reader))
+}
+
+fn fresh_state(backend: &Backend, state_dir: &Path) -> bool {
+    match backend {
+        Backend::Sqlite(_) => {
+            !Path::new(&backend.describe()).exists() && unwritten::found(state_dir).is_empty()
+        }
+        Backend::Postgres(_) => false,
+    }
+}
+
+/// Both store threads opening, for [`open_behind`].
+struct Opening {
+    store: oneshot::Receiver<Result<(), String>>,
+    reader: oneshot::Receiver<Result<(), String>>,
+}
+
+impl Opening {
+    /// Both opened, or why not.
+    async fn wait(self) -> Result<(), String> {
+        let gone = |_| "the store thread stopped while opening".to_owned();
+        self.store.await.map_err(gone)??;
+        self.reader.await.map_err(gone)?
+    }
+}
+
+/// A new store opened on its own threads while the children start: the
+/// key is found or generated here (children get its public half at
+/// spawn); the store thread creates the schema, writes a new key and
+/// checks the (empty) journal before it runs anything queued, so no
+/// record is stored, and no cancel sent, before the key that signs it is
+/// on disk; the reader opens once the database exists.
+fn open_behind(
+    backend: &Backend,
+    settings: &SupervisorSettings,
+) -> anyhow::Result<(
+    StoreHandle,
+    StoreHandle,
+    ed25519_dalek::SigningKey,
+    Option<Opening>,
+)> {
+    let found = signing_key::find_or_generate(settings)?;
+    let key = found.key().clone();
+    let verifying = key.verifying_key();
+    let (created, wait_created) = std::sync::mpsc::channel::<()>();
+    let (store_tx, store_rx) = oneshot::channel();
+    let b = backend.clone();
+    let store = StoreHandle::start_opening(
+        "wfhost-store",
+        move || {
+            let at = b.describe();
+            let mut store = b
+                .open()
+                .with_context(|| format!("cannot open the store {at}"))?;
+            found.persist()?;
+            info!(key = %found.path().display(), key_id = %wfhost_ipc::KeyId::of(&verifying), "signing key loaded");
+            guard::check_at_start(&mut *store, &verifying)
+                .with_context(|| format!("refusing to start on the store {at}"))?;
+            let _ = created.send(());
+            Ok(store)
+        },
+        store_tx,
+    )
+    .context("cannot start the store thread")?;
+    let (reader_tx, reader_rx) = oneshot::channel();
+    let b = backend.clone();
+    let reader = StoreHandle::start_opening(
+        "wfhost-store-read",
+        move || {
+            wait_created
+                .recv()
+                .map_err(|_| anyhow::anyhow!("the store was not created"))?;
+            let at = b.describe();
+            b.open_existing()
+                .with_context(|| format!("cannot open a read connection to the store {at}"))
+        },
+        reader_tx,
+    )
+    .context("cannot start the store reader thread")?;
+    let opening = Opening {
+        store: store_rx,
+        reader: reader_rx,
+    };
+    Ok((store, reader, key, Some(opening)))
 }
 
 /// What the store never took is kept outside it for the next start, and

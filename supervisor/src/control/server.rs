@@ -35,27 +35,32 @@ pub fn socket_path(state_dir: &Path) -> PathBuf {
     }
 }
 
-/// The bound control socket.
+/// The bound control socket. Bound first thing at start-up: it is what
+/// refuses a second supervisor on the same state dir, before that one
+/// opens the store or touches a child.
 pub struct Server {
     listener: UnixListener,
     path: PathBuf,
     link: Option<PathBuf>,
     admission: Admission,
     budget: Arc<Budget>,
-    registry: Registry,
-    shared: Arc<Shared>,
-    host: HostAsks,
+}
+
+/// What a client's request is answered with.
+pub struct Served {
+    /// The live deployments.
+    pub registry: Registry,
+    /// The store, the key and the rest of the supervisor's shared state.
+    pub shared: Arc<Shared>,
+    /// Where reload and stop requests go.
+    pub host: HostAsks,
 }
 
 impl Server {
-    /// Binds the socket with mode 0600. A stale socket (nobody answers) is
-    /// replaced; a live one belongs to another supervisor and is refused.
-    pub fn bind(
-        settings: &SupervisorSettings,
-        registry: Registry,
-        shared: Arc<Shared>,
-        host: HostAsks,
-    ) -> anyhow::Result<Self> {
+    /// Binds the socket with mode 0600 (inside a tokio runtime). A stale
+    /// socket (nobody answers) is replaced; a live one belongs to another
+    /// supervisor and is refused.
+    pub fn bind(settings: &SupervisorSettings) -> anyhow::Result<Self> {
         let path = socket_path(&settings.state_dir);
         if path.exists() {
             match std::os::unix::net::UnixStream::connect(&path) {
@@ -97,9 +102,6 @@ impl Server {
             link,
             admission,
             budget: Arc::default(),
-            registry,
-            shared,
-            host,
         })
     }
 
@@ -114,8 +116,9 @@ impl Server {
     }
 
     /// Accepts and answers clients until the task is aborted; a client
-    /// past [`budget::MAX_CLIENTS`] is told so at once and closed.
-    pub async fn serve(self) {
+    /// past [`budget::MAX_CLIENTS`] is told so at once and closed. Clients
+    /// that connect before this runs wait in the listen backlog.
+    pub async fn serve(self, with: Served) {
         let mut refusals = Refusals::default();
         loop {
             match self.listener.accept().await {
@@ -126,9 +129,9 @@ impl Server {
                         continue;
                     };
                     let ctx = ClientContext {
-                        registry: self.registry.clone(),
-                        shared: self.shared.clone(),
-                        host: self.host.clone(),
+                        registry: with.registry.clone(),
+                        shared: with.shared.clone(),
+                        host: with.host.clone(),
                         budget: self.budget.clone(),
                     };
                     tokio::spawn(serve_client(stream, ctx, self.admission.clone(), seat));

@@ -43,9 +43,9 @@ const ESCALATION_ROUNDS: usize = 4;
 const CROSSINGS: usize = 5;
 /// Window over which idle CPU is measured.
 const IDLE_WINDOW: Duration = Duration::from_secs(10);
-/// A run at least this long is healthy (wfhost_policy RestartPolicy
-/// default `healthy_after` 10 s, plus margin): its crash is a first restart.
-const HEALTHY_AFTER_US: i64 = 10_500_000;
+/// A run at least this long is healthy (`restart.healthy_after`, default
+/// 1 s, plus margin): its crash is a first restart.
+const HEALTHY_AFTER_US: i64 = 1_500_000;
 
 /// Figures one phase hands to a later one.
 #[derive(Debug, Default)]

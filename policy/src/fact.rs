@@ -372,6 +372,8 @@ impl Fact {
 
     /// The body, as journaled and published.
     pub fn body(&self) -> Value {
+        // One arm per fact, each a `json!` or a call: the vocabulary's
+        // bodies read as one table.
         match self {
             Self::Spawned { pid, channel_id } | Self::Ready { pid, channel_id } => {
                 json!({"pid": pid, "channel_id": channel_id})
@@ -380,9 +382,7 @@ impl Fact {
                 pid,
                 channel_id,
                 cause,
-            } => json!({
-                "pid": pid, "channel_id": channel_id, "reason": cause.describe(), "cause": cause.kind(),
-            }),
+            } => exited(*pid, channel_id, cause),
             Self::Restarting {
                 attempt,
                 delay,
@@ -401,15 +401,7 @@ impl Fact {
                 purpose,
                 budget,
                 recycle,
-            } => {
-                let mut body =
-                    json!({"pid": pid, "purpose": purpose.as_str(), "budget_ms": ms(*budget)});
-                if let Some((cause, reason)) = recycle {
-                    put(&mut body, "origin", cause.origin());
-                    put(&mut body, "reason", reason.clone());
-                }
-                body
-            }
+            } => drain_started(*pid, purpose, *budget, recycle.as_ref()),
             Self::DrainPaused { used } | Self::DrainResumed { used } => {
                 json!({"used_ms": ms(*used)})
             }
@@ -425,13 +417,7 @@ impl Fact {
             Self::CancelCommitted {
                 cancel,
                 journal_seq,
-            } => {
-                let mut body = cancel.clone();
-                if let Some(seq) = journal_seq {
-                    put(&mut body, "journal_seq", *seq);
-                }
-                body
-            }
+            } => cancel_committed(cancel, *journal_seq),
             Self::Recycled {
                 cause,
                 reason,
@@ -439,11 +425,14 @@ impl Fact {
                 new_pid,
                 old_channel_id,
                 new_channel_id,
-            } => json!({
-                "origin": cause.origin(), "trigger": cause.key(), "reason": reason,
-                "old_pid": old_pid, "new_pid": new_pid,
-                "old_channel_id": old_channel_id, "new_channel_id": new_channel_id,
-            }),
+            } => recycled(
+                cause,
+                reason,
+                *old_pid,
+                *new_pid,
+                old_channel_id.as_deref(),
+                new_channel_id,
+            ),
             Self::RecycleRefused {
                 pid,
                 cause,
@@ -497,19 +486,84 @@ impl Fact {
                 changed,
                 settings,
                 error,
-            } => {
-                let mut body = json!({"accepted": accepted});
-                if *accepted {
-                    put(&mut body, "added", json!(added));
-                    put(&mut body, "removed", json!(removed));
-                    put(&mut body, "changed", json!(changed));
-                    put(&mut body, "settings", json!(settings));
-                }
-                if let Some(e) = error {
-                    put(&mut body, "error", e.clone());
-                }
-                body
-            }
+            } => config_reloaded(
+                *accepted,
+                added,
+                removed,
+                changed,
+                settings,
+                error.as_deref(),
+            ),
         }
     }
+}
+
+/// A child's wiring ended: why, in words and as a kind.
+fn exited(pid: u32, channel_id: &str, cause: &ExitCause) -> Value {
+    json!({
+        "pid": pid, "channel_id": channel_id, "reason": cause.describe(), "cause": cause.kind(),
+    })
+}
+
+/// A drain began; for a recycle, with who asked and why.
+fn drain_started(
+    pid: u32,
+    purpose: &DrainPurpose,
+    budget: Duration,
+    recycle: Option<&(RecycleCause, String)>,
+) -> Value {
+    let mut body = json!({"pid": pid, "purpose": purpose.as_str(), "budget_ms": ms(budget)});
+    if let Some((cause, reason)) = recycle {
+        put(&mut body, "origin", cause.origin());
+        put(&mut body, "reason", reason.clone());
+    }
+    body
+}
+
+/// The signed cancel as committed, with its journal record once it has one.
+fn cancel_committed(cancel: &Value, journal_seq: Option<u64>) -> Value {
+    let mut body = cancel.clone();
+    if let Some(seq) = journal_seq {
+        put(&mut body, "journal_seq", seq);
+    }
+    body
+}
+
+/// A recycle completed: who asked, why, and the old and new child.
+fn recycled(
+    cause: &RecycleCause,
+    reason: &str,
+    old_pid: Option<u32>,
+    new_pid: u32,
+    old_channel_id: Option<&str>,
+    new_channel_id: &str,
+) -> Value {
+    json!({
+        "origin": cause.origin(), "trigger": cause.key(), "reason": reason,
+        "old_pid": old_pid, "new_pid": new_pid,
+        "old_channel_id": old_channel_id, "new_channel_id": new_channel_id,
+    })
+}
+
+/// A reload: whether it was taken and, if so, the deployments added,
+/// removed and changed and the settings changed; the error if any.
+fn config_reloaded(
+    accepted: bool,
+    added: &[String],
+    removed: &[String],
+    changed: &[String],
+    settings: &[String],
+    error: Option<&str>,
+) -> Value {
+    let mut body = json!({"accepted": accepted});
+    if accepted {
+        put(&mut body, "added", json!(added));
+        put(&mut body, "removed", json!(removed));
+        put(&mut body, "changed", json!(changed));
+        put(&mut body, "settings", json!(settings));
+    }
+    if let Some(e) = error {
+        put(&mut body, "error", e);
+    }
+    body
 }

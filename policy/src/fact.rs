@@ -401,7 +401,7 @@ impl Fact {
                 purpose,
                 budget,
                 recycle,
-            } => drain_started(*pid, purpose, *budget, recycle.as_ref()),
+            } => drain_started(*pid, *purpose, *budget, recycle.as_ref()),
             Self::DrainPaused { used } | Self::DrainResumed { used } => {
                 json!({"used_ms": ms(*used)})
             }
@@ -508,7 +508,7 @@ fn exited(pid: u32, channel_id: &str, cause: &ExitCause) -> Value {
 /// A drain began; for a recycle, with who asked and why.
 fn drain_started(
     pid: u32,
-    purpose: &DrainPurpose,
+    purpose: DrainPurpose,
     budget: Duration,
     recycle: Option<&(RecycleCause, String)>,
 ) -> Value {

@@ -11,12 +11,15 @@
 //! Every fact, journaled or not, is also published on the event log under
 //! the same name.
 
+mod body;
+
 use std::time::Duration;
 
 use serde_json::{Value, json};
 use wfhost_ipc::{DrainBehavior, Outcome};
 
 use crate::life::{DrainPurpose, ExitCause, RecycleCause};
+use body::{cancel_committed, config_reloaded, drain_started, exited, ms, recycled};
 
 /// One thing that happened, with what an observer needs to know of it.
 #[derive(Debug, Clone, PartialEq)]
@@ -288,18 +291,6 @@ pub enum Fact {
     },
 }
 
-/// Sets `key` of an object body.
-fn put(body: &mut Value, key: &str, value: impl Into<Value>) {
-    if let Some(map) = body.as_object_mut() {
-        map.insert(key.to_owned(), value.into());
-    }
-}
-
-/// Milliseconds of a duration, for bodies.
-fn ms(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
-
 /// The outcome as bodies and done mail show it.
 pub fn outcome_text(outcome: &Outcome) -> String {
     match outcome {
@@ -372,6 +363,8 @@ impl Fact {
 
     /// The body, as journaled and published.
     pub fn body(&self) -> Value {
+        // One arm per fact, each a `json!` or a call: the vocabulary's
+        // bodies read as one table.
         match self {
             Self::Spawned { pid, channel_id } | Self::Ready { pid, channel_id } => {
                 json!({"pid": pid, "channel_id": channel_id})
@@ -380,9 +373,7 @@ impl Fact {
                 pid,
                 channel_id,
                 cause,
-            } => json!({
-                "pid": pid, "channel_id": channel_id, "reason": cause.describe(), "cause": cause.kind(),
-            }),
+            } => exited(*pid, channel_id, cause),
             Self::Restarting {
                 attempt,
                 delay,
@@ -401,15 +392,7 @@ impl Fact {
                 purpose,
                 budget,
                 recycle,
-            } => {
-                let mut body =
-                    json!({"pid": pid, "purpose": purpose.as_str(), "budget_ms": ms(*budget)});
-                if let Some((cause, reason)) = recycle {
-                    put(&mut body, "origin", cause.origin());
-                    put(&mut body, "reason", reason.clone());
-                }
-                body
-            }
+            } => drain_started(*pid, *purpose, *budget, recycle.as_ref()),
             Self::DrainPaused { used } | Self::DrainResumed { used } => {
                 json!({"used_ms": ms(*used)})
             }
@@ -425,13 +408,7 @@ impl Fact {
             Self::CancelCommitted {
                 cancel,
                 journal_seq,
-            } => {
-                let mut body = cancel.clone();
-                if let Some(seq) = journal_seq {
-                    put(&mut body, "journal_seq", *seq);
-                }
-                body
-            }
+            } => cancel_committed(cancel, *journal_seq),
             Self::Recycled {
                 cause,
                 reason,
@@ -439,11 +416,14 @@ impl Fact {
                 new_pid,
                 old_channel_id,
                 new_channel_id,
-            } => json!({
-                "origin": cause.origin(), "trigger": cause.key(), "reason": reason,
-                "old_pid": old_pid, "new_pid": new_pid,
-                "old_channel_id": old_channel_id, "new_channel_id": new_channel_id,
-            }),
+            } => recycled(
+                cause,
+                reason,
+                *old_pid,
+                *new_pid,
+                old_channel_id.as_deref(),
+                new_channel_id,
+            ),
             Self::RecycleRefused {
                 pid,
                 cause,
@@ -497,19 +477,14 @@ impl Fact {
                 changed,
                 settings,
                 error,
-            } => {
-                let mut body = json!({"accepted": accepted});
-                if *accepted {
-                    put(&mut body, "added", json!(added));
-                    put(&mut body, "removed", json!(removed));
-                    put(&mut body, "changed", json!(changed));
-                    put(&mut body, "settings", json!(settings));
-                }
-                if let Some(e) = error {
-                    put(&mut body, "error", e.clone());
-                }
-                body
-            }
+            } => config_reloaded(
+                *accepted,
+                added,
+                removed,
+                changed,
+                settings,
+                error.as_deref(),
+            ),
         }
     }
 }

@@ -1,0 +1,219 @@
+//! One deployment in detail: a labelled line per section, in the order an
+//! operator reads them (why it is in its state, its child, drain and
+//! steps, mail, recycles, exits, and what was counted against it).
+
+use serde_json::Value;
+
+use super::{ms_of, or_dash};
+use crate::commands::journal::rfc3339_ms;
+use crate::observe::human;
+
+/// A line of the detail: its label (empty under a line it continues) and
+/// its text.
+type Line = (&'static str, String);
+
+/// One deployment in detail.
+pub(super) fn detail(d: &Value) -> String {
+    let mut lines = state(d);
+    lines.extend(child(d));
+    lines.push(("runs", implementation(d)));
+    lines.push(("grants", grants(d)));
+    lines.push(("drain", drain(&d["drain"])));
+    lines.extend(steps(d));
+    lines.push(("mail", mail(&d["mail"])));
+    lines.extend(recycles(d));
+    lines.push(("restarts", d["restarts"].as_u64().unwrap_or(0).to_string()));
+    lines.push(("last exit", last_exit(d)));
+    lines.extend(counted(d));
+    lines.extend(journal(d));
+    lines
+        .iter()
+        .map(|(label, value)| format!("{label:<12} {value}\n"))
+        .collect()
+}
+
+/// Which deployment, its state and for how long, and why.
+fn state(d: &Value) -> Vec<Line> {
+    let state = d["state"].as_str().unwrap_or("?");
+    let since = ms_of(&d["since_ms"]).map_or_else(String::new, |s| format!(" for {s}"));
+    vec![
+        ("deployment", d["id"].as_str().unwrap_or("?").to_owned()),
+        ("state", format!("{state}{since}")),
+        ("why", d["why"].as_str().unwrap_or("?").to_owned()),
+    ]
+}
+
+/// The live child: pid, uptime, memory and channel (nothing without one).
+fn child(d: &Value) -> Option<Line> {
+    let pid = d["pid"].as_u64()?;
+    let mut child = format!("pid {pid}");
+    if let Some(up) = ms_of(&d["uptime_ms"]) {
+        child.push_str(&format!(", up {up}"));
+    }
+    if let Some(rss) = d["rss_bytes"].as_u64() {
+        child.push_str(&format!(", {} resident", human::bytes(rss)));
+    }
+    if let Some(c) = d["channel_id"].as_str() {
+        child.push_str(&format!(", channel {c}"));
+    }
+    Some(("child", child))
+}
+
+/// The child's implementation (from its Hello) and whether it takes mail.
+fn implementation(d: &Value) -> String {
+    d["implementation"].as_str().map_or_else(
+        || "not known yet (no Hello)".to_owned(),
+        |i| match d["takes_mail"].as_bool() {
+            Some(false) => format!("{i}; takes no mail"),
+            _ => format!("{i}; takes mail"),
+        },
+    )
+}
+
+/// How old the grants are.
+fn grants(d: &Value) -> String {
+    ms_of(&d["grants_age_ms"]).map_or_else(
+        || "none (no grants_file)".to_owned(),
+        |age| format!("read {age} ago"),
+    )
+}
+
+/// The drain under way (purpose, budget used and left) or the last one's
+/// end.
+fn drain(drain: &Value) -> String {
+    let budget_ms = drain["budget_ms"].as_u64().unwrap_or(0);
+    let budget = wfhost_policy::format_duration(std::time::Duration::from_millis(budget_ms));
+    let used = human::ms(drain["used_ms"].as_u64().unwrap_or(0));
+    if drain["active"] == true {
+        let left = drain["budget_ms"]
+            .as_u64()
+            .unwrap_or(0)
+            .saturating_sub(drain["used_ms"].as_u64().unwrap_or(0));
+        format!(
+            "{} ({}): {used} of {budget} used, {} left; the budget is {}",
+            drain["purpose"].as_str().unwrap_or("?"),
+            if drain["escalated"] == true {
+                "ran out: a signed cancel was sent"
+            } else {
+                "under way"
+            },
+            human::ms(left),
+            drain["budget"].as_str().unwrap_or("?"),
+        )
+    } else if drain["escalated"] == true {
+        format!("none under way; the last ran out its {budget} budget")
+    } else {
+        format!("none under way; budget {budget} (drain_timeout)")
+    }
+}
+
+/// How many steps are in flight, then each one listed (and how many were
+/// left out of the list).
+fn steps(d: &Value) -> Vec<Line> {
+    let steps = d["steps_in_flight"].as_u64().unwrap_or(0);
+    let count = match steps {
+        0 => "none in flight".to_owned(),
+        1 => "1 in flight".to_owned(),
+        n => format!("{n} in flight"),
+    };
+    let mut lines = vec![("steps", count)];
+    let empty = Vec::new();
+    let listed = d["steps"].as_array().unwrap_or(&empty);
+    for step in listed {
+        lines.push((
+            "",
+            format!(
+                "run {} step {} ({} on drain)",
+                step["run"].as_str().unwrap_or("?"),
+                step["step"].as_str().unwrap_or("?"),
+                step["drain"].as_str().unwrap_or("?")
+            ),
+        ));
+    }
+    if steps > listed.len() as u64 {
+        lines.push(("", format!("… and {} more", steps - listed.len() as u64)));
+    }
+    lines
+}
+
+/// The mail counts.
+fn mail(mail: &Value) -> String {
+    format!(
+        "{} waiting, {} being processed, {} done",
+        mail["inbox"], mail["processing"], mail["done"]
+    )
+}
+
+/// The recycles by origin, then the last one (who, why, when, which
+/// pids).
+fn recycles(d: &Value) -> Vec<Line> {
+    let r = &d["recycles"];
+    let total: u64 = ["policy", "operator", "self"]
+        .iter()
+        .filter_map(|k| r[*k].as_u64())
+        .sum();
+    let mut lines = vec![(
+        "recycles",
+        format!(
+            "{total} (policy {}, operator {}, the child itself {})",
+            r["policy"], r["operator"], r["self"]
+        ),
+    )];
+    if let Some(last) = d["last_recycle"].as_object() {
+        lines.push(("", last_recycle(last)));
+    }
+    lines
+}
+
+/// The last recycle: by whom, why, when, and the pid it replaced.
+fn last_recycle(last: &serde_json::Map<String, Value>) -> String {
+    let at = last.get("at_ms").and_then(Value::as_u64).map(rfc3339_ms);
+    let pid = |k: &str| {
+        last.get(k)
+            .and_then(Value::as_u64)
+            .map_or_else(|| "-".to_owned(), |p| p.to_string())
+    };
+    format!(
+        "last by {} ({}) at {}: pid {} -> {}",
+        last.get("origin").and_then(Value::as_str).unwrap_or("?"),
+        last.get("reason").and_then(Value::as_str).unwrap_or("?"),
+        or_dash(at),
+        pid("old_pid"),
+        pid("new_pid"),
+    )
+}
+
+/// How the last child ended, and when.
+fn last_exit(d: &Value) -> String {
+    match d["last_exit"].as_str() {
+        Some(e) => match d["last_exit_at_ms"].as_u64() {
+            Some(at) => format!("{e} (at {})", rfc3339_ms(at)),
+            None => e.to_owned(),
+        },
+        None => "none yet".to_owned(),
+    }
+}
+
+/// Protocol violations and drain escalations, said only when there are any.
+fn counted(d: &Value) -> Option<Line> {
+    let violations = d["violations"].as_u64().unwrap_or(0);
+    let escalations = d["escalations"].as_u64().unwrap_or(0);
+    (violations + escalations > 0).then(|| {
+        (
+            "counted",
+            format!("{violations} protocol violations, {escalations} drain escalations"),
+        )
+    })
+}
+
+/// The journal, said only while it refuses signed cancels.
+fn journal(d: &Value) -> Option<Line> {
+    let e = d["journal_error"].as_str()?;
+    Some((
+        "journal",
+        format!(
+            "refuses signed cancels ({} waiting): {e}",
+            d["cancels_pending"]
+        ),
+    ))
+}

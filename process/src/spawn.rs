@@ -5,8 +5,9 @@
 //!
 //! `PR_SET_PDEATHSIG` fires when the *thread* that forked the child exits,
 //! so forking from a tokio worker (which may retire) would kill children at
-//! random. [`Spawner`] forks every child on one dedicated thread that lives
-//! as long as the process; [`spawn_with_channel`] forks on the calling
+//! random. [`Spawner`] forks every child on dedicated threads that live
+//! as long as the process (two, so one child's fork-to-exec, which the
+//! forking thread waits out, overlaps the next one's); [`spawn_with_channel`] forks on the calling
 //! thread, for callers whose thread outlives the child (a `main` thread
 //! running a current-thread runtime).
 //!
@@ -21,7 +22,7 @@ use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::PathBuf;
 use std::process::Stdio;
-use std::sync::{Arc, Mutex, mpsc};
+use std::sync::{Arc, Mutex, RwLock, mpsc};
 
 use nix::sys::socket::{AddressFamily, SockFlag, SockType, socketpair};
 use tokio::net::UnixStream;
@@ -152,44 +153,65 @@ pub fn spawn_with_channel(spec: &ChildSpec) -> io::Result<Spawned> {
 
 type Request = (ChildSpec, oneshot::Sender<io::Result<Spawned>>);
 
-/// Handle to the spawner thread, which forks every child.
+/// Threads that fork children.
+const SPAWNER_THREADS: usize = 2;
+
+/// Handle to the spawner threads, which fork every child.
 #[derive(Debug, Clone)]
 pub struct Spawner {
     tx: mpsc::Sender<Request>,
     /// Pids of the children it forked that have not been
-    /// [`released`](Spawner::released). Held across each fork, so a
-    /// reader never sees a fresh child it does not know yet.
+    /// [`released`](Spawner::released).
     spawned: Arc<Mutex<HashSet<u32>>>,
+    /// Held shared across each fork until its pid is in `spawned`, and
+    /// exclusively by [`Spawner::adopted`], so a reader never sees a fresh
+    /// child it does not know yet.
+    forking: Arc<RwLock<()>>,
 }
 
 impl Spawner {
-    /// Starts the spawner thread; it registers children with `runtime` so
-    /// they can be awaited there.
+    /// Starts the spawner threads; they register children with `runtime`
+    /// so they can be awaited there.
     pub fn start(runtime: tokio::runtime::Handle) -> io::Result<Self> {
         let (tx, rx) = mpsc::channel::<Request>();
+        let rx = Arc::new(Mutex::new(rx));
         let spawned: Arc<Mutex<HashSet<u32>>> = Arc::default();
-        let known = spawned.clone();
-        std::thread::Builder::new()
-            .name("wfhost-spawner".into())
-            .spawn(move || {
-                let _enter = runtime.enter();
-                for (spec, reply) in rx {
-                    let mut known = known.lock().unwrap_or_else(|p| p.into_inner());
-                    let result = spawn_with_channel(&spec);
-                    if let Ok(s) = &result {
-                        known.insert(s.pid);
+        let forking: Arc<RwLock<()>> = Arc::default();
+        for n in 0..SPAWNER_THREADS {
+            let (rx, known, gate) = (rx.clone(), spawned.clone(), forking.clone());
+            let runtime = runtime.clone();
+            std::thread::Builder::new()
+                .name(format!("wfhost-spawner-{n}"))
+                .spawn(move || {
+                    let _enter = runtime.enter();
+                    loop {
+                        let next = rx.lock().unwrap_or_else(|p| p.into_inner()).recv();
+                        let Ok((spec, reply)) = next else { return };
+                        let open = gate.read().unwrap_or_else(|p| p.into_inner());
+                        let result = spawn_with_channel(&spec);
+                        if let Ok(s) = &result {
+                            known
+                                .lock()
+                                .unwrap_or_else(|p| p.into_inner())
+                                .insert(s.pid);
+                        }
+                        drop(open);
+                        let _ = reply.send(result);
                     }
-                    drop(known);
-                    let _ = reply.send(result);
-                }
-            })?;
-        Ok(Self { tx, spawned })
+                })?;
+        }
+        Ok(Self {
+            tx,
+            spawned,
+            forking,
+        })
     }
 
     /// This process's children that the spawner did not fork: orphans a
     /// subreaper adopted (zombies included), never a child the runtime
     /// is waiting for.
     pub fn adopted(&self) -> Vec<u32> {
+        let _no_fork = self.forking.write().unwrap_or_else(|p| p.into_inner());
         let known = self.spawned.lock().unwrap_or_else(|p| p.into_inner());
         let mut children = own_children();
         children.retain(|pid| !known.contains(pid));
@@ -204,7 +226,7 @@ impl Spawner {
             .remove(&pid);
     }
 
-    /// Spawns a child on the spawner thread.
+    /// Spawns a child on a spawner thread.
     pub async fn spawn(&self, spec: ChildSpec) -> io::Result<Spawned> {
         let (reply, rx) = oneshot::channel();
         let gone = || io::Error::other("the spawner thread has stopped");

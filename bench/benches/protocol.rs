@@ -207,7 +207,7 @@ impl Wired {
             .env("PATH", std::env::var("PATH").unwrap_or_default())
             .env(ENV_CONTROL_FD, "3")
             .env(ENV_CHANNEL_ID, &channel)
-            .env(ENV_PROTOCOL, "1")
+            .env(ENV_PROTOCOL, wfhost_ipc::PROTOCOL_VERSION.to_string())
             .env(ENV_DEPLOYMENT, "bench")
             .env(ENV_SUPERVISOR_KEY, key::public_hex(&key.verifying_key()))
             .stdin(Stdio::null())

@@ -20,7 +20,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use wfhost_bench::control::{self, Follow};
+use wfhost_bench::control;
 use wfhost_bench::procs::{self, CleanupGuard};
 use wfhost_bench::stats::{Summary, dur};
 use wfhost_bench::supervisor::{Supervisor, TempDir, deployment, toml_str};
@@ -285,31 +285,7 @@ fn takeover(bins: &Binaries, pg: &PgServer, report: &mut Report) -> anyhow::Resu
 
 /// Items per second through the supervisor at `socket`, 8 senders.
 fn flow(socket: &Path) -> anyhow::Result<f64> {
-    let mut follow = Follow::open(socket, control::last_seq(socket)?)?;
-    let t = Instant::now();
-    let senders: Vec<_> = (0..SENDERS)
-        .map(|_| {
-            let socket = socket.to_path_buf();
-            std::thread::spawn(move || -> anyhow::Result<()> {
-                for _ in 0..PER_SENDER {
-                    control::send(&socket, "orders")?;
-                }
-                Ok(())
-            })
-        })
-        .collect();
-    let mut done = 0;
-    follow.until(|e| {
-        if e["kind"] == "mail_done" {
-            done += 1;
-        }
-        done == SENDERS * PER_SENDER
-    })?;
-    let took = t.elapsed();
-    for s in senders {
-        s.join()
-            .map_err(|_| anyhow::anyhow!("a sender panicked"))??;
-    }
+    let took = control::flood(socket, "orders", SENDERS, PER_SENDER)?;
     Ok((SENDERS * PER_SENDER) as f64 / took.as_secs_f64())
 }
 

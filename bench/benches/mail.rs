@@ -123,31 +123,7 @@ fn mail(bins: &Binaries, report: &mut Report) -> anyhow::Result<()> {
     );
 
     // 13: throughput, 8 senders at once.
-    let mut follow = Follow::open(&socket, last_seq(&socket)?)?;
-    let t = Instant::now();
-    let senders: Vec<_> = (0..SENDERS)
-        .map(|_| {
-            let socket = socket.clone();
-            std::thread::spawn(move || -> anyhow::Result<()> {
-                for _ in 0..PER_SENDER {
-                    wfhost_bench::control::send(&socket, "orders")?;
-                }
-                Ok(())
-            })
-        })
-        .collect();
-    let mut done = 0;
-    follow.until(|e| {
-        if e["kind"] == "mail_done" {
-            done += 1;
-        }
-        done == SENDERS * PER_SENDER
-    })?;
-    let took = t.elapsed();
-    for s in senders {
-        s.join()
-            .map_err(|_| anyhow::anyhow!("a sender panicked"))??;
-    }
+    let took = wfhost_bench::control::flood(&socket, "orders", SENDERS, PER_SENDER)?;
     let rate = (SENDERS * PER_SENDER) as f64 / took.as_secs_f64();
     let ratio = rate / commit_rate;
     report.row(

@@ -6,6 +6,7 @@
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use serde_json::{Value, json};
@@ -99,4 +100,41 @@ pub fn last_seq(socket: &Path) -> anyhow::Result<u64> {
         last = event["seq"].as_u64().unwrap_or(last);
     }
     Ok(last)
+}
+
+/// `senders` threads each sending `per_sender` `{}` items to `deployment`
+/// as fast as they are answered; the time from the first send to the last
+/// `mail_done`.
+pub fn flood(
+    socket: &Path,
+    deployment: &str,
+    senders: usize,
+    per_sender: usize,
+) -> anyhow::Result<Duration> {
+    let mut follow = Follow::open(socket, last_seq(socket)?)?;
+    let t = Instant::now();
+    let threads: Vec<_> = (0..senders)
+        .map(|_| {
+            let (socket, deployment) = (socket.to_path_buf(), deployment.to_owned());
+            std::thread::spawn(move || -> anyhow::Result<()> {
+                for _ in 0..per_sender {
+                    send(&socket, &deployment)?;
+                }
+                Ok(())
+            })
+        })
+        .collect();
+    let mut done = 0;
+    follow.until(|e| {
+        if e["kind"] == "mail_done" {
+            done += 1;
+        }
+        done == senders * per_sender
+    })?;
+    let took = t.elapsed();
+    for s in threads {
+        s.join()
+            .map_err(|_| anyhow::anyhow!("a sender panicked"))??;
+    }
+    Ok(took)
 }

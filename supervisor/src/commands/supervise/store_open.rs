@@ -31,40 +31,27 @@ pub(super) struct Stores {
 /// existing one before them.
 pub(super) fn open(config: &Config, backend: &Backend, fresh: bool) -> anyhow::Result<Stores> {
     let settings = &config.supervisor;
-    Ok(match (&config.fleet, backend) {
+    let ((store, reader), key, opening, fleet) = match (&config.fleet, backend) {
         (Some(f), Backend::Postgres(url)) => {
             let (store, reader, key, started) =
                 crate::fleet::open::start(url, f, settings, &config.deployments)?;
-            let (store, reader) = store_threads(store, reader)?;
-            Stores {
-                store,
-                reader,
-                key,
-                opening: None,
-                fleet: Some(started),
-            }
+            (store_threads(store, reader)?, key, None, Some(started))
         }
         _ if fresh => {
             let (store, reader, key, opening) = open_behind(backend, settings)?;
-            Stores {
-                store,
-                reader,
-                key,
-                opening,
-                fleet: None,
-            }
+            ((store, reader), key, opening, None)
         }
         _ => {
             let (store, reader, key) = open_store(backend, settings)?;
-            let (store, reader) = store_threads(store, reader)?;
-            Stores {
-                store,
-                reader,
-                key,
-                opening: None,
-                fleet: None,
-            }
+            (store_threads(store, reader)?, key, None, None)
         }
+    };
+    Ok(Stores {
+        store,
+        reader,
+        key,
+        opening,
+        fleet,
     })
 }
 

@@ -7,9 +7,10 @@
 //! so forking from a tokio worker (which may retire) would kill children at
 //! random. [`Spawner`] forks every child on dedicated threads that live
 //! as long as the process (two, so one child's fork-to-exec, which the
-//! forking thread waits out, overlaps the next one's); [`spawn_with_channel`] forks on the calling
-//! thread, for callers whose thread outlives the child (a `main` thread
-//! running a current-thread runtime).
+//! forking thread waits out, overlaps the next one's);
+//! [`spawn_with_channel`] forks on the calling thread, for callers whose
+//! thread outlives the child (a `main` thread running a current-thread
+//! runtime).
 //!
 //! The spawner also remembers which of this process's children it forked,
 //! so a subreaper can tell the orphans it adopted ([`Spawner::adopted`])

@@ -11,55 +11,65 @@ use tokio::sync::oneshot;
 
 use crate::store::Store;
 
-type Job = Box<dyn FnOnce(&mut dyn Store) + Send>;
+/// One call queued for the thread that owns an `S`.
+type Job<S> = Box<dyn FnOnce(&mut S) + Send>;
 
-/// A cheap handle on the store thread.
-#[derive(Clone)]
-pub struct StoreHandle {
-    jobs: mpsc::Sender<Job>,
+/// A cheap handle on a thread that owns an `S` and runs the calls queued
+/// for it, in order. The store's two connections are [`StoreHandle`]s;
+/// a fleet's own PostgreSQL connections are the same on the concrete
+/// store (`fleet::db`).
+pub struct OnThread<S: ?Sized + 'static> {
+    jobs: mpsc::Sender<Job<S>>,
 }
+
+impl<S: ?Sized> Clone for OnThread<S> {
+    fn clone(&self) -> Self {
+        Self {
+            jobs: self.jobs.clone(),
+        }
+    }
+}
+
+/// A handle on the store thread.
+pub type StoreHandle = OnThread<dyn Store>;
 
 /// The store thread is gone (the supervisor is shutting down).
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("the store thread has stopped")]
 pub struct StoreGone;
 
-impl StoreHandle {
-    /// Moves `store` onto a new thread named `name`.
-    pub fn start(name: &str, mut store: Box<dyn Store>) -> std::io::Result<Self> {
-        let (jobs, rx) = mpsc::channel::<Job>();
-        std::thread::Builder::new()
-            .name(name.to_owned())
-            .spawn(move || {
-                for job in rx {
-                    job(store.as_mut());
-                }
-            })?;
-        Ok(Self { jobs })
+impl<S: ?Sized + Send + 'static> OnThread<S> {
+    /// Moves `owned` onto a new thread named `name`.
+    pub fn start(name: &str, owned: Box<S>) -> std::io::Result<Self> {
+        Self::start_opening(name, move || Ok(owned), None)
     }
 
-    /// A store thread named `name` that first runs `open`, then the jobs
-    /// queued meanwhile and later, in order. `opened` hears how the open
-    /// went; after a failure every job is dropped (its caller sees
+    /// A thread named `name` that first runs `open`, then the jobs queued
+    /// meanwhile and later, in order. `opened`, if given, hears how the
+    /// open went; after a failure every job is dropped (its caller sees
     /// [`StoreGone`]). For a start-up that spawns children while a new
     /// store is created: nothing reaches the store before it is ready.
     pub fn start_opening(
         name: &str,
-        open: impl FnOnce() -> anyhow::Result<Box<dyn Store>> + Send + 'static,
-        opened: oneshot::Sender<Result<(), String>>,
+        open: impl FnOnce() -> anyhow::Result<Box<S>> + Send + 'static,
+        opened: Option<oneshot::Sender<Result<(), String>>>,
     ) -> std::io::Result<Self> {
-        let (jobs, rx) = mpsc::channel::<Job>();
+        let (jobs, rx) = mpsc::channel::<Job<S>>();
         std::thread::Builder::new()
             .name(name.to_owned())
             .spawn(move || match open() {
-                Ok(mut store) => {
-                    let _ = opened.send(Ok(()));
+                Ok(mut owned) => {
+                    if let Some(opened) = opened {
+                        let _ = opened.send(Ok(()));
+                    }
                     for job in rx {
-                        job(store.as_mut());
+                        job(&mut owned);
                     }
                 }
                 Err(e) => {
-                    let _ = opened.send(Err(format!("{e:#}")));
+                    if let Some(opened) = opened {
+                        let _ = opened.send(Err(format!("{e:#}")));
+                    }
                 }
             })?;
         Ok(Self { jobs })
@@ -67,14 +77,14 @@ impl StoreHandle {
 
     /// Queues `f` without waiting for it (records that only describe what
     /// already happened).
-    pub fn submit(&self, f: impl FnOnce(&mut dyn Store) + Send + 'static) {
+    pub fn submit(&self, f: impl FnOnce(&mut S) + Send + 'static) {
         let _ = self.jobs.send(Box::new(f));
     }
 
-    /// Runs `f` on the store thread and awaits its result.
+    /// Runs `f` on the thread and awaits its result.
     pub async fn call<T: Send + 'static>(
         &self,
-        f: impl FnOnce(&mut dyn Store) -> T + Send + 'static,
+        f: impl FnOnce(&mut S) -> T + Send + 'static,
     ) -> Result<T, StoreGone> {
         let (tx, rx) = oneshot::channel();
         self.jobs
@@ -84,4 +94,21 @@ impl StoreHandle {
             .map_err(|_| StoreGone)?;
         rx.await.map_err(|_| StoreGone)
     }
+}
+
+/// Runs `open` on a thread of its own and waits for it: opening a store
+/// blocks, and the PostgreSQL client blocks on a runtime of its own,
+/// which cannot run on the supervisor's thread.
+pub fn open_off_runtime<T: Send>(
+    open: impl FnOnce() -> anyhow::Result<T> + Send,
+) -> anyhow::Result<T> {
+    use anyhow::Context;
+    std::thread::scope(|scope| {
+        std::thread::Builder::new()
+            .name("wfhost-store-open".into())
+            .spawn_scoped(scope, open)
+            .context("cannot start a thread to open the store")?
+            .join()
+            .map_err(|_| anyhow::anyhow!("opening the store panicked"))?
+    })
 }

@@ -140,17 +140,10 @@ pub fn start(
             .with_context(|| format!("refusing to start on the store {at}"))?;
         Ok((joined, key))
     };
-    let (joined, key) = std::thread::scope(|scope| {
-        std::thread::Builder::new()
-            .name("wfhost-store-open".into())
-            .spawn_scoped(scope, open)
-            .context("cannot start a thread to open the store")?
-            .join()
-            .map_err(|_| anyhow::anyhow!("opening the store panicked"))?
-    })?;
-    let leases = super::db::Db::start("wfhost-fleet", joined.leases)
+    let (joined, key) = crate::store_handle::open_off_runtime(open)?;
+    let leases = super::db::Db::start("wfhost-fleet", Box::new(joined.leases))
         .context("cannot start the fleet's lease thread")?;
-    let query = super::db::Db::start("wfhost-fleet-query", joined.query)
+    let query = super::db::Db::start("wfhost-fleet-query", Box::new(joined.query))
         .context("cannot start the fleet's query thread")?;
     let (heard_tx, heard) = mpsc::unbounded_channel();
     crate::store::postgres::listen::spawn(

@@ -145,7 +145,7 @@ fn open_behind(
             let _ = created.send(());
             Ok(store)
         },
-        store_tx,
+        Some(store_tx),
     )
     .context("cannot start the store thread")?;
     let (reader_tx, reader_rx) = oneshot::channel();
@@ -160,7 +160,7 @@ fn open_behind(
             b.open_existing()
                 .with_context(|| format!("cannot open a read connection to the store {at}"))
         },
-        reader_tx,
+        Some(reader_tx),
     )
     .context("cannot start the store reader thread")?;
     let opening = Opening {
@@ -263,12 +263,5 @@ fn open_store(backend: &Backend, settings: &SupervisorSettings) -> anyhow::Resul
             .with_context(|| format!("cannot open a read connection to the store {at}"))?;
         Ok((store, reader, key))
     };
-    std::thread::scope(|scope| {
-        std::thread::Builder::new()
-            .name("wfhost-store-open".into())
-            .spawn_scoped(scope, open)
-            .context("cannot start a thread to open the store")?
-            .join()
-            .map_err(|_| anyhow::anyhow!("opening the store panicked"))?
-    })
+    crate::store_handle::open_off_runtime(open)
 }

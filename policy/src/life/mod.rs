@@ -17,6 +17,7 @@
 mod answer;
 mod drain;
 mod end;
+mod exit;
 mod start;
 mod types;
 
@@ -25,6 +26,7 @@ mod tests;
 
 use std::time::Instant;
 
+pub use exit::{ExitCause, ExitStatus};
 pub use types::*;
 
 use crate::restart::RestartTracker;

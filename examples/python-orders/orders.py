@@ -23,12 +23,21 @@ What ends a run decides its acknowledgement:
 | a drain (fetch stopped), Shutdown, EOF    | cancelled   | none: released for the next child |
 
 Each step that completes leaves a marker file ``<id>.<step>`` in
-``$ORDERS_MARKERS`` (default ``./markers``). A redelivered item
-(``attempt > 1``: the child that held it died or was recycled first) does
-not re-run the steps whose markers exist: it finalizes them, and logs so.
-After every ``--recycle-every N`` acknowledged items the child asks to be
-recycled. Every line goes to stdout, flushed, so the supervisor's log tells
-the story item by item.
+``$ORDERS_MARKERS`` (default ``./markers``), written atomically once the
+step has finished. On every delivery, whatever its ``attempt``, a step
+whose marker exists is finalized (not run again), and every other step
+runs: the markers, not the attempt number, say what was done.
+``attempt > 1`` only means an earlier child was handed the item and did
+not acknowledge it (the supervisor sends up to 32 items ahead, and a
+child that ends gives back every one it held, started or not), and an
+operator's ``wfhost mail retry`` starts an item over at attempt 1. A step
+that finished just before a crash, before its marker was written, runs
+again. Markers are kept after the item is acknowledged: an ack is sent,
+not yet known to be stored, and an item whose ack was lost comes back.
+Mail ids are never reused, so markers of done items may be deleted at
+leisure. After every ``--recycle-every N`` acknowledged items the child
+asks to be recycled. Every line goes to stdout, flushed, so the
+supervisor's log tells the story item by item.
 """
 
 from __future__ import annotations
@@ -131,6 +140,9 @@ def process(
     order, fetch_ms, approve_ms, rounds = plan(mail, args)
     say(f"mail {mail.id}: order {order} received (attempt {mail.attempt})")
     steps = (("fetch", "cancel", fetch_ms), ("approve", "wait", approve_ms))
+    # The markers are checked on every delivery: an attempt above 1 does
+    # not say any step ran, and attempt 1 does not say none did (a retried
+    # dead item starts over at 1).
     if mail.attempt > 1:
         done = [
             name for name, _, _ in steps if (markers / f"{mail.id}.{name}").exists()
@@ -140,7 +152,7 @@ def process(
             + (
                 f"finalizing {', '.join(done)}"
                 if done
-                else "no step of it had finished"
+                else "no step of it left a marker, so every step runs"
             )
         )
     try:
@@ -174,9 +186,10 @@ def process(
         say(f"mail {mail.id}: stopped ({e.cause}); left for the next child")
         return False
     rt.run_terminal(run, "succeeded")
+    # The markers stay: the ack is written to the channel, not yet stored,
+    # and if it is lost (the supervisor dies first) the item comes back and
+    # finds its steps done.
     mail.ack("succeeded")
-    for name, _, _ in steps:
-        (markers / f"{mail.id}.{name}").unlink(missing_ok=True)
     say(f"mail {mail.id}: order {order} done (attempt {mail.attempt})")
     return True
 

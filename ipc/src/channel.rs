@@ -68,6 +68,21 @@ pub enum HandshakeError {
     Transport(#[from] TransportError),
 }
 
+impl HandshakeError {
+    /// Whether the child wrote something on its channel before the
+    /// handshake failed (a Hello of another version, another channel id,
+    /// a broken frame): it speaks the protocol, just not this one, so the
+    /// advice is an upgrade, never "wrap it as a plain program".
+    pub fn child_wrote(&self) -> bool {
+        match self {
+            Self::ChildProtocol { .. } | Self::Unexpected { .. } | Self::Hello(_) => true,
+            Self::Transport(TransportError::Violation(_)) => true,
+            Self::Closed { .. } | Self::Transport(TransportError::Io(_)) => false,
+            Self::SupervisorProtocol { .. } => false,
+        }
+    }
+}
+
 /// The supervisor's end of one child's channel, minted with the channel id
 /// the child must echo.
 #[derive(Debug)]

@@ -98,7 +98,7 @@ const MAX_ENV_BYTES: usize = 256 << 10;
 use build::Build;
 pub use error::ConfigError;
 use error::Problem;
-pub use programs::programs;
+pub use programs::{missing as missing_program, programs};
 pub use types::*;
 
 /// The config file used when none is named: where packages and

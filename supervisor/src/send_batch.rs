@@ -16,7 +16,33 @@ use crate::store_handle::StoreHandle;
 /// Most offers written in one transaction.
 const MAX_BATCH: usize = 256;
 
-type Answer = Result<Accepted, String>;
+type Answer = Result<Accepted, Refused>;
+
+/// Why an offer has no id: a refusal that wrote nothing, or a commit that
+/// failed in a way that leaves open whether the offer landed.
+#[derive(Debug, Clone)]
+pub struct Refused {
+    /// What went wrong and what to do.
+    pub message: String,
+    /// Whether the offer may have been written all the same.
+    pub unknown: bool,
+}
+
+impl Refused {
+    fn of(e: &crate::store::StoreError) -> Self {
+        Self {
+            message: e.to_string(),
+            unknown: e.is_unknown(),
+        }
+    }
+
+    fn gone(message: String) -> Self {
+        Self {
+            message,
+            unknown: false,
+        }
+    }
+}
 type Waiting = Vec<(Offer, oneshot::Sender<Answer>)>;
 
 /// The offers waiting for the next write.
@@ -37,8 +63,11 @@ impl SendBatch {
             // leave the others unanswered or the writer flag set.
             tokio::spawn(Arc::clone(self).write_all(store.clone()));
         }
-        rx.await
-            .unwrap_or_else(|_| Err("the store thread is gone; nothing was accepted".into()))
+        rx.await.unwrap_or_else(|_| {
+            Err(Refused::gone(
+                "the store thread is gone; nothing was accepted".into(),
+            ))
+        })
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Waiting> {
@@ -77,17 +106,18 @@ async fn write(store: &StoreHandle, batch: Waiting) {
     match results {
         Ok(Ok(results)) => {
             for (tx, result) in answers.into_iter().zip(results) {
-                let _ = tx.send(result.map_err(|e| e.to_string()));
+                let _ = tx.send(result.map_err(|e| Refused::of(&e)));
             }
         }
         Ok(Err(e)) => {
+            let refused = Refused::of(&e);
             for tx in answers {
-                let _ = tx.send(Err(e.to_string()));
+                let _ = tx.send(Err(refused.clone()));
             }
         }
         Err(gone) => {
             for tx in answers {
-                let _ = tx.send(Err(gone.to_string()));
+                let _ = tx.send(Err(Refused::gone(gone.to_string())));
             }
         }
     }

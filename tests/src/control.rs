@@ -36,3 +36,15 @@ pub fn send(socket: &Path, deployment: &str, payload: &[u8]) -> Result<u64, Stri
         .as_u64()
         .ok_or_else(|| format!("send refused: {answer}"))
 }
+
+/// One `send` of `payload` under idempotency `key`, tried once: the
+/// supervisor's whole answer (`ok`, `data`, or `error` and `outcome`).
+pub fn send_keyed(socket: &Path, deployment: &str, payload: &[u8], key: &str) -> Value {
+    let mut s = UnixStream::connect(socket).expect("connect to the control socket");
+    let request = json!({
+        "v": 2, "cmd": "send", "deployment": deployment, "payload_bytes": payload.len(), "key": key,
+    });
+    write_message(&mut s, &request).expect("write the request");
+    s.write_all(payload).expect("write the payload");
+    read_message(&mut s).expect("read the answer")
+}

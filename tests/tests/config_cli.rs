@@ -86,9 +86,10 @@ fn an_unknown_key_is_refused_with_its_position() {
         "{err}"
     );
     assert!(
-        err.contains("help: remove the key or fix its spelling"),
-        "{err}"
+        err.contains("help: did you mean `policy_interval`?"),
+        "the nearest key, not all of them: {err}"
     );
+    assert!(!err.contains("expected one of"), "{err}");
 }
 
 #[test]

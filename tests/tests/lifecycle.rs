@@ -166,6 +166,10 @@ fn misbehaving_children_are_killed_and_reported_while_others_keep_serving() {
         });
         let last = d["last_exit"].as_str().unwrap_or("");
         assert!(last.contains(reason), "{id}: {last}");
+        // Each of these wrote on fd 3 (a Hello, or a frame): the advice to
+        // wrap a plain program is for children that never did.
+        assert!(!last.contains("never sent a Hello"), "{id}: {last}");
+        assert_ne!(d["last_exit_brief"], "not a wfhost child", "{id}: {d}");
         let log = sup.log();
         assert!(
             log.lines().any(|l| l.contains(reason) && l.contains(id)),

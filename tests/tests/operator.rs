@@ -1001,7 +1001,7 @@ fn status_table_shows_what_design_lists() {
         assert!(header.contains(column), "no {column} column: {header}");
     }
     // The slashes are explained.
-    assert!(text.contains("MAIL waiting/being processed/done"), "{text}");
+    assert!(text.contains("MAIL waiting/in a child/done/dead"), "{text}");
     assert!(
         text.contains("RECYCLES by policy/operator/the child itself"),
         "{text}"

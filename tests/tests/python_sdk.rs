@@ -90,7 +90,7 @@ fn send_with_the_python_client(sup: &Supervisor, id: &str, n: usize) -> Vec<u64>
     let script = "import sys, wfhost\n\
                   client = wfhost.Client(config=sys.argv[1])\n\
                   for i in range(int(sys.argv[3])):\n\
-                  \x20   print(client.send(sys.argv[2], f'item-{i}'), flush=True)\n";
+                  \x20   print(client.send(sys.argv[2], f'item-{i}').id, flush=True)\n";
     let out = Command::new(python())
         .arg("-c")
         .arg(script)

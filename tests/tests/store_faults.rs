@@ -7,7 +7,7 @@ use std::process::{Child, Command, Stdio};
 
 use serde_json::Value;
 use wfhost_tests::{
-    LONG, Supervisor, demo, deployment, describe, mail_counts, ok, query, wait_for,
+    LONG, Supervisor, control, demo, deployment, describe, mail_counts, ok, query, wait_for,
 };
 
 /// Makes every `pwrite64` of process `pid` (all its threads) fail with
@@ -16,10 +16,16 @@ struct Fault(Child);
 
 impl Fault {
     fn inject(pid: u32, errno: &str) -> Self {
+        Self::inject_into(pid, "pwrite64", &format!("error={errno}"))
+    }
+
+    /// Fails the `calls` of process `pid` as `how` says (strace's
+    /// `inject=` syntax, e.g. `error=EIO:when=2+3`).
+    fn inject_into(pid: u32, calls: &str, how: &str) -> Self {
         let strace = Command::new("strace")
             .args(["-f", "-p", &pid.to_string(), "-o", "/dev/null"])
-            .args(["-e", "trace=pwrite64"])
-            .args(["-e", &format!("inject=pwrite64:error={errno}")])
+            .args(["-e", &format!("trace={calls}")])
+            .args(["-e", &format!("inject={calls}:{how}")])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -299,4 +305,82 @@ fn a_refusing_store_is_said_at_the_top_of_status_and_in_metrics() {
     assert_eq!(store_metrics(addr), (Some(1.0), Some(0.0), Some(0.0)));
     let table = ok("status", &sup.client(&["status"]));
     assert!(!table.contains("store: REFUSING"), "{table}");
+}
+
+/// Before: with the disk failing at the commit, `wfhost send` exited 1
+/// ("accepting mail failed") for mail that was stored and later done, and
+/// a plain retry enqueued it twice. Now an error while committing is an
+/// unknown outcome, said as such, and the CLI settles it under the key it
+/// always sends: whatever the disk does, mail reported accepted is stored
+/// once, mail reported refused is not stored, and nothing is stored twice.
+#[test]
+fn a_send_whose_commit_fails_is_an_unknown_outcome_settled_under_its_key() {
+    let sup = Supervisor::start(&demo_orders("1"));
+    sup.ready_pid("orders", LONG);
+    let socket = sup.socket();
+    let mut unknown = Vec::new();
+    let mut accepted = Vec::new();
+    let mut refused = Vec::new();
+    let fault = Fault::inject_into(sup.pid(), "fsync,fdatasync", "error=EIO:when=2+3");
+    for i in 0..30 {
+        // Once, as a client that does not retry sees it.
+        let key = format!("raw-{i}");
+        let answer = control::send_keyed(&socket, "orders", key.as_bytes(), &key);
+        match (answer["ok"].as_bool(), answer["outcome"].as_str()) {
+            (Some(true), _) => accepted.push(key),
+            (Some(false), Some("unknown")) => {
+                let error = answer["error"].as_str().unwrap_or_default();
+                assert!(
+                    error.contains("may or may not have been accepted")
+                        && error.contains("send it again with the same --key"),
+                    "{answer}"
+                );
+                unknown.push(key);
+            }
+            _ => refused.push(key),
+        }
+        // And as the CLI sends it: settled under its key.
+        let key = format!("cli-{i}");
+        let out = sup.client(&["send", "orders", &key, "--key", &key]);
+        match out.status.code() {
+            Some(0) => accepted.push(key),
+            _ => {
+                assert!(
+                    !describe(&out).contains("outcome is unknown"),
+                    "the CLI settles an unknown outcome: {}",
+                    describe(&out)
+                );
+                refused.push(key);
+            }
+        }
+    }
+    drop(fault);
+    assert!(
+        !unknown.is_empty(),
+        "some commit failed under the fault: accepted {accepted:?}, refused {refused:?}"
+    );
+    // A client that was told "unknown" settles it by sending again.
+    for key in &unknown {
+        let answer = control::send_keyed(&socket, "orders", key.as_bytes(), key);
+        assert_eq!(answer["ok"], true, "{answer}");
+        accepted.push(key.clone());
+    }
+    let total = accepted.len() as u64;
+    let d = sup.wait_deployment("orders", "every accepted item done", LONG, |d| {
+        mail_counts(d) == (0, 0, total)
+    });
+    assert_eq!(d["mail"]["dead"], 0, "{d}");
+    let keys: Vec<String> = query(
+        &sup.db(),
+        "SELECT idempotency_key FROM mail ORDER BY idempotency_key",
+    )
+    .into_iter()
+    .map(|row| row[0].as_str().unwrap_or_default().to_owned())
+    .collect();
+    let mut expected = accepted.clone();
+    expected.sort();
+    assert_eq!(
+        keys, expected,
+        "each accepted key stored once, no refused one stored (refused: {refused:?})"
+    );
 }

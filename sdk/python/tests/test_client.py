@@ -1,6 +1,7 @@
 """wfhost.Client against a real `wfhost supervise` (send, status, events,
-refusals with the supervisor's own message and code), and the lost-answer
-retry against a socket that drops the first connection."""
+refusals with the supervisor's own message and code), and the repeats of a
+send whose answer was lost or whose outcome was unknown against a fake
+control socket that answers as scripted."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 
 import wfhost
+import wfhost.client
 from supervisor import Supervisor, python_child, wait_for
 
 
@@ -31,10 +33,12 @@ def test_send_is_durable_and_processed_and_status_names_the_sdk(sup):
     client = wfhost.Client(config=sup.config)
     assert client.socket_path == sup.socket
     wait_for("orders ready", lambda: deployment(client, "orders")["state"] == "ready")
-    ids = [
+    sent = [
         client.send("orders", json.dumps({"steps": [{"name": "s", "drain": "wait", "ms": 10}]}))
         for _ in range(3)
     ]
+    assert all(isinstance(s, wfhost.Sent) and s.new is True for s in sent), sent
+    ids = [s.id for s in sent]
     assert ids == sorted(ids) and len(set(ids)) == 3
     d = wait_for(
         "three items done", lambda: (x := deployment(client, "orders"))["mail"]["done"] >= 3 and x
@@ -45,7 +49,8 @@ def test_send_is_durable_and_processed_and_status_names_the_sdk(sup):
 def test_an_idempotency_key_enqueues_once_and_another_payload_is_refused(sup):
     client = wfhost.Client(socket=sup.socket)
     first = client.send("orders", b"{}", key="order-42")
-    assert client.send("orders", b"{}", key="order-42") == first
+    assert first.new is True
+    assert client.send("orders", b"{}", key="order-42") == wfhost.Sent(first.id, False)
     with pytest.raises(wfhost.ClientError) as e:
         client.send("orders", b'{"fail":"other"}', key="order-42")
     assert e.value.code == 1 and "order-42" in e.value.message
@@ -82,7 +87,7 @@ def test_events_stream_the_backlog_then_follow_live(sup):
 
     reader = threading.Thread(target=read)
     reader.start()
-    mail_id = client.send("quiet", b"{}")
+    mail_id = client.send("quiet", b"{}").id
     reader.join(timeout=30)
     follow.close()
     assert got and got[-1]["kind"] == "mail_accepted" and got[-1]["body"]["id"] == mail_id
@@ -120,35 +125,145 @@ def test_an_unreachable_supervisor_is_code_3_and_says_what_to_check():
         wfhost.Client()
 
 
+class FakeSupervisor:
+    """A control socket in a thread that reads one request (and a send's
+    payload) per connection and answers the next of ``answers``: a dict is
+    written as the answer, None hangs up without one."""
+
+    def __init__(self, answers: list) -> None:
+        self.dir = tempfile.TemporaryDirectory(dir="/tmp")
+        self.path = Path(self.dir.name) / "s.sock"
+        self.server = socket.socket(socket.AF_UNIX)
+        self.server.bind(str(self.path))
+        self.server.listen()
+        self.answers = answers
+        self.seen: list = []
+        self.thread = threading.Thread(target=self.serve, daemon=True)
+        self.thread.start()
+
+    def serve(self) -> None:
+        for answer in self.answers:
+            conn, _ = self.server.accept()
+            with conn:
+                n = int.from_bytes(conn.recv(4, socket.MSG_WAITALL), "big")
+                request = json.loads(conn.recv(n, socket.MSG_WAITALL))
+                payload = conn.recv(request["payload_bytes"], socket.MSG_WAITALL)
+                self.seen.append((request, payload))
+                if answer is not None:
+                    data = json.dumps(answer).encode()
+                    conn.sendall(len(data).to_bytes(4, "big") + data)
+
+    def close(self) -> None:
+        self.thread.join(timeout=10)
+        self.server.close()
+        self.dir.cleanup()
+
+    def keys(self) -> list:
+        return [request["key"] for request, _ in self.seen]
+
+
+def accepted(new: bool) -> dict:
+    return {"ok": True, "data": {"deployment": "orders", "id": 17, "new": new}}
+
+
+UNKNOWN = {
+    "ok": False,
+    "code": 1,
+    "outcome": "unknown",
+    "error": "the store failed while committing mail for orders: disk I/O error",
+}
+
+
+@pytest.fixture
+def fast_retries(monkeypatch):
+    monkeypatch.setattr(wfhost.client, "SEND_RETRY_PAUSE", 0.01)
+
+
 def test_a_send_whose_answer_was_lost_is_repeated_under_the_same_key():
     """A socket server that hangs up after reading the first request, then
     answers the second: the client repeats it with the same key."""
-    with tempfile.TemporaryDirectory(dir="/tmp") as d:
-        path = Path(d) / "s.sock"
-        server = socket.socket(socket.AF_UNIX)
-        server.bind(str(path))
-        server.listen()
-        seen: list = []
+    fake = FakeSupervisor([None, accepted(True)])
+    try:
+        assert wfhost.Client(socket=fake.path).send("orders", b"hello") == wfhost.Sent(17, True)
+    finally:
+        fake.close()
+    (first, p1), (second, p2) = fake.seen
+    assert first["key"] == second["key"] and first["key"].startswith("auto-")
+    assert first["v"] == 2 and first["cmd"] == "send" and p1 == p2 == b"hello"
 
-        def serve() -> None:
-            for attempt in range(2):
-                conn, _ = server.accept()
-                with conn:
-                    n = int.from_bytes(conn.recv(4, socket.MSG_WAITALL), "big")
-                    request = json.loads(conn.recv(n, socket.MSG_WAITALL))
-                    payload = conn.recv(request["payload_bytes"], socket.MSG_WAITALL)
-                    seen.append((request, payload))
-                    if attempt == 1:
-                        answer = json.dumps(
-                            {"ok": True, "data": {"deployment": "orders", "id": 17, "new": True}}
-                        ).encode()
-                        conn.sendall(len(answer).to_bytes(4, "big") + answer)
 
-        t = threading.Thread(target=serve)
-        t.start()
-        assert wfhost.Client(socket=path).send("orders", b"hello") == 17
-        t.join()
-        server.close()
-        (first, p1), (second, p2) = seen
-        assert first["key"] == second["key"] and first["key"].startswith("auto-")
-        assert first["v"] == 2 and first["cmd"] == "send" and p1 == p2 == b"hello"
+def test_a_lost_answer_then_not_new_under_the_clients_own_key_is_this_calls_mail():
+    fake = FakeSupervisor([None, accepted(False)])
+    try:
+        sent = wfhost.Client(socket=fake.path).send("orders", b"hello")
+    finally:
+        fake.close()
+    assert sent == wfhost.Sent(17, True), "only this call knew its random key"
+    assert len(set(fake.keys())) == 1
+
+
+def test_an_unknown_outcome_is_repeated_under_the_same_key_and_reported_new():
+    """The supervisor cannot tell whether the first try was committed; the
+    repeat finds the key's item (new: false). The key was the client's own
+    random one, so the item is this call's: the caller sees new=True."""
+    fake = FakeSupervisor([UNKNOWN, accepted(False)])
+    try:
+        sent = wfhost.Client(socket=fake.path).send("orders", b"hello")
+    finally:
+        fake.close()
+    assert sent == wfhost.Sent(17, True)
+    (first, p1), (second, p2) = fake.seen
+    assert first == second and first["key"].startswith("auto-"), "the same request, same key"
+    assert p1 == p2 == b"hello"
+
+
+def test_an_unknown_outcome_with_the_callers_key_is_reported_as_answered():
+    fake = FakeSupervisor([UNKNOWN, accepted(False)])
+    try:
+        sent = wfhost.Client(socket=fake.path).send("orders", b"hello", key="order-9")
+    finally:
+        fake.close()
+    assert sent == wfhost.Sent(17, False), "an earlier send of the caller's may have enqueued it"
+    assert fake.keys() == ["order-9", "order-9"]
+
+
+def test_a_send_unknown_on_every_try_says_so_and_names_the_key_to_send_again_with(fast_retries):
+    fake = FakeSupervisor([UNKNOWN] * wfhost.client.SEND_TRIES)
+    try:
+        with pytest.raises(wfhost.ClientError) as e:
+            wfhost.Client(socket=fake.path).send("orders", b"hello")
+    finally:
+        fake.close()
+    keys = fake.keys()
+    assert len(keys) == wfhost.client.SEND_TRIES and len(set(keys)) == 1
+    err = e.value
+    assert err.outcome_unknown is True and err.key == keys[0] and err.code == 1
+    assert not isinstance(err, wfhost.Unreachable)
+    message = str(err)
+    assert "outcome of sending to 'orders' is unknown" in message
+    assert UNKNOWN["error"] in message, "the supervisor's own words"
+    assert f"key={keys[0]!r}" in message and "at most once" in message
+
+
+def test_a_send_whose_every_answer_was_lost_is_unreachable_with_an_unknown_outcome(fast_retries):
+    fake = FakeSupervisor([UNKNOWN] + [None] * (wfhost.client.SEND_TRIES - 1))
+    try:
+        with pytest.raises(wfhost.Unreachable) as e:
+            wfhost.Client(socket=fake.path).send("orders", b"hello", key="order-9")
+    finally:
+        fake.close()
+    err = e.value
+    assert err.code == 3 and err.answer_lost and err.outcome_unknown and err.key == "order-9"
+    assert "key='order-9'" in str(err) and UNKNOWN["error"] in str(err)
+
+
+def test_a_plain_refusal_is_not_repeated():
+    refusal = {"ok": False, "code": 1, "error": "the inbox of orders is full (max_inbox 10)"}
+    fake = FakeSupervisor([refusal])
+    try:
+        with pytest.raises(wfhost.ClientError) as e:
+            wfhost.Client(socket=fake.path).send("orders", b"hello")
+    finally:
+        fake.close()
+    assert len(fake.seen) == 1
+    assert e.value.outcome_unknown is False and str(e.value) == refusal["error"]

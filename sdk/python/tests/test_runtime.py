@@ -303,3 +303,97 @@ def test_a_fork_of_the_child_neither_holds_nor_speaks_on_the_channel():
     assert "fork: fd 3 closed" in err
     assert "fork: control channel is closed (this process is a fork of the workflow child" in err
     assert "closed: shutdown" in err
+
+
+CUSTOM_DATA = r"""
+import sys
+values = [
+    ("bytes", b"\x00raw"),
+    ("bytearray", bytearray(b"ba")),
+    ("memoryview", memoryview(b"mv")),
+    ("str", "grüße"),
+    ("dict", {"order": "A-17", "n": 2, "ok": True, "none": None, "items": [1.5, "ä"]}),
+    ("list", [1, "two"]),
+    ("int", 5),
+    ("float", 2.5),
+    ("bool", False),
+    ("none", None),
+]
+refused = [
+    ("object", object()),
+    ("set", {1, 2}),
+    ("tuple", (1, 2)),
+    ("dict-with-a-set", {"a": {1}}),
+    ("nan", float("nan")),
+]
+"""
+
+CUSTOM_BLOCKING = CUSTOM_DATA + r"""
+import wfhost
+rt = wfhost.connect()
+rt.ready()
+for kind, data in values:
+    rt.custom(kind, data)
+for kind, data in refused:
+    try:
+        rt.custom(kind, data)
+    except TypeError as e:
+        print("refused:", e, file=sys.stderr)
+rt.custom("end")
+print("closed:", rt.wait_closed().kind, file=sys.stderr)
+"""
+
+CUSTOM_AIO = CUSTOM_DATA + r"""
+import asyncio, wfhost, wfhost.aio
+
+async def main():
+    rt = await wfhost.aio.connect()
+    await rt.ready()
+    for kind, data in values:
+        await rt.custom(kind, data)
+    for kind, data in refused:
+        try:
+            await rt.custom(kind, data)
+        except TypeError as e:
+            print("refused:", e, file=sys.stderr)
+    await rt.custom("end")
+    print("closed:", (await rt.wait_closed()).kind, file=sys.stderr)
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize("app", [CUSTOM_BLOCKING, CUSTOM_AIO], ids=["blocking", "asyncio"])
+def test_custom_sends_bytes_text_and_json_values_and_refuses_the_rest_at_the_call(app):
+    p = Peer(script(app))
+    p.ready()
+    got = [p.expect(m.Custom, skip=()) for _ in range(11)]
+    assert got == [
+        m.Custom("bytes", b"\x00raw"),
+        m.Custom("bytearray", b"ba"),
+        m.Custom("memoryview", b"mv"),
+        m.Custom("str", "grüße".encode()),
+        m.Custom(
+            "dict",
+            '{"order":"A-17","n":2,"ok":true,"none":null,"items":[1.5,"ä"]}'.encode(),
+        ),
+        m.Custom("list", b'[1,"two"]'),
+        m.Custom("int", b"5"),
+        m.Custom("float", b"2.5"),
+        m.Custom("bool", b"false"),
+        m.Custom("none", b"null"),
+        m.Custom("end", b""),
+    ], "each refused value sent nothing"
+    p.send(m.Shutdown())
+    code, _, err = p.finish()
+    assert code == 0, err
+    refusals = [line for line in err.splitlines() if line.startswith("refused: ")]
+    assert len(refusals) == 5, err
+    for line, kind in zip(refusals, ["object", "set", "tuple", "dict-with-a-set", "nan"]):
+        assert f"custom event {kind!r}" in line, line
+        assert "bytes, bytearray or memoryview" in line and "str" in line, line
+        assert "dict, list, int, float, bool or None" in line, line
+        assert "nothing was sent" in line, line
+    assert "not object" in refusals[0] and "not set" in refusals[1] and "not tuple" in refusals[2]
+    assert "json cannot encode" in refusals[3] and "json cannot encode" in refusals[4]
+    assert "closed: shutdown" in err

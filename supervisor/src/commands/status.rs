@@ -90,7 +90,7 @@ mod tests {
             "id": id, "state": "draining", "pid": 4194303, "uptime_ms": 7_260_000,
             "rss_bytes": 536_870_912, "grants_age_ms": null,
             "drain": {"active": true, "used_ms": 65_000, "budget_ms": 120_000, "escalated": true},
-            "mail": {"inbox": 3, "processing": 1, "done": 1234},
+            "mail": {"inbox": 3, "processing": 1, "done": 1234, "dead": 2},
             "recycles": {"policy": 12, "operator": 3, "self": 140},
             "restarts": 17, "last_exit_brief": "crashed: SIGSEGV",
             "why": "draining for a recycle: waiting for 2 steps in flight",
@@ -103,7 +103,7 @@ mod tests {
             "id": id, "state": "ready", "pid": 52731, "uptime_ms": 185_000,
             "rss_bytes": 2_936_012, "grants_age_ms": null,
             "drain": {"active": false, "used_ms": 0, "budget_ms": 30_000, "escalated": false},
-            "mail": {"inbox": 0, "processing": 0, "done": 3},
+            "mail": {"inbox": 0, "processing": 0, "done": 3, "dead": 0},
             "recycles": {"policy": 0, "operator": 1, "self": 0},
             "restarts": 0, "last_exit_brief": "not a wfhost child",
         })
@@ -136,7 +136,7 @@ mod tests {
         assert!(text.contains(" 65/120s! "), "{text}");
         assert!(text.contains(" 512MiB "), "{text}");
         let quiet = table(&status(&["quiet-16-chars-x"]));
-        assert!(quiet.contains(" 0/0/3 "), "{quiet}");
+        assert!(quiet.contains(" 0/0/3/0 "), "{quiet}");
         assert!(
             quiet.contains("  not a wfhost child\n"),
             "the whole of it: {quiet}"
@@ -145,7 +145,7 @@ mod tests {
             assert!(line.chars().count() <= WIDTH, "{line}");
         }
         assert!(
-            text.contains("MAIL waiting/being processed/done"),
+            text.contains("MAIL waiting/in a child/done/dead"),
             "a legend: {text}"
         );
         assert!(

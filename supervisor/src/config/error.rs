@@ -98,6 +98,9 @@ impl Problem {
             return Self::new(span, message, hint);
         }
         let message = message.trim_end();
+        if let Some((unknown, hint)) = unknown_field(message) {
+            return Self::new(span, unknown, hint);
+        }
         let hint = if message.starts_with("unknown field") {
             "remove the key or fix its spelling: unknown keys are refused so a typo never goes unnoticed"
         } else if message.starts_with("missing field") {
@@ -128,6 +131,47 @@ impl Problem {
     }
 }
 
+/// serde's "unknown field `drian_timeout`, expected one of `id`, …" as
+/// the key alone, with the nearest known key as the hint ("did you mean
+/// drain_timeout?"), or the known keys when none is near.
+fn unknown_field(message: &str) -> Option<(String, String)> {
+    let rest = message.strip_prefix("unknown field `")?;
+    let (name, expected) = rest.split_once('`')?;
+    let known: Vec<&str> = expected.split('`').skip(1).step_by(2).collect();
+    let unknown = format!("unknown field `{name}`");
+    let nearest = known
+        .iter()
+        .map(|k| (edit_distance(name, k), *k))
+        .filter(|(d, k)| *d <= (k.len() / 3).max(2))
+        .min();
+    let hint = match nearest {
+        Some((_, k)) => format!("did you mean `{k}`? Unknown keys are refused so a typo never goes unnoticed"),
+        None if known.is_empty() => {
+            "remove the key or fix its spelling: unknown keys are refused so a typo never goes unnoticed".to_owned()
+        }
+        None => format!("remove it or fix its spelling; this table's keys are {}", known.join(", ")),
+    };
+    Some((unknown, hint))
+}
+
+/// Levenshtein distance by characters (keys are short).
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let above = row[j + 1];
+            row[j + 1] = (above + 1)
+                .min(row[j] + 1)
+                .min(diagonal + usize::from(ca != *cb));
+            diagonal = above;
+        }
+    }
+    row[b.len()]
+}
+
 /// 1-based line and column (in characters) of byte `offset` in `text`.
 pub(super) fn line_column(text: &str, offset: usize) -> (usize, usize) {
     let mut offset = offset.min(text.len());
@@ -139,4 +183,24 @@ pub(super) fn line_column(text: &str, offset: usize) -> (usize, usize) {
     let line_start = before.rfind('\n').map_or(0, |i| i + 1);
     let column = before[line_start..].chars().count() + 1;
     (line, column)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unknown_key_names_the_nearest_known_one() {
+        let message = "unknown field `drian_timeout`, expected one of `id`, `command`, `drain_timeout`, `kill_timeout`";
+        let (unknown, hint) = unknown_field(message).unwrap();
+        assert_eq!(unknown, "unknown field `drian_timeout`");
+        assert!(hint.starts_with("did you mean `drain_timeout`?"), "{hint}");
+        let (_, far) = unknown_field("unknown field `colour`, expected `id` or `command`").unwrap();
+        assert_eq!(
+            far,
+            "remove it or fix its spelling; this table's keys are id, command"
+        );
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
+        assert_eq!(edit_distance("", "abc"), 3);
+    }
 }

@@ -12,7 +12,7 @@ use toml::Spanned;
 use super::error::{Problem, line_column};
 use super::raw::{ARG_MAX, RawCommon, RawDeployment, RawFile, Text};
 use super::resolve::{self, CHILD_PROGRAM, Lookup, NotFound};
-use super::{ConfigError, defaults};
+use super::{ConfigError, DeploymentConfig, defaults};
 
 /// One program checked.
 #[derive(Debug)]
@@ -45,16 +45,57 @@ pub fn programs(path: &Path) -> Result<Vec<Checked>, ConfigError> {
     let mut checked = Vec::new();
     for dep in &raw.deployment {
         let dep = dep.get_ref();
-        let check = Check {
-            deployment: &dep.id.get_ref().0,
+        let deployment = &dep.id.get_ref().0;
+        let argv: &[Arg] = dep.command.get_ref();
+        let names: Vec<&str> = argv.iter().map(|a| a.get_ref().0.as_str()).collect();
+        let places = Places {
+            config_dir: &dir,
             working_dir: working_dir(dep, &defaults, &dir),
             child_path: child_path(dep, &defaults),
-            text: &text,
-            path,
+            lookup: &lookup,
         };
-        check.command(dep.command.get_ref(), &dir, &lookup, &mut checked);
+        for (at, found) in places.command(&names) {
+            let found = found.map_err(|(message, hint)| {
+                let (line, column) = line_column(&text, argv[at].span().start);
+                ConfigError::Invalid {
+                    path: path.to_path_buf(),
+                    line,
+                    column,
+                    message: format!("deployment {deployment:?}: {message}"),
+                    hint,
+                }
+            });
+            checked.push(Checked {
+                deployment: deployment.clone(),
+                found,
+            });
+        }
     }
     Ok(checked)
+}
+
+/// The first program of a loaded deployment that cannot be found now (a
+/// script deleted or misspelt), in one line with its fix: what a child
+/// that ended without a word on its channel most likely tripped on.
+pub fn missing(cfg: &DeploymentConfig) -> Option<String> {
+    let root = PathBuf::from("/");
+    let working_dir = cfg.working_dir.clone().unwrap_or_else(|| root.clone());
+    let places = Places {
+        config_dir: &working_dir,
+        working_dir: working_dir.clone(),
+        child_path: cfg
+            .env
+            .get("PATH")
+            .cloned()
+            .unwrap_or_else(|| defaults::CHILD_PATH.to_owned()),
+        lookup: &Lookup::from_process(),
+    };
+    let names: Vec<&str> = cfg.command.iter().map(String::as_str).collect();
+    places
+        .command(&names)
+        .into_iter()
+        .find_map(|(_, found)| found.err())
+        .map(|(message, hint)| format!("{message}; help: {hint}"))
 }
 
 /// Where the deployment's child starts: its `working_dir` (own, else
@@ -82,103 +123,107 @@ fn child_path(dep: &RawDeployment, defaults: &RawCommon) -> String {
         .unwrap_or_else(|| defaults::CHILD_PATH.to_owned())
 }
 
-/// What one deployment's programs are checked against.
-struct Check<'a> {
-    deployment: &'a str,
+/// Each program checked, by the index of the argument naming it: where it
+/// was found, or what is wrong and the fix.
+type Found = Vec<(usize, Result<PathBuf, resolve::Failure>)>;
+
+/// What one deployment's programs are looked up against.
+struct Places<'a> {
+    config_dir: &'a Path,
     working_dir: PathBuf,
     child_path: String,
-    text: &'a str,
-    path: &'a Path,
+    lookup: &'a Lookup,
 }
 
-impl Check<'_> {
+impl Places<'_> {
     /// `command[0]`, then what it runs: the command `wfhost-child exec`
     /// hosts, or an interpreter's script.
-    fn command(&self, argv: &[Arg], dir: &Path, lookup: &Lookup, out: &mut Vec<Checked>) {
-        let Some(program) = argv.first() else {
-            return;
+    fn command(&self, argv: &[&str]) -> Found {
+        let mut out = Vec::new();
+        let Some(name) = argv.first() else {
+            return out;
         };
-        let name = &program.get_ref().0;
-        let found = resolve::program(name, dir, lookup)
-            .map_err(|(message, hint)| self.problem(program, message, hint));
+        let found = resolve::program(name, self.config_dir, self.lookup);
         let is_child = found
             .as_ref()
             .is_ok_and(|p| p.file_name().is_some_and(|f| f == CHILD_PROGRAM));
-        out.push(self.checked(found));
-        if is_child && argv.get(1).is_some_and(|a| a.get_ref().0 == "exec") {
+        out.push((0, found));
+        if is_child && argv.get(1) == Some(&"exec") {
             if let Some(at) = hosted_index(&argv[2..]) {
-                self.hosted(&argv[2 + at..], out);
+                self.hosted(&argv[2 + at..], 2 + at, &mut out);
             }
         } else {
-            self.script(argv, out);
+            self.script(argv, 0, &mut out);
         }
+        out
     }
 
-    /// The command `wfhost-child exec` starts: searched on the child's
-    /// PATH, or relative to its working directory.
-    fn hosted(&self, argv: &[Arg], out: &mut Vec<Checked>) {
-        let Some(program) = argv.first() else {
+    /// The command `wfhost-child exec` starts (at index `base` of the
+    /// command): searched on the child's PATH, or relative to its working
+    /// directory.
+    fn hosted(&self, argv: &[&str], base: usize, out: &mut Found) {
+        let Some(name) = argv.first() else {
             return;
         };
-        let name = &program.get_ref().0;
         let lookup = Lookup {
             exe_dir: None,
             path_var: Some(self.child_path.clone().into()),
         };
         let wd = self.working_dir.display();
-        let found = resolve::find(name, &self.working_dir, &lookup).map_err(|why| {
-            let (message, hint) = match why {
-                NotFound::NotOnPath(searched) => (
-                    format!("program {name:?} run by `wfhost-child exec` is not on the child's PATH ({searched})"),
-                    format!(
-                        "install it, fix its spelling, or write its absolute path; the child's PATH is the \
-                         deployment's env.PATH, else {}",
-                        defaults::CHILD_PATH
-                    ),
+        let found = resolve::find(name, &self.working_dir, &lookup).map_err(|why| match why {
+            NotFound::NotOnPath(searched) => (
+                format!("program {name:?} run by `wfhost-child exec` is not on the child's PATH ({searched})"),
+                format!(
+                    "install it, fix its spelling, or write its absolute path; the child's PATH is the \
+                     deployment's env.PATH, else {}",
+                    defaults::CHILD_PATH
                 ),
-                NotFound::Missing(p, e) => (
-                    format!("program {} run by `wfhost-child exec` cannot be found: {e}", p.display()),
-                    format!("check the path (a relative path is resolved against the child's working directory, {wd})"),
-                ),
-                NotFound::NotFile(p) => (
-                    format!("program {} run by `wfhost-child exec` is not a regular file", p.display()),
-                    "name the executable file itself".to_owned(),
-                ),
-                NotFound::NotExecutable(p) => (
-                    format!("program {} run by `wfhost-child exec` is not executable", p.display()),
-                    format!("make it executable: chmod +x {}", p.display()),
-                ),
-            };
-            self.problem(program, message, hint)
+            ),
+            NotFound::Missing(p, e) => (
+                format!("program {} run by `wfhost-child exec` cannot be found: {e}", p.display()),
+                format!("check the path (a relative path is resolved against the child's working directory, {wd})"),
+            ),
+            NotFound::NotFile(p) => (
+                format!("program {} run by `wfhost-child exec` is not a regular file", p.display()),
+                "name the executable file itself".to_owned(),
+            ),
+            NotFound::NotExecutable(p) => (
+                format!("program {} run by `wfhost-child exec` is not executable", p.display()),
+                format!("make it executable: chmod +x {}", p.display()),
+            ),
         });
-        out.push(self.checked(found));
-        self.script(argv, out);
+        out.push((base, found));
+        self.script(argv, base, out);
     }
 
-    /// The script file an interpreter is handed, if `argv` is one.
-    fn script(&self, argv: &[Arg], out: &mut Vec<Checked>) {
-        let (Some(program), Some(script)) = (argv.first(), argv.get(1)) else {
+    /// The script file an interpreter is handed, if `argv` (at index
+    /// `base` of the command) is one.
+    fn script(&self, argv: &[&str], base: usize, out: &mut Found) {
+        let (Some(program), Some(name)) = (argv.first(), argv.get(1)) else {
             return;
         };
-        let interpreter = Path::new(&program.get_ref().0)
+        let interpreter = Path::new(program)
             .file_name()
             .map(|f| f.to_string_lossy().into_owned())
             .unwrap_or_default();
-        let name = &script.get_ref().0;
         if !is_interpreter(&interpreter) || name.starts_with('-') || name.is_empty() {
             return;
         }
         let path = resolve::relative_to(&self.working_dir, name);
         let found = match std::fs::metadata(&path) {
             Ok(m) if m.is_file() => Ok(path),
-            Ok(_) => Err(self.problem(
-                script,
-                format!("script {} for {interpreter} is not a regular file", path.display()),
+            Ok(_) => Err((
+                format!(
+                    "script {} for {interpreter} is not a regular file",
+                    path.display()
+                ),
                 "name the script file itself".to_owned(),
             )),
-            Err(e) => Err(self.problem(
-                script,
-                format!("script {name:?} for {interpreter} cannot be found at {}: {e}", path.display()),
+            Err(e) => Err((
+                format!(
+                    "script {name:?} for {interpreter} cannot be found at {}: {e}",
+                    path.display()
+                ),
                 format!(
                     "a relative path is resolved against the child's working directory, {} (working_dir, \
                      else the config file's directory); fix the path or set working_dir",
@@ -186,25 +231,7 @@ impl Check<'_> {
                 ),
             )),
         };
-        out.push(self.checked(found));
-    }
-
-    fn problem(&self, at: &Arg, message: String, hint: String) -> ConfigError {
-        let (line, column) = line_column(self.text, at.span().start);
-        ConfigError::Invalid {
-            path: self.path.to_path_buf(),
-            line,
-            column,
-            message: format!("deployment {:?}: {message}", self.deployment),
-            hint,
-        }
-    }
-
-    fn checked(&self, found: Result<PathBuf, ConfigError>) -> Checked {
-        Checked {
-            deployment: self.deployment.to_owned(),
-            found,
-        }
+        out.push((base + 1, found));
     }
 }
 
@@ -217,10 +244,9 @@ fn is_interpreter(name: &str) -> bool {
 
 /// Where the hosted command starts among `wfhost-child exec`'s arguments
 /// (`[--drain V] [--run NAME] [--] CMD…`), if it has one.
-fn hosted_index(args: &[Arg]) -> Option<usize> {
+fn hosted_index(args: &[&str]) -> Option<usize> {
     let mut i = 0;
-    while let Some(arg) = args.get(i) {
-        let a = arg.get_ref().0.as_str();
+    while let Some(&a) = args.get(i) {
         match a {
             "--" => return (i + 1 < args.len()).then_some(i + 1),
             "--drain" | "--run" => i += 2,
@@ -237,19 +263,8 @@ fn hosted_index(args: &[Arg]) -> Option<usize> {
 mod tests {
     use super::*;
 
-    fn args(list: &[&str]) -> Vec<Arg> {
-        let text = format!(
-            "a = [{}]",
-            list.iter()
-                .map(|s| format!("{s:?}"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
-        #[derive(serde::Deserialize)]
-        struct A {
-            a: Vec<Arg>,
-        }
-        toml::from_str::<A>(&text).unwrap().a
+    fn args<'a>(list: &[&'a str]) -> Vec<&'a str> {
+        list.to_vec()
     }
 
     #[test]
@@ -277,5 +292,30 @@ mod tests {
         for name in ["sleep", "wfhost-child", "pythonic"] {
             assert!(!is_interpreter(name), "{name}");
         }
+    }
+
+    #[test]
+    fn a_loaded_deployments_missing_script_is_named_with_its_fix() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = |command: &[&str]| {
+            let text = format!(
+                "[[deployment]]\nid = \"d\"\ncommand = {command:?}\nworking_dir = {:?}\n",
+                dir.path().display().to_string()
+            );
+            let path = dir.path().join("wfhost.toml");
+            crate::config::parse(&text, &path)
+                .unwrap()
+                .deployments
+                .remove(0)
+        };
+        let said = missing(&cfg(&["/bin/sh", "sumarize.sh"])).unwrap();
+        assert!(
+            said.starts_with("script \"sumarize.sh\" for sh cannot be found at ")
+                && said.contains("; help: "),
+            "{said}"
+        );
+        std::fs::write(dir.path().join("sumarize.sh"), "exit 0").unwrap();
+        assert_eq!(missing(&cfg(&["/bin/sh", "sumarize.sh"])), None);
+        assert_eq!(missing(&cfg(&["/bin/sleep", "1"])), None);
     }
 }

@@ -33,6 +33,9 @@ pub struct CallError {
     /// The request may have reached the supervisor but its answer was
     /// lost: only a request that is safe to repeat may be sent again.
     pub answer_lost: bool,
+    /// The supervisor answered that the request may have taken effect
+    /// all the same (a `send` whose commit failed midway).
+    pub outcome_unknown: bool,
 }
 
 impl CallError {
@@ -41,7 +44,14 @@ impl CallError {
             code,
             message: message.into(),
             answer_lost: false,
+            outcome_unknown: false,
         }
+    }
+
+    /// Whether the request may have taken effect: a repeat under the same
+    /// idempotency key settles it.
+    fn unsettled(&self) -> bool {
+        self.answer_lost || self.outcome_unknown
     }
 }
 
@@ -76,15 +86,18 @@ impl Target {
     }
 
     /// Sends mail exactly once: under the caller's idempotency key, or a
-    /// fresh random one, so that a request whose answer was lost can be
-    /// repeated and is enqueued at most once; it is repeated a few times
-    /// before giving up.
+    /// fresh random one, so that a request whose outcome is not known (its
+    /// answer lost, or the store's commit failed midway) can be repeated
+    /// and is enqueued at most once; it is repeated a few times before
+    /// giving up. Mail that a repeat finds already accepted under a key of
+    /// our own making is this call's own, so it is reported as new.
     pub fn send(
         &self,
         deployment: &str,
         payload: &[u8],
         key: Option<&str>,
     ) -> Result<serde_json::Value, CallError> {
+        let own_key = key.is_none();
         let key = match key {
             Some(k) => k.to_owned(),
             None => auto_key()?,
@@ -99,17 +112,22 @@ impl Target {
             };
             tries += 1;
             match self.exchange(request, payload, |_| {}) {
-                Err(e) if e.answer_lost && tries < SEND_TRIES => {
+                Err(e) if e.unsettled() && tries < SEND_TRIES => {
                     std::thread::sleep(pause);
                     pause *= 2;
                 }
-                Err(mut e) if e.answer_lost => {
+                Err(mut e) if e.unsettled() => {
                     e.message = format!(
-                        "{}; tried {tries} times under idempotency key {key:?}: the mail may have been \
-                         accepted, and sending again with --key {key:?} enqueues it at most once",
+                        "{}\nwfhost: the outcome is unknown after {tries} tries under idempotency key {key:?}: \
+                         the mail may have been accepted; sending again with --key {key:?} enqueues it at \
+                         most once",
                         e.message
                     );
                     return Err(e);
+                }
+                Ok(mut data) if own_key && tries > 1 => {
+                    data["new"] = serde_json::Value::Bool(true);
+                    return Ok(data);
                 }
                 other => return other,
             }
@@ -154,9 +172,11 @@ impl Target {
                 }
             })?;
             let broken = |e: std::io::Error| CallError {
-                code: exit::UNREACHABLE,
-                message: format!("the supervisor at {} did not answer: {e}", path.display()),
                 answer_lost: true,
+                ..CallError::new(
+                    exit::UNREACHABLE,
+                    format!("the supervisor at {} did not answer: {e}", path.display()),
+                )
             };
             let envelope = Envelope { v: control::VERSION, request };
             let mut wrote = control::write_message(&mut stream, &envelope).await;
@@ -170,10 +190,16 @@ impl Target {
                 (Err(_), Err(e)) | (Err(e), Ok(())) => return Err(broken(e)),
             };
             if !response.ok {
-                return Err(CallError::new(
-                    response.code.unwrap_or(exit::FAILED),
-                    response.error.unwrap_or_else(|| "the supervisor reported a failure".into()),
-                ));
+                let outcome_unknown = response.outcome_unknown();
+                return Err(CallError {
+                    outcome_unknown,
+                    ..CallError::new(
+                        response.code.unwrap_or(exit::FAILED),
+                        response
+                            .error
+                            .unwrap_or_else(|| "the supervisor reported a failure".into()),
+                    )
+                });
             }
             let data = response.data.unwrap_or(serde_json::Value::Null);
             if data["streaming"] == true {

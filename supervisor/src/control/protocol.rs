@@ -188,6 +188,9 @@ pub enum Request {
     },
 }
 
+/// The `outcome` of a failed answer that may have taken effect.
+pub const UNKNOWN_OUTCOME: &str = "unknown";
+
 /// The answer.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Response {
@@ -202,6 +205,11 @@ pub struct Response {
     /// What went wrong and what to do, when it failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// `"unknown"` when a failed `send` may have been accepted all the
+    /// same (its commit failed midway): the client sends again under the
+    /// same key to learn which.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<String>,
 }
 
 impl Response {
@@ -212,6 +220,7 @@ impl Response {
             data: Some(data),
             code: None,
             error: None,
+            outcome: None,
         }
     }
 
@@ -222,7 +231,22 @@ impl Response {
             data: None,
             code: Some(code),
             error: Some(error.into()),
+            outcome: None,
         }
+    }
+
+    /// A failure that may have taken effect all the same
+    /// (`"outcome": "unknown"`).
+    pub fn unknown(code: u8, error: impl Into<String>) -> Self {
+        Self {
+            outcome: Some(UNKNOWN_OUTCOME.to_owned()),
+            ..Self::failed(code, error)
+        }
+    }
+
+    /// Whether this failure may have taken effect all the same.
+    pub fn outcome_unknown(&self) -> bool {
+        self.outcome.as_deref() == Some(UNKNOWN_OUTCOME)
     }
 }
 

@@ -90,6 +90,9 @@ pub struct LiveChild {
     pub stalled: bool,
     /// What its Hello said: whether it takes mail, and who implements it.
     pub hello: Option<Hello>,
+    /// It wrote on its channel (a Hello, even one refused): it speaks the
+    /// protocol, whatever version.
+    pub spoke: bool,
 }
 
 impl LiveChild {
@@ -155,6 +158,7 @@ impl LiveChild {
             reading: true,
             stalled: false,
             hello: None,
+            spoke: false,
         })
     }
 
@@ -186,6 +190,7 @@ impl LiveChild {
             }
             Arrived::Hello(Err(e)) | Arrived::Ready(Err(e)) => {
                 self.reading = false;
+                self.spoke |= e.child_wrote();
                 Frame::Violation(match e {
                     // Said once: the exit cause already reads "protocol violation".
                     HandshakeError::Transport(t) => transport(t),
@@ -224,6 +229,7 @@ impl LiveChild {
     /// Answers a Hello that fits this channel.
     async fn welcome(&mut self, cfg: &DeploymentConfig, hello: Hello) -> Frame {
         self.hello = Some(hello);
+        self.spoke = true;
         let welcome = Welcome {
             protocol: PROTOCOL_VERSION,
             deployment: cfg.id.clone(),

@@ -74,6 +74,13 @@ pub struct Status {
     pub last_exit_brief: Option<String>,
     /// Unix time in milliseconds of the last exit.
     pub last_exit_at_ms: Option<u64>,
+    /// The pid of the last child that exited (its last stderr lines are
+    /// shown beside `last_exit`).
+    pub last_exit_pid: Option<u32>,
+    /// A program or script of the deployment that could not be found when
+    /// its last child ended without a word on its channel: said instead
+    /// of the advice to wrap a plain program.
+    pub missing_program: Option<String>,
     /// When the deployment entered its current state.
     pub state_since: Option<Instant>,
     /// The next deadline of its life (ready_timeout, drain_deadline, the
@@ -129,6 +136,8 @@ impl Status {
             last_exit: None,
             last_exit_brief: None,
             last_exit_at_ms: None,
+            last_exit_pid: None,
+            missing_program: None,
             state_since: None,
             deadline: None,
             takes_mail: None,

@@ -177,6 +177,12 @@ pub enum StoreError {
     /// The backend refused an operation.
     #[error("{0}")]
     Backend(Failure),
+    /// A commit failed in a way that leaves open whether it landed (an I/O
+    /// error while committing, a connection lost before the server's
+    /// answer): what it wrote may be there or not. A sender learns which
+    /// by sending again under the same idempotency key.
+    #[error("{0}\n  note: whether the commit landed is unknown; it may have been written")]
+    CommitUnknown(Failure),
     /// The store was written by a newer wfhost.
     #[error(
         "{location}: schema version {found} is newer than this wfhost knows ({known})\n  help: run the newer wfhost that wrote it, or point the supervisor at another store"
@@ -250,15 +256,29 @@ impl StoreError {
     #[allow(dead_code, reason = "for status and metrics (integrator)")]
     pub fn kind(&self) -> Option<ErrorKind> {
         match self {
-            Self::Backend(f) => Some(f.kind),
+            Self::Backend(f) | Self::CommitUnknown(f) => Some(f.kind),
             _ => None,
         }
+    }
+
+    /// This error, as the error of a commit: a backend failure there
+    /// leaves unknown whether what it wrote landed.
+    pub fn at_commit(self) -> Self {
+        match self {
+            Self::Backend(f) => Self::CommitUnknown(f),
+            other => other,
+        }
+    }
+
+    /// Whether it is unknown if the write landed.
+    pub fn is_unknown(&self) -> bool {
+        matches!(self, Self::CommitUnknown(_))
     }
 
     /// Whether a fleet's fence refused the write: the lease is gone, so
     /// the writer must stop, not retry.
     pub fn is_fenced(&self) -> bool {
-        matches!(self, Self::Backend(f) if f.kind == ErrorKind::Fenced)
+        matches!(self, Self::Backend(f) | Self::CommitUnknown(f) if f.kind == ErrorKind::Fenced)
     }
 }
 

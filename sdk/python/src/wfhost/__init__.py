@@ -63,6 +63,7 @@ __all__ = [
     "NotReady",
     "ProtocolViolation",
     "Runtime",
+    "Sent",
     "Step",
     "TooLarge",
     "Unreachable",
@@ -73,10 +74,11 @@ __all__ = [
 
 
 def __getattr__(name: str) -> object:
-    """``wfhost.Client`` is imported on first use: a workflow child rarely
-    needs it, and its imports (tomllib, secrets, pathlib) slow start-up."""
-    if name == "Client":
-        from .client import Client
+    """``wfhost.Client`` and ``wfhost.Sent`` are imported on first use: a
+    workflow child rarely needs them, and their imports (tomllib, secrets,
+    pathlib, dataclasses) slow start-up."""
+    if name in ("Client", "Sent"):
+        from . import client
 
-        return Client
+        return getattr(client, name)
     raise AttributeError(f"module 'wfhost' has no attribute {name!r}")

@@ -11,6 +11,7 @@ import secrets
 import socket
 import time
 import tomllib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -22,10 +23,21 @@ MAX_KEY_BYTES = 256
 SOCKET_NAME = "wfhost.sock"
 DEFAULT_STATE_DIR = "/var/lib/wfhost"
 
-# A send whose answer was lost is repeated this often, pausing 100 ms, then
-# twice as long each time (as `wfhost send` does).
+# A send whose answer was lost, or whose outcome the supervisor could not
+# tell, is repeated this often, pausing 100 ms, then twice as long each
+# time (as `wfhost send` does).
 SEND_TRIES = 5
 SEND_RETRY_PAUSE = 0.1
+
+
+@dataclass(frozen=True, slots=True)
+class Sent:
+    """What ``Client.send`` answers: the mail item's ``id``, and ``new``:
+    True when this call enqueued it, False when an earlier send with the
+    same idempotency key had (nothing was enqueued)."""
+
+    id: int
+    new: bool
 
 
 def socket_of_config(config: str | os.PathLike[str]) -> Path:
@@ -54,11 +66,19 @@ class _LostAnswer(Exception):
     """The request was written (or may have been) but no answer came."""
 
 
+class _OutcomeUnknown(ClientError):
+    """The supervisor answered ``"outcome": "unknown"``: its store failed at
+    or after the commit, so the request may or may not have taken effect."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message, code, outcome_unknown=True)
+
+
 class Client:
     """A client of one supervisor, found by its config file or its socket::
 
         client = wfhost.Client(config="/etc/wfhost/wfhost.toml")
-        mail_id = client.send("orders", b'{"order": 7}')
+        mail_id = client.send("orders", b'{"order": 7}').id
 
     ``timeout`` bounds connecting and each answer of a non-streaming call,
     in seconds (None: wait as long as it takes; a recycle waits for the new
@@ -81,18 +101,23 @@ class Client:
 
     # --- requests ---------------------------------------------------------
 
-    def send(self, deployment: str, payload: bytes | str, key: str | None = None) -> int:
-        """Accepts mail for ``deployment``; returns its id once it is
-        durable in the inbox. Always sends an idempotency key (``key``, or a
-        random one), so a request whose answer was lost is repeated and
-        enqueued at most once; with the same ``key`` a later send of the same
-        payload returns the first item's id and enqueues nothing."""
+    def send(self, deployment: str, payload: bytes | str, key: str | None = None) -> Sent:
+        """Accepts mail for ``deployment``; returns ``Sent(id, new)`` once it
+        is durable in the inbox. Always sends an idempotency key (``key``, or
+        a random one), so a request whose answer was lost, or whose outcome
+        the supervisor could not tell (``"outcome": "unknown"``), is repeated
+        under the same key and enqueued at most once; with the same ``key`` a
+        later send of the same payload returns the first item's id with
+        ``new=False`` and enqueues nothing. When every try ends without a
+        known outcome, the error has ``outcome_unknown`` set and ``key`` to
+        send again with."""
         if isinstance(payload, str):
             payload = payload.encode()
         elif isinstance(payload, (bytearray, memoryview)):
             payload = bytes(payload)
         elif not isinstance(payload, bytes):
             raise TypeError(f"a payload is bytes or str, not {type(payload).__name__}")
+        own_key = key is None
         if key is None:
             key = f"auto-{secrets.token_hex(16)}"
         elif not 1 <= len(key.encode()) <= MAX_KEY_BYTES:
@@ -106,7 +131,12 @@ class Client:
             "payload_bytes": len(payload),
             "key": key,
         }
+        again = (
+            f"the mail may or may not have been accepted, and sending it again with "
+            f"key={key!r} enqueues it at most once"
+        )
         pause = SEND_RETRY_PAUSE
+        unknown = ""  # what the supervisor said when it last could not tell
         for tries in range(1, SEND_TRIES + 1):
             try:
                 data = self._call(request, payload)
@@ -114,16 +144,38 @@ class Client:
             except _LostAnswer as e:
                 if tries == SEND_TRIES:
                     raise Unreachable(
-                        f"{e}; tried {tries} times under idempotency key {key!r}: the mail may have "
-                        f"been accepted, and sending again with key={key!r} enqueues it at most once",
+                        f"{e}; tried {tries} times under idempotency key {key!r}"
+                        + (f" (an earlier try's outcome was unknown: {unknown})" if unknown else "")
+                        + f": {again}",
                         answer_lost=True,
+                        outcome_unknown=True,
+                        key=key,
                     ) from None
-                time.sleep(pause)
-                pause *= 2
+            except _OutcomeUnknown as e:
+                unknown = e.message
+                if tries == SEND_TRIES:
+                    raise ClientError(
+                        f"the outcome of sending to {deployment!r} is unknown: the supervisor "
+                        f"said: {e.message}; tried {tries} times under idempotency key {key!r}: "
+                        f"{again}",
+                        e.code,
+                        outcome_unknown=True,
+                        key=key,
+                    ) from None
+            time.sleep(pause)
+            pause *= 2
         mail_id = data.get("id") if isinstance(data, dict) else None
-        if not isinstance(mail_id, int):
-            raise ClientError(f"the supervisor's answer to send has no mail id: {data!r}", 1)
-        return mail_id
+        new = data.get("new") if isinstance(data, dict) else None
+        if not isinstance(mail_id, int) or isinstance(mail_id, bool) or not isinstance(new, bool):
+            raise ClientError(
+                f"the supervisor's answer to send has no mail id and new flag: {data!r}", 1
+            )
+        if tries > 1 and own_key and not new:
+            # Only this call knew its random key: the item an earlier try
+            # enqueued (its answer lost or its outcome unknown) is this
+            # call's mail.
+            new = True
+        return Sent(mail_id, new)
 
     def status(self) -> dict:
         """``{"deployments": [...]}``: every deployment's status, as
@@ -234,7 +286,8 @@ class Client:
             )
         if not response.get("ok"):
             code = response.get("code")
-            raise ClientError(
+            error = ClientError if response.get("outcome") != "unknown" else _OutcomeUnknown
+            raise error(
                 str(response.get("error") or "the supervisor reported a failure"),
                 code if isinstance(code, int) else 1,
             )

@@ -68,18 +68,40 @@ class ClientError(WfhostError):
     """A control-socket request failed. ``code`` is the exit code the
     ``wfhost`` CLI would use (1: the operation failed, 2: usage or a
     malformed request, 3: supervisor unreachable); the message is the
-    supervisor's own when it answered."""
+    supervisor's own when it answered.
 
-    def __init__(self, message: str, code: int) -> None:
+    ``outcome_unknown`` is True when the request may or may not have taken
+    effect: a ``send`` whose every try ended with its answer lost or with
+    the supervisor answering that its outcome is unknown. ``key`` is then
+    the idempotency key it was sent under: sending the same payload again
+    with ``key=e.key`` enqueues it at most once."""
+
+    def __init__(
+        self,
+        message: str,
+        code: int,
+        *,
+        outcome_unknown: bool = False,
+        key: str | None = None,
+    ) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
+        self.outcome_unknown = outcome_unknown
+        self.key = key
 
 
 class Unreachable(ClientError):
     """The supervisor could not be reached, or the connection ended before
-    its answer (code 3)."""
+    its answer (code 3; ``answer_lost``: the request was written)."""
 
-    def __init__(self, message: str, answer_lost: bool = False) -> None:
-        super().__init__(message, 3)
+    def __init__(
+        self,
+        message: str,
+        answer_lost: bool = False,
+        *,
+        outcome_unknown: bool = False,
+        key: str | None = None,
+    ) -> None:
+        super().__init__(message, 3, outcome_unknown=outcome_unknown, key=key)
         self.answer_lost = answer_lost

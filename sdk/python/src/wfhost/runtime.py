@@ -12,6 +12,7 @@ import threading
 from ._version import __version__
 from .channel import already_taken, handshake, take_control_fd
 from .core import STOPPED, CloseReason, Core
+from .custom import custom_bytes
 from .env import ENV_ALL, ChildEnv
 from .errors import ConnectError
 from .handles import MailItem, StepState, outcome_of_exit
@@ -146,12 +147,14 @@ class Runtime:
         it drains this one first, so the mail iterator ends soon after."""
         self._core.send(RecycleRequest(str(reason)), "a recycle request")
 
-    def custom(self, kind: str, data: bytes | str = b"") -> None:
+    def custom(self, kind: str, data: object = b"") -> None:
         """Sends an application-defined event for the supervisor's
-        observers (``Custom``); ``data`` as bytes, or text sent as UTF-8."""
-        if isinstance(data, str):
-            data = data.encode()
-        self._core.send(Custom(str(kind), bytes(data)), f"custom event {kind!r}")
+        observers (``Custom``). ``data``: bytes, bytearray or memoryview
+        (sent as they are), str (sent as UTF-8), or a dict, list, int,
+        float, bool or None (sent JSON-encoded). Anything else, or a value
+        json cannot encode, raises ``TypeError`` here and sends nothing."""
+        body = custom_bytes(kind, data)
+        self._core.send(Custom(str(kind), body), f"custom event {kind!r}")
 
     @property
     def close_reason(self) -> CloseReason | None:

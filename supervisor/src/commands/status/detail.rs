@@ -20,10 +20,11 @@ pub(super) fn detail(d: &Value) -> String {
     lines.push(("grants", grants(d)));
     lines.push(("drain", drain(&d["drain"])));
     lines.extend(steps(d));
-    lines.push(("mail", mail(&d["mail"])));
+    lines.extend(mail(d));
     lines.extend(recycles(d));
     lines.push(("restarts", d["restarts"].as_u64().unwrap_or(0).to_string()));
     lines.push(("last exit", last_exit(d)));
+    lines.extend(last_stderr(d));
     lines.extend(counted(d));
     lines.extend(journal(d));
     lines
@@ -136,12 +137,27 @@ fn steps(d: &Value) -> Vec<Line> {
     lines
 }
 
-/// The mail counts.
-fn mail(mail: &Value) -> String {
-    format!(
-        "{} waiting, {} being processed, {} done",
-        mail["inbox"], mail["processing"], mail["done"]
-    )
+/// The mail counts, and the next step when some is dead.
+fn mail(d: &Value) -> Vec<Line> {
+    let mail = &d["mail"];
+    let mut lines = vec![(
+        "mail",
+        format!(
+            "{} waiting, {} in its child (sent, not yet acknowledged), {} done, {} dead",
+            mail["inbox"], mail["processing"], mail["done"], mail["dead"]
+        ),
+    )];
+    if mail["dead"].as_u64().is_some_and(|n| n > 0) {
+        let id = d["id"].as_str().unwrap_or("?");
+        lines.push((
+            "",
+            format!(
+                "dead mail was quarantined after max_deliveries failed deliveries: `wfhost mail list {id} \
+                 --state dead` shows why; fix the cause, then `wfhost mail retry --dead {id}`"
+            ),
+        ));
+    }
+    lines
 }
 
 /// The recycles by origin, then the last one (who, why, when, which
@@ -192,6 +208,32 @@ fn last_exit(d: &Value) -> String {
         },
         None => "none yet".to_owned(),
     }
+}
+
+/// The last lines the child that ended wrote to stderr (its exception, a
+/// missing file), and where the rest is.
+fn last_stderr(d: &Value) -> Vec<Line> {
+    let empty = Vec::new();
+    let tail = d["last_stderr"].as_array().unwrap_or(&empty);
+    if tail.is_empty() {
+        return Vec::new();
+    }
+    let mut lines: Vec<Line> = tail
+        .iter()
+        .enumerate()
+        .map(|(i, l)| {
+            let label = if i == 0 { "its stderr" } else { "" };
+            (label, format!("| {}", l.as_str().unwrap_or("")))
+        })
+        .collect();
+    lines.push((
+        "",
+        format!(
+            "(its last lines; `wfhost logs {}` has the rest)",
+            d["id"].as_str().unwrap_or("?")
+        ),
+    ));
+    lines
 }
 
 /// Protocol violations and drain escalations, said only when there are any.

@@ -70,7 +70,10 @@ fn cells(d: &Value) -> Vec<String> {
         or_dash(d["rss_bytes"].as_u64().map(rss_cell)),
         or_dash(ms_of(&d["grants_age_ms"])),
         drain_cell(d),
-        format!("{}/{}/{}", mail["inbox"], mail["processing"], mail["done"]),
+        format!(
+            "{}/{}/{}/{}",
+            mail["inbox"], mail["processing"], mail["done"], mail["dead"]
+        ),
         format!("{}/{}/{}", r["policy"], r["operator"], r["self"]),
         d["restarts"].as_u64().unwrap_or(0).to_string(),
         or_dash(d["last_exit_brief"].as_str().map(str::to_owned)),
@@ -88,6 +91,24 @@ fn notes(d: &Value) -> String {
         && let Some(why) = d["why"].as_str()
     {
         notes.push_str(&wrap(&format!("  {id}: {why}")));
+    }
+    // A child that keeps ending: the last thing it said on stderr.
+    if matches!(state, "backoff" | "failed")
+        && let Some(last) = d["last_stderr"]
+            .as_array()
+            .and_then(|t| t.last())
+            .and_then(Value::as_str)
+    {
+        notes.push_str(&wrap(&format!(
+            "  {id}: its last stderr line: {last} (`wfhost logs {id}` has the rest)"
+        )));
+    }
+    if let Some(dead) = d["mail"]["dead"].as_u64().filter(|n| *n > 0) {
+        let items = if dead == 1 { "item is" } else { "items are" };
+        notes.push_str(&wrap(&format!(
+            "  {id}: {dead} mail {items} dead (quarantined after max_deliveries failed deliveries): \
+             `wfhost mail list {id} --state dead` shows why; fix the cause, then `wfhost mail retry --dead {id}`"
+        )));
     }
     if let Some(e) = d["journal_error"].as_str() {
         notes.push_str(&wrap(&format!(
@@ -129,7 +150,8 @@ fn legend(grants: bool) -> String {
         "DRAIN budget used/budget (! ran out, cancel sent)\n"
     };
     format!(
-        "MAIL waiting/being processed/done   RECYCLES by policy/operator/the child itself\n\
+        "MAIL waiting/in a child/done/dead   RECYCLES by policy/operator/the child itself\n\
+         (in a child: sent to it and not yet acknowledged; up to 32 are sent ahead of the one it works on)\n\
          {drain}\
          `wfhost status DEPLOYMENT` tells why it is in its state, its steps, exits and recycles\n"
     )

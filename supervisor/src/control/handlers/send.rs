@@ -11,6 +11,7 @@ use crate::control::server::REQUEST_TIMEOUT;
 use crate::deployment::Ask;
 use crate::exit;
 use crate::observe::status::Status;
+use crate::send_batch::Refused;
 use crate::shared::unix_ms;
 use crate::store::{Accepted, Offer};
 
@@ -77,12 +78,32 @@ pub(super) async fn accept(
         .sends
         .offer(&ctx.shared.store, offer)
         .await
-        .map_err(|e| Response::failed(exit::FAILED, e))?;
+        .map_err(|refused| refusal(&cfg.id, refused))?;
     if accepted.new {
         // The store wrote the `mail_accepted` event with the mail.
         ctx.shared.events_written();
     }
     Ok(accepted)
+}
+
+/// The answer to an offer the store did not take: a refusal (nothing
+/// written), or, when its commit failed in a way that leaves it open, an
+/// unknown outcome that a client settles by sending again under the same
+/// key (it enqueues at most once).
+fn refusal(deployment: &str, refused: Refused) -> Response {
+    if !refused.unknown {
+        return Response::failed(exit::FAILED, refused.message);
+    }
+    Response::unknown(
+        exit::FAILED,
+        format!(
+            "the mail for {deployment} may or may not have been accepted: the store failed while committing \
+             it: {}\n  help: send it again with the same --key: a retry under the key returns the item if it \
+             was accepted and enqueues it once if it was not (the wfhost CLI and the SDK clients do this \
+             themselves)",
+            refused.message
+        ),
+    )
 }
 
 /// Whether a deployment takes this mail, decided before its payload is
@@ -121,7 +142,10 @@ pub(super) fn admit(
         return Err(Response::failed(
             exit::FAILED,
             format!(
-                "payload of {payload_bytes} bytes exceeds max_mail_bytes ({} bytes) of {id}; nothing was accepted",
+                "payload of {payload_bytes} bytes exceeds max_mail_bytes ({} bytes) of {id}; nothing was accepted\n  \
+                 help: raise max_mail_bytes for {id} in the config, and max_frame_bytes with it (at least \
+                 max_mail_bytes + 4KiB: an item travels to the child in one frame), then `wfhost reload`; \
+                 or send a smaller payload (a path or a URL to the data instead of the data)",
                 cfg.max_mail_bytes
             ),
         ));

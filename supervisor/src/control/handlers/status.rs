@@ -8,8 +8,11 @@ use serde_json::json;
 
 use super::Context;
 use crate::control::protocol::Response;
-use crate::deployment::DeploymentHandle;
+use crate::deployment::{DeploymentHandle, output};
 use crate::exit;
+
+/// How many of the last child's stderr lines status shows.
+const LAST_STDERR_LINES: usize = 5;
 
 /// Every deployment, in id order, with its mail counts read beside a
 /// writer (the store's read connection).
@@ -37,7 +40,16 @@ pub async fn answer(ctx: &Context) -> Result<Response, Response> {
     let deployments: Vec<_> = handles
         .iter()
         .zip(&counts)
-        .map(|(h, mail)| h.with_status(|s| s.to_json(now, mail)))
+        .map(|(h, mail)| {
+            let (mut json, id, pid) =
+                h.with_status(|s| (s.to_json(now, mail), s.id.clone(), s.last_exit_pid));
+            // What the last child wrote to stderr before it ended: the
+            // exception or the missing file that ended it.
+            json["last_stderr"] = json!(pid.map_or_else(Vec::new, |pid| {
+                output::recent(&id).stderr_tail(pid, LAST_STDERR_LINES)
+            }));
+            json
+        })
         .collect();
     let acks = handles
         .iter()

@@ -23,8 +23,9 @@ impl Replica {
             return;
         };
         let frame = w.io.frame(&self.cfg, arrived).await;
-        // A child that said Hello speaks the protocol, whatever follows.
-        if w.io.hello.is_some() && matches!(frame, Frame::Handshake | Frame::Violation(_)) {
+        // A child that wrote a Hello speaks the protocol, whatever follows
+        // (a Hello of another version too: it needs an upgrade, not a wrapper).
+        if w.io.spoke && matches!(frame, Frame::Handshake | Frame::Violation(_)) {
             self.inputs.push_back(Input::Hello);
         }
         match frame {
@@ -212,6 +213,15 @@ impl Replica {
             self.record(Fact::EventsSuppressed { dropped });
         }
         w.io.reap_group();
+        // A child that never wrote on its channel: most often a script
+        // that is not there, which the status then names.
+        let missing = (!w.io.spoke)
+            .then(|| crate::config::missing_program(&self.cfg))
+            .flatten();
+        if let Some(m) = &missing {
+            warn!(deployment = %self.label, pid = w.io.pid, "the child ended without a word on its channel: {m}");
+        }
+        self.status_mut().missing_program = missing;
         w.cancels
             .abandon("the child ended before the cancel was committed");
         self.shared.watchlist.remove(w.io.pid);

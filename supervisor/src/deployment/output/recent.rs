@@ -23,6 +23,24 @@ pub const MAX_LINES: usize = 1000;
 /// Most bytes of text kept per deployment.
 pub const MAX_BYTES: usize = 128 << 10;
 
+/// Longest line of a child's stderr that status shows beside its exit.
+pub const TAIL_CHARS: usize = 300;
+
+/// `text` cut at `max` characters, with `…` where it was cut, and each
+/// control character (a terminal escape a child wrote) shown as `�`, so
+/// that printing it to an operator's terminal does nothing but print.
+fn cut_chars(text: &str, max: usize) -> String {
+    let mut out: String = text
+        .chars()
+        .take(max)
+        .map(|c| if c.is_control() { '\u{fffd}' } else { c })
+        .collect();
+    if text.chars().nth(max).is_some() {
+        out.push('…');
+    }
+    out
+}
+
 /// One line of a child's output.
 #[derive(Debug, Clone, Serialize)]
 pub struct Line {
@@ -116,6 +134,24 @@ impl Recent {
         ring.lines.iter().skip(skip).cloned().collect()
     }
 
+    /// The last `n` lines child `pid` wrote to stderr, oldest first, each
+    /// cut at [`TAIL_CHARS`] characters: what a crash left behind (an
+    /// exception, a missing file), for status beside its exit.
+    pub fn stderr_tail(&self, pid: u32, n: usize) -> Vec<String> {
+        let ring = self.ring.lock().unwrap_or_else(|p| p.into_inner());
+        let mut tail: Vec<String> = ring
+            .lines
+            .iter()
+            .rev()
+            .filter(|l| l.pid == pid && l.stream == "stderr" && l.suppressed == 0)
+            .filter(|l| !l.text.trim().is_empty())
+            .take(n)
+            .map(|l| cut_chars(&l.text, TAIL_CHARS))
+            .collect();
+        tail.reverse();
+        tail
+    }
+
     /// The lines after seq `after`, and how many of those were already
     /// dropped from the buffer.
     pub fn after(&self, after: u64) -> (Vec<Line>, u64) {
@@ -186,6 +222,33 @@ mod tests {
             1,
             "the newest line stays, however long"
         );
+    }
+
+    #[test]
+    fn the_stderr_tail_is_one_childs_last_lines_cut_short() {
+        let r = Recent::new();
+        r.push(
+            7,
+            "stderr",
+            "Traceback (most recent call last):\x1b[2J",
+            false,
+        );
+        r.push(7, "stdout", "an ordinary line", false);
+        r.push(8, "stderr", "another child's line", false);
+        r.push(7, "stderr", "  ", false);
+        r.push(
+            7,
+            "stderr",
+            &format!("ValueError: {}", "é".repeat(400)),
+            false,
+        );
+        let tail = r.stderr_tail(7, 5);
+        assert_eq!(tail.len(), 2, "{tail:?}");
+        assert_eq!(tail[0], "Traceback (most recent call last):\u{fffd}[2J");
+        assert_eq!(tail[1].chars().count(), TAIL_CHARS + 1, "cut, with a mark");
+        assert!(tail[1].ends_with('…'));
+        assert_eq!(r.stderr_tail(7, 1).len(), 1);
+        assert!(r.stderr_tail(9, 5).is_empty());
     }
 
     #[test]

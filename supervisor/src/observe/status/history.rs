@@ -3,6 +3,7 @@
 
 use serde::Serialize;
 use wfhost_policy::fact::Fact;
+use wfhost_policy::life::ExitCause;
 
 use super::Status;
 
@@ -41,22 +42,39 @@ impl Status {
         match fact {
             // A child that never started has no `exited` fact: its
             // restart or failure says how it ended.
+            // (An `exited` fact before them said the rest, in its words.)
             Fact::Restarting { after, .. } => {
                 self.restarts += 1;
                 if after.starts_with("spawn failed") {
                     self.last_exit_brief = Some("spawn failed".into());
                     self.last_exit_at_ms = Some(at_ms);
+                    self.last_exit_pid = None;
+                    self.last_exit = Some(after.clone());
                 }
-                self.last_exit = Some(after.clone());
             }
-            Fact::Failed { last, .. } => self.last_exit = Some(last.clone()),
-            Fact::Exited { cause, .. } => {
+            Fact::Failed { last, .. } if last.starts_with("spawn failed") => {
+                self.last_exit = Some(last.clone());
+            }
+            Fact::Exited { cause, pid, .. } => {
                 if cause.is_violation() {
                     self.violations += 1;
                 }
-                self.last_exit = Some(cause.describe());
-                self.last_exit_brief = Some(cause.brief());
+                match (cause, &self.missing_program) {
+                    // Not a plain program: one whose script is missing.
+                    (ExitCause::Silent(inner), Some(missing)) => {
+                        self.last_exit = Some(format!(
+                            "{}; it never wrote on its channel (fd 3), most likely because {missing}",
+                            inner.describe()
+                        ));
+                        self.last_exit_brief = Some("program missing".into());
+                    }
+                    _ => {
+                        self.last_exit = Some(cause.describe());
+                        self.last_exit_brief = Some(cause.brief());
+                    }
+                }
                 self.last_exit_at_ms = Some(at_ms);
+                self.last_exit_pid = Some(*pid);
             }
             Fact::Recycled {
                 cause,

@@ -180,6 +180,7 @@ pub(super) fn enqueue_many(
     offers: &[Offer],
 ) -> Result<Vec<Result<Accepted, StoreError>>, StoreError> {
     let client = store.client()?;
+    let mut committing = false;
     let result = (|| -> Result<Vec<Result<Accepted, StoreError>>, postgres::Error> {
         let mut tx = client.transaction()?;
         tx.execute("SELECT pg_advisory_xact_lock($1)", &[&EVENTS_LOCK])?;
@@ -187,10 +188,15 @@ pub(super) fn enqueue_many(
         for o in offers {
             answers.push(admit_one(&mut tx, o)?);
         }
+        committing = true;
         tx.commit()?;
         Ok(answers)
     })();
-    result.map_err(|e| store.fail("accepting mail", &e))
+    result.map_err(|e| {
+        let e = store.fail("accepting mail", &e);
+        // A connection lost during COMMIT may have committed.
+        if committing { e.at_commit() } else { e }
+    })
 }
 
 /// One offer inside [`enqueue_many`]'s transaction, as [`mail::admit`]

@@ -24,6 +24,7 @@ pub(super) fn enqueue_many(
     store: &mut SqliteStore,
     offers: &[Offer],
 ) -> Result<Vec<Result<Accepted, StoreError>>, StoreError> {
+    let mut committing = false;
     (|| -> rusqlite::Result<Vec<Result<Accepted, StoreError>>> {
         let tx = store
             .conn
@@ -34,11 +35,16 @@ pub(super) fn enqueue_many(
         }
         // Dropping `tx` without a commit rolls back: nothing was written.
         if answers.iter().any(|a| a.as_ref().is_ok_and(|a| a.new)) {
+            committing = true;
             tx.commit()?;
         }
         Ok(answers)
     })()
-    .map_err(|e| store.read_fail("accepting mail", &e))
+    .map_err(|e| {
+        let e = store.read_fail("accepting mail", &e);
+        // Before the commit nothing was written; at it, who knows.
+        if committing { e.at_commit() } else { e }
+    })
 }
 
 /// One offer inside the caller's transaction.

@@ -36,6 +36,7 @@ import asyncio
 
 from .._version import __version__
 from ..core import STOPPED, CloseReason, Core, Delivery
+from ..custom import custom_bytes
 from ..handles import MailItem, StepState, outcome_of_exit
 from ..messages import Custom, Grants, Limits, RecycleRequest
 from ..outcome import CANCELLED, SUCCEEDED, Outcome, check
@@ -136,10 +137,11 @@ class Runtime:
     async def request_recycle(self, reason: str) -> None:
         self._core.send(RecycleRequest(str(reason)), "a recycle request")
 
-    async def custom(self, kind: str, data: bytes | str = b"") -> None:
-        if isinstance(data, str):
-            data = data.encode()
-        self._core.send(Custom(str(kind), bytes(data)), f"custom event {kind!r}")
+    async def custom(self, kind: str, data: object = b"") -> None:
+        """See ``wfhost.Runtime.custom``: bytes-like, str or a JSON value;
+        anything else raises ``TypeError`` here and sends nothing."""
+        body = custom_bytes(kind, data)
+        self._core.send(Custom(str(kind), body), f"custom event {kind!r}")
 
     @property
     def close_reason(self) -> CloseReason | None:

@@ -28,7 +28,7 @@ pub enum ProtocolViolation {
     #[error("wrong channel id {got} (expected {expected})")]
     WrongChannel { expected: String, got: String },
     /// The Hello asked for a protocol version this side does not speak.
-    #[error("unsupported protocol version {got} (this side speaks {supported})")]
+    #[error("the peer speaks protocol {got}, this side speaks {supported}")]
     UnsupportedProtocol { got: u32, supported: u32 },
     /// A message that is valid on the wire but not in the current state.
     #[error("unexpected {message} while {state}")]

@@ -90,7 +90,11 @@ impl Replica {
     ) -> Option<Fact> {
         let w = self.wired.as_mut()?;
         match w.budget.step_started(&run, &step, drain, now) {
-            Ok(()) => Some(Fact::StepStarted { run, step, drain }),
+            Ok(()) => Some(Fact::StepStarted {
+                run: clip(run),
+                step: clip(step),
+                drain,
+            }),
             Err(v) => {
                 self.inputs
                     .push_back(Input::Misbehaved(Misconduct::Violation(v)));
@@ -109,14 +113,21 @@ impl Replica {
     ) -> Option<Fact> {
         let w = self.wired.as_mut()?;
         w.budget.step_finished(&run, &step, now);
-        Some(Fact::StepFinished { run, step, outcome })
+        Some(Fact::StepFinished {
+            run: clip(run),
+            step: clip(step),
+            outcome: clip_outcome(outcome),
+        })
     }
 
     /// A run ended: its steps leave the budget.
     fn run_terminal(&mut self, run: String, outcome: Outcome, now: Instant) -> Option<Fact> {
         let w = self.wired.as_mut()?;
         w.budget.run_terminal(&run, now);
-        Some(Fact::RunTerminal { run, outcome })
+        Some(Fact::RunTerminal {
+            run: clip(run),
+            outcome: clip_outcome(outcome),
+        })
     }
 
     /// A mail item acknowledged: written in order with every other mail
@@ -126,7 +137,7 @@ impl Replica {
         self.acks.push(Ack {
             holder: mail::holder(&w.io),
             id,
-            outcome,
+            outcome: clip_outcome(outcome),
         });
         None
     }
@@ -143,7 +154,7 @@ impl Replica {
     /// recycled in place, where its machine holds a loop of such asks back.
     fn recycle_asked(&mut self, reason: &str) -> Option<Fact> {
         let w = self.wired.as_ref()?;
-        let reason = clip(reason);
+        let reason = clip(reason.to_owned());
         info!(deployment = %self.label, pid = w.io.pid, reason = %reason, "the child asked to be recycled");
         if self.cfg.recycle.overlap && w.worked_told {
             self.told.push(Told::Recycle {
@@ -316,12 +327,25 @@ impl Replica {
 /// A custom event's fact: its kind, clipped, and its size.
 fn custom(kind: &str, bytes: usize) -> Option<Fact> {
     Some(Fact::Custom {
-        kind: clip(kind),
+        kind: clip(kind.to_owned()),
         bytes,
     })
 }
 
-/// A child's text cut to [`MAX_REASON_CHARS`] characters.
-fn clip(text: &str) -> String {
+/// A child's text cut to [`MAX_REASON_CHARS`] characters: what facts,
+/// the journal, the store and the event stream keep of it (the drain
+/// budget matches steps by their whole names).
+fn clip(text: String) -> String {
+    if text.len() <= MAX_REASON_CHARS {
+        return text;
+    }
     text.chars().take(MAX_REASON_CHARS).collect()
+}
+
+/// An outcome with its failure reason [`clip`]ped.
+fn clip_outcome(outcome: Outcome) -> Outcome {
+    match outcome {
+        Outcome::Failed(reason) => Outcome::Failed(clip(reason)),
+        other => other,
+    }
 }

@@ -16,6 +16,7 @@
 //! | [`life`] | a deployment's whole life: phases, inputs, actions ([`Life`]) | §3–§5 |
 //! | [`schedule`] | when the clock recycles a child (`recycle.at`, [`schedule::Schedule`]) | §5 |
 //! | [`fact`] | the vocabulary of journaled and published facts ([`Fact`]) | §7 |
+//! | [`lease`] | which host of a fleet takes, keeps or hands off which deployment ([`lease::plan`]) | §10b |
 //!
 //! Every type tolerates every input: transitions that make no sense are
 //! no-ops, time arithmetic saturates, and a clock that steps backwards is read
@@ -40,6 +41,7 @@ pub mod crew;
 pub mod drain;
 pub mod fact;
 mod format;
+pub mod lease;
 pub mod life;
 pub mod liveness;
 pub mod recycle;

@@ -65,6 +65,7 @@ pub mod defaults;
 mod error;
 pub mod file;
 mod fleet;
+pub mod grants;
 mod programs;
 mod raw;
 mod resolve;

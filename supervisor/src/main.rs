@@ -5,17 +5,21 @@ mod config;
 mod contain;
 mod control;
 mod deployment;
+mod exit;
 mod fleet;
 mod host;
+mod human;
 mod journal;
 mod localtime;
 mod logging;
 mod mail_retention;
 mod observe;
 mod procfs;
+mod record;
 mod send_batch;
 mod shared;
 mod signing_key;
+mod status;
 mod store;
 mod store_handle;
 mod unwritten;
@@ -23,18 +27,6 @@ mod unwritten;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-
-/// Exit codes every command uses (DESIGN §8).
-pub mod exit {
-    /// The operation succeeded.
-    pub const OK: u8 = 0;
-    /// The operation failed.
-    pub const FAILED: u8 = 1;
-    /// Usage or configuration error.
-    pub const USAGE: u8 = 2;
-    /// The supervisor could not be reached.
-    pub const UNREACHABLE: u8 = 3;
-}
 
 /// A workflow host: supervises workflow children, drains them under a
 /// budget, recycles them without losing mail.

@@ -16,18 +16,13 @@ use ed25519_dalek::SigningKey;
 use tokio::sync::watch;
 use tracing::{error, info};
 
-use wfhost_policy::Fact;
-
-use wfhost_policy::fact::outcome_text;
-
-use crate::deployment::spawn::Spawner;
-use crate::deployment::writes::Ack;
-use crate::host::policy_tick::Watchlist;
 use crate::journal::NewJournalEntry;
 use crate::procfs;
 use crate::store::{ChildRecord, NewEvent, Store, StoreError};
 use crate::store_handle::StoreHandle;
 use crate::unwritten::{AckRecord, Record, Unwritten};
+use wfhost_policy::Fact;
+use wfhost_process::Spawner;
 
 /// State shared by the supervisor's tasks.
 pub struct Shared {
@@ -49,8 +44,6 @@ pub struct Shared {
     pub event_retention: AtomicU64,
     /// Journal records and events not yet written.
     pub backlog: Arc<Backlog>,
-    /// Every live child, for the policy tick.
-    pub watchlist: Arc<Watchlist>,
     /// Signalled when a deployment first gets a ready child or fails, so
     /// systemd hears `READY=1` without waiting for the next tick.
     pub started: tokio::sync::Notify,
@@ -325,20 +318,9 @@ impl Shared {
 
     /// Keeps the acknowledgements a stopped deployment still owed the
     /// store, for [`Self::take_unwritten`].
-    pub fn unwritten_acks(&self, deployment: &str, acks: Vec<Ack>) {
-        if acks.is_empty() {
-            return;
-        }
-        let at_ms = unix_ms();
+    pub fn unwritten_acks(&self, acks: impl IntoIterator<Item = AckRecord>) {
         let mut kept = self.backlog.acks.lock().unwrap_or_else(|p| p.into_inner());
-        kept.extend(acks.into_iter().map(|a| AckRecord {
-            deployment: deployment.to_owned(),
-            channel_id: a.holder.channel_id,
-            pid: a.holder.pid,
-            id: a.id,
-            outcome: outcome_text(&a.outcome),
-            at_ms,
-        }));
+        kept.extend(acks);
     }
 
     /// Everything the store has not taken, emptied out (the supervisor is

@@ -7,7 +7,7 @@ use crate::commands::progress;
 use crate::control::client::Target;
 use crate::control::protocol::Request;
 use crate::exit;
-use crate::observe::human;
+use crate::human;
 
 /// Arguments of `wfhost drain`.
 #[derive(Debug, clap::Args)]

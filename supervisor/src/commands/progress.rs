@@ -13,7 +13,7 @@ use serde_json::Value;
 use crate::control::client::{CallError, Target};
 use crate::control::protocol::Request;
 use crate::exit;
-use crate::observe::human;
+use crate::human;
 
 /// How often the supervisor is asked while waiting.
 pub const POLL: Duration = Duration::from_millis(200);

@@ -12,7 +12,7 @@ use serde_json::Value;
 use crate::control::client::Target;
 use crate::control::protocol::Request;
 use crate::exit;
-use crate::observe::human;
+use crate::human;
 use detail::detail;
 use table::table;
 

@@ -7,7 +7,7 @@ use crate::commands::progress::{self, POLL, Progress};
 use crate::control::client::Target;
 use crate::control::protocol::Request;
 use crate::exit;
-use crate::observe::human;
+use crate::human;
 
 /// Arguments of `wfhost stop`.
 #[derive(Debug, clap::Args)]

@@ -108,14 +108,23 @@ async fn supervise(config: Config, config_path: &Path) -> anyhow::Result<()> {
         events,
         event_retention: settings.event_retention.into(),
         backlog: Default::default(),
-        watchlist: Default::default(),
         started: tokio::sync::Notify::new(),
         fleet: fleet.as_ref().map(|f| f.fleet.clone()),
         sends: Default::default(),
     });
     let mut sup = Supervisor::new(&shared);
     if let Some(f) = fleet {
-        sup.join_fleet(f.leases, f.commands, f.refusals, f.heard);
+        let inbound = crate::host::fleet::Inbound {
+            commands: f.commands,
+            refusals: f.refusals,
+            heard: f.heard,
+            answer_forwarded: crate::control::forwarded::answerer(
+                f.fleet.clone(),
+                shared.clone(),
+                sup.registry(),
+            ),
+        };
+        sup.join_fleet(f.leases, inbound);
     }
     let (host_asks, asks) = mpsc::channel(8);
     let metrics = match settings.metrics_listen {
@@ -172,8 +181,8 @@ fn in_force(
     admission: crate::control::admission::Admission,
 ) -> reload::InForce {
     let settings = &config.supervisor;
-    let policy = tokio::spawn(crate::host::policy_tick::run(
-        shared.watchlist.clone(),
+    let policy = tokio::spawn(crate::deployment::policy_tick::run(
+        sup.watchlist(),
         settings.policy_interval,
     ));
     let retention = tokio::spawn(crate::mail_retention::run(

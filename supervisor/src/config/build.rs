@@ -402,7 +402,7 @@ fn check_grants(
     max_frame_bytes: u32,
     span: Range<usize>,
 ) -> Result<(), Problem> {
-    let room = crate::deployment::grants::room(id, max_frame_bytes);
+    let room = super::grants::room(id, max_frame_bytes);
     match file::regular_len(path) {
         Ok(Some(len)) if len > room => Err(Problem::new(
             span,
@@ -410,7 +410,7 @@ fn check_grants(
                 "grants_file {} is {len} bytes, more than a Welcome frame carries for it ({room})",
                 path.display()
             ),
-            crate::deployment::grants::too_large_hint(max_frame_bytes, room),
+            super::grants::too_large_hint(max_frame_bytes, room),
         )),
         Ok(_) => Ok(()),
         Err(file::ReadError::NotRegular(what)) => Err(Problem::new(

@@ -138,6 +138,17 @@ pub fn restart_only_refusal(restart_only: &[Change]) -> String {
     )
 }
 
+/// What a reload changed.
+#[derive(Debug, Default)]
+pub struct ReloadSummary {
+    /// Deployments started.
+    pub added: Vec<String>,
+    /// Deployments stopped.
+    pub removed: Vec<String>,
+    /// Deployments recycled onto their new configuration.
+    pub changed: Vec<String>,
+}
+
 #[cfg(test)]
 mod tests {
     use std::path::Path;

@@ -43,3 +43,6 @@ pub const RESTART_PERIOD: Duration = wfhost_policy::restart::DEFAULT_PERIOD;
 pub const HEALTHY_AFTER: Duration = wfhost_policy::restart::DEFAULT_HEALTHY_AFTER;
 /// The PATH a child gets when its `env` sets none (systemd's default).
 pub const CHILD_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+/// Largest `send` payload the control socket carries, so the largest
+/// `max_mail_bytes` a config may set.
+pub const MAX_SEND_PAYLOAD: u64 = 16 << 20;

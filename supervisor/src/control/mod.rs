@@ -5,6 +5,8 @@
 pub mod admission;
 pub mod budget;
 pub mod client;
+pub mod forward;
+pub mod forwarded;
 pub(crate) mod handlers;
 pub mod host;
 pub mod protocol;

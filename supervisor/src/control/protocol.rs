@@ -42,7 +42,7 @@ pub const MAX_REQUEST: u32 = 64 << 10;
 
 /// Largest `send` payload the socket carries: `check-config` refuses a
 /// `max_mail_bytes` above it.
-pub const MAX_SEND_PAYLOAD: u64 = 16 << 20;
+pub const MAX_SEND_PAYLOAD: u64 = crate::config::defaults::MAX_SEND_PAYLOAD;
 
 /// The socket's file name inside its directory.
 pub const SOCKET_NAME: &str = "wfhost.sock";

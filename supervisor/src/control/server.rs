@@ -17,8 +17,8 @@ use super::handlers::{self, Context as ClientContext};
 use super::host::HostAsks;
 use super::protocol::{self, Envelope, Request, Response, SOCKET_NAME};
 use crate::config::SupervisorSettings;
+use crate::deployment::Registry;
 use crate::exit;
-use crate::host::Registry;
 use crate::shared::Shared;
 
 /// Where the control socket lives: `$RUNTIME_DIRECTORY` when systemd sets

@@ -11,7 +11,7 @@ use wfhost_policy::steps::{DrainTracker, Escalation};
 use wfhost_policy::{Fact, format_duration};
 
 use super::cancel;
-use crate::observe::status::{DrainView, StepView};
+use crate::status::{DrainView, StepView};
 
 /// Most steps a child may have in flight; more is a protocol violation
 /// (every size is bounded, DESIGN §9).

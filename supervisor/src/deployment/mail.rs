@@ -12,7 +12,7 @@ use wfhost_policy::life::ExitCause;
 
 use super::child::LiveChild;
 use super::writes::{Ack, Replay};
-use crate::observe::record;
+use crate::record;
 use crate::shared::{Shared, unix_ms};
 use crate::store::{AckOf, Ending, Holder};
 

@@ -28,6 +28,7 @@ mod driver;
 pub mod grants;
 mod mail;
 pub mod output;
+pub mod policy_tick;
 pub mod recycle;
 pub mod spawn;
 mod spread;
@@ -43,8 +44,8 @@ use wfhost_policy::crew::Which;
 use wfhost_policy::life::{self, Answer};
 
 use crate::config::DeploymentConfig;
-use crate::observe::status::Status;
 use crate::shared::Shared;
+use crate::status::Status;
 
 /// What a deployment's task can be asked.
 #[derive(Debug)]
@@ -138,6 +139,10 @@ impl Waiter {
 /// The configuration a deployment's next child starts with.
 pub type ConfigSlot = Arc<Mutex<Arc<DeploymentConfig>>>;
 
+/// Live deployments by id, shared by the host, the control socket and
+/// metrics.
+pub type Registry = Arc<std::sync::RwLock<std::collections::BTreeMap<String, DeploymentHandle>>>;
+
 /// A cheap handle on a running deployment task: where to send requests and
 /// where to read its status.
 #[derive(Clone)]
@@ -152,7 +157,11 @@ pub struct DeploymentHandle {
 
 impl DeploymentHandle {
     /// Starts the task for `cfg`; the join handle ends after a stop.
-    pub fn start(cfg: Arc<DeploymentConfig>, shared: Arc<Shared>) -> (Self, JoinHandle<()>) {
+    pub fn start(
+        cfg: Arc<DeploymentConfig>,
+        shared: Arc<Shared>,
+        watchlist: Arc<policy_tick::Watchlist>,
+    ) -> (Self, JoinHandle<()>) {
         let (tx, rx) = mpsc::channel(64);
         let status = Arc::new(Mutex::new(Status::new(&cfg.id, cfg.drain_timeout)));
         let slot: ConfigSlot = Arc::new(Mutex::new(cfg.clone()));
@@ -160,6 +169,7 @@ impl DeploymentHandle {
             cfg,
             slot.clone(),
             shared,
+            watchlist,
             rx,
             tx.downgrade(),
             status.clone(),

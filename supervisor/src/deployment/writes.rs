@@ -11,7 +11,9 @@ use std::time::{Duration, Instant};
 
 use wfhost_ipc::Outcome;
 
+use crate::shared::unix_ms;
 use crate::store::{Ending, Holder};
+use crate::unwritten::AckRecord;
 
 /// First retry delay after a refused write.
 const RETRY_INITIAL: Duration = Duration::from_millis(100);
@@ -28,6 +30,20 @@ pub struct Ack {
     pub id: u64,
     /// How processing ended.
     pub outcome: Outcome,
+}
+
+/// `deployment`'s acknowledgements as kept for the next start when the
+/// store would not take them before the supervisor stopped.
+pub fn unwritten(deployment: &str, acks: Vec<Ack>) -> impl Iterator<Item = AckRecord> + '_ {
+    let at_ms = unix_ms();
+    acks.into_iter().map(move |a| AckRecord {
+        deployment: deployment.to_owned(),
+        channel_id: a.holder.channel_id,
+        pid: a.holder.pid,
+        id: a.id,
+        outcome: wfhost_policy::fact::outcome_text(&a.outcome),
+        at_ms,
+    })
 }
 
 /// One gone child's mail owed back to the inbox (or to the dead state).

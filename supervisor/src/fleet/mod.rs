@@ -1,23 +1,20 @@
 //! A fleet (DESIGN §10b): several hosts share one PostgreSQL store, and
 //! each deployment is owned by exactly one of them at a time through a
 //! lease with an epoch; every write concerning a deployment is fenced on
-//! its epoch (`store::fence`). This folder holds the rules and what the
-//! rest of the supervisor reaches the fleet through; the host's side, the
-//! lease loop that starts and stops deployment tasks as leases come and
-//! go, is `crate::host::fleet`.
+//! its epoch (`store::fence`). This folder holds what the rest of the
+//! supervisor reaches the fleet through; the rules are pure, in
+//! `wfhost_policy::lease`; the host's side, the lease loop that starts and
+//! stops deployment tasks as leases come and go, is `host::fleet`; a
+//! request carried to another host is `control::forward`.
 //!
 //! | file | holds |
 //! |---|---|
-//! | `rules.rs` | the lease and heartbeat rules as pure decisions |
 //! | `open.rs` | joining: the store, the fence, the fleet's connections, the host keys |
 //! | `db.rs` | a fleet connection on a thread of its own |
-//! | `forward.rs` | requests for a deployment owned elsewhere, carried to its owner through the database |
 //! | `view.rs` | who owns what, for status and metrics |
 
 pub mod db;
-pub mod forward;
 pub mod open;
-pub mod rules;
 pub mod view;
 
 use std::collections::{BTreeMap, HashMap};
@@ -29,7 +26,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::config::{DeploymentConfig, FleetSettings};
 use crate::store::fence::Fence;
 use db::Db;
-use rules::Timing;
+use wfhost_policy::lease::Timing;
 
 /// What the lease loop is asked by the rest of the supervisor.
 #[derive(Debug)]
@@ -42,7 +39,7 @@ pub enum Command {
         /// Every deployment of the new config.
         deployments: Vec<DeploymentConfig>,
         /// The answer.
-        reply: oneshot::Sender<crate::host::ReloadSummary>,
+        reply: oneshot::Sender<crate::config::changes::ReloadSummary>,
     },
     /// Hand `deployment` to host `to`: drain it here, release the lease
     /// reserved for `to`; answered with the released epoch.

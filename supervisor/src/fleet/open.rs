@@ -15,6 +15,15 @@ use crate::config::FleetSettings;
 use crate::store::fence::Fence;
 use crate::store::{PostgresStore, Store, StoreError};
 
+/// The channels a fleet host listens on (its lease loop hears each).
+pub const CHANNELS: &[&str] = &[
+    "wfhost_mail",
+    "wfhost_events",
+    "wfhost_lease",
+    "wfhost_request",
+    "wfhost_answer",
+];
+
 /// What a fleet host opens.
 pub struct Joined {
     /// The fenced writer.
@@ -146,13 +155,8 @@ pub fn start(
     let query = super::db::Db::start("wfhost-fleet-query", Box::new(joined.query))
         .context("cannot start the fleet's query thread")?;
     let (heard_tx, heard) = mpsc::unbounded_channel();
-    crate::store::postgres::listen::spawn(
-        url,
-        Box::new(tune(fleet)),
-        crate::host::fleet::CHANNELS,
-        heard_tx,
-    )
-    .context("cannot start the fleet's listener thread")?;
+    crate::store::postgres::listen::spawn(url, Box::new(tune(fleet)), CHANNELS, heard_tx)
+        .context("cannot start the fleet's listener thread")?;
     let (fleet, commands) = super::Fleet::new(fleet.clone(), joined.fence, query, deployments);
     let started = Started {
         fleet: Arc::new(fleet),

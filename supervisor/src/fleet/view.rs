@@ -84,7 +84,7 @@ pub async fn is_live(fleet: &Fleet, host: &str) -> Result<bool, String> {
         .await
         .map_err(|e| e.to_string())?
         .map_err(|e| e.to_string())?;
-    let live = super::rules::live_hosts(&view, "", true, &fleet.timing);
+    let live = wfhost_policy::lease::live_hosts(&view, "", true, &fleet.timing);
     Ok(live.contains(&host))
 }
 

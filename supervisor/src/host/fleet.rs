@@ -1,7 +1,7 @@
 //! The host's side of a fleet (DESIGN §10b): one task, the lease loop,
 //! that runs exactly the deployments whose leases this host holds. Every
 //! `lease_renew` it heartbeats and renews all its leases in one statement,
-//! then reads the fleet and carries out what `fleet::rules::plan` decides:
+//! then reads the fleet and carries out what `wfhost_policy::lease::plan` decides:
 //! it takes free leases up to its fair share (starting each deployment's
 //! task once the previous owner's unacknowledged mail is back in the
 //! inbox) and hands off what is above it. A lease found gone (not
@@ -18,7 +18,6 @@ mod facts;
 mod heard;
 mod release;
 mod round;
-mod serve;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
@@ -30,8 +29,8 @@ use tokio::time::sleep_until;
 use tracing::{error, info};
 use wfhost_policy::Fact;
 
-use super::Registry;
-use crate::deployment::{Ask, DeploymentHandle};
+use crate::deployment::policy_tick::Watchlist;
+use crate::deployment::{Ask, DeploymentHandle, Registry};
 use crate::fleet::db::Db;
 use crate::fleet::{Command, Fleet};
 use crate::shared::{Shared, unix_ms};
@@ -68,6 +67,8 @@ pub struct Leases {
     fleet: Arc<Fleet>,
     shared: Arc<Shared>,
     registry: Registry,
+    /// Every live child, for the policy tick.
+    watchlist: Arc<Watchlist>,
     db: Db,
     commands: mpsc::UnboundedReceiver<Command>,
     refusals: mpsc::UnboundedReceiver<String>,
@@ -87,17 +88,23 @@ pub struct Leases {
     listening: bool,
     /// Lease facts not yet written (the database was away).
     facts: VecDeque<(String, Fact)>,
-    serving: serve::Serving,
+    /// Answers the requests other hosts forwarded here.
+    answer_forwarded: Arc<dyn Fn() + Send + Sync>,
 }
 
-/// The channels the loop listens on.
-pub const CHANNELS: &[&str] = &[
-    "wfhost_mail",
-    "wfhost_events",
-    "wfhost_lease",
-    "wfhost_request",
-    "wfhost_answer",
-];
+/// What reaches the lease loop: the rest of the supervisor's commands,
+/// the fence's refusals, and the database's notifications.
+pub struct Inbound {
+    /// Commands from the control socket and the reload.
+    pub commands: mpsc::UnboundedReceiver<Command>,
+    /// Deployments whose write the fence refused.
+    pub refusals: mpsc::UnboundedReceiver<String>,
+    /// What the fleet's listener heard.
+    pub heard: mpsc::UnboundedReceiver<Heard>,
+    /// Called when another host forwarded a request here: looks them up
+    /// and answers them (`control::forwarded`).
+    pub answer_forwarded: Arc<dyn Fn() + Send + Sync>,
+}
 
 impl Leases {
     /// The loop of `fleet`, on its lease connection `db`.
@@ -105,17 +112,23 @@ impl Leases {
         fleet: Arc<Fleet>,
         shared: Arc<Shared>,
         registry: Registry,
+        watchlist: Arc<Watchlist>,
         db: Db,
-        commands: mpsc::UnboundedReceiver<Command>,
-        refusals: mpsc::UnboundedReceiver<String>,
-        heard: mpsc::UnboundedReceiver<Heard>,
+        inbound: Inbound,
     ) -> Self {
+        let Inbound {
+            commands,
+            refusals,
+            heard,
+            answer_forwarded,
+        } = inbound;
         let now = Instant::now();
         Self {
-            serving: serve::Serving::default(),
             fleet,
             shared,
             registry,
+            watchlist,
+            answer_forwarded,
             db,
             commands,
             refusals,

@@ -15,22 +15,22 @@ use tracing::{info, warn};
 use wfhost_policy::life::{RecycleCause, Request};
 
 use crate::config::Config;
+use crate::config::changes::ReloadSummary;
 use crate::contain;
-use crate::deployment::{Ask, DeploymentHandle};
-use crate::observe::status::State;
+use crate::deployment::policy_tick::Watchlist;
+use crate::deployment::{Ask, DeploymentHandle, Registry};
 use crate::procfs;
 use crate::shared::Shared;
+use crate::status::State;
 
 pub mod fleet;
-pub mod policy_tick;
-
-/// Live deployments by id, shared with the control socket.
-pub type Registry = Arc<RwLock<BTreeMap<String, DeploymentHandle>>>;
 
 /// The deployments under supervision.
 pub struct Supervisor {
     shared: Arc<Shared>,
     registry: Registry,
+    /// Every live child of every deployment, for the policy tick.
+    watchlist: Arc<Watchlist>,
     tasks: Vec<(String, JoinHandle<()>)>,
     /// Reaps and kills the orphans the supervisor adopts.
     sweeper: Option<JoinHandle<()>>,
@@ -45,23 +45,18 @@ struct FleetHost {
     task: Option<JoinHandle<()>>,
 }
 
-/// What a reload changed.
-#[derive(Debug, Default)]
-pub struct ReloadSummary {
-    /// Deployments started.
-    pub added: Vec<String>,
-    /// Deployments stopped.
-    pub removed: Vec<String>,
-    /// Deployments recycled onto their new configuration.
-    pub changed: Vec<String>,
-}
-
 impl Supervisor {
+    /// Every live child of every deployment, for the policy tick.
+    pub fn watchlist(&self) -> Arc<Watchlist> {
+        self.watchlist.clone()
+    }
+
     /// A supervisor with no deployments yet.
     pub fn new(shared: &Arc<Shared>) -> Self {
         Self {
             shared: shared.clone(),
             registry: Arc::new(RwLock::new(BTreeMap::new())),
+            watchlist: Arc::default(),
             tasks: Vec::new(),
             sweeper: None,
             fleet: None,
@@ -70,13 +65,7 @@ impl Supervisor {
 
     /// Makes this supervisor a fleet host: from `start_all` on, the lease
     /// loop on `db` runs exactly the deployments whose leases it holds.
-    pub fn join_fleet(
-        &mut self,
-        db: crate::fleet::db::Db,
-        commands: tokio::sync::mpsc::UnboundedReceiver<crate::fleet::Command>,
-        refusals: tokio::sync::mpsc::UnboundedReceiver<String>,
-        heard: tokio::sync::mpsc::UnboundedReceiver<crate::store::postgres::listen::Heard>,
-    ) {
+    pub fn join_fleet(&mut self, db: crate::fleet::db::Db, inbound: fleet::Inbound) {
         let Some(fleet) = self.shared.fleet.clone() else {
             return;
         };
@@ -84,10 +73,9 @@ impl Supervisor {
             fleet.clone(),
             self.shared.clone(),
             self.registry.clone(),
+            self.watchlist.clone(),
             db,
-            commands,
-            refusals,
-            heard,
+            inbound,
         );
         self.fleet = Some(FleetHost {
             fleet,
@@ -118,7 +106,11 @@ impl Supervisor {
     }
 
     fn add(&mut self, cfg: &crate::config::DeploymentConfig) {
-        let (handle, task) = DeploymentHandle::start(Arc::new(cfg.clone()), self.shared.clone());
+        let (handle, task) = DeploymentHandle::start(
+            Arc::new(cfg.clone()),
+            self.shared.clone(),
+            self.watchlist.clone(),
+        );
         self.registry
             .write()
             .unwrap_or_else(|p| p.into_inner())

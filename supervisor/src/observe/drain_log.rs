@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 use tracing::info;
 use wfhost_policy::drain::BudgetState;
 
-use super::human;
-use super::status::Status;
-use crate::host::Registry;
+use crate::deployment::Registry;
+use crate::human;
+use crate::status::Status;
 
 /// How often a running drain is logged.
 pub const EVERY: Duration = Duration::from_secs(2);

@@ -1,11 +1,10 @@
-//! What operators observe: status (a projection of each deployment's
-//! life), the host it runs on, the log lines and durable records of facts,
-//! Prometheus metrics, drain progress, and systemd notifications.
+//! What operators observe of the whole host, read across its running
+//! deployments: the machine it runs on, Prometheus metrics, drain progress
+//! in the log, and systemd notifications. (One deployment's status is
+//! `crate::status`, kept by its own task; the log line of each fact is
+//! `crate::record`.)
 
 pub mod drain_log;
 pub mod host;
-pub mod human;
 pub mod metrics;
 pub mod notify;
-pub mod record;
-pub mod status;

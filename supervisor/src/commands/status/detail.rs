@@ -6,7 +6,7 @@ use serde_json::Value;
 
 use super::{ms_of, or_dash};
 use crate::commands::journal::rfc3339_ms;
-use crate::observe::human;
+use crate::human;
 
 /// A line of the detail: its label (empty under a line it continues) and
 /// its text.

@@ -5,7 +5,7 @@
 use serde_json::Value;
 
 use super::{WIDTH, ms_of, or_dash};
-use crate::observe::human;
+use crate::human;
 
 /// The columns, in order; GRANTS is left out when no deployment has a
 /// grants file.

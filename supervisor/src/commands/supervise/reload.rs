@@ -100,8 +100,8 @@ impl InForce {
         }
         if changes("policy_interval") {
             self.policy.abort();
-            self.policy = tokio::spawn(crate::host::policy_tick::run(
-                shared.watchlist.clone(),
+            self.policy = tokio::spawn(crate::deployment::policy_tick::run(
+                sup.watchlist(),
                 settings.policy_interval,
             ));
         }

@@ -211,7 +211,7 @@ impl Tunables {
                 "allow at least one byte (the default is \"256KiB\")",
             ));
         }
-        let carried = crate::control::protocol::MAX_SEND_PAYLOAD;
+        let carried = crate::config::defaults::MAX_SEND_PAYLOAD;
         if mail > carried {
             return Err(Problem::new(
                 self.max_mail_bytes.at(table),

@@ -13,10 +13,11 @@ use serde_json::{Value, json};
 use tokio::net::UnixStream;
 
 use super::{Context, send, status};
+use crate::control::forward;
 use crate::control::protocol::{Request, Response};
 use crate::exit;
-use crate::fleet::{Command, Fleet, forward, view};
-use crate::observe::status::Status;
+use crate::fleet::{Command, Fleet, view};
+use crate::status::Status;
 
 /// Answers `request` here if it is the fleet's to answer (`Ok`), or hands
 /// it back for the local handlers (`Err`): always so on a single host.

@@ -14,7 +14,7 @@ use super::{Context, lookup};
 use crate::control::protocol::Response;
 use crate::deployment::Ask;
 use crate::exit;
-use crate::observe::record;
+use crate::record;
 use crate::shared::unix_ms;
 use crate::store::mail_admin::{MAX_PAGE, PAYLOAD_CHUNK};
 use crate::store::{MailQuery, MailState, MailView, Retried, StoreError};

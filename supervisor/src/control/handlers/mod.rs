@@ -21,9 +21,9 @@ use tokio::net::UnixStream;
 
 use super::host::HostAsks;
 use super::protocol::{Request, Response};
+use crate::deployment::Registry;
 use crate::deployment::{Asked, DeploymentHandle};
 use crate::exit;
-use crate::host::Registry;
 use crate::shared::Shared;
 
 /// What a handler needs.

@@ -10,9 +10,9 @@ use crate::control::protocol::{MAX_KEY_BYTES, Response};
 use crate::control::server::REQUEST_TIMEOUT;
 use crate::deployment::Ask;
 use crate::exit;
-use crate::observe::status::Status;
 use crate::send_batch::Refused;
 use crate::shared::unix_ms;
+use crate::status::Status;
 use crate::store::{Accepted, Offer};
 
 /// Checks the request, reads its payload, and answers once the store has

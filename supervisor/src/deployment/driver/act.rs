@@ -12,12 +12,12 @@ use wfhost_policy::{Fact, format_duration};
 
 use super::replica::{Replica, Told, Wired, settings};
 use crate::deployment::child::LiveChild;
+use crate::deployment::policy_tick::Watched;
 use crate::deployment::writes::Replay;
 use crate::deployment::{Waiter, cancel, mail, recycle};
-use crate::host::policy_tick::Watched;
-use crate::observe::record;
-use crate::observe::status::{ReplicaView, Role, State, Status};
+use crate::record;
 use crate::shared::unix_ms;
+use crate::status::{ReplicaView, Role, State, Status};
 use crate::store::Holder;
 
 impl Replica {
@@ -144,7 +144,7 @@ impl Replica {
     /// recycle.
     fn rearm_policy(&mut self) {
         if let Some(w) = self.wired.as_mut() {
-            self.shared.watchlist.rearm(w.io.pid);
+            self.watchlist.rearm(w.io.pid);
             // A refused `max_mail` recycle asks again after as
             // many items more, not on every ack.
             if w.mail_bound_asked {
@@ -247,7 +247,7 @@ impl Replica {
             self.cfg.liveness_timeout,
             now,
         ));
-        self.shared.watchlist.add(Watched {
+        self.watchlist.add(Watched {
             deployment: self.label.clone(),
             pid: w.io.pid,
             started_at: w.io.started_at,

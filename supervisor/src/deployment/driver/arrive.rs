@@ -235,7 +235,7 @@ impl Replica {
         self.status_mut().missing_program = missing;
         w.cancels
             .abandon("the child ended before the cancel was committed");
-        self.shared.watchlist.remove(w.io.pid);
+        self.watchlist.remove(w.io.pid);
         self.shared.forget_child(&self.cfg.id, w.io.pid);
         self.retired = Some(w.budget);
         self.inputs

@@ -27,11 +27,12 @@ use wfhost_policy::crew::{self, Crew};
 use wfhost_policy::life::Answer;
 
 use super::timer;
-use super::writes::Writes;
+use super::writes::{self, Writes};
 use super::{Ask, ConfigSlot, Waiter};
 use crate::config::DeploymentConfig;
-use crate::observe::status::{ReplicaView, Role, State, Status};
+use crate::deployment::policy_tick::Watchlist;
 use crate::shared::Shared;
+use crate::status::{ReplicaView, Role, State, Status};
 use replica::{Parts, Raw, Replica};
 
 /// Longest reason or kind text taken from a child.
@@ -83,6 +84,7 @@ impl Driver {
         cfg: Arc<DeploymentConfig>,
         slot: ConfigSlot,
         shared: Arc<Shared>,
+        watchlist: Arc<Watchlist>,
         asks: mpsc::Receiver<Ask>,
         me: mpsc::WeakSender<Ask>,
         status: Arc<Mutex<Status>>,
@@ -93,6 +95,7 @@ impl Driver {
             parts: Parts {
                 slot,
                 shared,
+                watchlist,
                 me,
                 status,
             },
@@ -128,7 +131,8 @@ impl Driver {
                             "the lease was lost: acknowledgements not yet written are dropped; the new owner delivers that mail again");
                     }
                 } else {
-                    self.shared().unwritten_acks(&self.id, acks);
+                    self.shared()
+                        .unwritten_acks(writes::unwritten(&self.id, acks));
                 }
                 return;
             }

@@ -19,11 +19,12 @@ use crate::deployment::cancel::{self, CancelQueue, Commit};
 use crate::deployment::child::{Arrived, LiveChild};
 use crate::deployment::drain::Budget;
 use crate::deployment::mail::Dispatch;
+use crate::deployment::policy_tick::Watchlist;
 use crate::deployment::throttle::Throttle;
 use crate::deployment::writes::{Ack, Replay};
 use crate::deployment::{Ask, ConfigSlot, Waiter};
-use crate::observe::status::{RssCell, Status};
 use crate::shared::Shared;
+use crate::status::{RssCell, Status};
 
 /// A live child with its bookkeeping.
 pub(super) struct Wired {
@@ -121,6 +122,8 @@ pub(super) struct Replica {
     pub(super) cfg: Arc<DeploymentConfig>,
     pub(super) slot: ConfigSlot,
     pub(super) shared: Arc<Shared>,
+    /// Every live child under the policy tick's eye.
+    pub(super) watchlist: Arc<Watchlist>,
     pub(super) me: mpsc::WeakSender<Ask>,
     /// The deployment's status, where facts are counted.
     pub(super) status: Arc<Mutex<Status>>,
@@ -173,6 +176,7 @@ pub(super) fn settings(cfg: &DeploymentConfig) -> Settings {
 pub(super) struct Parts {
     pub(super) slot: ConfigSlot,
     pub(super) shared: Arc<Shared>,
+    pub(super) watchlist: Arc<Watchlist>,
     pub(super) me: mpsc::WeakSender<Ask>,
     pub(super) status: Arc<Mutex<Status>>,
 }
@@ -193,6 +197,7 @@ impl Replica {
             cfg,
             slot: parts.slot.clone(),
             shared: parts.shared.clone(),
+            watchlist: parts.watchlist.clone(),
             me: parts.me.clone(),
             status: parts.status.clone(),
             life,

@@ -8,9 +8,9 @@ use wfhost_policy::Fact;
 
 use super::{Entry, Leases, State};
 use crate::deployment::DeploymentHandle;
-use crate::fleet::rules::Claim;
 use crate::shared::unix_ms;
 use crate::store::fence::Held;
+use wfhost_policy::lease::Claim;
 
 impl Leases {
     /// Takes `d`'s lease by `claim`; once the previous owner's
@@ -58,7 +58,8 @@ impl Leases {
             }
             None => warn!(deployment = %d, "the lease connection's thread is gone"),
         }
-        let (handle, join) = DeploymentHandle::start(cfg, self.shared.clone());
+        let (handle, join) =
+            DeploymentHandle::start(cfg, self.shared.clone(), self.watchlist.clone());
         self.registry
             .write()
             .unwrap_or_else(|p| p.into_inner())

@@ -7,9 +7,9 @@ use tracing::info;
 
 use super::{Leases, State, tell};
 use crate::config::DeploymentConfig;
+use crate::config::changes::ReloadSummary;
 use crate::deployment::Ask;
 use crate::fleet::Command;
-use crate::host::ReloadSummary;
 
 impl Leases {
     /// A command from the supervisor or the control socket.

@@ -6,7 +6,7 @@ use wfhost_policy::Fact;
 
 use super::Leases;
 use crate::journal::NewJournalEntry;
-use crate::observe::record;
+use crate::record;
 use crate::shared::unix_ms;
 use crate::store::NewEvent;
 

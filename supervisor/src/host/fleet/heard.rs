@@ -53,7 +53,6 @@ impl Leases {
     /// Answers the requests forwarded to this host, each on a task of its
     /// own (a recycle can take a while).
     pub(super) fn serve_requests(&mut self) {
-        self.serving
-            .start(&self.fleet, &self.shared, &self.registry);
+        (self.answer_forwarded)();
     }
 }

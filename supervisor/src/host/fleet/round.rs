@@ -1,5 +1,5 @@
 //! A round of the lease loop: renew every lease held, then read the fleet
-//! and take or hand off leases as `fleet::rules::plan` decides.
+//! and take or hand off leases as `wfhost_policy::lease::plan` decides.
 
 use std::time::{Duration, Instant};
 
@@ -7,8 +7,8 @@ use tracing::{debug, error, info};
 
 use super::{Leases, State, tell};
 use crate::deployment::{Ask, DeploymentHandle};
-use crate::fleet::rules::{self, Mine};
 use crate::store::MailCounts;
+use wfhost_policy::lease::{self, Mine};
 
 impl Leases {
     /// One round: renew, then (unless stopping) read the fleet and take or
@@ -30,7 +30,7 @@ impl Leases {
         };
         self.clock = (view.now_ms, read_at);
         let mine = self.mine();
-        let plan = rules::plan(&view, &mine, &self.fleet.timing);
+        let plan = lease::plan(&view, &mine, &self.fleet.timing);
         self.wake = plan.wake_ms.map(|at| {
             let ahead = u64::try_from(at.saturating_sub(view.now_ms)).unwrap_or(0);
             read_at + Duration::from_millis(ahead)
@@ -119,7 +119,7 @@ impl Leases {
         );
         let until = self.fleet.timing.deadline(started);
         self.fleet.fence.renewed(&renewed, until);
-        for d in rules::lost(&pairs, &renewed) {
+        for d in lease::lost(&pairs, &renewed) {
             self.lose(&d, "its lease was not renewed: another host took it over, or it ran out in the database".into());
         }
         for (d, status) in sent {

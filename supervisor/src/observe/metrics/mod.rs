@@ -32,10 +32,10 @@ mod tests;
 use http::{Head, Route, read_head, response, route};
 pub use render::render;
 
-use crate::host::Registry;
-use crate::observe::status::Status;
+use crate::deployment::Registry;
 use crate::shared::Shared;
 use crate::shared::unix_ms;
+use crate::status::Status;
 use crate::store::MailCounts;
 
 /// The most request-head bytes read from a client.

@@ -4,8 +4,8 @@ use std::fmt::{Display, Write as _};
 use std::time::Instant;
 
 use crate::observe::host::Host;
-use crate::observe::status::{State, Status};
 use crate::shared::health::StoreView;
+use crate::status::{State, Status};
 use crate::store::MailCounts;
 
 /// Every state, in the order the `wfhost_deployment_state` family lists them.

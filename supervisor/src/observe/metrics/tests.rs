@@ -7,7 +7,7 @@ use tokio::io::AsyncReadExt;
 use super::MAX_HEAD;
 use super::http::*;
 use super::render::*;
-use crate::observe::status::{ReplicaView, Role, RssCell, State, Status};
+use crate::status::{ReplicaView, Role, RssCell, State, Status};
 use crate::store::MailCounts;
 
 fn head(text: &str) -> Route {

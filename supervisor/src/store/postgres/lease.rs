@@ -10,8 +10,8 @@ use ed25519_dalek::VerifyingKey;
 use wfhost_ipc::KeyId;
 
 use super::{PostgresStore, col, fence};
-use crate::fleet::rules::{Claim, HostRow, LeaseRow, View};
 use crate::store::StoreError;
+use wfhost_policy::lease::{Claim, HostRow, LeaseRow, View};
 
 /// A timestamp column as Unix milliseconds.
 macro_rules! ms {

@@ -12,10 +12,10 @@ use serde_json::json;
 use wfhost_tests::postgres::PgServer;
 
 use super::PostgresStore;
-use crate::fleet::rules::Claim;
 use crate::journal::NewJournalEntry;
 use crate::store::fence::{Fence, Held};
 use crate::store::{AckOf, ChildRecord, Ending, Holder, NewEvent, Store};
+use wfhost_policy::lease::Claim;
 
 const TTL: i64 = 60_000;
 const GRACE: i64 = 1_000;

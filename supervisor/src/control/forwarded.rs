@@ -1,6 +1,7 @@
-//! Requests other hosts forwarded to this one (`fleet::forward`), each
+//! Requests other hosts forwarded to this one (`control::forward`), each
 //! answered on a task of its own through the database, exactly as the
-//! control socket would have answered it here.
+//! control socket would have answered it here. The fleet's lease loop,
+//! which hears that one came, calls the [`answerer`] made here.
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -10,9 +11,9 @@ use tracing::warn;
 
 use crate::control::handlers::{self, Context};
 use crate::control::protocol::{Request, Response};
+use crate::deployment::Registry;
 use crate::exit;
 use crate::fleet::Fleet;
-use crate::host::Registry;
 use crate::shared::Shared;
 use crate::store::postgres::lease::Asked;
 
@@ -23,9 +24,20 @@ const FETCHING: u8 = 1;
 /// A fetch runs, and another was asked for meanwhile.
 const AGAIN: u8 = 2;
 
+/// What the lease loop calls when another host forwarded a request here:
+/// this host's forwarded requests are looked up and answered.
+pub fn answerer(
+    fleet: Arc<Fleet>,
+    shared: Arc<Shared>,
+    registry: Registry,
+) -> Arc<dyn Fn() + Send + Sync> {
+    let serving = Serving::default();
+    Arc::new(move || serving.start(&fleet, &shared, &registry))
+}
+
 /// The forwarded requests being answered.
 #[derive(Default)]
-pub struct Serving {
+struct Serving {
     busy: Arc<Mutex<HashSet<i64>>>,
     fetch: Arc<AtomicU8>,
 }
@@ -34,7 +46,7 @@ impl Serving {
     /// Looks for requests forwarded to this host and answers each new one;
     /// asked again while looking, it looks once more afterwards (a
     /// notification may have come for a request the look missed).
-    pub fn start(&self, fleet: &Arc<Fleet>, shared: &Arc<Shared>, registry: &Registry) {
+    fn start(&self, fleet: &Arc<Fleet>, shared: &Arc<Shared>, registry: &Registry) {
         if self.fetch.fetch_max(FETCHING, Ordering::AcqRel) != IDLE {
             self.fetch.store(AGAIN, Ordering::Release);
             return;

@@ -2,7 +2,8 @@
 //! decisions over what the database said, with time passed in: expiry is
 //! judged by the database's clock (`now_ms` of the read), a host's own
 //! deadline by its monotonic clock from the start of its last successful
-//! renewal. The I/O that runs them is `crate::host::fleet`.
+//! renewal. The I/O that runs them is the supervisor's lease loop
+//! (`host::fleet`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -23,7 +24,7 @@ impl Timing {
     /// ([`Timing::fence_after`]), so the two never overlap even if their
     /// clocks run at slightly different rates.
     pub fn grace(&self) -> Duration {
-        self.renew / 2
+        self.renew.checked_div(2).unwrap_or_default()
     }
 
     /// How long a host leaves a deployment alone after losing, shedding or
@@ -43,7 +44,7 @@ impl Timing {
     /// The self-fence deadline of a lease renewed (or acquired) by a
     /// statement that started at `started`.
     pub fn deadline(&self, started: Instant) -> Instant {
-        started + self.fence_after()
+        started.checked_add(self.fence_after()).unwrap_or(started)
     }
 
     fn ms(d: Duration) -> i64 {
@@ -260,7 +261,7 @@ pub fn plan(view: &View, mine: &Mine, timing: &Timing) -> Plan {
         }
     }
     // A hand-off is taken whatever the share; the rest up to it.
-    let room = share.saturating_sub(mine.held.len() + handed.len());
+    let room = share.saturating_sub(mine.held.len().saturating_add(handed.len()));
     open.sort_by_key(|(d, _)| std::cmp::Reverse(rank(me, d)));
     if open.len() >= room {
         // The share fills now: nothing later is worth waking for.

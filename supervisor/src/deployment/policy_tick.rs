@@ -24,9 +24,9 @@ use wfhost_policy::recycle::{Jitter, RecycleBounds};
 
 use wfhost_policy::life::{RecycleCause, Request};
 
-use crate::deployment::{Ask, recycle};
-use crate::observe::status::RssCell;
+use super::{Ask, recycle};
 use crate::procfs::RssReader;
+use crate::status::RssCell;
 
 /// One live child under the policy's eye.
 pub struct Watched {

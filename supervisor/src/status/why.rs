@@ -8,7 +8,7 @@ use wfhost_policy::format_duration;
 use wfhost_policy::life::DrainPurpose;
 
 use super::{State, Status, ms};
-use crate::observe::human;
+use crate::human;
 
 impl Status {
     /// Why the deployment is in its state and what happens next, in one

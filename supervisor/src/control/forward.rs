@@ -7,9 +7,9 @@
 
 use std::time::Duration;
 
-use super::{Fleet, view};
 use crate::control::protocol::{Request, Response};
 use crate::exit;
+use crate::fleet::{Fleet, view};
 
 /// How long one wait for the answer's notification lasts before the row
 /// and the owner are looked at again.

@@ -7,14 +7,27 @@
 //
 // The run's outcome decides the mail's fate: succeeded, or cancelled by a
 // verified (signed) cancel, is acknowledged; cut short by a drain,
-// shutdown or a lost channel, it is released for the next child. An item
-// delivered again (`attempt` > 1: the child that held it died or was
-// recycled) is finalized instead of re-run. Every `--recycle-every N`
-// acknowledged items the child asks to be recycled.
+// shutdown or a lost channel, it is released for the next child.
+//
+// Each step that completes leaves a marker file `<id>.<step>` in the
+// markers directory (`--markers DIR`, else $ORDERS_MARKERS, else
+// `state/markers/<deployment>` in the working directory), written durably
+// before the next step starts. Whatever the delivery's `attempt`, a step
+// whose marker exists is finalized instead of re-run, and every other step
+// runs. `attempt > 1` only says that an earlier child was handed the item
+// and ended without acknowledging it: that child may never have started
+// it (the supervisor hands a child up to 32 items ahead, and a recycle
+// gives back the ones it had not started), so it proves no work done. The
+// markers of an order are removed once it is acknowledged.
+//
+// Every `--recycle-every N` acknowledged items the child asks to be recycled.
 //
 // Hosted by `wfhost supervise` (see wfhost.toml beside this file):
 //   command = ["node", "orders.js", "--recycle-every", "25"]
 
+import { createHash } from "node:crypto";
+import { mkdir, open, readFile, rename, unlink } from "node:fs/promises";
+import { join, resolve } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { parseArgs } from "node:util";
 
@@ -26,6 +39,7 @@ const { values: args } = parseArgs({
     "fetch-ms": { type: "string", default: "100" },
     "approve-ms": { type: "string", default: "200" },
     "fetch-ignores-drain": { type: "boolean", default: false },
+    markers: { type: "string" },
   },
 });
 const number = (name) => {
@@ -49,6 +63,12 @@ process.on("SIGTERM", () => {
   process.exit(0);
 });
 
+// Mail ids are unique within one supervisor's store only: a marker also
+// names the supervisor's key (a new state_dir has a new one) and the
+// payload's digest, so a marker left by another store is never trusted.
+// connect() removes WFHOST_* from the environment, so read it first.
+const supervisorKey = process.env.WFHOST_SUPERVISOR_KEY ?? "";
+
 let rt;
 try {
   rt = await connect();
@@ -60,10 +80,25 @@ rt.closed.then((reason) => {
   say(`runtime closed (${reason.kind}: ${reason.message}); exiting`);
   process.exit(reason.kind === "failed" ? 1 : 0);
 });
+
+const markers = resolve(args.markers ?? process.env.ORDERS_MARKERS ?? join("state", "markers", rt.deployment));
+try {
+  await mkdir(markers, { recursive: true });
+  const probe = join(markers, `.probe-${process.pid}`);
+  await (await open(probe, "w")).close();
+  await unlink(probe);
+} catch (e) {
+  console.error(
+    `node-orders: cannot use the markers directory ${markers}: ${e.message}; pass --markers DIR (or set ORDERS_MARKERS) naming a writable directory`,
+  );
+  process.exit(2);
+}
+
 await rt.ready();
 say(
   `ready for deployment ${rt.deployment} (pid ${process.pid}, fetch ${fetchMs} ms, approval ${approveMs} ms, ` +
-    `recycle ${recycleEvery > 0 ? `every ${recycleEvery} items` : "never"}${fetchIgnoresDrain ? ", fetch ignores drain" : ""})`,
+    `recycle ${recycleEvery > 0 ? `every ${recycleEvery} items` : "never"}${fetchIgnoresDrain ? ", fetch ignores drain" : ""}, ` +
+    `markers in ${markers})`,
 );
 
 /** What an order says: JSON `{"order": …}`, or any text. */
@@ -76,6 +111,69 @@ function describeOrder(mail) {
   }
 }
 
+// --- markers: what this deployment's children have durably done ----------
+
+const markerPath = (id, name) => join(markers, `${id}.${name}`);
+
+/** What a marker of `mail` holds, and what must match for it to be trusted. */
+function markerOf(mail, name) {
+  return {
+    mail: mail.id.toString(),
+    step: name,
+    supervisor_key: supervisorKey,
+    payload_sha256: createHash("sha256").update(mail.payload).digest("hex"),
+  };
+}
+
+/** Whether the marker of `name` proves that step of `mail` done. */
+async function provenDone(mail, name) {
+  let text;
+  try {
+    text = await readFile(markerPath(mail.id, name), "utf8");
+  } catch (e) {
+    if (e.code === "ENOENT") return false;
+    throw e;
+  }
+  const want = markerOf(mail, name);
+  let got = null;
+  try {
+    got = JSON.parse(text);
+  } catch {
+    // Written atomically, so never torn; anything else is not ours.
+  }
+  const ok = got !== null && Object.keys(want).every((k) => got[k] === want[k]);
+  if (!ok) say(`mail ${mail.id}: ignoring marker ${markerPath(mail.id, name)}: it is another mail's (another store, or another payload)`);
+  return ok;
+}
+
+/** Records that step `name` of `mail` is done: whole or not at all, and on disk before this resolves. */
+async function mark(mail, name) {
+  const path = markerPath(mail.id, name);
+  const tmp = `${path}.tmp-${process.pid}`;
+  const body = JSON.stringify({ ...markerOf(mail, name), attempt: mail.attempt, pid: process.pid, at: new Date().toISOString() });
+  const f = await open(tmp, "w");
+  try {
+    await f.writeFile(`${body}\n`);
+    await f.sync();
+  } finally {
+    await f.close();
+  }
+  await rename(tmp, path);
+  const dir = await open(markers, "r");
+  try {
+    await dir.sync();
+  } finally {
+    await dir.close();
+  }
+}
+
+/** Forgets an acknowledged order's markers (its mail is never delivered again). */
+async function unmark(id) {
+  for (const name of ["fetch", "approve"]) await unlink(markerPath(id, name)).catch(() => undefined);
+}
+
+// --- the work ----------------------------------------------------------------
+
 /** One step, logged; resolves true when it succeeded, or the Cancelled that stopped it. */
 async function step(run, name, behavior, body, options) {
   try {
@@ -87,36 +185,43 @@ async function step(run, name, behavior, body, options) {
   }
 }
 
+const STEPS = [
+  {
+    name: "fetch",
+    behavior: "cancel",
+    // With --fetch-ignores-drain the fetch winds down on its own terms (it
+    // ignores the drain and keeps going): the drain budget runs out and the
+    // supervisor's signed cancel aborts the signal.
+    body: (signal) => sleep(fetchMs, undefined, { signal }),
+    options: fetchIgnoresDrain ? { onDrain: "wind-down" } : {},
+  },
+  { name: "approve", behavior: "wait", body: (signal) => sleep(approveMs, undefined, { signal }), options: {} },
+];
+
 /** Runs one order; returns its ack outcome, or null to leave it for the next child. */
 async function processOrder(mail) {
   const id = mail.id;
   const run = `order-${id}`;
+  say(`mail ${id}: received ${describeOrder(mail)} (attempt ${mail.attempt})`);
+  const proven = [];
+  for (const s of STEPS) if (await provenDone(mail, s.name)) proven.push(s.name);
   if (mail.attempt > 1) {
-    // An earlier child may have fetched and had it approved already:
-    // finalize from what it left instead of doing it all again.
-    say(`mail ${id}: redelivery (attempt ${mail.attempt}) of ${describeOrder(mail)}: finalizing instead of re-running`);
-    const done = await step(run, "finalize", "cancel", (signal) => sleep(10, undefined, { signal }));
-    if (done !== true) return settleStopped(id, run, "finalize", done);
-    await rt.runTerminal(run, "succeeded");
-    say(`mail ${id}: finalized`);
-    return "succeeded";
+    // Not a sign of work done: the earlier child may never have started it.
+    say(
+      `mail ${id}: attempt ${mail.attempt}: an earlier child was handed it and did not acknowledge it; ` +
+        (proven.length > 0 ? `markers prove ${proven.join(" and ")} done` : "no marker: no step of it is known done, running it in full"),
+    );
   }
-  say(`mail ${id}: received ${describeOrder(mail)} (attempt 1)`);
-  const fetched = await step(
-    run,
-    "fetch",
-    "cancel",
-    // With --fetch-ignores-drain the fetch winds down on its own terms (it
-    // ignores the drain and keeps going): the drain budget runs out and the
-    // supervisor's signed cancel aborts the signal.
-    (signal) => sleep(fetchMs, undefined, { signal }),
-    fetchIgnoresDrain ? { onDrain: "wind-down" } : {},
-  );
-  if (fetched !== true) return settleStopped(id, run, "fetch", fetched);
-  say(`mail ${id}: fetch done`);
-  const approved = await step(run, "approve", "wait", (signal) => sleep(approveMs, undefined, { signal }));
-  if (approved !== true) return settleStopped(id, run, "approve", approved);
-  say(`mail ${id}: approve done`);
+  for (const s of STEPS) {
+    if (proven.includes(s.name)) {
+      say(`mail ${id}: ${s.name} already done (marker ${markerPath(id, s.name)}): finalizing instead of re-running it`);
+      continue;
+    }
+    const done = await step(run, s.name, s.behavior, s.body, s.options);
+    if (done !== true) return settleStopped(id, run, s.name, done);
+    await mark(mail, s.name);
+    say(`mail ${id}: ${s.name} done`);
+  }
   await rt.runTerminal(run, "succeeded");
   return "succeeded";
 }
@@ -147,6 +252,7 @@ for await (const mail of rt.mail()) {
     say(`mail ${mail.id}: cannot acknowledge: ${e.message}`);
     continue;
   }
+  await unmark(mail.id);
   acked++;
   say(`mail ${mail.id}: acknowledged (${typeof outcome === "string" ? outcome : `failed: ${outcome.failed}`})`);
   if (recycleEvery > 0 && acked % recycleEvery === 0 && !rt.draining.aborted) {

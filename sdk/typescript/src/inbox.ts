@@ -22,9 +22,14 @@ export class Mail {
     /** The store-assigned id, stable across redeliveries. */
     readonly id: bigint,
     /**
-     * 1 on the first delivery; more when the child that held it before died
-     * or was recycled without acknowledging it: work it may have done can be
-     * finalized instead of re-run.
+     * 1 on the first delivery; more when an earlier child was handed the
+     * item and ended (died, was recycled or stopped) without acknowledging
+     * it. That child may never have started it (the supervisor hands a
+     * child items ahead of its work, and a recycle gives back the unstarted
+     * ones), so `attempt > 1` proves no work done: a handler that must not
+     * redo a side effect keeps its own durable record of what it did, keyed
+     * by the mail id, and consults that. Nor does 1 prove the opposite:
+     * `wfhost mail retry` starts a dead item's count again at 1.
      */
     readonly attempt: number,
     /** The payload as sent. */

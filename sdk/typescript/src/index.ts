@@ -16,6 +16,7 @@
 
 export { connect, Runtime, type ConnectOptions, type GrantsSnapshot, type RuntimeLimits } from "./runtime.js";
 export type { CloseReason } from "./core.js";
+export type { CustomData } from "./custom.js";
 export { Mail } from "./inbox.js";
 export type { AckOutcome } from "./mail.js";
 export { Step, type StepBehavior, type StepOptions } from "./step.js";

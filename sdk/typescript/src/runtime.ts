@@ -9,6 +9,7 @@ import type { Socket } from "node:net";
 
 import { openControlFd, FrameReader, type EndOfChannel } from "./channel.js";
 import { Core, type CloseReason } from "./core.js";
+import { customBytes, type CustomData } from "./custom.js";
 import { Dispatcher } from "./dispatch.js";
 import { readChildEnv, ENV_VARS, type ChildEnv } from "./env.js";
 import { Cancelled, ChannelClosed, ConnectError, InvalidEvent } from "./errors.js";
@@ -340,11 +341,30 @@ export class Runtime {
     await this.core.outbox.send({ type: "RecycleRequest", reason });
   }
 
-  /** Sends an application-defined event to the supervisor's observers. */
-  async custom(kind: string, bytes: Uint8Array | string = new Uint8Array(0)): Promise<void> {
+  /**
+   * Sends an application-defined event (`Custom`) to the supervisor's
+   * observers. `data` is bytes (`Uint8Array`, `Buffer`), a string (sent as
+   * UTF-8) or a JSON value (an object, array, finite number, boolean or
+   * null, sent JSON-encoded); without it the event carries no bytes. A
+   * `kind` that is not a string, or `data` of any other type (a function,
+   * a symbol, a BigInt, undefined, NaN, a cyclic object, …), throws a
+   * `TypeError` here, synchronously, and nothing is sent. The promise
+   * rejects with `InvalidEvent` (before Ready, or an event too large for
+   * a frame) or `ChannelClosed`.
+   */
+  custom(kind: string): Promise<void>;
+  custom(kind: string, data: CustomData): Promise<void>;
+  custom(kind: string, data?: CustomData): Promise<void> {
+    if (typeof kind !== "string") {
+      throw new TypeError(`rt.custom(kind, data): kind must be a string, got ${kind === null ? "null" : typeof kind}; nothing was sent`);
+    }
+    const bytes = arguments.length < 2 ? new Uint8Array(0) : customBytes(data);
+    return this.sendCustom(kind, bytes);
+  }
+
+  private async sendCustom(kind: string, bytes: Uint8Array): Promise<void> {
     this.requireReady("Custom");
-    const b = typeof bytes === "string" ? new TextEncoder().encode(bytes) : bytes;
-    await this.core.outbox.send({ type: "Custom", kind, bytes: b });
+    await this.core.outbox.send({ type: "Custom", kind, bytes });
   }
 
   /** Aborts once a drain starts or the lease runs out (`reason` is a `Cancelled` saying which): take no new work. */

@@ -1,8 +1,9 @@
 /**
  * The producer client against a scripted control socket (a real Unix
  * socket speaking docs/control.md): framing, the raw payload after the
- * JSON, idempotency keys and the retry of a lost answer, refusals with the
- * supervisor's code and words, the event stream; and the config reader.
+ * JSON, idempotency keys and the repeat of a lost answer or an unknown
+ * outcome, ids as numbers, refusals with the supervisor's code and words,
+ * the event stream; and the config reader.
  */
 
 import assert from "node:assert/strict";
@@ -68,16 +69,17 @@ async function server(answer: (r: Received, n: number) => void): Promise<string>
 }
 
 describe("send", () => {
-  test("writes the JSON then the raw payload, always with a key, and reads the id exactly", async () => {
+  test("writes the JSON then the raw payload, always with a key, and returns the id as a number", async () => {
     const seen: Received[] = [];
     const path = await server((r) => {
       seen.push(r);
-      // Written by hand: an id beyond 2^53, which JSON.parse would round.
-      r.socket.end(rawFrame('{"ok":true,"data":{"deployment":"orders","id":18446744073709551615,"new":true}}'));
+      // The largest id a number holds exactly.
+      r.socket.end(rawFrame('{"ok":true,"data":{"deployment":"orders","id":9007199254740991,"new":true}}'));
     });
     const client = new Client({ socket: path });
     const sent = await client.send("orders", Uint8Array.of(0, 1, 2, 255));
-    assert.deepEqual(sent, { deployment: "orders", id: 18446744073709551615n, new: true });
+    assert.deepEqual(sent, { deployment: "orders", id: Number.MAX_SAFE_INTEGER, new: true });
+    assert.equal(typeof sent.id, "number", "ids are numbers, as in event bodies");
     const r = seen[0]!;
     assert.equal(r.request["v"], 2);
     assert.equal(r.request["cmd"], "send");
@@ -97,10 +99,26 @@ describe("send", () => {
       if (n < 3) r.socket.destroy();
       else r.socket.end(frame({ ok: true, data: { deployment: "orders", id: 7, new: false } }));
     });
-    const sent = await new Client({ socket: path }).send("orders", "x");
-    assert.deepEqual(sent, { deployment: "orders", id: 7n, new: false });
+    const sent = await new Client({ socket: path }).send("orders", "x", { key: "order-7" });
+    assert.deepEqual(sent, { deployment: "orders", id: 7, new: false }, "with the caller's key, the supervisor's answer as is");
     assert.equal(keys.length, 3);
-    assert.equal(new Set(keys).size, 1, "one key for every try");
+    assert.deepEqual(keys, ["order-7", "order-7", "order-7"], "one key for every try");
+  });
+
+  test("an id that is not a safe integer is refused with a clear error, never rounded", async () => {
+    for (const id of ["9007199254740992", "18446744073709551615", "-1", "1.5"]) {
+      const path = await server((r) => r.socket.end(rawFrame(`{"ok":true,"data":{"deployment":"orders","id":${id},"new":true}}`)));
+      await assert.rejects(new Client({ socket: path }).send("orders", "x"), (e: unknown) => {
+        assert.ok(e instanceof WfhostError);
+        assert.equal(e.code, 1);
+        assert.equal(e.outcomeUnknown, false);
+        assert.ok(
+          e.message.startsWith(`the supervisor accepted the mail but answered its id as ${id}, which is not a safe integer (0 to 2^53 - 1)`),
+          e.message,
+        );
+        return true;
+      });
+    }
   });
 
   test("after five lost answers it gives up, naming the key to retry with", async () => {
@@ -113,10 +131,90 @@ describe("send", () => {
       assert.ok(e instanceof WfhostError);
       assert.equal(e.code, 3);
       assert.equal(e.answerLost, true);
+      assert.equal(e.outcomeUnknown, true, "a lost answer leaves the outcome unknown");
       assert.match(e.message, /tried 5 times under idempotency key "k1"/);
       return true;
     });
     assert.equal(n, 5);
+  });
+
+  test("an unknown outcome is repeated under the same key; the mail landing on the first try is this call's: new", async () => {
+    const seen: Received[] = [];
+    const path = await server((r, n) => {
+      seen.push(r);
+      if (n === 1) {
+        r.socket.end(frame({ ok: false, code: 1, outcome: "unknown", error: "the store failed while committing mail of orders: disk I/O error" }));
+      } else {
+        r.socket.end(frame({ ok: true, data: { deployment: "orders", id: 12, new: false } }));
+      }
+    });
+    const client = new Client({ socket: path });
+    const sent = await client.send("orders", "order 12");
+    assert.deepEqual(sent, { deployment: "orders", id: 12, new: true }, "our own random key can only name this call's mail");
+    assert.equal(seen.length, 2);
+    const key = seen[0]!.request["key"];
+    assert.match(String(key), /^auto-[0-9a-f]{32}$/);
+    assert.equal(seen[1]!.request["key"], key, "the repeat goes under the same key");
+    assert.deepEqual(
+      seen.map((r) => r.payload.toString()),
+      ["order 12", "order 12"],
+      "and the same payload",
+    );
+
+    // With the caller's key, the supervisor's answer is reported as is.
+    seen.length = 0;
+    const again = await client.send("orders", "order 12", { key: "order-12" });
+    assert.equal(seen.length, 1, "answered on the first try");
+    assert.deepEqual(again, { deployment: "orders", id: 12, new: false });
+  });
+
+  test("with the caller's key, an unknown outcome then new: false is reported as new: false", async () => {
+    const keys: unknown[] = [];
+    const path = await server((r, n) => {
+      keys.push(r.request["key"]);
+      if (n === 1) r.socket.end(frame({ ok: false, code: 1, outcome: "unknown", error: "commit failed" }));
+      else r.socket.end(frame({ ok: true, data: { deployment: "orders", id: 3, new: false } }));
+    });
+    const sent = await new Client({ socket: path }).send("orders", "x", { key: "order-3" });
+    assert.deepEqual(sent, { deployment: "orders", id: 3, new: false });
+    assert.deepEqual(keys, ["order-3", "order-3"]);
+  });
+
+  test("a lost answer then new: false, under the client's own key, is reported as new", async () => {
+    const keys: unknown[] = [];
+    const path = await server((r, n) => {
+      keys.push(r.request["key"]);
+      if (n === 1) r.socket.destroy();
+      else r.socket.end(frame({ ok: true, data: { deployment: "orders", id: 4, new: false } }));
+    });
+    const sent = await new Client({ socket: path }).send("orders", "x");
+    assert.deepEqual(sent, { deployment: "orders", id: 4, new: true });
+    assert.equal(keys.length, 2);
+    assert.equal(keys[0], keys[1]);
+  });
+
+  test("when every try ends unknown it throws, saying the outcome is unknown, with the supervisor's error and the key", async () => {
+    const keys: unknown[] = [];
+    const at: number[] = [];
+    const path = await server((r) => {
+      keys.push(r.request["key"]);
+      at.push(Date.now());
+      r.socket.end(frame({ ok: false, code: 1, outcome: "unknown", error: "the store failed at the commit: disk full" }));
+    });
+    await assert.rejects(new Client({ socket: path }).send("orders", "x", { key: "order-5" }), (e: unknown) => {
+      assert.ok(e instanceof WfhostError);
+      assert.equal(e.code, 1);
+      assert.equal(e.outcomeUnknown, true);
+      assert.equal(e.answerLost, false);
+      assert.match(e.message, /^the outcome of sending to "orders" is unknown/);
+      assert.ok(e.message.includes("the store failed at the commit: disk full"), e.message);
+      assert.match(e.message, /tried 5 times under idempotency key "order-5": the mail may have been accepted, and sending again with key "order-5" enqueues it at most once/);
+      return true;
+    });
+    assert.deepEqual(keys, Array(5).fill("order-5"), "five tries, one key");
+    // The lost-answer path's pauses: 100, 200, 400, 800 ms.
+    const gaps = at.slice(1).map((t, i) => t - at[i]!);
+    gaps.forEach((g, i) => assert.ok(g >= 100 * 2 ** i - 5, `pause ${i}: ${g} ms`));
   });
 
   test("a refusal carries the supervisor's code and words and is not retried", async () => {
@@ -129,6 +227,8 @@ describe("send", () => {
       assert.ok(e instanceof WfhostError);
       assert.equal(e.code, 1);
       assert.equal(e.message, 'unknown deployment "billing"; known deployments: orders');
+      assert.equal(e.outcomeUnknown, false);
+      assert.equal(e.answerLost, false);
       return true;
     });
     assert.equal(n, 1);

@@ -443,3 +443,75 @@ describe("closing", () => {
     assert.deepEqual(await sup.until("Custom"), [{ type: "Custom", kind: "small", bytes: new TextEncoder().encode("ok") }], "the sequence has no gap");
   });
 });
+
+describe("custom events", () => {
+  const utf8 = (s: string) => new TextEncoder().encode(s);
+
+  test("bytes go as they are, a string as UTF-8, any other JSON value JSON-encoded, no data as no bytes", async () => {
+    const { sup, rt } = await wired();
+    const cases: [unknown, Uint8Array][] = [
+      [Uint8Array.of(0, 1, 255), Uint8Array.of(0, 1, 255)],
+      [Buffer.from("buf"), utf8("buf")],
+      ["héllo", utf8("héllo")],
+      ["", new Uint8Array(0)],
+      [{ order: 9, items: ["a", { n: null }], ok: true }, utf8('{"order":9,"items":["a",{"n":null}],"ok":true}')],
+      [{ kept: 1, left: undefined }, utf8('{"kept":1}')],
+      [[1, "two", false], utf8('[1,"two",false]')],
+      [42.5, utf8("42.5")],
+      [false, utf8("false")],
+      [null, utf8("null")],
+      [new Date(0), utf8('"1970-01-01T00:00:00.000Z"')],
+    ];
+    for (const [data, want] of cases) {
+      await rt.custom("k", data as never);
+      const got = await sup.expect("Custom");
+      assert.equal(got.kind, "k");
+      assert.deepEqual([...got.bytes], [...want], `rt.custom("k", ${String(data)})`);
+    }
+    await rt.custom("empty");
+    assert.deepEqual([...(await sup.expect("Custom")).bytes], []);
+  });
+
+  test("anything else is a TypeError thrown at the call, naming the accepted types, and nothing is sent", async () => {
+    const { sup, rt } = await wired();
+    const cyclic: Record<string, unknown> = { a: 1 };
+    cyclic["self"] = cyclic;
+    const cases: [unknown, RegExp][] = [
+      [() => 1, /got a function;/],
+      [Symbol("s"), /got a symbol;/],
+      [10n, /got a BigInt \(10n; send it as a string or a number\)/],
+      [undefined, /got undefined;/],
+      [NaN, /got the number NaN \(JSON has no NaN\)/],
+      [-Infinity, /got the number -Infinity/],
+      [cyclic, /got a cyclic object;/],
+      [{ order: 1, total: 5n }, /got a BigInt \(5n; .*\) at key "total"/],
+      [{ handler() {} }, /got a function at key "handler"/],
+      [[1, undefined], /got undefined at index 1/],
+      [{ m: new Map([[1, 2]]) }, /got a Map .* at key "m"/],
+      [new ArrayBuffer(2), /got an ArrayBuffer \(wrap it: new Uint8Array\(buffer\)\)/],
+      [new Uint16Array(2), /got a Uint16Array/],
+      ["lone \ud800", /got a string with a lone surrogate/],
+      [{ toJSON: () => { throw new Error("boom"); } }, /an object JSON cannot encode \(boom\)/],
+    ];
+    for (const [data, pattern] of cases) {
+      assert.throws(
+        () => void rt.custom("k", data as never),
+        (e: unknown) => {
+          assert.ok(e instanceof TypeError, `${String(e)}`);
+          assert.match(e.message, /^rt\.custom\(kind, data\): data must be bytes \(a Uint8Array or Buffer\), a string \(sent as UTF-8\), or a JSON value \(an object, array, finite number, boolean or null, sent JSON-encoded\); got /);
+          assert.match(e.message, pattern);
+          assert.match(e.message, /nothing was sent$/);
+          return true;
+        },
+        String(typeof data === "symbol" ? "symbol" : typeof data === "bigint" ? `${data}n` : data),
+      );
+    }
+    for (const kind of [undefined, 7, null, { k: 1 }]) {
+      assert.throws(() => void rt.custom(kind as never, "x"), (e: unknown) => e instanceof TypeError && /kind must be a string/.test(e.message));
+    }
+    // The channel is intact and nothing went out: the next event follows with no gap.
+    assert.equal(rt.closeReason, null);
+    await rt.custom("after", { fine: true });
+    assert.deepEqual(await sup.until("Custom"), [{ type: "Custom", kind: "after", bytes: utf8('{"fine":true}') }]);
+  });
+});

@@ -37,6 +37,13 @@ export class WfhostError extends Error {
     message: string,
     /** The request may have reached the supervisor, but its answer was lost. */
     readonly answerLost = false,
+    /**
+     * Whether the request took effect is unknown: its answer was lost, or
+     * the supervisor answered `"outcome": "unknown"` (its store failed at or
+     * after the commit). A `send` that ends so may have enqueued the mail;
+     * sending again under the same key enqueues it at most once.
+     */
+    readonly outcomeUnknown = answerLost,
   ) {
     super(message);
   }
@@ -50,10 +57,30 @@ export type ClientOptions =
 /** What `send` answers. */
 export interface Sent {
   deployment: string;
-  /** The mail's id in the store (what the child sees as `mail.id`). */
-  id: bigint;
-  /** False when the idempotency key named mail accepted before: nothing was enqueued. */
+  /** The mail's id in the store (what the child sees as `mail.id`), as in event bodies. */
+  id: number;
+  /**
+   * False when the idempotency key named mail accepted before: nothing was
+   * enqueued. With a key of the client's own (none given), a repeat after
+   * a lost answer or an unknown outcome that finds the mail accepted
+   * reports true: it was this call's mail.
+   */
   new: boolean;
+}
+
+/**
+ * A mail id from a `send` answer, as a number; ids are far below 2^53, and
+ * one that is not a safe integer is refused rather than rounded.
+ */
+function mailId(id: unknown, text: string): number {
+  if (typeof id === "number" && Number.isSafeInteger(id) && id >= 0) return id;
+  const raw = /"id"\s*:\s*(-?[0-9][0-9.eE+-]*)/.exec(text)?.[1];
+  throw new WfhostError(
+    EXIT.failed,
+    id === undefined
+      ? `the supervisor's answer has no mail id: ${text}`
+      : `the supervisor accepted the mail but answered its id as ${raw ?? JSON.stringify(id)}, which is not a safe integer (0 to 2^53 - 1): this client returns ids as numbers and does not round them; find the mail with \`wfhost mail list\` (answer: ${text})`,
+  );
 }
 
 /** One event of the supervisor's durable stream. */
@@ -65,7 +92,10 @@ export interface WfhostEvent {
   body: Record<string, unknown>;
 }
 
-/** How often `send` repeats a request whose answer was lost, and the first pause (doubled each time). */
+/**
+ * How often `send` tries a request whose answer was lost or whose outcome
+ * the supervisor could not tell, and the first pause (doubled each time).
+ */
 const SEND_TRIES = 5;
 const SEND_RETRY_PAUSE_MS = 100;
 
@@ -90,32 +120,41 @@ export class Client {
   /**
    * Sends mail and resolves once it is durable in the store. Always sends
    * an idempotency key (a random one unless `key` is given), so a request
-   * whose answer was lost is repeated, a few times, and enqueued at most
-   * once.
+   * whose answer was lost, or that the supervisor answered with an unknown
+   * outcome (its store failed at or after the commit), is repeated under
+   * the same key, a few times, and enqueued at most once.
    */
   async send(deployment: string, payload: Uint8Array | string, options: { key?: string } = {}): Promise<Sent> {
     const bytes = typeof payload === "string" ? Buffer.from(payload, "utf8") : Buffer.from(payload.buffer, payload.byteOffset, payload.byteLength);
+    const ownKey = options.key === undefined;
     const key = options.key ?? `auto-${randomBytes(16).toString("hex")}`;
     let pause = SEND_RETRY_PAUSE_MS;
+    // Whether an earlier try may have enqueued the mail.
+    let repeated = false;
     for (let tries = 1; ; tries++) {
       try {
         const { data, text } = await this.exchange(
           { cmd: "send", deployment, payload_bytes: bytes.length, key },
           bytes,
         );
-        const d = data as { deployment: string; new: boolean };
-        // The id exactly, even above 2^53.
-        const id = /"id"\s*:\s*(\d+)/.exec(text)?.[1];
-        if (id === undefined) throw new WfhostError(EXIT.failed, `the supervisor's answer has no mail id: ${text}`);
-        return { deployment: d.deployment, id: BigInt(id), new: d.new };
+        const d = data as { deployment: string; id?: unknown; new: boolean };
+        const id = mailId(d.id, text);
+        // Our own random key can only name mail this call sent: an earlier
+        // try landed and its answer did not reach us.
+        return { deployment: d.deployment, id, new: d.new || (ownKey && repeated) };
       } catch (e) {
-        if (!(e instanceof WfhostError) || !e.answerLost) throw e;
+        if (!(e instanceof WfhostError) || !(e.answerLost || e.outcomeUnknown)) throw e;
+        repeated = true;
         if (tries >= SEND_TRIES) {
-          throw new WfhostError(
-            e.code,
-            `${e.message}; tried ${tries} times under idempotency key ${JSON.stringify(key)}: the mail may have been accepted, and sending again with key ${JSON.stringify(key)} enqueues it at most once`,
-            true,
-          );
+          const retry = `tried ${tries} times under idempotency key ${JSON.stringify(key)}: the mail may have been accepted, and sending again with key ${JSON.stringify(key)} enqueues it at most once`;
+          throw e.answerLost
+            ? new WfhostError(e.code, `${e.message}; ${retry}`, true, true)
+            : new WfhostError(
+                e.code,
+                `the outcome of sending to ${JSON.stringify(deployment)} is unknown: the supervisor could not tell whether it accepted the mail (${e.message}); ${retry}`,
+                false,
+                true,
+              );
         }
         await new Promise((r) => setTimeout(r, pause));
         pause *= 2;
@@ -230,14 +269,19 @@ export class Client {
     const m = await reader.next();
     if (m.kind === "end") throw this.lost("the connection closed before an answer");
     if (m.kind === "error") throw this.lost(m.message);
-    let parsed: { ok?: boolean; data?: unknown; code?: number; error?: string };
+    let parsed: { ok?: boolean; data?: unknown; code?: number; error?: string; outcome?: string };
     try {
       parsed = JSON.parse(m.text) as typeof parsed;
     } catch (e) {
       throw new WfhostError(EXIT.failed, `the supervisor's answer is not JSON (${(e as Error).message})`);
     }
     if (parsed.ok !== true) {
-      throw new WfhostError(parsed.code ?? EXIT.failed, parsed.error ?? "the supervisor reported a failure");
+      throw new WfhostError(
+        parsed.code ?? EXIT.failed,
+        parsed.error ?? "the supervisor reported a failure",
+        false,
+        parsed.outcome === "unknown",
+      );
     }
     return { data: parsed.data ?? null, text: m.text };
   }

@@ -1,0 +1,97 @@
+/**
+ * The data of an application event (`rt.custom(kind, data)`): bytes as
+ * they are, a string as UTF-8, any other JSON value JSON-encoded. Anything
+ * else is refused with a TypeError before anything is sent.
+ */
+
+/**
+ * What `rt.custom` carries: bytes (`Uint8Array`, `Buffer`), a string (sent
+ * as UTF-8), or a JSON value (an object, array, number, boolean or null,
+ * sent as `JSON.stringify` encodes it).
+ */
+export type CustomData = Uint8Array | string | number | boolean | null | object;
+
+const ACCEPTED =
+  "bytes (a Uint8Array or Buffer), a string (sent as UTF-8), or a JSON value (an object, array, finite number, boolean or null, sent JSON-encoded)";
+
+/** A few words naming what `v` is, for an error message. */
+function what(v: unknown): string {
+  if (v === undefined) return "undefined";
+  if (v === null) return "null";
+  switch (typeof v) {
+    case "function":
+      return "a function";
+    case "symbol":
+      return "a symbol";
+    case "bigint":
+      return `a BigInt (${v}n; send it as a string or a number)`;
+    case "number":
+      return `the number ${v} (JSON has no ${v})`;
+    case "string":
+      return "a string with a lone surrogate (it has no UTF-8 form)";
+    default:
+      break;
+  }
+  if (v instanceof ArrayBuffer || v instanceof SharedArrayBuffer) return `an ${v.constructor.name} (wrap it: new Uint8Array(buffer))`;
+  if (ArrayBuffer.isView(v)) return `a ${v.constructor.name} (pass its bytes as a Uint8Array)`;
+  if (v instanceof Map || v instanceof Set) return `a ${v.constructor.name} (JSON would encode it as {}; convert it first)`;
+  return `an object (${(v as object).constructor?.name ?? "no prototype"})`;
+}
+
+function refuse(got: string, where: string): TypeError {
+  return new TypeError(`rt.custom(kind, data): data must be ${ACCEPTED}; got ${got}${where}; nothing was sent`);
+}
+
+/** Whether JSON cannot carry `v` as a value (inside an object or array). */
+function unencodable(v: unknown): boolean {
+  switch (typeof v) {
+    case "function":
+    case "symbol":
+    case "bigint":
+      return true;
+    case "number":
+      return !Number.isFinite(v);
+    case "object":
+      return (
+        v !== null &&
+        (v instanceof ArrayBuffer || v instanceof SharedArrayBuffer || ArrayBuffer.isView(v) || v instanceof Map || v instanceof Set)
+      );
+    default:
+      return false;
+  }
+}
+
+/**
+ * The bytes `rt.custom` sends for `data`; throws a TypeError naming the
+ * accepted types for anything else: a function, a symbol, a BigInt,
+ * undefined, NaN or ±Infinity, a cyclic object, and values JSON would
+ * silently lose inside one (functions, symbols, BigInts, non-finite
+ * numbers, typed arrays, Maps and Sets, undefined array elements).
+ * Properties whose value is undefined are left out, as JSON does.
+ */
+export function customBytes(data: unknown): Uint8Array {
+  if (data instanceof Uint8Array) return data;
+  if (typeof data === "string") {
+    if (!data.isWellFormed()) throw refuse(what(data), "");
+    return new TextEncoder().encode(data);
+  }
+  if (data === undefined || unencodable(data)) throw refuse(what(data), "");
+  let text: string | undefined;
+  try {
+    text = JSON.stringify(data, function (this: unknown, key: string, value: unknown) {
+      if (key === "") return value;
+      if (unencodable(value) || (value === undefined && Array.isArray(this))) {
+        throw refuse(what(value), ` at ${Array.isArray(this) ? `index ${key}` : `key ${JSON.stringify(key)}`}`);
+      }
+      return value;
+    });
+  } catch (e) {
+    if (e instanceof TypeError && e.message.startsWith("rt.custom(")) throw e;
+    // A cycle, or a toJSON that threw.
+    const why = e instanceof Error ? (e.message.split("\n")[0] ?? "") : String(e);
+    throw refuse(/circular/i.test(why) ? "a cyclic object" : `an object JSON cannot encode (${why})`, "");
+  }
+  // A toJSON that returns undefined, a function or a symbol.
+  if (text === undefined) throw refuse("an object whose toJSON() returns no JSON value", "");
+  return new TextEncoder().encode(text);
+}

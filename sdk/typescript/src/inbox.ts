@@ -4,8 +4,23 @@
  * application acknowledges or releases an item.
  */
 
-import type { Core } from "./core.js";
-import { toOutcome, type AckOutcome } from "./mail.js";
+import { toOutcome, type AckOutcome, type MailLedger } from "./mail.js";
+import type { Outbox } from "./outbox.js";
+import type { Event } from "./protocol/messages.js";
+import type { Work } from "./work.js";
+
+/**
+ * What the inbox needs of the runtime's core: the ledgers it keeps mail
+ * and work in, the outbox its acknowledgements go out through, and the
+ * log. The core implements it; the inbox never reaches past it.
+ */
+export interface InboxHost {
+  readonly ledger: MailLedger;
+  readonly work: Work;
+  readonly outbox: Pick<Outbox, "send">;
+  postAll(events: Event[]): void;
+  log(line: string): void;
+}
 
 const strictUtf8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
 
@@ -18,7 +33,7 @@ export class Mail {
 
   /** @internal */
   constructor(
-    private readonly core: Core,
+    private readonly core: InboxHost,
     /** The store-assigned id, stable across redeliveries. */
     readonly id: bigint,
     /**
@@ -100,7 +115,7 @@ export class Inbox {
   private readonly queue: Mail[] = [];
   private readonly waiters: ((m: Mail | null) => void)[] = [];
 
-  constructor(private readonly core: Core) {}
+  constructor(private readonly core: InboxHost) {}
 
   /** One delivery from the supervisor. */
   deliver(id: bigint, attempt: number, payload: Uint8Array): void {

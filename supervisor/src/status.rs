@@ -77,6 +77,9 @@ pub struct Status {
     /// The pid of the last child that exited (its last stderr lines are
     /// shown beside `last_exit`).
     pub last_exit_pid: Option<u32>,
+    /// How the `exited` fact described the last exit (before status added
+    /// to it), so a restart repeating it keeps status's fuller words.
+    pub exit_described: Option<String>,
     /// A program or script of the deployment that could not be found when
     /// its last child ended without a word on its channel: said instead
     /// of the advice to wrap a plain program.
@@ -137,6 +140,7 @@ impl Status {
             last_exit_brief: None,
             last_exit_at_ms: None,
             last_exit_pid: None,
+            exit_described: None,
             missing_program: None,
             state_since: None,
             deadline: None,

@@ -145,7 +145,7 @@ fn unknown_field(message: &str) -> Option<(String, String)> {
         .filter(|(d, k)| *d <= (k.len() / 3).max(2))
         .min();
     let hint = match nearest {
-        Some((_, k)) => format!("did you mean `{k}`? Unknown keys are refused so a typo never goes unnoticed"),
+        Some((_, k)) => format!("did you mean `{k}`? Fix its spelling: unknown keys are refused so a typo never goes unnoticed"),
         None if known.is_empty() => {
             "remove the key or fix its spelling: unknown keys are refused so a typo never goes unnoticed".to_owned()
         }

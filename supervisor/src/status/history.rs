@@ -42,19 +42,16 @@ impl Status {
         match fact {
             // A child that never started has no `exited` fact: its
             // restart or failure says how it ended.
-            // (An `exited` fact before them said the rest, in its words.)
             Fact::Restarting { after, .. } => {
                 self.restarts += 1;
                 if after.starts_with("spawn failed") {
                     self.last_exit_brief = Some("spawn failed".into());
                     self.last_exit_at_ms = Some(at_ms);
                     self.last_exit_pid = None;
-                    self.last_exit = Some(after.clone());
                 }
+                self.ended_as(after);
             }
-            Fact::Failed { last, .. } if last.starts_with("spawn failed") => {
-                self.last_exit = Some(last.clone());
-            }
+            Fact::Failed { last, .. } => self.ended_as(last),
             Fact::Exited { cause, pid, .. } => {
                 if cause.is_violation() {
                     self.violations += 1;
@@ -75,6 +72,7 @@ impl Status {
                 }
                 self.last_exit_at_ms = Some(at_ms);
                 self.last_exit_pid = Some(*pid);
+                self.exit_described = Some(cause.describe());
             }
             Fact::Recycled {
                 cause,
@@ -102,6 +100,15 @@ impl Status {
             }
             Fact::DrainEscalated { .. } => self.escalations += 1,
             _ => {}
+        }
+    }
+
+    /// The last exit as a restart or a failure words it: the `exited`
+    /// fact before it said the same in its own (fuller) words, unless the
+    /// child never ran or the failure says more (a loop of self-recycles).
+    fn ended_as(&mut self, text: &str) {
+        if self.exit_described.as_deref() != Some(text) {
+            self.last_exit = Some(text.to_owned());
         }
     }
 }

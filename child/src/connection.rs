@@ -9,7 +9,7 @@ use wfhost_ipc::{ChildEnd, Hello, Welcomed};
 
 use crate::env::ChildEnv;
 use crate::error::ConnectError;
-use crate::runtime::Options;
+use crate::options::Options;
 
 /// Set once the process has taken its control fd, which it may do only once.
 static TAKEN: AtomicBool = AtomicBool::new(false);

@@ -25,9 +25,9 @@ use tokio::time::{Instant, sleep_until};
 use tracing::{error, info, warn};
 use wfhost_ipc::{Control, Event, FrameReader, SignedCancel};
 
+use crate::cause::{CancelCause, CloseReason};
 use crate::mail::{Mail, MailStream};
-use crate::runtime::{CloseReason, Shared};
-use crate::token::CancelCause;
+use crate::shared::Shared;
 
 /// Reads and handles control messages until the channel ends; `queue` is
 /// the mail stream `mail_tx` feeds, emptied when mail stops.

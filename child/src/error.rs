@@ -7,8 +7,8 @@ use std::os::fd::RawFd;
 use thiserror::Error;
 use wfhost_ipc::HandshakeError;
 
+use crate::cause::CancelCause;
 use crate::env::EnvError;
-use crate::token::CancelCause;
 
 /// Why [`Runtime::connect`](crate::Runtime::connect) failed.
 #[derive(Debug, Error)]

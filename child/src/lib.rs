@@ -76,23 +76,43 @@
 
 #![warn(missing_docs)]
 
+// The layers, top to bottom: a module imports only from the rows below its
+// own (docs/design.md §1). The bottom two rows hold nothing of the async
+// runtime: the exec shim uses them alone.
+//
+//   runtime                  the application's handle
+//   dispatch · step          the reader task · a step started by hand
+//   shared                   what one connection's handles share
+//   mail · connection        mail handed out and settled · the handshake
+//   work · outbox            steps and runs in flight · events on their way
+//   token                    a step's cancellation token
+//   drain · error            the drain rules · what can go wrong
+//   cause · env · options    why work stops · WFHOST_* · what Hello says
+//   · remembered             · a bounded memory of what was settled
+pub mod cause;
 mod connection;
 mod dispatch;
+pub mod drain;
 pub mod env;
 pub mod error;
 pub mod mail;
+mod options;
 mod outbox;
+pub mod remembered;
 pub mod runtime;
+mod shared;
 pub mod step;
 pub mod token;
 mod work;
 
+pub use cause::{CancelCause, CloseReason};
 pub use env::{ChildEnv, EnvError};
 pub use error::{ConnectError, RuntimeError, StepError};
 pub use mail::{Mail, MailStream};
-pub use runtime::{CloseReason, Options, Runtime};
+pub use options::Options;
+pub use runtime::Runtime;
 pub use step::Step;
-pub use token::{CancelCause, CancelToken};
+pub use token::CancelToken;
 pub use wfhost_ipc::{DrainBehavior, Outcome};
 
 #[cfg(test)]

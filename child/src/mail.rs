@@ -11,7 +11,7 @@
 //! supervisor to deliver to the next child. Redeliveries of acknowledged
 //! mail are still acknowledged again.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::HashSet;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tokio::sync::mpsc;
@@ -20,6 +20,7 @@ use wfhost_ipc::{Event, Outcome};
 
 use crate::error::RuntimeError;
 use crate::outbox::Outbox;
+use crate::remembered::Remembered;
 use crate::work::Work;
 
 /// How many acknowledged ids (and their outcomes) are remembered for
@@ -44,8 +45,7 @@ pub(crate) enum Delivery {
 #[derive(Debug, Default)]
 pub(crate) struct MailLedger {
     in_flight: HashSet<u64>,
-    acked: HashMap<u64, Outcome>,
-    acked_order: VecDeque<u64>,
+    acked: Remembered<u64, Outcome, REMEMBERED_ACKS>,
 }
 
 impl MailLedger {
@@ -67,14 +67,7 @@ impl MailLedger {
     /// Records the acknowledgement of `id`.
     pub(crate) fn ack(&mut self, id: u64, outcome: &Outcome) {
         self.in_flight.remove(&id);
-        if self.acked.insert(id, outcome.clone()).is_none() {
-            self.acked_order.push_back(id);
-            while self.acked_order.len() > REMEMBERED_ACKS {
-                if let Some(old) = self.acked_order.pop_front() {
-                    self.acked.remove(&old);
-                }
-            }
-        }
+        self.acked.insert(id, outcome.clone());
     }
 
     /// Forgets mail the application dropped unacknowledged, so a

@@ -4,127 +4,24 @@
 //! application-facing calls (ready, steps, runs, recycle, custom events).
 
 use std::future::Future;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 
-use ed25519_dalek::VerifyingKey;
 use tokio::net::UnixStream;
 use tokio::sync::{mpsc, watch};
 use wfhost_ipc::{DrainBehavior, Event, Outcome, Welcome, Welcomed};
 
+pub use crate::cause::CloseReason;
 use crate::connection;
 use crate::dispatch;
 use crate::env::ChildEnv;
 use crate::error::{ConnectError, RuntimeError, StepError};
 use crate::mail::{MailLedger, MailShared, MailStream};
+pub use crate::options::Options;
 use crate::outbox::Outbox;
+use crate::shared::Shared;
 use crate::step::Step;
-use crate::token::{CancelCause, CancelToken};
+use crate::token::CancelToken;
 use crate::work::Work;
-
-/// Why the runtime closed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CloseReason {
-    /// The supervisor sent `Shutdown`: finish up and exit now.
-    Shutdown,
-    /// The supervisor closed the channel (it stopped or died).
-    Disconnected,
-    /// The channel failed or the supervisor broke the protocol.
-    Failed(String),
-}
-
-impl CloseReason {
-    /// The cause given to step tokens when the runtime closes for this reason.
-    pub fn cancel_cause(&self) -> CancelCause {
-        match self {
-            Self::Shutdown => CancelCause::Shutdown,
-            Self::Disconnected | Self::Failed(_) => CancelCause::Disconnected,
-        }
-    }
-}
-
-/// What a child tells the supervisor about itself in `Hello`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Options {
-    /// Whether the application takes mail; when false the supervisor
-    /// refuses `wfhost send` to the deployment instead of accepting mail
-    /// nobody will process.
-    pub takes_mail: bool,
-    /// The implementation shown in `wfhost status`.
-    pub implementation: String,
-}
-
-impl Default for Options {
-    fn default() -> Self {
-        Self {
-            takes_mail: true,
-            implementation: concat!("wfhost-child-rust/", env!("CARGO_PKG_VERSION")).to_owned(),
-        }
-    }
-}
-
-/// State shared by the runtime handles, steps and the reader task.
-#[derive(Debug)]
-pub(crate) struct Shared {
-    pub(crate) deployment: String,
-    pub(crate) channel_id: String,
-    pub(crate) supervisor_key: VerifyingKey,
-    pub(crate) welcome: Welcome,
-    pub(crate) outbox: Outbox,
-    pub(crate) work: Arc<Mutex<Work>>,
-    pub(crate) mail: MailShared,
-    pub(crate) draining: watch::Sender<bool>,
-    pub(crate) closed: watch::Sender<Option<CloseReason>>,
-}
-
-impl Shared {
-    /// The work ledger; a poisoned lock is still consistent (every change
-    /// is made before any event is queued), so it is used as is.
-    pub(crate) fn work(&self) -> MutexGuard<'_, Work> {
-        self.work.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Queues events in order (callers hold the work lock, so ordering
-    /// between tasks is the ledger's order).
-    pub(crate) fn post_all(&self, events: Vec<Event>) {
-        for event in events {
-            self.outbox.post(event);
-        }
-    }
-
-    /// Queues events in order, like [`Self::post_all`], and waits until
-    /// each is written. `events` takes the work lock and returns what the
-    /// ledger decided; the lock is released before waiting.
-    pub(crate) async fn send_all(
-        &self,
-        events: impl FnOnce(&mut Work) -> Vec<Event>,
-    ) -> Result<(), RuntimeError> {
-        let pending: Vec<_> = {
-            let mut work = self.work();
-            events(&mut work)
-                .into_iter()
-                .map(|e| self.outbox.post_tracked(e))
-                .collect()
-        };
-        for p in pending {
-            p.wait().await?;
-        }
-        Ok(())
-    }
-
-    /// Marks the runtime closed (the first reason wins) and fires every
-    /// step token with the reason's cause.
-    pub(crate) fn close(&self, reason: CloseReason) {
-        self.work().close(reason.cancel_cause());
-        self.closed.send_if_modified(|current| {
-            if current.is_none() {
-                *current = Some(reason);
-                true
-            } else {
-                false
-            }
-        });
-    }
-}
 
 /// A connected child runtime; cheap to clone, every clone drives the same
 /// channel.

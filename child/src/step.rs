@@ -5,7 +5,7 @@ use std::sync::Arc;
 use wfhost_ipc::Outcome;
 
 use crate::error::RuntimeError;
-use crate::runtime::Shared;
+use crate::shared::Shared;
 use crate::token::CancelToken;
 use crate::work::StepId;
 

@@ -6,36 +6,7 @@ use std::sync::Arc;
 
 use tokio::sync::watch;
 
-/// Why a step is asked to stop, ordered by severity: a token only ever moves
-/// to a more severe cause, so a drain can later escalate to a cancel.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum CancelCause {
-    /// The child is draining and the step's drain behaviour is cancel.
-    Drain,
-    /// The supervisor's lease (`Lease`) ran out before a newer one came:
-    /// the child drains on its own, as its supervisor may have lost the
-    /// deployment to another host. Cancel-behaviour steps only.
-    LeaseExpired,
-    /// The supervisor sent `Shutdown`: the child should exit now.
-    Shutdown,
-    /// The control channel ended (the supervisor is gone or broke the protocol).
-    Disconnected,
-    /// A verified, signed cancel named the step's run (or every run).
-    Cancel,
-}
-
-impl CancelCause {
-    /// The lower-case name used in logs.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Drain => "drain",
-            Self::LeaseExpired => "lease-expired",
-            Self::Shutdown => "shutdown",
-            Self::Disconnected => "disconnected",
-            Self::Cancel => "cancel",
-        }
-    }
-}
+pub use crate::cause::CancelCause;
 
 /// A cloneable signal that a step should stop, carrying the most severe
 /// cause seen so far.

@@ -12,12 +12,17 @@
 //! settled) is made under the one lock that guards this ledger, so the check
 //! never races and the event follows the events that made it due. Once a
 //! drain starts no more mail is handed out, so the held count only falls.
+//! The rules themselves (whom a drain, a close and a cancel reach, when
+//! `Drained` is due) are `drain.rs`'s, which the exec shim follows too.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::HashMap;
 
 use wfhost_ipc::{DrainBehavior, Event, Outcome};
 
-use crate::token::{CancelCause, CancelToken};
+use crate::cause::CancelCause;
+use crate::drain::{self, DrainState};
+use crate::remembered::Remembered;
+use crate::token::CancelToken;
 
 /// How many cancelled runs are remembered, so late steps of a cancelled run
 /// start cancelled and a late `run_terminal` is not reported twice.
@@ -46,13 +51,9 @@ pub(crate) struct Work {
     steps: HashMap<StepId, ActiveStep>,
     next_id: StepId,
     runs: HashMap<String, RunState>,
-    cancelled_runs: HashSet<String>,
-    cancelled_order: VecDeque<String>,
+    cancelled_runs: Remembered<String, (), REMEMBERED_CANCELLED_RUNS>,
     mail_held: usize,
-    /// Why this child is draining (`Drain`, or its lease ran out), once it is.
-    draining: Option<CancelCause>,
-    drained_sent: bool,
-    closed: Option<CancelCause>,
+    drain: DrainState,
 }
 
 impl Work {
@@ -66,12 +67,7 @@ impl Work {
         drain: DrainBehavior,
     ) -> (StepId, CancelToken, Vec<Event>) {
         let token = CancelToken::new();
-        if let Some(cause) = self.draining
-            && drain == DrainBehavior::Cancel
-        {
-            token.cancel(cause);
-        }
-        if let Some(cause) = self.closed {
+        if let Some(cause) = self.drain.start_cause(drain) {
             token.cancel(cause);
         }
         let run_state = self.runs.entry(run.to_owned()).or_default();
@@ -137,27 +133,24 @@ impl Work {
     /// cancel-behaviour step is in flight and no mail is held. A second
     /// drain, for whatever cause, is a no-op.
     pub(crate) fn drain(&mut self, cause: CancelCause) -> Vec<Event> {
-        if self.draining.is_some() {
+        let Some(cause) = self.drain.drain(cause) else {
             return Vec::new();
-        }
-        self.draining = Some(cause);
-        for step in self.steps.values() {
-            if step.drain == DrainBehavior::Cancel {
-                step.token.cancel(cause);
-            }
+        };
+        for step in self.steps.values().filter(|s| drain::reaches(s.drain)) {
+            step.token.cancel(cause);
         }
         self.drained_if_done().into_iter().collect()
     }
 
     /// Whether a drain has started.
     pub(crate) fn is_draining(&self) -> bool {
-        self.draining.is_some()
+        self.drain.is_draining()
     }
 
     /// Whether mail may still be handed to the application: not once a
     /// drain has started or the channel closed.
     pub(crate) fn takes_mail(&self) -> bool {
-        self.draining.is_none() && self.closed.is_none()
+        self.drain.takes_mail()
     }
 
     /// Hands one mail item to the application if [`Self::takes_mail`];
@@ -208,7 +201,11 @@ impl Work {
             };
             state.cancelled = true;
             let idle = state.active == 0;
-            for step in self.steps.values().filter(|s| s.run == run) {
+            for step in self
+                .steps
+                .values()
+                .filter(|s| drain::cancel_reaches(Some(&run), &s.run))
+            {
                 step.token.cancel(CancelCause::Cancel);
             }
             if idle {
@@ -243,7 +240,7 @@ impl Work {
     /// The channel ended: fires every token with `cause` (and every later
     /// step's token too).
     pub(crate) fn close(&mut self, cause: CancelCause) {
-        self.closed = self.closed.max(Some(cause));
+        self.drain.close(cause);
         for step in self.steps.values() {
             step.token.cancel(cause);
         }
@@ -259,30 +256,14 @@ impl Work {
     }
 
     fn remember_cancelled(&mut self, run: &str) {
-        if self.cancelled_runs.insert(run.to_owned()) {
-            self.cancelled_order.push_back(run.to_owned());
-            while self.cancelled_order.len() > REMEMBERED_CANCELLED_RUNS {
-                if let Some(old) = self.cancelled_order.pop_front() {
-                    self.cancelled_runs.remove(&old);
-                }
-            }
-        }
+        self.cancelled_runs.insert(run.to_owned(), ());
     }
 
     /// `Drained`, once, when a drain has started, no cancel-behaviour step
     /// is in flight and no mail is held.
     fn drained_if_done(&mut self) -> Option<Event> {
-        let cancel_left = self
-            .steps
-            .values()
-            .any(|s| s.drain == DrainBehavior::Cancel);
-        let due = self.draining.is_some() && !cancel_left && self.mail_held == 0;
-        if due && !self.drained_sent {
-            self.drained_sent = true;
-            Some(Event::Drained)
-        } else {
-            None
-        }
+        let in_flight = self.steps.values().map(|s| s.drain);
+        self.drain.drained(in_flight, self.mail_held)
     }
 }
 

@@ -17,7 +17,7 @@ use thiserror::Error;
 use tokio::net::UnixStream;
 
 use crate::codec;
-use crate::frame::MAX_FRAME_LIMIT;
+use crate::frame_size::MAX_FRAME_LIMIT;
 use crate::handshake::{Hello, PROTOCOL_VERSION};
 use crate::message::{Control, Event, Welcome};
 use crate::transport::{FrameReader, FrameWriter, TransportError, split};

@@ -11,7 +11,7 @@ use serde::de::{
     VariantAccess, Visitor,
 };
 
-use crate::frame::MAX_FRAME_LIMIT;
+use crate::frame_size::MAX_FRAME_LIMIT;
 
 /// Standard config (little-endian varints) with a hard decode limit so a
 /// claimed container length can never allocate past the largest frame.

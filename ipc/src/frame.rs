@@ -7,13 +7,8 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::codec;
+pub use crate::frame_size::{DEFAULT_MAX_FRAME_BYTES, MAX_FRAME_LIMIT};
 use crate::violation::ProtocolViolation;
-
-/// The default `max_frame_bytes` (1 MiB).
-pub const DEFAULT_MAX_FRAME_BYTES: u32 = 1 << 20;
-
-/// The largest `max_frame_bytes` any configuration may set (64 MiB).
-pub const MAX_FRAME_LIMIT: usize = 64 << 20;
 
 /// Bytes in the length prefix.
 pub const HEADER_BYTES: usize = 4;

@@ -6,6 +6,7 @@ pub mod cancel;
 pub mod channel;
 mod codec;
 pub mod frame;
+mod frame_size;
 pub mod handshake;
 pub mod key;
 pub mod message;

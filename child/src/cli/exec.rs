@@ -31,8 +31,8 @@
 //! A wrapper sits beside every plain command for as long as it runs, so it
 //! is built to cost little (issue 16: at most 0.15 MiB PSS each): one
 //! thread, no async runtime, one `poll` over the channel and a `signalfd`,
-//! and the protocol rules of the runtime cut down to one step
-//! ([`ledger`]). The command is spawned right after `Hello`, while the
+//! and the runtime's own drain rules (`wfhost_child::drain`, which holds
+//! nothing of the async runtime) applied to one step ([`ledger`]). The command is spawned right after `Hello`, while the
 //! supervisor answers it; a `Welcome` that is refused (another protocol,
 //! another deployment, none at all) kills it before it is reported.
 

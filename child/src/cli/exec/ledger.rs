@@ -1,13 +1,13 @@
 //! What exec owes the supervisor for its one run and one step, decided
-//! without a socket: the same rules as the runtime's work and mail
-//! ledgers (docs/protocol.md §4.3–4.7), cut down to one step named
-//! `command`. Every change returns the events it implies, in wire order,
-//! and raises the step's cause (the token of the runtime), which the
-//! shim turns into a signal for the command.
-
-use std::collections::{HashSet, VecDeque};
+//! without a socket: the runtime's drain rules (`wfhost_child::drain`,
+//! docs/protocol.md §4.3–4.7) and its mail rules, applied to one step
+//! named `command`. Every change returns the events it implies, in wire
+//! order, and raises the step's cause (the token of the runtime), which
+//! the shim turns into a signal for the command.
 
 use wfhost_child::CancelCause;
+use wfhost_child::drain::{self, DrainState};
+use wfhost_child::remembered::Remembered;
 use wfhost_ipc::{DrainBehavior, Event, Outcome};
 
 /// The step name every exec run reports.
@@ -44,13 +44,10 @@ pub struct Ledger {
     known: bool,
     cancelled: bool,
     terminal_sent: bool,
-    draining: Option<CancelCause>,
-    drained_sent: bool,
-    closed: Option<CancelCause>,
+    drain_state: DrainState,
     /// The most severe reason the step was asked to stop.
     cause: Option<CancelCause>,
-    acked: HashSet<u64>,
-    acked_order: VecDeque<u64>,
+    acked: Remembered<u64, (), REMEMBERED_ACKS>,
 }
 
 impl Ledger {
@@ -63,12 +60,9 @@ impl Ledger {
             known: false,
             cancelled: false,
             terminal_sent: false,
-            draining: None,
-            drained_sent: false,
-            closed: None,
+            drain_state: DrainState::default(),
             cause: None,
-            acked: HashSet::new(),
-            acked_order: VecDeque::new(),
+            acked: Remembered::default(),
         }
     }
 
@@ -84,7 +78,7 @@ impl Ledger {
 
     /// Whether a drain (or a lease expiry) has started.
     pub fn is_draining(&self) -> bool {
-        self.draining.is_some()
+        self.drain_state.is_draining()
     }
 
     /// Whether the supervisor's verified cancel named this run.
@@ -98,12 +92,7 @@ impl Ledger {
     pub fn start(&mut self) -> Vec<Event> {
         self.running = true;
         self.known = true;
-        if let Some(cause) = self.draining
-            && self.drain == DrainBehavior::Cancel
-        {
-            self.raise(cause);
-        }
-        if let Some(cause) = self.closed {
+        if let Some(cause) = self.drain_state.start_cause(self.drain) {
             self.raise(cause);
         }
         vec![Event::StepStarted {
@@ -118,11 +107,10 @@ impl Ledger {
     /// `Drained` comes now if nothing is left to wait for. A second drain
     /// changes nothing.
     pub fn drain(&mut self, cause: CancelCause) -> Vec<Event> {
-        if self.draining.is_some() {
+        let Some(cause) = self.drain_state.drain(cause) else {
             return Vec::new();
-        }
-        self.draining = Some(cause);
-        if self.running && self.drain == DrainBehavior::Cancel {
+        };
+        if self.running && drain::reaches(self.drain) {
             self.raise(cause);
         }
         self.drained_if_done().into_iter().collect()
@@ -131,7 +119,7 @@ impl Ledger {
     /// The channel closed (`Shutdown`, end of stream, a broken frame):
     /// the step is asked to stop whatever its behaviour, and mail stops.
     pub fn close(&mut self, cause: CancelCause) {
-        self.closed = self.closed.max(Some(cause));
+        self.drain_state.close(cause);
         if self.running {
             self.raise(cause);
         }
@@ -146,7 +134,7 @@ impl Ledger {
     /// the step is asked to stop at once; a run with no step in flight
     /// ends now.
     pub fn cancel(&mut self, run: Option<&str>) -> Vec<Event> {
-        if !self.known || run.is_some_and(|r| r != self.run) {
+        if !self.known || !drain::cancel_reaches(run, &self.run) {
             return Vec::new();
         }
         self.cancelled = true;
@@ -165,16 +153,10 @@ impl Ledger {
         if self.acked.contains(&id) {
             return MailDecision::Ack { again: true };
         }
-        if self.draining.is_some() || self.closed.is_some() {
+        if !self.drain_state.takes_mail() {
             return MailDecision::Declined;
         }
-        self.acked.insert(id);
-        self.acked_order.push_back(id);
-        while self.acked_order.len() > REMEMBERED_ACKS {
-            if let Some(old) = self.acked_order.pop_front() {
-                self.acked.remove(&old);
-            }
-        }
+        self.acked.insert(id, ());
         MailDecision::Ack { again: false }
     }
 
@@ -218,15 +200,11 @@ impl Ledger {
         self.cause = self.cause.max(Some(cause));
     }
 
-    /// `Drained`, once, when a drain started and no cancel step is in flight.
+    /// `Drained`, once, when a drain started and the step, if it is in
+    /// flight, is not a cancel step (exec holds no mail).
     fn drained_if_done(&mut self) -> Option<Event> {
-        let cancel_left = self.running && self.drain == DrainBehavior::Cancel;
-        if self.draining.is_some() && !cancel_left && !self.drained_sent {
-            self.drained_sent = true;
-            Some(Event::Drained)
-        } else {
-            None
-        }
+        let in_flight = self.running.then_some(self.drain);
+        self.drain_state.drained(in_flight, 0)
     }
 }
 

@@ -90,7 +90,10 @@ impl<W> Life<W> {
             budget: self.settings.drain_timeout,
             recycle,
         }));
-        o.push(Action::SendDrain(purpose.kind()));
+        o.push(Action::SendDrain {
+            purpose: purpose.kind(),
+            budget: self.settings.drain_timeout,
+        });
         self.draining_for = Some(purpose.kind());
         self.phase = Phase::Draining {
             purpose,
@@ -223,7 +226,7 @@ impl<W> Life<W> {
         if let Phase::Draining { drained: true, .. } = self.phase
             && !self.steps_in_flight
         {
-            self.end_drain("drained", o);
+            self.end_drain(DrainEnd::Drained, o);
             self.terminate(now, o);
             self.drained_out = true;
         }
@@ -235,15 +238,25 @@ impl<W> Life<W> {
         } = self.phase
             && now >= d
         {
-            self.end_drain("drain_deadline passed", o);
+            self.end_drain(DrainEnd::DeadlinePassed, o);
             self.terminate(now, o);
         }
     }
 
-    pub(super) fn end_drain(&mut self, why: &'static str, o: &mut Out<W>) {
+    pub(super) fn end_drain(&mut self, why: DrainEnd, o: &mut Out<W>) {
         if let Some(purpose) = self.draining_for.take() {
             o.push(Action::EndDrain { purpose, why });
         }
+    }
+
+    /// The budget ran out: every run it names gets a signed cancel.
+    pub(super) fn escalate(&mut self, escalation: Escalation, o: &mut Out<W>) {
+        let fact = Fact::DrainEscalated {
+            runs: escalation.runs.clone(),
+            budget: escalation.budget,
+        };
+        o.push(Action::Escalate(escalation));
+        o.push(Action::Record(fact));
     }
 
     pub(super) fn drain_without_child(&mut self, to: W, o: &mut Out<W>) {

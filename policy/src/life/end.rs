@@ -129,7 +129,7 @@ impl<W> Life<W> {
     pub(super) fn ended(&mut self, cause: ExitCause, now: Instant, o: &mut Out<W>) {
         let purpose = self.take_purpose(o);
         let pending = self.start_pending.take();
-        self.end_drain("child exited", o);
+        self.end_drain(DrainEnd::ChildExited, o);
         self.terminated = false;
         self.drained_out = false;
         self.steps_in_flight = false;

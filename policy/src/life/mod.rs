@@ -17,7 +17,6 @@
 mod answer;
 mod drain;
 mod end;
-mod exit;
 mod start;
 mod types;
 
@@ -26,7 +25,7 @@ mod tests;
 
 use std::time::Instant;
 
-pub use exit::{ExitCause, ExitStatus};
+pub use crate::exit::{ExitCause, ExitStatus};
 pub use types::*;
 
 use crate::restart::RestartTracker;
@@ -216,6 +215,11 @@ impl<W> Life<W> {
             ) => self.reaped(status, now, o),
             // No child.
             (P::Backoff, I::Tick) => self.backoff_over(now, o),
+            // The drain budget ran out while the child lives.
+            (
+                P::Starting | P::Ready | P::Draining | P::Stopping | P::Closing,
+                I::BudgetSpent(escalation),
+            ) => self.escalate(escalation, o),
             // Operators.
             (_, I::Request(request)) => self.request(request, now, o),
             // What a phase cannot see happen, or ignores:
@@ -228,6 +232,7 @@ impl<W> Life<W> {
             //   nothing: it is being stopped anyway (a starting child's
             //   closed channel ends its handshake as a violation);
             // - a child asks for a recycle only while it is ready;
+            // - a budget spent with no child left has nothing to cancel;
             // - ticks with no deadline due.
             (
                 _,
@@ -241,6 +246,7 @@ impl<W> Life<W> {
                 | I::ChannelClosed
                 | I::RecycleAsked(_)
                 | I::Reaped(_)
+                | I::BudgetSpent(_)
                 | I::Tick,
             ) => {}
         }

@@ -1,14 +1,16 @@
 //! The words of a deployment's life: its phases, what can happen to it
 //! (inputs), what it decides (actions), and the typed reasons behind them
-//! (drain purposes, recycle causes; exit causes are in `exit.rs`).
+//! (drain purposes and ends are in `crate::drain`, recycle causes in
+//! `crate::recycle`, exit causes in `crate::exit`).
 
 use std::time::{Duration, Instant};
 
 use wfhost_ipc::Grants;
 
-use super::exit::{ExitCause, ExitStatus};
+pub use crate::drain::{DrainEnd, DrainPurpose, Escalation};
+use crate::exit::{ExitCause, ExitStatus};
 use crate::fact::Fact;
-use crate::recycle::RecycleReason;
+pub use crate::recycle::RecycleCause;
 use crate::restart::RestartPolicy;
 
 /// Grants read from the deployment's `grants_file`, and when.
@@ -22,7 +24,7 @@ pub const DEFAULT_KILL_TIMEOUT: Duration = Duration::from_secs(10);
 /// next child).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Settings {
-    /// The drain-timeout budget, for the `drain_started` fact.
+    /// The drain-timeout budget each drain gets ([`Action::SendDrain`]).
     pub drain_timeout: Duration,
     /// How long a stop or recycle waits for the child to drain.
     pub drain_deadline: Duration,
@@ -132,61 +134,6 @@ impl<W> Purpose<W> {
             Self::Stop => DrainPurpose::Stop,
             Self::Operator => DrainPurpose::Operator,
             Self::Recycle(_) => DrainPurpose::Recycle,
-        }
-    }
-}
-
-/// A drain's purpose, ranked stop > operator > recycle: a stronger one
-/// takes over a weaker drain under way (keeping its budget).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum DrainPurpose {
-    /// A recycle.
-    Recycle,
-    /// `wfhost drain`.
-    Operator,
-    /// The supervisor is stopping.
-    Stop,
-}
-
-impl DrainPurpose {
-    /// The name in status and the journal.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Stop => "stop",
-            Self::Operator => "operator",
-            Self::Recycle => "recycle",
-        }
-    }
-}
-
-/// Who or what asked for a recycle.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum RecycleCause {
-    /// A policy bound was passed.
-    Bound(RecycleReason),
-    /// An operator: `wfhost recycle`, SIGUSR1 or a config reload.
-    Operator,
-    /// The child asked with `RecycleRequest`.
-    Child,
-}
-
-impl RecycleCause {
-    /// The origin as status, metrics and the journal name it: `policy`,
-    /// `operator` or `self`.
-    pub fn origin(self) -> &'static str {
-        match self {
-            Self::Bound(_) => "policy",
-            Self::Operator => "operator",
-            Self::Child => "self",
-        }
-    }
-
-    /// What status counts recycles by: the bound's name for policy
-    /// recycles, else the origin.
-    pub fn key(self) -> &'static str {
-        match self {
-            Self::Bound(bound) => bound.as_str(),
-            other => other.origin(),
         }
     }
 }
@@ -304,6 +251,8 @@ pub enum Input<W> {
     /// The check of a recycle's successor ([`Action::Vet`]) ended: its
     /// grants (none without a grants file), or why no child could start.
     Vetted(Result<Option<Fresh>, String>),
+    /// The drain budget ran out ([`crate::DrainBudget::poll`]).
+    BudgetSpent(Escalation),
     /// Time passed: a deadline of [`crate::life::Life::deadline`] may be due.
     Tick,
 }
@@ -334,15 +283,23 @@ pub enum Action<W> {
     /// Check that a successor could start (program executable, grants
     /// readable) and report [`Input::Vetted`].
     Vet,
-    /// Tell the child to drain and start its budget.
-    SendDrain(DrainPurpose),
+    /// Tell the child to drain and start its budget of `budget`.
+    SendDrain {
+        /// Why.
+        purpose: DrainPurpose,
+        /// The drain-timeout budget (the machine's `drain_timeout`).
+        budget: Duration,
+    },
     /// Stop the drain budget and record `drain_ended`.
     EndDrain {
         /// Why the drain had started.
         purpose: DrainPurpose,
-        /// How it ended: `drained`, `child exited`, `drain_deadline passed`.
-        why: &'static str,
+        /// How it ended.
+        why: DrainEnd,
     },
+    /// The budget ran out: sign, journal and send a cancel of every run
+    /// named (origin `supervisor-drain`).
+    Escalate(Escalation),
     /// `Shutdown`, then SIGTERM to the child's group.
     Terminate,
     /// SIGKILL the child's whole tree now.

@@ -36,7 +36,9 @@ pub struct Settings {
     pub restart: RestartPolicy,
 }
 
-/// Where a deployment is in its life (DESIGN §3).
+/// Where a deployment is in its life (DESIGN §3). Everything the machine
+/// knows of its state beyond the live child and its restart counts is
+/// data of its phase.
 #[derive(Debug)]
 pub enum Phase<W> {
     /// A child is being spawned or has not sent `Ready` yet; `pending` is a
@@ -46,6 +48,8 @@ pub enum Phase<W> {
         ready_by: Option<Instant>,
         /// Asked for while starting.
         pending: Option<Purpose<W>>,
+        /// The recycle this child completes, if it is a successor.
+        recycling: Option<Recycling<W>>,
     },
     /// The child takes work; `vetting` is a recycle whose successor is
     /// being checked before the child is drained.
@@ -53,7 +57,7 @@ pub enum Phase<W> {
         /// A recycle waiting for its check.
         vetting: Option<Trigger<W>>,
     },
-    /// The child was told to drain.
+    /// The child was told to drain; its budget runs for `purpose`.
     Draining {
         /// Why.
         purpose: Purpose<W>,
@@ -62,12 +66,20 @@ pub enum Phase<W> {
         /// The child reported `Drained`.
         drained: bool,
     },
-    /// SIGTERM was sent; waiting for the exit.
+    /// SIGTERM (or SIGKILL) was sent; waiting for the exit.
     Stopping {
         /// Why it is stopped (none when it was killed for misbehaving).
         purpose: Option<Purpose<W>>,
         /// When SIGKILL follows (none once it was sent).
         kill_at: Option<Instant>,
+        /// What its exit will be recorded as.
+        ending: Ending,
+        /// A drain whose budget still runs: the child was killed mid-drain.
+        open_drain: Option<DrainPurpose>,
+        /// What was asked of it while it started (it never became ready).
+        pending: Option<Purpose<W>>,
+        /// The recycle it was to complete, if it was a successor.
+        recycling: Option<Recycling<W>>,
     },
     /// The child closed its channel: it is on its way out by itself.
     Closing {
@@ -75,18 +87,48 @@ pub enum Phase<W> {
         purpose: Option<Purpose<W>>,
         /// When it is killed if it has not exited.
         kill_at: Instant,
+        /// A drain whose budget still runs.
+        open_drain: Option<DrainPurpose>,
     },
-    /// Waiting out a restart delay.
+    /// Waiting out a restart delay (or a looping child's recycle delay).
     Backoff {
         /// When the next child is spawned.
         until: Instant,
+        /// The recycle whose successor waits.
+        recycling: Option<Recycling<W>>,
     },
     /// Drained by an operator: no child, mail waits, until resumed.
-    Drained,
+    Drained {
+        /// A delayed recycle's successor, still owed its `recycled`.
+        recycling: Option<Recycling<W>>,
+    },
     /// Too many restarts within the period: no child, until resumed.
     Failed,
     /// Stopped for good (the supervisor is stopping).
     Exited,
+}
+
+/// Why a child in [`Phase::Stopping`] is stopped: what its exit is
+/// recorded as.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ending {
+    /// SIGTERM on purpose without a completed drain: `stopped`.
+    Stopped,
+    /// SIGTERM after it drained: `drained`.
+    Drained,
+    /// SIGKILL, for this cause.
+    Killed(ExitCause),
+}
+
+/// A recycle whose old child is gone and whose new one is on its way.
+#[derive(Debug)]
+pub struct Recycling<W> {
+    /// The recycle.
+    pub trigger: Trigger<W>,
+    /// The old child's pid.
+    pub old_pid: Option<u32>,
+    /// The old child's channel id.
+    pub old_channel_id: Option<String>,
 }
 
 impl<W> Phase<W> {
@@ -98,7 +140,7 @@ impl<W> Phase<W> {
             Self::Draining { .. } => "draining",
             Self::Stopping { .. } | Self::Closing { .. } => "stopping",
             Self::Backoff { .. } => "backoff",
-            Self::Drained => "drained",
+            Self::Drained { .. } => "drained",
             Self::Failed => "failed",
             Self::Exited => "exited",
         }

@@ -257,6 +257,40 @@ pub enum Request<W> {
     },
 }
 
+impl<W> Request<W> {
+    /// Who waits for the answer, if anyone (the request itself is dropped).
+    pub fn into_waiter(self) -> Option<W> {
+        match self {
+            Self::Stop | Self::Kill => None,
+            Self::Drain(w) | Self::Resume(w) | Self::Cancel { waiter: w, .. } => Some(w),
+            Self::Recycle { waiter, .. } => waiter,
+        }
+    }
+
+    /// The same request for each of `n` replicas, each with its share of
+    /// the waiter (`fan_out` makes `n` waiters that answer the one once all
+    /// have answered). A recycle is never split: it is the crew's.
+    pub fn split(self, n: usize, fan_out: impl FnOnce(W, usize) -> Vec<W>) -> Vec<Self> {
+        if n == 1 {
+            return vec![self];
+        }
+        match self {
+            Self::Stop => (0..n).map(|_| Self::Stop).collect(),
+            Self::Kill => (0..n).map(|_| Self::Kill).collect(),
+            Self::Drain(w) => fan_out(w, n).into_iter().map(Self::Drain).collect(),
+            Self::Resume(w) => fan_out(w, n).into_iter().map(Self::Resume).collect(),
+            Self::Cancel { run, waiter } => fan_out(waiter, n)
+                .into_iter()
+                .map(|waiter| Self::Cancel {
+                    run: run.clone(),
+                    waiter,
+                })
+                .collect(),
+            recycle @ Self::Recycle { .. } => vec![recycle],
+        }
+    }
+}
+
 /// Something that happened to a deployment.
 #[derive(Debug)]
 pub enum Input<W> {

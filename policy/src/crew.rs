@@ -19,7 +19,7 @@
 
 use std::collections::VecDeque;
 
-use crate::life::RecycleCause;
+use crate::recycle::RecycleCause;
 
 /// Which slots a recycle is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -18,7 +18,9 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use wfhost_ipc::{DrainBehavior, Outcome};
 
-use crate::life::{DrainPurpose, ExitCause, RecycleCause};
+use crate::drain::{BudgetTurn, DrainEnd, DrainPurpose};
+use crate::exit::ExitCause;
+use crate::recycle::RecycleCause;
 use body::{cancel_committed, config_reloaded, drain_started, exited, ms, recycled};
 
 /// One thing that happened, with what an observer needs to know of it.
@@ -106,8 +108,8 @@ pub enum Fact {
     DrainEnded {
         /// Why it had started.
         purpose: DrainPurpose,
-        /// How it ended: `drained`, `child exited`, `drain_deadline passed`.
-        why: &'static str,
+        /// How it ended.
+        why: DrainEnd,
         /// Budget used.
         used: Duration,
     },
@@ -400,7 +402,7 @@ impl Fact {
                 json!({"runs": runs, "budget_ms": ms(*budget)})
             }
             Self::DrainEnded { purpose, why, used } => {
-                json!({"purpose": purpose.as_str(), "why": why, "used_ms": ms(*used)})
+                json!({"purpose": purpose.as_str(), "why": why.as_str(), "used_ms": ms(*used)})
             }
             Self::ChildDrained { pid } => json!({"pid": pid}),
             Self::Drained { pid } => json!({"pid": pid}),
@@ -485,6 +487,15 @@ impl Fact {
                 settings,
                 error.as_deref(),
             ),
+        }
+    }
+}
+
+impl From<BudgetTurn> for Fact {
+    fn from(turn: BudgetTurn) -> Self {
+        match turn {
+            BudgetTurn::Paused { used } => Self::DrainPaused { used },
+            BudgetTurn::Resumed { used } => Self::DrainResumed { used },
         }
     }
 }

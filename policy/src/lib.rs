@@ -8,8 +8,9 @@
 //! | module | decides | design |
 //! |---|---|---|
 //! | [`clock`] | what time it is ([`SystemClock`], [`ManualClock`]) | §11 |
-//! | [`drain`] | how much of the drain-timeout budget is spent ([`DrainBudget`]) | §4 |
-//! | [`steps`] | which steps are in flight and when the budget ticks ([`InFlightSteps`], [`DrainTracker`]) | §4 |
+//! | [`drain`] | a drain's purpose and end, and its budget: when it ticks, how much is spent, what an escalation cancels ([`DrainBudget`]) | §4 |
+//! | [`steps`] | which steps a child has in flight ([`InFlightSteps`]) | §4 |
+//! | [`exit`] | how a child ended ([`ExitCause`], [`ExitStatus`]) | §3 |
 //! | [`restart`] | whether and when to restart a crashed child ([`RestartTracker`]) | §3 |
 //! | [`recycle`] | whether a child has passed a recycle bound ([`RecycleBounds`]) | §5 |
 //! | [`liveness`] | when to ping and when a silent child is hung ([`Liveness`]) | §3 |
@@ -39,6 +40,7 @@ pub mod backoff;
 pub mod clock;
 pub mod crew;
 pub mod drain;
+pub mod exit;
 pub mod fact;
 mod format;
 pub mod lease;
@@ -50,7 +52,11 @@ pub mod schedule;
 pub mod steps;
 
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use drain::{BudgetState, DEFAULT_DRAIN_TIMEOUT, DrainBudget};
+pub use drain::{
+    BudgetMeter, BudgetState, BudgetTurn, DEFAULT_DRAIN_TIMEOUT, DrainBudget, DrainEnd,
+    DrainPurpose, DrainStatus, Escalation,
+};
+pub use exit::{ExitCause, ExitStatus};
 pub use fact::Fact;
 pub use format::format_duration;
 pub use life::DEFAULT_KILL_TIMEOUT;
@@ -61,5 +67,5 @@ pub use liveness::{
 };
 pub use recycle::{Jitter, RecycleBounds, RecycleReason, Sample};
 pub use restart::{RestartDecision, RestartPolicy, RestartTracker};
-pub use steps::{DrainStatus, DrainTracker, Escalation, InFlightSteps};
+pub use steps::InFlightSteps;
 pub use wfhost_ipc::DrainBehavior;

@@ -221,6 +221,38 @@ fn duration_from_nanos(nanos: u128) -> Duration {
     Duration::new(secs, 0).saturating_add(Duration::from_nanos(u64::from(sub)))
 }
 
+/// Who or what asked for a recycle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RecycleCause {
+    /// A policy bound was passed.
+    Bound(RecycleReason),
+    /// An operator: `wfhost recycle`, SIGUSR1 or a config reload.
+    Operator,
+    /// The child asked with `RecycleRequest`.
+    Child,
+}
+
+impl RecycleCause {
+    /// The origin as status, metrics and the journal name it: `policy`,
+    /// `operator` or `self`.
+    pub fn origin(self) -> &'static str {
+        match self {
+            Self::Bound(_) => "policy",
+            Self::Operator => "operator",
+            Self::Child => "self",
+        }
+    }
+
+    /// What status counts recycles by: the bound's name for policy
+    /// recycles, else the origin.
+    pub fn key(self) -> &'static str {
+        match self {
+            Self::Bound(bound) => bound.as_str(),
+            other => other.origin(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
-use wfhost_policy::{BudgetState, DrainBehavior, DrainBudget, DrainTracker};
+use wfhost_policy::{BudgetMeter, BudgetState, DrainBehavior, DrainBudget};
 
 /// Cases for the main accumulator property (reported in the crate's notes).
 const TRACKER_CASES: u32 = 2_000;
@@ -132,7 +132,7 @@ impl Reference {
 fn run_tracker_case(budget_ms: u64, ops: &[Op]) -> Result<(), TestCaseError> {
     let t0 = Instant::now();
     let mut now = t0;
-    let mut tracker = DrainTracker::new();
+    let mut tracker = DrainBudget::new();
     let mut reference = Reference::default();
     let mut polled_true = 0u32;
 
@@ -318,7 +318,7 @@ proptest! {
     ) {
         let t0 = Instant::now();
         let mut now = t0;
-        let mut b = DrainBudget::new(Duration::from_millis(budget));
+        let mut b = BudgetMeter::new(Duration::from_millis(budget));
         let mut polled = 0;
         let mut acc = 0u64; // reference, ms
         for op in ops {

@@ -36,7 +36,7 @@ pub fn log(deployment: &str, fact: &Fact) {
         }
         Fact::DrainEscalated { .. } => {}
         Fact::DrainEnded { purpose, why, used } => {
-            debug!(deployment, purpose = purpose.as_str(), why, used = %format_duration(*used), "drain ended")
+            debug!(deployment, purpose = purpose.as_str(), why = why.as_str(), used = %format_duration(*used), "drain ended")
         }
         Fact::ChildDrained { pid } => debug!(deployment, pid, "the child reported Drained"),
         Fact::Drained { .. } => drained(deployment),

@@ -7,14 +7,14 @@ use std::time::{Duration, Instant};
 
 use wfhost_policy::life::DrainPurpose;
 
-mod drain;
+mod drain_view;
 mod history;
 mod json;
 mod replica;
 mod state;
 mod why;
 
-pub use drain::{DrainView, StepView};
+pub use drain_view::{DrainView, StepView};
 pub use history::{LastRecycle, RecycleCounts};
 pub use replica::{ReplicaView, Role, RssCell};
 pub use state::State;

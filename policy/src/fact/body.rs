@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::life::{DrainPurpose, ExitCause, RecycleCause};
+use crate::drain::DrainPurpose;
+use crate::exit::ExitCause;
+use crate::recycle::RecycleCause;
 
 /// Sets `key` of an object body.
 fn put(body: &mut Value, key: &str, value: impl Into<Value>) {

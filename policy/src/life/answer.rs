@@ -35,15 +35,18 @@ impl<W> Life<W> {
     /// [`Self::busy`] in the words of the current phase.
     pub(super) fn busy_here(&self) -> String {
         let id = &self.id;
-        match self.kind() {
-            P::Backoff => self.busy("waiting to restart after a crash"),
-            P::Drained | P::Failed => self.busy(&format!(
+        match &self.phase {
+            Phase::Backoff { .. } => self.busy("waiting to restart after a crash"),
+            Phase::Drained { .. } | Phase::Failed => self.busy(&format!(
                 "{}; `wfhost resume {id}` starts a fresh child",
                 self.phase.name()
             )),
-            P::Exited => self.busy("stopped"),
-            P::Starting => self.busy("starting"),
-            P::Ready | P::Draining | P::Stopping | P::Closing => self.busy("stopping"),
+            Phase::Exited => self.busy("stopped"),
+            Phase::Starting { .. } => self.busy("starting"),
+            Phase::Ready { .. }
+            | Phase::Draining { .. }
+            | Phase::Stopping { .. }
+            | Phase::Closing { .. } => self.busy("stopping"),
         }
     }
 }

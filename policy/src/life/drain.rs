@@ -1,5 +1,6 @@
-//! Cells of draining: a recycle's check, the drain itself, purposes
-//! merging (stop > operator > recycle), and the drain's completion.
+//! Cells of draining: the drain itself, purposes merging (stop >
+//! operator > recycle), its completion or deadline, and its budget
+//! running out.
 
 use std::time::Instant;
 
@@ -7,58 +8,6 @@ use super::*;
 use crate::fact::Fact;
 
 impl<W> Life<W> {
-    /// A recycle from a ready child: first check that a successor could
-    /// start; a second recycle meanwhile joins the first.
-    pub(super) fn vet(&mut self, trigger: Trigger<W>, o: &mut Out<W>) {
-        match &mut self.phase {
-            Phase::Ready {
-                vetting: Some(current),
-            } => current.waiters.extend(trigger.waiters),
-            Phase::Ready { vetting } => {
-                *vetting = Some(trigger);
-                o.push(Action::Vet);
-            }
-            _ => {}
-        }
-    }
-
-    pub(super) fn vetted(
-        &mut self,
-        result: Result<Option<Fresh>, String>,
-        now: Instant,
-        o: &mut Out<W>,
-    ) {
-        let Phase::Ready { vetting } = &mut self.phase else {
-            return;
-        };
-        let Some(mut trigger) = vetting.take() else {
-            return;
-        };
-        match result {
-            Ok(grants) => {
-                trigger.grants = grants;
-                self.start_drain(Purpose::Recycle(trigger), now, o);
-            }
-            Err(error) => {
-                let pid = self.pid().unwrap_or(0);
-                o.push(Action::Record(Fact::RecycleRefused {
-                    pid,
-                    cause: trigger.cause,
-                    reason: trigger.reason.clone(),
-                    error: error.clone(),
-                }));
-                if matches!(trigger.cause, RecycleCause::Bound(_)) {
-                    o.push(Action::RearmPolicy);
-                }
-                let why = format!(
-                    "not recycled: {error}; {} keeps running on pid {pid}",
-                    self.id
-                );
-                self.refuse_all(trigger.waiters, &why, o);
-            }
-        }
-    }
-
     /// Starts a drain from a ready child (a recycle goes through its check
     /// first; a check under way loses to a stronger purpose).
     pub(super) fn drain(&mut self, purpose: Purpose<W>, now: Instant, o: &mut Out<W>) {
@@ -90,8 +39,10 @@ impl<W> Life<W> {
             budget: self.settings.drain_timeout,
             recycle,
         }));
-        o.push(Action::SendDrain(purpose.kind()));
-        self.draining_for = Some(purpose.kind());
+        o.push(Action::SendDrain {
+            purpose: purpose.kind(),
+            budget: self.settings.drain_timeout,
+        });
         self.phase = Phase::Draining {
             purpose,
             deadline,
@@ -112,14 +63,10 @@ impl<W> Life<W> {
         }
     }
 
-    pub(super) fn operator_drain(&mut self, to: W, now: Instant, o: &mut Out<W>) {
+    /// The answer to `wfhost drain` of a child that drains now.
+    pub(super) fn say_draining(&mut self, to: W, o: &mut Out<W>) {
         let pid = self.pid().unwrap_or(0);
         let budget = crate::format::format_duration(self.settings.drain_timeout);
-        if self.kind() == P::Ready {
-            self.drain(Purpose::Operator, now, o);
-        } else {
-            self.merge_drain(Purpose::Operator, now, o);
-        }
         let said = format!(
             "draining {} (pid {pid}) under a {budget} budget; it stays drained until `wfhost resume`",
             self.id
@@ -144,7 +91,6 @@ impl<W> Life<W> {
                 None
             }
             (current, new) if new.kind() > current.kind() => {
-                self.draining_for = Some(new.kind());
                 *deadline = match (new_deadline, *deadline) {
                     (Some(a), Some(b)) => Some(a.min(b)),
                     (fresh, _) => fresh,
@@ -213,19 +159,21 @@ impl<W> Life<W> {
     }
 
     pub(super) fn steps_changed(&mut self, any: bool, now: Instant, o: &mut Out<W>) {
-        self.steps_in_flight = any;
+        if let Some(c) = self.child.as_mut() {
+            c.steps_in_flight = any;
+        }
         self.drain_complete(now, o);
     }
 
     /// A drain is over once the child said `Drained` and no step of any
     /// behaviour is left (wait steps are let finish): stop the child.
     pub(super) fn drain_complete(&mut self, now: Instant, o: &mut Out<W>) {
+        let steps = self.child.as_ref().is_some_and(|c| c.steps_in_flight);
         if let Phase::Draining { drained: true, .. } = self.phase
-            && !self.steps_in_flight
+            && !steps
         {
-            self.end_drain("drained", o);
-            self.terminate(now, o);
-            self.drained_out = true;
+            self.end_drain(DrainEnd::Drained, o);
+            self.terminate(Ending::Drained, now, o);
         }
     }
 
@@ -235,21 +183,34 @@ impl<W> Life<W> {
         } = self.phase
             && now >= d
         {
-            self.end_drain("drain_deadline passed", o);
-            self.terminate(now, o);
+            self.end_drain(DrainEnd::DeadlinePassed, o);
+            self.terminate(Ending::Stopped, now, o);
         }
     }
 
-    pub(super) fn end_drain(&mut self, why: &'static str, o: &mut Out<W>) {
-        if let Some(purpose) = self.draining_for.take() {
+    /// Ends the budget of the drain under way (the child is stopped next).
+    pub(super) fn end_drain(&mut self, why: DrainEnd, o: &mut Out<W>) {
+        if let Phase::Draining { purpose, .. } = &self.phase {
+            let purpose = purpose.kind();
             o.push(Action::EndDrain { purpose, why });
         }
+    }
+
+    /// The budget ran out: every run it names gets a signed cancel.
+    pub(super) fn escalate(&mut self, escalation: Escalation, o: &mut Out<W>) {
+        let fact = Fact::DrainEscalated {
+            runs: escalation.runs.clone(),
+            budget: escalation.budget,
+        };
+        o.push(Action::Escalate(escalation));
+        o.push(Action::Record(fact));
     }
 
     pub(super) fn drain_without_child(&mut self, to: W, o: &mut Out<W>) {
         let said = format!("{} has no live child; it is drained now", self.id);
         self.say(to, said, o);
-        self.park_drained(None, o);
+        let successor = self.take_successor();
+        self.park_drained(None, successor, o);
     }
 }
 

@@ -6,8 +6,8 @@
 //! turns the phase and the input into a new phase and the [`Action`]s the
 //! driver carries out. The table is the one `match` in [`Life::on`] (and
 //! its request half in `Life::request`): each cell is a small named
-//! function (`start.rs`, `drain.rs`, `end.rs`; the words to operators in
-//! `answer.rs`), and a pair that cannot happen, or that a phase ignores,
+//! function (`start.rs`, `drain.rs`, `recycle.rs`, `end.rs`; the words to
+//! operators in `answer.rs`), and a pair that cannot happen, or that a phase ignores,
 //! is written out as such. The machine never sleeps and never does
 //! I/O: it is told the time, and it tells its next deadline.
 //!
@@ -17,7 +17,7 @@
 mod answer;
 mod drain;
 mod end;
-mod exit;
+mod recycle;
 mod start;
 mod types;
 
@@ -26,7 +26,7 @@ mod tests;
 
 use std::time::Instant;
 
-pub use exit::{ExitCause, ExitStatus};
+pub use crate::exit::{ExitCause, ExitStatus};
 pub use types::*;
 
 use crate::restart::RestartTracker;
@@ -46,14 +46,8 @@ pub struct Child {
     pub worked: bool,
     /// It sent its Hello (a child that never does is not a wfhost child).
     pub spoke: bool,
-}
-
-/// A recycle whose old child is gone and whose new one is on its way.
-#[derive(Debug)]
-struct Recycling<W> {
-    trigger: Trigger<W>,
-    old_pid: Option<u32>,
-    old_channel_id: Option<String>,
+    /// It has a step of any behaviour in flight (a drain waits for none).
+    pub steps_in_flight: bool,
 }
 
 /// One deployment's life.
@@ -63,18 +57,6 @@ pub struct Life<W> {
     settings: Settings,
     phase: Phase<W>,
     child: Option<Child>,
-    /// Why the machine had the child killed, if it did.
-    kill_cause: Option<ExitCause>,
-    /// SIGTERM was sent on purpose: an exit is a stop, not a crash.
-    terminated: bool,
-    /// The child drained before it was stopped: its exit is the drain's end.
-    drained_out: bool,
-    /// The purpose of the drain whose budget runs (until [`Action::EndDrain`]).
-    draining_for: Option<DrainPurpose>,
-    steps_in_flight: bool,
-    /// What was asked of a child that ended before it was ready.
-    start_pending: Option<Purpose<W>>,
-    recycling: Option<Recycling<W>>,
     restarts: RestartTracker,
     /// Recycles the child asked for, held to the restart policy too.
     self_recycles: RestartTracker,
@@ -82,20 +64,6 @@ pub struct Life<W> {
 }
 
 type Out<W> = Vec<Action<W>>;
-
-/// The phase without its data, for the table.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum P {
-    Starting,
-    Ready,
-    Draining,
-    Stopping,
-    Closing,
-    Backoff,
-    Drained,
-    Failed,
-    Exited,
-}
 
 impl<W> Life<W> {
     /// A deployment whose first child is to be spawned now.
@@ -106,15 +74,9 @@ impl<W> Life<W> {
             phase: Phase::Starting {
                 ready_by: None,
                 pending: None,
+                recycling: None,
             },
             child: None,
-            kill_cause: None,
-            terminated: false,
-            drained_out: false,
-            draining_for: None,
-            steps_in_flight: false,
-            start_pending: None,
-            recycling: None,
             restarts: RestartTracker::default(),
             self_recycles: RestartTracker::default(),
             ever_ready: false,
@@ -154,22 +116,8 @@ impl<W> Life<W> {
             Phase::Draining { deadline, .. } => *deadline,
             Phase::Stopping { kill_at, .. } => *kill_at,
             Phase::Closing { kill_at, .. } => Some(*kill_at),
-            Phase::Backoff { until } => Some(*until),
-            Phase::Ready { .. } | Phase::Drained | Phase::Failed | Phase::Exited => None,
-        }
-    }
-
-    fn kind(&self) -> P {
-        match self.phase {
-            Phase::Starting { .. } => P::Starting,
-            Phase::Ready { .. } => P::Ready,
-            Phase::Draining { .. } => P::Draining,
-            Phase::Stopping { .. } => P::Stopping,
-            Phase::Closing { .. } => P::Closing,
-            Phase::Backoff { .. } => P::Backoff,
-            Phase::Drained => P::Drained,
-            Phase::Failed => P::Failed,
-            Phase::Exited => P::Exited,
+            Phase::Backoff { until, .. } => Some(*until),
+            Phase::Ready { .. } | Phase::Drained { .. } | Phase::Failed | Phase::Exited => None,
         }
     }
 
@@ -178,15 +126,19 @@ impl<W> Life<W> {
         let mut out = Vec::new();
         let o = &mut out;
         use Input as I;
-        match (self.kind(), input) {
+        match (&self.phase, input) {
             // A child comes up.
-            (P::Starting, I::Spawned { pid, channel_id }) => self.spawned(pid, channel_id, now, o),
-            (P::Starting, I::SpawnFailed(e)) => self.ended(ExitCause::SpawnFailed(e), now, o),
-            (P::Starting, I::Hello) => self.said_hello(),
-            (P::Starting, I::Ready) => self.became_ready(now, o),
-            (P::Starting, I::Tick) => self.ready_deadline(now, o),
+            (Phase::Starting { .. }, I::Spawned { pid, channel_id }) => {
+                self.spawned(pid, channel_id, now, o)
+            }
+            (Phase::Starting { .. }, I::SpawnFailed(e)) => {
+                self.ended(ExitCause::SpawnFailed(e), now, o)
+            }
+            (Phase::Starting { .. }, I::Hello) => self.said_hello(),
+            (Phase::Starting { .. }, I::Ready) => self.became_ready(now, o),
+            (Phase::Starting { .. }, I::Tick) => self.ready_deadline(now, o),
             // The child works, drains, asks.
-            (P::Ready | P::Draining, I::RecycleAsked(reason)) => {
+            (Phase::Ready { .. } | Phase::Draining { .. }, I::RecycleAsked(reason)) => {
                 let request = Request::Recycle {
                     cause: RecycleCause::Child,
                     reason,
@@ -194,28 +146,51 @@ impl<W> Life<W> {
                 };
                 self.request(request, now, o)
             }
-            (P::Ready, I::Vetted(result)) => self.vetted(result, now, o),
-            (P::Draining, I::Drained) => self.child_drained(now, o),
-            (P::Draining, I::StepsInFlight(any)) => self.steps_changed(any, now, o),
+            (Phase::Ready { .. }, I::Vetted(result)) => self.vetted(result, now, o),
+            (Phase::Draining { .. }, I::Drained) => self.child_drained(now, o),
+            (Phase::Draining { .. }, I::StepsInFlight(any)) => self.steps_changed(any, now, o),
             (_, I::Worked) => {
                 if let Some(c) = self.child.as_mut() {
                     c.worked = true;
                 }
             }
-            (P::Draining, I::Tick) => self.drain_deadline(now, o),
-            (_, I::StepsInFlight(any)) => self.steps_in_flight = any,
-            // Misconduct and a child on its way out.
-            (P::Starting | P::Ready | P::Draining | P::Closing, I::Misbehaved(m)) => {
-                self.misbehaved(m, o)
+            (Phase::Draining { .. }, I::Tick) => self.drain_deadline(now, o),
+            (_, I::StepsInFlight(any)) => {
+                if let Some(c) = self.child.as_mut() {
+                    c.steps_in_flight = any;
+                }
             }
-            (P::Ready | P::Draining, I::ChannelClosed) => self.closing(now, o),
-            (P::Stopping | P::Closing, I::Tick) => self.kill_deadline(now, o),
+            // Misconduct and a child on its way out.
             (
-                P::Starting | P::Ready | P::Draining | P::Stopping | P::Closing,
+                Phase::Starting { .. }
+                | Phase::Ready { .. }
+                | Phase::Draining { .. }
+                | Phase::Closing { .. },
+                I::Misbehaved(m),
+            ) => self.misbehaved(m, o),
+            (Phase::Ready { .. } | Phase::Draining { .. }, I::ChannelClosed) => {
+                self.closing(now, o)
+            }
+            (Phase::Stopping { .. } | Phase::Closing { .. }, I::Tick) => self.kill_deadline(now, o),
+            (
+                Phase::Starting { .. }
+                | Phase::Ready { .. }
+                | Phase::Draining { .. }
+                | Phase::Stopping { .. }
+                | Phase::Closing { .. },
                 I::Reaped(status),
             ) => self.reaped(status, now, o),
             // No child.
-            (P::Backoff, I::Tick) => self.backoff_over(now, o),
+            (Phase::Backoff { .. }, I::Tick) => self.backoff_over(now, o),
+            // The drain budget ran out while the child lives.
+            (
+                Phase::Starting { .. }
+                | Phase::Ready { .. }
+                | Phase::Draining { .. }
+                | Phase::Stopping { .. }
+                | Phase::Closing { .. },
+                I::BudgetSpent(escalation),
+            ) => self.escalate(escalation, o),
             // Operators.
             (_, I::Request(request)) => self.request(request, now, o),
             // What a phase cannot see happen, or ignores:
@@ -228,6 +203,7 @@ impl<W> Life<W> {
             //   nothing: it is being stopped anyway (a starting child's
             //   closed channel ends its handshake as a violation);
             // - a child asks for a recycle only while it is ready;
+            // - a budget spent with no child left has nothing to cancel;
             // - ticks with no deadline due.
             (
                 _,
@@ -241,6 +217,7 @@ impl<W> Life<W> {
                 | I::ChannelClosed
                 | I::RecycleAsked(_)
                 | I::Reaped(_)
+                | I::BudgetSpent(_)
                 | I::Tick,
             ) => {}
         }
@@ -250,35 +227,57 @@ impl<W> Life<W> {
     /// The request half of the table.
     fn request(&mut self, request: Request<W>, now: Instant, o: &mut Out<W>) {
         use Request as R;
-        match (self.kind(), request) {
-            (P::Starting, R::Stop) => self.stop_starting(now, o),
-            (P::Ready, R::Stop) => self.drain(Purpose::Stop, now, o),
-            (P::Draining, R::Stop) => self.merge_drain(Purpose::Stop, now, o),
-            (P::Stopping | P::Closing, R::Stop) => self.merge_stopping(Purpose::Stop, None, o),
-            (P::Backoff | P::Failed, R::Stop) => self.finish(true, o),
-            (P::Drained, R::Stop) => self.finish(false, o),
-            (P::Exited, R::Stop) => {}
-
-            (P::Starting | P::Ready | P::Draining | P::Closing, R::Kill) => {
-                self.kill(ExitCause::Killed, o)
+        match (&self.phase, request) {
+            (Phase::Starting { .. }, R::Stop) => self.stop_starting(now, o),
+            (Phase::Ready { .. }, R::Stop) => self.drain(Purpose::Stop, now, o),
+            (Phase::Draining { .. }, R::Stop) => self.merge_drain(Purpose::Stop, now, o),
+            (Phase::Stopping { .. } | Phase::Closing { .. }, R::Stop) => {
+                self.merge_stopping(Purpose::Stop, None, o)
             }
-            (P::Stopping, R::Kill) => self.force_kill(o),
-            (P::Backoff | P::Drained | P::Failed | P::Exited, R::Kill) => {}
+            (Phase::Backoff { .. } | Phase::Failed, R::Stop) => {
+                let successor = self.take_successor();
+                self.finish(true, successor, o)
+            }
+            (Phase::Drained { .. }, R::Stop) => {
+                let successor = self.take_successor();
+                self.finish(false, successor, o)
+            }
+            (Phase::Exited, R::Stop) => {}
 
-            (P::Starting, R::Drain(to)) => self.drain_when_ready(to, o),
-            (P::Ready | P::Draining, R::Drain(to)) => self.operator_drain(to, now, o),
-            (P::Stopping | P::Closing, R::Drain(to)) => {
+            (
+                Phase::Starting { .. }
+                | Phase::Ready { .. }
+                | Phase::Draining { .. }
+                | Phase::Closing { .. },
+                R::Kill,
+            ) => self.kill(ExitCause::Killed, o),
+            (Phase::Stopping { .. }, R::Kill) => self.force_kill(o),
+            (
+                Phase::Backoff { .. } | Phase::Drained { .. } | Phase::Failed | Phase::Exited,
+                R::Kill,
+            ) => {}
+
+            (Phase::Starting { .. }, R::Drain(to)) => self.drain_when_ready(to, o),
+            (Phase::Ready { .. }, R::Drain(to)) => {
+                self.drain(Purpose::Operator, now, o);
+                self.say_draining(to, o)
+            }
+            (Phase::Draining { .. }, R::Drain(to)) => {
+                self.merge_drain(Purpose::Operator, now, o);
+                self.say_draining(to, o)
+            }
+            (Phase::Stopping { .. } | Phase::Closing { .. }, R::Drain(to)) => {
                 self.merge_stopping(Purpose::Operator, Some(to), o)
             }
-            (P::Backoff, R::Drain(to)) => self.drain_without_child(to, o),
-            (P::Drained | P::Failed, R::Drain(to)) => {
+            (Phase::Backoff { .. }, R::Drain(to)) => self.drain_without_child(to, o),
+            (Phase::Drained { .. } | Phase::Failed, R::Drain(to)) => {
                 let state = self.phase.name();
                 self.say(to, format!("{} is already {state}", self.id), o)
             }
-            (P::Exited, R::Drain(to)) => self.refuse(to, self.busy("stopped"), o),
+            (Phase::Exited, R::Drain(to)) => self.refuse(to, self.busy("stopped"), o),
 
-            (P::Drained | P::Failed, R::Resume(to)) => self.resume(to, o),
-            (P::Ready | P::Draining, R::Resume(to)) => {
+            (Phase::Drained { .. } | Phase::Failed, R::Resume(to)) => self.resume(to, o),
+            (Phase::Ready { .. } | Phase::Draining { .. }, R::Resume(to)) => {
                 let pid = self.pid().map_or_else(|| "?".into(), |p| p.to_string());
                 self.refuse(
                     to,
@@ -286,12 +285,17 @@ impl<W> Life<W> {
                     o,
                 )
             }
-            (P::Starting | P::Stopping | P::Closing | P::Backoff | P::Exited, R::Resume(to)) => {
-                self.refuse(to, self.busy_here(), o)
-            }
+            (
+                Phase::Starting { .. }
+                | Phase::Stopping { .. }
+                | Phase::Closing { .. }
+                | Phase::Backoff { .. }
+                | Phase::Exited,
+                R::Resume(to),
+            ) => self.refuse(to, self.busy_here(), o),
 
             (
-                P::Starting,
+                Phase::Starting { .. },
                 R::Recycle {
                     cause,
                     reason,
@@ -299,7 +303,7 @@ impl<W> Life<W> {
                 },
             ) => self.recycle_when_ready(Trigger::new(cause, reason, waiter), o),
             (
-                P::Ready,
+                Phase::Ready { .. },
                 R::Recycle {
                     cause,
                     reason,
@@ -307,7 +311,7 @@ impl<W> Life<W> {
                 },
             ) => self.vet(Trigger::new(cause, reason, waiter), o),
             (
-                P::Draining,
+                Phase::Draining { .. },
                 R::Recycle {
                     cause,
                     reason,
@@ -319,7 +323,7 @@ impl<W> Life<W> {
                 o,
             ),
             (
-                P::Stopping | P::Closing,
+                Phase::Stopping { .. } | Phase::Closing { .. },
                 R::Recycle {
                     cause,
                     reason,
@@ -329,13 +333,16 @@ impl<W> Life<W> {
                 let trigger = Trigger::new(cause, reason, waiter);
                 self.merge_stopping(Purpose::Recycle(trigger), None, o)
             }
-            (P::Backoff | P::Drained | P::Failed | P::Exited, R::Recycle { waiter, .. }) => {
+            (
+                Phase::Backoff { .. } | Phase::Drained { .. } | Phase::Failed | Phase::Exited,
+                R::Recycle { waiter, .. },
+            ) => {
                 if let Some(to) = waiter {
                     self.refuse(to, self.busy_here(), o)
                 }
             }
 
-            (P::Ready | P::Draining, R::Cancel { run, waiter }) => {
+            (Phase::Ready { .. } | Phase::Draining { .. }, R::Cancel { run, waiter }) => {
                 o.push(Action::Cancel { run, to: waiter })
             }
             (_, R::Cancel { waiter, .. }) => self.refuse(waiter, self.busy_here(), o),

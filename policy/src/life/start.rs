@@ -1,5 +1,6 @@
 //! Cells of a child's coming up: spawned, ready (with what was asked
-//! meanwhile), the ready deadline, restarts after a backoff, resumes.
+//! meanwhile, and the recycle it completes), the ready deadline, restarts
+//! after a backoff, resumes.
 
 use std::time::Instant;
 
@@ -22,6 +23,7 @@ impl<W> Life<W> {
             was_ready: false,
             worked: false,
             spoke: false,
+            steps_in_flight: false,
         });
     }
 
@@ -32,10 +34,13 @@ impl<W> Life<W> {
     }
 
     pub(super) fn became_ready(&mut self, now: Instant, o: &mut Out<W>) {
-        let pending = match std::mem::replace(&mut self.phase, Phase::Ready { vetting: None }) {
-            Phase::Starting { pending, .. } => pending,
-            _ => None,
-        };
+        let (pending, recycling) =
+            match std::mem::replace(&mut self.phase, Phase::Ready { vetting: None }) {
+                Phase::Starting {
+                    pending, recycling, ..
+                } => (pending, recycling),
+                _ => (None, None),
+            };
         let Some(child) = self.child.as_mut() else {
             return;
         };
@@ -49,7 +54,7 @@ impl<W> Life<W> {
         if !std::mem::replace(&mut self.ever_ready, true) {
             o.push(Action::Started);
         }
-        if let Some(r) = self.recycling.take() {
+        if let Some(r) = recycling {
             o.push(Action::Record(Fact::Recycled {
                 cause: r.trigger.cause,
                 reason: r.trigger.reason.clone(),
@@ -84,7 +89,7 @@ impl<W> Life<W> {
     }
 
     pub(super) fn stop_starting(&mut self, now: Instant, o: &mut Out<W>) {
-        self.terminate(now, o);
+        self.terminate(Ending::Stopped, now, o);
         if let Phase::Stopping { purpose, .. } = &mut self.phase {
             *purpose = Some(Purpose::Stop);
         }
@@ -105,36 +110,28 @@ impl<W> Life<W> {
         );
     }
 
-    pub(super) fn recycle_when_ready(&mut self, trigger: Trigger<W>, o: &mut Out<W>) {
-        let id = self.id.clone();
-        let Phase::Starting { pending, .. } = &mut self.phase else {
-            return;
-        };
-        match pending {
-            None => *pending = Some(Purpose::Recycle(trigger)),
-            Some(Purpose::Recycle(current)) => current.waiters.extend(trigger.waiters),
-            Some(_) => {
-                let why =
-                    format!("not recycled: {id} will drain as soon as its new child is ready");
-                self.refuse_all(trigger.waiters, &why, o);
-            }
-        }
-    }
-
-    pub(super) fn spawn(&mut self, grants: Option<Fresh>, o: &mut Out<W>) {
+    /// Spawns a child (a recycle's successor with the grants it checked).
+    pub(super) fn spawn(
+        &mut self,
+        grants: Option<Fresh>,
+        recycling: Option<Recycling<W>>,
+        o: &mut Out<W>,
+    ) {
         self.phase = Phase::Starting {
             ready_by: None,
             pending: None,
+            recycling,
         };
         o.push(Action::Spawn { grants });
     }
 
     pub(super) fn backoff_over(&mut self, now: Instant, o: &mut Out<W>) {
-        if let Phase::Backoff { until } = self.phase
-            && now >= until
+        if let Phase::Backoff { until, recycling } = &mut self.phase
+            && now >= *until
         {
             // A delayed recycle's successor, or a crashed child's.
-            self.respawn_recycled(o);
+            let recycling = recycling.take();
+            self.respawn_recycled(recycling, o);
         }
     }
 
@@ -144,6 +141,7 @@ impl<W> Life<W> {
         self.restarts.reset();
         let said = format!("{} is starting a fresh child", self.id);
         self.say(to, said, o);
-        self.spawn(None, o);
+        let successor = self.take_successor();
+        self.spawn(None, successor, o);
     }
 }

@@ -25,8 +25,9 @@ fn name(a: &Action<u32>) -> String {
         Action::Spawn { .. } => "spawn".into(),
         Action::Dispatch => "dispatch".into(),
         Action::Vet => "vet".into(),
-        Action::SendDrain(p) => format!("send_drain:{}", p.as_str()),
-        Action::EndDrain { why, .. } => format!("end_drain:{why}"),
+        Action::SendDrain { purpose, .. } => format!("send_drain:{}", purpose.as_str()),
+        Action::EndDrain { why, .. } => format!("end_drain:{}", why.as_str()),
+        Action::Escalate(_) => "escalate".into(),
         Action::Terminate => "terminate".into(),
         Action::Kill(_) => "kill".into(),
         Action::Cancel { .. } => "cancel".into(),
@@ -178,6 +179,11 @@ fn input(name: &str) -> Input<u32> {
         "vetted_ok" => Input::Vetted(Ok(None)),
         "vetted_err" => Input::Vetted(Err("command gone".into())),
         "tick" => Input::Tick,
+        "budget_spent" => Input::BudgetSpent(Escalation {
+            runs: vec!["r".into()],
+            at: Instant::now(),
+            budget: Duration::from_secs(10),
+        }),
         "stop" => Input::Request(Request::Stop),
         "kill" => Input::Request(Request::Kill),
         "drain" => Input::Request(Request::Drain(1)),
@@ -205,7 +211,7 @@ const PHASES: [&str; 10] = [
     "exited", "vetting",
 ];
 
-const INPUTS: [&str; 24] = [
+const INPUTS: [&str; 25] = [
     "worked",
     "spawned",
     "spawn_failed",
@@ -230,6 +236,7 @@ const INPUTS: [&str; 24] = [
     "policy",
     "cancel",
     "tick_early",
+    "budget_spent",
 ];
 
 /// Applies `input` to a machine in `phase` and returns the new phase and
@@ -552,6 +559,42 @@ const TABLE: &[(&str, &str, &str, &str)] = &[
     ("vetting", "policy", "ready", ""),
     ("vetting", "cancel", "ready", "cancel"),
     ("vetting", "tick_early", "ready", ""),
+    // The budget ran out: while a child lives, its runs are cancelled.
+    (
+        "starting",
+        "budget_spent",
+        "starting",
+        "escalate drain_escalated",
+    ),
+    ("ready", "budget_spent", "ready", "escalate drain_escalated"),
+    (
+        "draining",
+        "budget_spent",
+        "draining",
+        "escalate drain_escalated",
+    ),
+    (
+        "stopping",
+        "budget_spent",
+        "stopping",
+        "escalate drain_escalated",
+    ),
+    (
+        "closing",
+        "budget_spent",
+        "stopping",
+        "escalate drain_escalated",
+    ),
+    ("backoff", "budget_spent", "backoff", ""),
+    ("drained", "budget_spent", "drained", ""),
+    ("failed", "budget_spent", "failed", ""),
+    ("exited", "budget_spent", "exited", ""),
+    (
+        "vetting",
+        "budget_spent",
+        "ready",
+        "escalate drain_escalated",
+    ),
 ];
 
 #[test]

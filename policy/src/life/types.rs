@@ -1,14 +1,16 @@
 //! The words of a deployment's life: its phases, what can happen to it
 //! (inputs), what it decides (actions), and the typed reasons behind them
-//! (drain purposes, recycle causes; exit causes are in `exit.rs`).
+//! (drain purposes and ends are in `crate::drain`, recycle causes in
+//! `crate::recycle`, exit causes in `crate::exit`).
 
 use std::time::{Duration, Instant};
 
 use wfhost_ipc::Grants;
 
-use super::exit::{ExitCause, ExitStatus};
+pub use crate::drain::{DrainEnd, DrainPurpose, Escalation};
+use crate::exit::{ExitCause, ExitStatus};
 use crate::fact::Fact;
-use crate::recycle::RecycleReason;
+pub use crate::recycle::RecycleCause;
 use crate::restart::RestartPolicy;
 
 /// Grants read from the deployment's `grants_file`, and when.
@@ -22,7 +24,7 @@ pub const DEFAULT_KILL_TIMEOUT: Duration = Duration::from_secs(10);
 /// next child).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Settings {
-    /// The drain-timeout budget, for the `drain_started` fact.
+    /// The drain-timeout budget each drain gets ([`Action::SendDrain`]).
     pub drain_timeout: Duration,
     /// How long a stop or recycle waits for the child to drain.
     pub drain_deadline: Duration,
@@ -34,7 +36,9 @@ pub struct Settings {
     pub restart: RestartPolicy,
 }
 
-/// Where a deployment is in its life (DESIGN §3).
+/// Where a deployment is in its life (DESIGN §3). Everything the machine
+/// knows of its state beyond the live child and its restart counts is
+/// data of its phase.
 #[derive(Debug)]
 pub enum Phase<W> {
     /// A child is being spawned or has not sent `Ready` yet; `pending` is a
@@ -44,6 +48,8 @@ pub enum Phase<W> {
         ready_by: Option<Instant>,
         /// Asked for while starting.
         pending: Option<Purpose<W>>,
+        /// The recycle this child completes, if it is a successor.
+        recycling: Option<Recycling<W>>,
     },
     /// The child takes work; `vetting` is a recycle whose successor is
     /// being checked before the child is drained.
@@ -51,7 +57,7 @@ pub enum Phase<W> {
         /// A recycle waiting for its check.
         vetting: Option<Trigger<W>>,
     },
-    /// The child was told to drain.
+    /// The child was told to drain; its budget runs for `purpose`.
     Draining {
         /// Why.
         purpose: Purpose<W>,
@@ -60,12 +66,20 @@ pub enum Phase<W> {
         /// The child reported `Drained`.
         drained: bool,
     },
-    /// SIGTERM was sent; waiting for the exit.
+    /// SIGTERM (or SIGKILL) was sent; waiting for the exit.
     Stopping {
         /// Why it is stopped (none when it was killed for misbehaving).
         purpose: Option<Purpose<W>>,
         /// When SIGKILL follows (none once it was sent).
         kill_at: Option<Instant>,
+        /// What its exit will be recorded as.
+        ending: Ending,
+        /// A drain whose budget still runs: the child was killed mid-drain.
+        open_drain: Option<DrainPurpose>,
+        /// What was asked of it while it started (it never became ready).
+        pending: Option<Purpose<W>>,
+        /// The recycle it was to complete, if it was a successor.
+        recycling: Option<Recycling<W>>,
     },
     /// The child closed its channel: it is on its way out by itself.
     Closing {
@@ -73,18 +87,48 @@ pub enum Phase<W> {
         purpose: Option<Purpose<W>>,
         /// When it is killed if it has not exited.
         kill_at: Instant,
+        /// A drain whose budget still runs.
+        open_drain: Option<DrainPurpose>,
     },
-    /// Waiting out a restart delay.
+    /// Waiting out a restart delay (or a looping child's recycle delay).
     Backoff {
         /// When the next child is spawned.
         until: Instant,
+        /// The recycle whose successor waits.
+        recycling: Option<Recycling<W>>,
     },
     /// Drained by an operator: no child, mail waits, until resumed.
-    Drained,
+    Drained {
+        /// A delayed recycle's successor, still owed its `recycled`.
+        recycling: Option<Recycling<W>>,
+    },
     /// Too many restarts within the period: no child, until resumed.
     Failed,
     /// Stopped for good (the supervisor is stopping).
     Exited,
+}
+
+/// Why a child in [`Phase::Stopping`] is stopped: what its exit is
+/// recorded as.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ending {
+    /// SIGTERM on purpose without a completed drain: `stopped`.
+    Stopped,
+    /// SIGTERM after it drained: `drained`.
+    Drained,
+    /// SIGKILL, for this cause.
+    Killed(ExitCause),
+}
+
+/// A recycle whose old child is gone and whose new one is on its way.
+#[derive(Debug)]
+pub struct Recycling<W> {
+    /// The recycle.
+    pub trigger: Trigger<W>,
+    /// The old child's pid.
+    pub old_pid: Option<u32>,
+    /// The old child's channel id.
+    pub old_channel_id: Option<String>,
 }
 
 impl<W> Phase<W> {
@@ -96,7 +140,7 @@ impl<W> Phase<W> {
             Self::Draining { .. } => "draining",
             Self::Stopping { .. } | Self::Closing { .. } => "stopping",
             Self::Backoff { .. } => "backoff",
-            Self::Drained => "drained",
+            Self::Drained { .. } => "drained",
             Self::Failed => "failed",
             Self::Exited => "exited",
         }
@@ -132,61 +176,6 @@ impl<W> Purpose<W> {
             Self::Stop => DrainPurpose::Stop,
             Self::Operator => DrainPurpose::Operator,
             Self::Recycle(_) => DrainPurpose::Recycle,
-        }
-    }
-}
-
-/// A drain's purpose, ranked stop > operator > recycle: a stronger one
-/// takes over a weaker drain under way (keeping its budget).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum DrainPurpose {
-    /// A recycle.
-    Recycle,
-    /// `wfhost drain`.
-    Operator,
-    /// The supervisor is stopping.
-    Stop,
-}
-
-impl DrainPurpose {
-    /// The name in status and the journal.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Stop => "stop",
-            Self::Operator => "operator",
-            Self::Recycle => "recycle",
-        }
-    }
-}
-
-/// Who or what asked for a recycle.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum RecycleCause {
-    /// A policy bound was passed.
-    Bound(RecycleReason),
-    /// An operator: `wfhost recycle`, SIGUSR1 or a config reload.
-    Operator,
-    /// The child asked with `RecycleRequest`.
-    Child,
-}
-
-impl RecycleCause {
-    /// The origin as status, metrics and the journal name it: `policy`,
-    /// `operator` or `self`.
-    pub fn origin(self) -> &'static str {
-        match self {
-            Self::Bound(_) => "policy",
-            Self::Operator => "operator",
-            Self::Child => "self",
-        }
-    }
-
-    /// What status counts recycles by: the bound's name for policy
-    /// recycles, else the origin.
-    pub fn key(self) -> &'static str {
-        match self {
-            Self::Bound(bound) => bound.as_str(),
-            other => other.origin(),
         }
     }
 }
@@ -268,6 +257,40 @@ pub enum Request<W> {
     },
 }
 
+impl<W> Request<W> {
+    /// Who waits for the answer, if anyone (the request itself is dropped).
+    pub fn into_waiter(self) -> Option<W> {
+        match self {
+            Self::Stop | Self::Kill => None,
+            Self::Drain(w) | Self::Resume(w) | Self::Cancel { waiter: w, .. } => Some(w),
+            Self::Recycle { waiter, .. } => waiter,
+        }
+    }
+
+    /// The same request for each of `n` replicas, each with its share of
+    /// the waiter (`fan_out` makes `n` waiters that answer the one once all
+    /// have answered). A recycle is never split: it is the crew's.
+    pub fn split(self, n: usize, fan_out: impl FnOnce(W, usize) -> Vec<W>) -> Vec<Self> {
+        if n == 1 {
+            return vec![self];
+        }
+        match self {
+            Self::Stop => (0..n).map(|_| Self::Stop).collect(),
+            Self::Kill => (0..n).map(|_| Self::Kill).collect(),
+            Self::Drain(w) => fan_out(w, n).into_iter().map(Self::Drain).collect(),
+            Self::Resume(w) => fan_out(w, n).into_iter().map(Self::Resume).collect(),
+            Self::Cancel { run, waiter } => fan_out(waiter, n)
+                .into_iter()
+                .map(|waiter| Self::Cancel {
+                    run: run.clone(),
+                    waiter,
+                })
+                .collect(),
+            recycle @ Self::Recycle { .. } => vec![recycle],
+        }
+    }
+}
+
 /// Something that happened to a deployment.
 #[derive(Debug)]
 pub enum Input<W> {
@@ -304,6 +327,8 @@ pub enum Input<W> {
     /// The check of a recycle's successor ([`Action::Vet`]) ended: its
     /// grants (none without a grants file), or why no child could start.
     Vetted(Result<Option<Fresh>, String>),
+    /// The drain budget ran out ([`crate::DrainBudget::poll`]).
+    BudgetSpent(Escalation),
     /// Time passed: a deadline of [`crate::life::Life::deadline`] may be due.
     Tick,
 }
@@ -334,15 +359,23 @@ pub enum Action<W> {
     /// Check that a successor could start (program executable, grants
     /// readable) and report [`Input::Vetted`].
     Vet,
-    /// Tell the child to drain and start its budget.
-    SendDrain(DrainPurpose),
+    /// Tell the child to drain and start its budget of `budget`.
+    SendDrain {
+        /// Why.
+        purpose: DrainPurpose,
+        /// The drain-timeout budget (the machine's `drain_timeout`).
+        budget: Duration,
+    },
     /// Stop the drain budget and record `drain_ended`.
     EndDrain {
         /// Why the drain had started.
         purpose: DrainPurpose,
-        /// How it ended: `drained`, `child exited`, `drain_deadline passed`.
-        why: &'static str,
+        /// How it ended.
+        why: DrainEnd,
     },
+    /// The budget ran out: sign, journal and send a cancel of every run
+    /// named (origin `supervisor-drain`).
+    Escalate(Escalation),
     /// `Shutdown`, then SIGTERM to the child's group.
     Terminate,
     /// SIGKILL the child's whole tree now.

@@ -9,10 +9,37 @@ use std::sync::Arc;
 
 use ed25519_dalek::SigningKey;
 use wfhost_ipc::{CancelOrigin, CancelRequested, SignedCancel};
-use wfhost_policy::Fact;
+use wfhost_policy::{Escalation, Fact, format_duration};
 
 use super::Waiter;
 use crate::shared::{Shared, unix_ms};
+
+/// The signed cancels a spent drain budget issues: one per run that still
+/// had cancel-behaviour work when it ran out, with the reason they give.
+pub fn for_escalation(
+    escalation: &Escalation,
+    key: &SigningKey,
+    deployment: &str,
+) -> (String, Vec<SignedCancel>) {
+    let reason = format!(
+        "drain budget of {} spent",
+        format_duration(escalation.budget)
+    );
+    let signed = escalation
+        .runs
+        .iter()
+        .map(|run| {
+            sign(
+                key,
+                CancelOrigin::SupervisorDrain,
+                deployment,
+                Some(run.clone()),
+                reason.clone(),
+            )
+        })
+        .collect();
+    (reason, signed)
+}
 
 /// First retry delay after a refused commit.
 const RETRY_INITIAL: Duration = Duration::from_millis(100);

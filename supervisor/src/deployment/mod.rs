@@ -9,8 +9,7 @@
 //! |---|---|
 //! | `driver/` | the task: its replicas (`replica.rs`), what arrives in (`arrive.rs`), the machine's actions out (`act.rs`), answers gathered from several replicas (`gather.rs`) |
 //! | `child.rs` | the live child's I/O: process, channel, handshake |
-//! | `drain.rs` | steps in flight and the drain budget |
-//! | `cancel.rs` | signed cancels on their way through the journal |
+//! | `cancel.rs` | signed cancels (an operator's, a spent drain budget's) on their way through the journal |
 //! | `mail.rs` | mail delivery, acknowledgement and replay |
 //! | `spread.rs` | which replica gets how much of the inbox |
 //! | `recycle.rs` | the recycle sequence and its checks |
@@ -23,7 +22,6 @@
 
 mod cancel;
 mod child;
-mod drain;
 mod driver;
 pub mod grants;
 mod mail;

@@ -35,7 +35,7 @@ impl State {
             Phase::Draining { .. } => Self::Draining,
             Phase::Stopping { .. } | Phase::Closing { .. } => Self::Stopping,
             Phase::Backoff { .. } => Self::Backoff,
-            Phase::Drained => Self::Drained,
+            Phase::Drained { .. } => Self::Drained,
             Phase::Failed => Self::Failed,
             Phase::Exited => Self::Exited,
         }

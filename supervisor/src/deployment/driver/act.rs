@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use tracing::{debug, error, info, warn};
 use wfhost_ipc::{CancelOrigin, Control};
-use wfhost_policy::life::{Action, DrainPurpose, Fresh, Input, KillWhy};
+use wfhost_policy::life::{Action, DrainEnd, DrainPurpose, Escalation, Fresh, Input, KillWhy};
 use wfhost_policy::liveness::Liveness;
 use wfhost_policy::{Fact, format_duration};
 
@@ -17,7 +17,7 @@ use crate::deployment::writes::Replay;
 use crate::deployment::{Waiter, cancel, mail, recycle};
 use crate::record;
 use crate::shared::unix_ms;
-use crate::status::{ReplicaView, Role, State, Status};
+use crate::status::{DrainView, ReplicaView, Role, State, Status};
 use crate::store::Holder;
 
 impl Replica {
@@ -29,8 +29,9 @@ impl Replica {
             Action::Spawn { grants } => self.spawn(grants).await,
             Action::Dispatch => self.want_dispatch(),
             Action::Vet => self.vet().await,
-            Action::SendDrain(purpose) => self.send_drain(purpose, now).await,
+            Action::SendDrain { purpose, budget } => self.send_drain(purpose, budget, now).await,
             Action::EndDrain { purpose, why } => self.end_drain(purpose, why, now),
+            Action::Escalate(escalation) => self.escalate(escalation),
             Action::Terminate => self.terminate().await,
             Action::Kill(why) => self.kill(why),
             Action::Cancel { run, to } => self.operator_cancel(run, to),
@@ -57,16 +58,15 @@ impl Replica {
         self.inputs.push_back(Input::Vetted(vetted));
     }
 
-    /// Starts the drain budget and tells the child to drain.
-    async fn send_drain(&mut self, purpose: DrainPurpose, now: Instant) {
+    /// Starts the drain budget the machine gave and tells the child to drain.
+    async fn send_drain(&mut self, purpose: DrainPurpose, budget: Duration, now: Instant) {
         let id = &self.label;
         let Some(w) = self.wired.as_mut() else { return };
-        let budget = self.cfg.drain_timeout;
-        w.budget.begin(now, budget);
+        w.budget.begin_drain(now, budget);
         info!(deployment = %id, pid = w.io.pid, purpose = purpose.as_str(), budget = %format_duration(budget), "draining");
         let budget_ms = u64::try_from(budget.as_millis()).unwrap_or(u64::MAX);
         // A drain that starts with nothing to cancel starts paused.
-        let paused = w.budget.transition(now);
+        let paused = w.budget.transition(now).map(Fact::from);
         if let Err(e) = w.io.send(&self.cfg, Control::Drain { budget_ms }).await {
             debug!(deployment = %id, pid = w.io.pid, error = %e, "drain not sent");
         }
@@ -77,16 +77,27 @@ impl Replica {
 
     /// Ends the drain's budget (the live child's, else the one just
     /// reaped) and records how much of it was used.
-    fn end_drain(&mut self, purpose: DrainPurpose, why: &'static str, now: Instant) {
+    fn end_drain(&mut self, purpose: DrainPurpose, why: DrainEnd, now: Instant) {
         let budget = match self.wired.as_mut() {
             Some(w) => Some(&mut w.budget),
             None => self.retired.as_mut(),
         };
-        let used = budget.map_or(Duration::ZERO, |b| b.end(now));
-        if why == "drain_deadline passed" {
+        let used = budget.map_or(Duration::ZERO, |b| b.end_drain(now));
+        if why == DrainEnd::DeadlinePassed {
             warn!(deployment = %self.label, purpose = purpose.as_str(), "drain_deadline passed before the child drained; stopping it");
         }
         self.record(Fact::DrainEnded { purpose, why, used });
+    }
+
+    /// The budget ran out: a signed cancel of every run it names is queued
+    /// for the journal (sent once committed).
+    fn escalate(&mut self, escalation: Escalation) {
+        let Some(w) = self.wired.as_mut() else { return };
+        let (reason, signed) = cancel::for_escalation(&escalation, &self.shared.key, &self.cfg.id);
+        warn!(deployment = %self.label, pid = w.io.pid, runs = %escalation.runs.join(", "), "{reason}; cancelling");
+        for s in signed {
+            w.cancels.push(s, None);
+        }
     }
 
     /// SIGTERM to the live child's process group.
@@ -291,7 +302,7 @@ impl Replica {
         }
         st.started_at = Some(w.io.started_at);
         st.grants_read_at = w.io.grants_read_at;
-        let (view, steps, n) = w.budget.view(now, self.cfg.drain_timeout);
+        let (view, steps, n) = DrainView::of(&w.budget, now, self.cfg.drain_timeout);
         st.drain = view;
         st.steps = steps;
         st.steps_in_flight = n;
@@ -317,7 +328,7 @@ impl Replica {
     }
 
     /// This replica as `status` lists it.
-    pub(super) fn view(&self, role: Role, now: Instant) -> ReplicaView {
+    pub(super) fn view(&self, role: Role) -> ReplicaView {
         let w = self.wired.as_ref();
         ReplicaView {
             index: self.index,
@@ -329,7 +340,7 @@ impl Replica {
             rss: w.map(|w| w.rss.clone()),
             in_hand: w.map_or(0, |w| w.dispatch.in_flight()),
             mail_done: w.map_or(0, |w| w.mail_done),
-            steps_in_flight: w.map_or(0, |w| w.budget.view(now, self.cfg.drain_timeout).2),
+            steps_in_flight: w.map_or(0, |w| w.budget.steps().len()),
             draining: matches!(self.life.phase().name(), "draining"),
         }
     }

@@ -6,16 +6,16 @@ use std::time::Instant;
 
 use tracing::{debug, error, info, warn};
 use wfhost_ipc::{Control, DrainBehavior, Event, Outcome};
-use wfhost_policy::Fact;
-use wfhost_policy::format_duration;
+use wfhost_policy::drain::MAX_STEPS_IN_FLIGHT;
 use wfhost_policy::life::{Input, Misconduct, RecycleCause};
+use wfhost_policy::{Fact, format_duration};
 
 use super::MAX_REASON_CHARS;
 use super::replica::{Replica, Told};
 use crate::deployment::child::{self, Arrived, Frame};
 use crate::deployment::throttle::Verdict;
 use crate::deployment::writes::Ack;
-use crate::deployment::{Waiter, cancel, drain, mail};
+use crate::deployment::{Waiter, cancel, mail};
 
 impl Replica {
     pub(super) async fn frame(&mut self, arrived: Arrived) {
@@ -89,18 +89,19 @@ impl Replica {
         now: Instant,
     ) -> Option<Fact> {
         let w = self.wired.as_mut()?;
-        match w.budget.step_started(&run, &step, drain, now) {
-            Ok(()) => Some(Fact::StepStarted {
+        if w.budget
+            .on_step_started(run.as_str(), step.as_str(), drain, now)
+        {
+            return Some(Fact::StepStarted {
                 run: clip(run),
                 step: clip(step),
                 drain,
-            }),
-            Err(v) => {
-                self.inputs
-                    .push_back(Input::Misbehaved(Misconduct::Violation(v)));
-                None
-            }
+            });
         }
+        let v = format!("more than {MAX_STEPS_IN_FLIGHT} steps in flight");
+        self.inputs
+            .push_back(Input::Misbehaved(Misconduct::Violation(v)));
+        None
     }
 
     /// A step finished.
@@ -112,7 +113,7 @@ impl Replica {
         now: Instant,
     ) -> Option<Fact> {
         let w = self.wired.as_mut()?;
-        w.budget.step_finished(&run, &step, now);
+        w.budget.on_step_finished(&run, &step, now);
         Some(Fact::StepFinished {
             run: clip(run),
             step: clip(step),
@@ -123,7 +124,7 @@ impl Replica {
     /// A run ended: its steps leave the budget.
     fn run_terminal(&mut self, run: String, outcome: Outcome, now: Instant) -> Option<Fact> {
         let w = self.wired.as_mut()?;
-        w.budget.run_terminal(&run, now);
+        w.budget.on_run_terminal(&run, now);
         Some(Fact::RunTerminal {
             run: clip(run),
             outcome: clip_outcome(outcome),
@@ -201,7 +202,7 @@ impl Replica {
                 Verdict::Drop => {}
             }
         }
-        admitted.extend(w.budget.transition(now));
+        admitted.extend(w.budget.transition(now).map(Fact::from));
         for fact in admitted {
             self.record(fact);
         }
@@ -301,25 +302,9 @@ impl Replica {
         if let Some(dropped) = w.throttle.report_due(now) {
             self.record(Fact::EventsSuppressed { dropped });
         }
-        self.escalate_if_due(now);
-    }
-
-    /// The budget ran out: the escalation's signed cancels are queued.
-    fn escalate_if_due(&mut self, now: Instant) {
-        let Some(w) = self.wired.as_mut() else {
-            return;
-        };
-        if let Some(escalation) = w.budget.poll(now) {
-            let (reason, signed) =
-                drain::escalation_cancels(&escalation, &self.shared.key, &self.cfg.id);
-            warn!(deployment = %self.label, pid = w.io.pid, runs = %escalation.runs.join(", "), "{reason}; cancelling");
-            for s in signed {
-                w.cancels.push(s, None);
-            }
-            self.record(Fact::DrainEscalated {
-                runs: escalation.runs,
-                budget: escalation.budget,
-            });
+        // The budget ran out: the machine has its runs cancelled.
+        if let Some(escalation) = self.wired.as_mut().and_then(|w| w.budget.poll(now)) {
+            self.inputs.push_back(Input::BudgetSpent(escalation));
         }
     }
 }

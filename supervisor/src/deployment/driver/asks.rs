@@ -1,6 +1,7 @@
 //! What the deployment is asked (by operators, the policy tick, the
-//! host), routed to the crew (recycles, scaling) or to the replicas, and a
-//! request to every replica split so its waiter is answered once.
+//! host), routed to the crew (recycles, scaling) or to the replicas; a
+//! request to every replica is split by `Request::split`, so its waiter is
+//! answered once and a new request needs nothing here.
 
 use wfhost_policy::crew::{self, Which};
 use wfhost_policy::life::{Input, RecycleCause, Request};
@@ -149,59 +150,14 @@ impl Driver {
     /// when all have answered.
     pub(super) fn ask_every_replica(&mut self, request: Request<Waiter>) {
         if self.replicas.is_empty() {
-            if let Some(w) = waiter_of(request) {
+            if let Some(w) = request.into_waiter() {
                 w.fail(format!("{} has no replica running", self.id));
             }
             return;
         }
-        let parts = split(request, self.replicas.len());
+        let parts = request.split(self.replicas.len(), gather::fan_out);
         for (r, part) in self.replicas.iter_mut().zip(parts) {
             r.inputs.push_back(Input::Request(part));
         }
-    }
-}
-
-/// The waiter of a request, if it has one.
-fn waiter_of(request: Request<Waiter>) -> Option<Waiter> {
-    match request {
-        Request::Stop | Request::Kill => None,
-        Request::Drain(w) | Request::Resume(w) | Request::Cancel { waiter: w, .. } => Some(w),
-        Request::Recycle { waiter, .. } => waiter,
-    }
-}
-
-/// `request` for each of `n` replicas, its waiter answered once all are.
-fn split(request: Request<Waiter>, n: usize) -> Vec<Request<Waiter>> {
-    if n == 1 {
-        return vec![request];
-    }
-    match request {
-        Request::Stop => (0..n).map(|_| Request::Stop).collect(),
-        Request::Kill => (0..n).map(|_| Request::Kill).collect(),
-        Request::Drain(w) => gather::fan_out(w, n)
-            .into_iter()
-            .map(Request::Drain)
-            .collect(),
-        Request::Resume(w) => gather::fan_out(w, n)
-            .into_iter()
-            .map(Request::Resume)
-            .collect(),
-        Request::Cancel { run, waiter } => gather::fan_out(waiter, n)
-            .into_iter()
-            .map(|waiter| Request::Cancel {
-                run: run.clone(),
-                waiter,
-            })
-            .collect(),
-        // Recycles are the crew's, never split.
-        Request::Recycle {
-            cause,
-            reason,
-            waiter,
-        } => vec![Request::Recycle {
-            cause,
-            reason,
-            waiter,
-        }],
     }
 }

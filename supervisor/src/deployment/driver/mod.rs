@@ -352,7 +352,7 @@ impl Driver {
         st.replicas = self
             .replicas
             .iter()
-            .map(|r| r.view(role_of(r.index), now))
+            .map(|r| r.view(role_of(r.index)))
             .collect::<Vec<ReplicaView>>();
     }
 }

@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use tokio::sync::mpsc;
+use wfhost_policy::DrainBudget;
 use wfhost_policy::life::{Action, Answer, Input, Life, Misconduct, RecycleCause, Settings};
 use wfhost_policy::liveness::Liveness;
 use wfhost_policy::restart::RestartPolicy;
@@ -17,7 +18,6 @@ use wfhost_policy::restart::RestartPolicy;
 use crate::config::DeploymentConfig;
 use crate::deployment::cancel::{self, CancelQueue, Commit};
 use crate::deployment::child::{Arrived, LiveChild};
-use crate::deployment::drain::Budget;
 use crate::deployment::mail::Dispatch;
 use crate::deployment::policy_tick::Watchlist;
 use crate::deployment::throttle::Throttle;
@@ -31,7 +31,8 @@ pub(super) struct Wired {
     pub(super) io: LiveChild,
     /// Pings, once the child is ready.
     pub(super) liveness: Option<Liveness>,
-    pub(super) budget: Budget,
+    /// Its steps in flight and drain budget.
+    pub(super) budget: DrainBudget,
     pub(super) cancels: CancelQueue,
     pub(super) commit: Option<Commit>,
     pub(super) dispatch: Dispatch,
@@ -68,7 +69,7 @@ impl Wired {
         Self {
             io,
             liveness: None,
-            budget: Budget::default(),
+            budget: DrainBudget::new(),
             cancels: CancelQueue::default(),
             commit: None,
             dispatch: Dispatch::default(),
@@ -130,7 +131,7 @@ pub(super) struct Replica {
     pub(super) life: Life<Waiter>,
     pub(super) wired: Option<Wired>,
     /// The budget of the child just reaped, for the drain it ended.
-    pub(super) retired: Option<Budget>,
+    pub(super) retired: Option<DrainBudget>,
     pub(super) inputs: VecDeque<Input<Waiter>>,
     pub(super) actions: VecDeque<Action<Waiter>>,
     pub(super) finished: bool,

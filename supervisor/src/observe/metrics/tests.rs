@@ -153,7 +153,7 @@ fn renders_every_family_for_a_deployment() {
     s.cancels_pending = 1;
     s.drain.active = true;
     // 2,123 ms of cancel-behaviour time by `now`.
-    let mut budget = wfhost_policy::DrainBudget::new(Duration::from_secs(60));
+    let mut budget = wfhost_policy::BudgetMeter::new(Duration::from_secs(60));
     budget.start(start + Duration::from_millis(3000), true);
     s.drain.budget = Some(budget);
     let mail = MailCounts {

@@ -6,6 +6,7 @@
 pub mod control;
 pub mod fleet;
 pub mod netns;
+pub mod node;
 pub mod postgres;
 
 use std::path::{Path, PathBuf};

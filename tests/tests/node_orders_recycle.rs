@@ -19,11 +19,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use serde_json::Value;
+use wfhost_tests::node::{example_dir, node};
 use wfhost_tests::{
     LONG, Supervisor, TempDir, command, deployment, describe, mail_counts, query, wait_for,
 };
@@ -31,40 +32,6 @@ use wfhost_tests::{
 const ORDERS: usize = 20;
 const DEP: &str = "orders-node";
 const STEPS: [&str; 2] = ["fetch", "approve"];
-
-/// The repository root (the tests crate lives in `tests/`).
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("the workspace root")
-        .to_path_buf()
-}
-
-/// `examples/node-orders`, checked to be ready to run.
-fn example_dir() -> PathBuf {
-    let root = repo();
-    let built = root.join("sdk/typescript/dist/index.js");
-    let linked = root.join("examples/node-orders/node_modules/@wfhost/child/package.json");
-    assert!(
-        built.exists() && linked.exists(),
-        "the Node SDK is not built or the example's dependencies are missing ({} or {} is absent): \
-         run `scripts/test`, or by hand: (cd sdk/typescript && npm ci && npm run build) && (cd examples/node-orders && npm ci)",
-        built.display(),
-        linked.display()
-    );
-    root.join("examples/node-orders")
-}
-
-/// The absolute path of `node` on PATH.
-fn node() -> String {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .map(|d| d.join("node"))
-        .find(|p| p.is_file())
-        .unwrap_or_else(|| panic!("node is not on PATH: install Node 20 or later"))
-        .display()
-        .to_string()
-}
 
 /// One line the example printed: the child's pid, the mail id, and what
 /// follows `mail ID: `.

@@ -38,7 +38,7 @@ impl Leases {
             };
             let written = self
                 .call(move |s| {
-                    use crate::store::Store;
+                    use crate::store::{EventStore, JournalStore};
                     s.append_journal(&key, entry)?;
                     s.append_events(std::slice::from_ref(&event)).map(drop)
                 })

@@ -15,7 +15,10 @@ use super::PostgresStore;
 use crate::fleet::rules::Claim;
 use crate::journal::NewJournalEntry;
 use crate::store::fence::{Fence, Held};
-use crate::store::{AckOf, ChildRecord, Ending, Holder, NewEvent, Store};
+use crate::store::{
+    AckOf, ChildRecord, ChildrenStore, Ending, EventStore, Holder, JournalStore, MailAdmin,
+    MailStore, NewEvent,
+};
 
 const TTL: i64 = 60_000;
 const GRACE: i64 = 1_000;

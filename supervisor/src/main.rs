@@ -10,15 +10,11 @@ mod host;
 mod journal;
 mod localtime;
 mod logging;
-mod mail_retention;
 mod observe;
 mod procfs;
-mod send_batch;
 mod shared;
 mod signing_key;
 mod store;
-mod store_handle;
-mod unwritten;
 
 use std::process::ExitCode;
 

@@ -25,9 +25,9 @@ use crate::deployment::writes::Ack;
 use crate::host::policy_tick::Watchlist;
 use crate::journal::NewJournalEntry;
 use crate::procfs;
+use crate::store::handle::StoreHandle;
+use crate::store::unwritten::{AckRecord, Record, Unwritten};
 use crate::store::{ChildRecord, NewEvent, Store, StoreError};
-use crate::store_handle::StoreHandle;
-use crate::unwritten::{AckRecord, Record, Unwritten};
 
 /// State shared by the supervisor's tasks.
 pub struct Shared {
@@ -57,7 +57,7 @@ pub struct Shared {
     /// The fleet this host is one of (`[fleet]`), if any.
     pub fleet: Option<Arc<crate::fleet::Fleet>>,
     /// Mail offered by senders, written together.
-    pub sends: Arc<crate::send_batch::SendBatch>,
+    pub sends: Arc<crate::store::send_batch::SendBatch>,
 }
 
 /// Records waiting for the store, oldest first.

@@ -10,7 +10,10 @@
 //! `sqlite` holds the SQLite backend, `postgres` the PostgreSQL one
 //! (`[store] url`), each implementing every noun's trait in its file of
 //! that noun; `guard` checks the journal when a supervisor starts and
-//! stops.
+//! stops. Around the store: `handle` runs it on threads of its own,
+//! `send_batch` writes concurrent senders' mail in one commit, `retention`
+//! prunes done mail, and `unwritten` keeps what a stopping supervisor
+//! could not write for the next start.
 
 mod api;
 mod children;
@@ -18,6 +21,7 @@ pub mod error;
 mod events;
 pub mod fence;
 pub mod guard;
+pub mod handle;
 pub mod held;
 mod journal_row;
 pub mod mail;
@@ -25,9 +29,12 @@ pub mod mail_admin;
 #[cfg(test)]
 mod measure;
 pub mod postgres;
+pub mod retention;
+pub mod send_batch;
 mod sqlite;
 #[cfg(test)]
 mod suite;
+pub mod unwritten;
 
 pub use api::{ChildrenStore, EventStore, JournalStore, MailAdmin, MailStore, Store};
 pub use children::ChildRecord;

@@ -176,7 +176,7 @@ fn in_force(
         shared.watchlist.clone(),
         settings.policy_interval,
     ));
-    let retention = tokio::spawn(crate::mail_retention::run(
+    let retention = tokio::spawn(crate::store::retention::run(
         shared.clone(),
         settings.mail_retention,
     ));

@@ -107,7 +107,7 @@ impl InForce {
         }
         if changes("mail_retention") {
             self.retention.abort();
-            self.retention = tokio::spawn(crate::mail_retention::run(
+            self.retention = tokio::spawn(crate::store::retention::run(
                 shared.clone(),
                 settings.mail_retention,
             ));

@@ -12,9 +12,9 @@ use tracing::{error, info};
 use crate::config::{Config, SupervisorSettings};
 use crate::shared::Shared;
 use crate::signing_key;
+use crate::store::handle::StoreHandle;
+use crate::store::unwritten;
 use crate::store::{Backend, Store, guard};
-use crate::store_handle::StoreHandle;
-use crate::unwritten;
 
 /// The store's two threads, the signing key, and (for a new store) its
 /// opening under way, or (in a fleet) the host's lease loop to join.
@@ -263,5 +263,5 @@ fn open_store(backend: &Backend, settings: &SupervisorSettings) -> anyhow::Resul
             .with_context(|| format!("cannot open a read connection to the store {at}"))?;
         Ok((store, reader, key))
     };
-    crate::store_handle::open_off_runtime(open)
+    crate::store::handle::open_off_runtime(open)
 }

@@ -11,8 +11,8 @@ use crate::control::server::REQUEST_TIMEOUT;
 use crate::deployment::Ask;
 use crate::exit;
 use crate::observe::status::Status;
-use crate::send_batch::Refused;
 use crate::shared::unix_ms;
+use crate::store::send_batch::Refused;
 use crate::store::{Accepted, Offer};
 
 /// Checks the request, reads its payload, and answers once the store has

@@ -1,5 +1,6 @@
 //! `wfhost`: the supervisor and the operator's CLI in one binary.
 
+mod clock;
 mod commands;
 mod config;
 mod contain;
@@ -12,17 +13,13 @@ mod human;
 mod journal;
 mod localtime;
 mod logging;
-mod mail_retention;
 mod observe;
 mod procfs;
 mod record;
-mod send_batch;
 mod shared;
 mod signing_key;
 mod status;
 mod store;
-mod store_handle;
-mod unwritten;
 
 use std::process::ExitCode;
 

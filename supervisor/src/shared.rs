@@ -10,17 +10,17 @@ pub mod health;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use ed25519_dalek::SigningKey;
 use tokio::sync::watch;
 use tracing::{error, info};
 
+use crate::clock::unix_ms;
 use crate::journal::NewJournalEntry;
 use crate::procfs;
+use crate::store::handle::StoreHandle;
+use crate::store::unwritten::{AckRecord, Record, Unwritten};
 use crate::store::{ChildRecord, NewEvent, Store, StoreError};
-use crate::store_handle::StoreHandle;
-use crate::unwritten::{AckRecord, Record, Unwritten};
 use wfhost_policy::Fact;
 use wfhost_process::Spawner;
 
@@ -50,7 +50,7 @@ pub struct Shared {
     /// The fleet this host is one of (`[fleet]`), if any.
     pub fleet: Option<Arc<crate::fleet::Fleet>>,
     /// Mail offered by senders, written together.
-    pub sends: Arc<crate::send_batch::SendBatch>,
+    pub sends: Arc<crate::store::send_batch::SendBatch>,
 }
 
 /// Records waiting for the store, oldest first.
@@ -73,14 +73,6 @@ const EVENTS: &str = "events";
 
 /// Events between two prunings of the event table.
 const PRUNE_EVERY: u64 = 1024;
-
-/// Unix time in milliseconds, for records meant to outlive this process.
-pub fn unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
 
 fn entry(deployment: Option<&str>, fact: &Fact) -> NewJournalEntry {
     NewJournalEntry {

@@ -2,21 +2,26 @@
 //! default and a fleet's shared PostgreSQL look the same to the supervisor.
 //! It holds the journal, the children table, mail and the event log.
 //!
-//! Layout: the trait (`api`), its errors (`error`), and one file per kind
+//! Layout: the interface (`api`: one trait per kind of thing stored,
+//! [`Store`] all of them), its errors (`error`), and one file per kind
 //! of thing stored (`children`, `mail`, `events`, `journal_row`; mail
 //! held per child and quarantined in `held`, the operator's view of mail
 //! in `mail_admin`) hold what every backend shares, rules included;
-//! `sqlite` holds the SQLite
-//! backend, `postgres` the PostgreSQL one (`[store] url`); `guard` checks
-//! the journal when a supervisor starts and stops.
+//! `sqlite` holds the SQLite backend, `postgres` the PostgreSQL one
+//! (`[store] url`), each implementing every noun's trait in its file of
+//! that noun; `guard` checks the journal when a supervisor starts and
+//! stops. Around the store: `handle` runs it on threads of its own,
+//! `send_batch` writes concurrent senders' mail in one commit, `retention`
+//! prunes done mail, and `unwritten` keeps what a stopping supervisor
+//! could not write for the next start.
 
 mod api;
 mod children;
-mod delegate;
 pub mod error;
 mod events;
 pub mod fence;
 pub mod guard;
+pub mod handle;
 pub mod held;
 mod journal_row;
 pub mod mail;
@@ -24,11 +29,14 @@ pub mod mail_admin;
 #[cfg(test)]
 mod measure;
 pub mod postgres;
+pub mod retention;
+pub mod send_batch;
 mod sqlite;
 #[cfg(test)]
 mod suite;
+pub mod unwritten;
 
-pub use api::Store;
+pub use api::{ChildrenStore, EventStore, JournalStore, MailAdmin, MailStore, Store};
 pub use children::ChildRecord;
 pub use error::StoreError;
 pub use events::{EventRecord, NewEvent};

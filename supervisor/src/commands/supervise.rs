@@ -185,8 +185,8 @@ fn in_force(
         sup.watchlist(),
         settings.policy_interval,
     ));
-    let retention = tokio::spawn(crate::mail_retention::run(
-        shared.clone(),
+    let retention = tokio::spawn(crate::store::retention::run(
+        shared.store.clone(),
         settings.mail_retention,
     ));
     let mut metrics_task = None;

@@ -12,7 +12,8 @@ use wfhost_ipc::{CancelOrigin, CancelRequested, SignedCancel};
 use wfhost_policy::{Escalation, Fact, format_duration};
 
 use super::Waiter;
-use crate::shared::{Shared, unix_ms};
+use crate::clock::unix_ms;
+use crate::shared::Shared;
 
 /// The signed cancels a spent drain budget issues: one per run that still
 /// had cancel-behaviour work when it ran out, with the reason they give.

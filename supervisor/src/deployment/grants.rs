@@ -11,10 +11,10 @@ use std::time::Instant;
 use sha2::{Digest, Sha256};
 use wfhost_ipc::Grants;
 
+use crate::clock::unix_ms;
 use crate::config::DeploymentConfig;
 use crate::config::file::{self, ReadError};
 use crate::config::grants::{room, too_large_hint};
-use crate::shared::unix_ms;
 
 /// Grants as read, and when: the bound `max_grants_age` counts from then.
 pub type Fresh = (Grants, Instant);

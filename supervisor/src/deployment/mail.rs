@@ -12,8 +12,9 @@ use wfhost_policy::life::ExitCause;
 
 use super::child::LiveChild;
 use super::writes::{Ack, Replay};
+use crate::clock::unix_ms;
 use crate::record;
-use crate::shared::{Shared, unix_ms};
+use crate::shared::Shared;
 use crate::store::{AckOf, Ending, Holder};
 
 /// Most mail items in flight to one child at once.

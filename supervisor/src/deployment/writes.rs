@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 
 use wfhost_ipc::Outcome;
 
-use crate::shared::unix_ms;
+use crate::clock::unix_ms;
+use crate::store::unwritten::AckRecord;
 use crate::store::{Ending, Holder};
-use crate::unwritten::AckRecord;
 
 /// First retry delay after a refused write.
 const RETRY_INITIAL: Duration = Duration::from_millis(100);

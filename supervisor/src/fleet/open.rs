@@ -149,7 +149,7 @@ pub fn start(
             .with_context(|| format!("refusing to start on the store {at}"))?;
         Ok((joined, key))
     };
-    let (joined, key) = crate::store_handle::open_off_runtime(open)?;
+    let (joined, key) = crate::store::handle::open_off_runtime(open)?;
     let leases = super::db::Db::start("wfhost-fleet", Box::new(joined.leases))
         .context("cannot start the fleet's lease thread")?;
     let query = super::db::Db::start("wfhost-fleet-query", Box::new(joined.query))

@@ -29,11 +29,12 @@ use tokio::time::sleep_until;
 use tracing::{error, info};
 use wfhost_policy::Fact;
 
+use crate::clock::unix_ms;
 use crate::deployment::policy_tick::Watchlist;
 use crate::deployment::{Ask, DeploymentHandle, Registry};
 use crate::fleet::db::Db;
 use crate::fleet::{Command, Fleet};
-use crate::shared::{Shared, unix_ms};
+use crate::shared::Shared;
 use crate::store::postgres::listen::Heard;
 
 /// What the loop does with a lease it holds.

@@ -32,9 +32,9 @@ mod tests;
 use http::{Head, Route, read_head, response, route};
 pub use render::render;
 
+use crate::clock::unix_ms;
 use crate::deployment::Registry;
 use crate::shared::Shared;
-use crate::shared::unix_ms;
 use crate::status::Status;
 use crate::store::MailCounts;
 

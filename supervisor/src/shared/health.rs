@@ -9,7 +9,7 @@ use std::sync::Mutex;
 
 use serde::Serialize;
 
-use super::unix_ms;
+use crate::clock::unix_ms;
 
 /// One kind of write the store refuses, while it refuses.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

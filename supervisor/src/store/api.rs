@@ -1,4 +1,8 @@
-//! The one trait every backend implements. Its methods are storage
+//! The store's interface: one trait per kind of thing stored, and
+//! [`Store`], all of them, which is what the supervisor holds. A backend
+//! implements each noun's trait in its file of that noun
+//! (`sqlite/mail.rs`: `impl MailStore for SqliteStore`), so an operation
+//! is written once here and once per backend. The methods are storage
 //! operations, each one transaction; the rules they follow (how journal
 //! records are numbered, chained and sealed, how mail is admitted, which
 //! states it moves between and when it is quarantined) are in
@@ -8,14 +12,22 @@
 use ed25519_dalek::SigningKey;
 
 use super::held::{AckOf, Ending, Holder, Replayed};
-use super::mail_admin::{MailPage, MailQuery, MailView, Retried};
+use super::mail_admin::{MailQuery, MailView, Retried};
 use super::{
-    Accepted, ChildRecord, EventRecord, MailCounts, MailItem, NewEvent, Offer, StoreError,
+    Accepted, ChildRecord, EventRecord, MailCounts, MailItem, MailPage, NewEvent, Offer, StoreError,
 };
 use crate::journal::{JournalHead, JournalHeads, JournalRecord, NewJournalEntry};
 
-/// Durable state of one supervisor. Every write is durable when it returns.
-pub trait Store: Send {
+/// Durable state of one supervisor: every store operation, grouped by
+/// what it holds. Every write is durable when it returns. A backend
+/// implements the five traits and gets this one.
+pub trait Store: ChildrenStore + JournalStore + MailStore + MailAdmin + EventStore + Send {}
+
+impl<T> Store for T where T: ChildrenStore + JournalStore + MailStore + MailAdmin + EventStore + Send
+{}
+
+/// The children table: what is running, for orphan clean-up after a crash.
+pub trait ChildrenStore {
     /// Remembers a spawned child (replacing any record of the same pid).
     fn record_child(&mut self, child: &ChildRecord) -> Result<(), StoreError>;
 
@@ -24,7 +36,11 @@ pub trait Store: Send {
 
     /// Every remembered child, by deployment then pid.
     fn children(&mut self) -> Result<Vec<ChildRecord>, StoreError>;
+}
 
+/// The journal: append-only, signed and chained records of decisions
+/// (sealed by `crate::journal`; a backend only stores them).
+pub trait JournalStore {
     /// In one write transaction that excludes every other append (from
     /// any connection or process): reads the journal's head (the highest
     /// seq ever assigned and its hash), asks `seal` for the record that
@@ -57,7 +73,11 @@ pub trait Store: Send {
 
     /// Records `head` as verified: the next start-up check starts there.
     fn set_verified_head(&mut self, head: JournalHead) -> Result<(), StoreError>;
+}
 
+/// Mail as the supervisor moves it: accepted, taken by a holder,
+/// acknowledged, replayed when its holder ends, pruned when done.
+pub trait MailStore {
     /// Durably accepts one mail item into `deployment`'s inbox and returns
     /// its id, or refuses with [`StoreError::InboxFull`] (writing nothing)
     /// when `max_inbox` items already wait in its inbox and processing. The
@@ -67,7 +87,7 @@ pub trait Store: Send {
     /// [`StoreError::KeyReused`] if its payload differs), so a sender can
     /// retry after losing the answer without enqueuing twice. The rules
     /// are [`super::mail::admit`]'s. (The supervisor offers through
-    /// [`Store::enqueue_mail_many`]; tests offer one at a time.)
+    /// [`MailStore::enqueue_mail_many`]; tests offer one at a time.)
     #[cfg(test)]
     fn enqueue_mail(
         &mut self,
@@ -88,7 +108,7 @@ pub trait Store: Send {
         answers.pop().expect("one answer per offer")
     }
 
-    /// [`Store::enqueue_mail`] for several offers (of any deployments) in
+    /// [`MailStore::enqueue_mail`] for several offers (of any deployments) in
     /// one transaction, so concurrent senders share one durable commit:
     /// each answer as `enqueue_mail`'s, in order; the outer error when the
     /// transaction itself failed (nothing of it was written).
@@ -123,7 +143,7 @@ pub trait Store: Send {
         at_ms: u64,
     ) -> Result<bool, StoreError>;
 
-    /// [`Store::ack_mail`] for several acknowledgements in one transaction,
+    /// [`MailStore::ack_mail`] for several acknowledgements in one transaction,
     /// so they cost one durable commit: each answer as `ack_mail`'s, in
     /// order.
     fn ack_mail_many(
@@ -157,6 +177,16 @@ pub trait Store: Send {
     /// dead items are never pruned.
     fn prune_done_mail(&mut self, done_before_ms: u64) -> Result<u64, StoreError>;
 
+    /// How many of `deployment`'s items are in each state.
+    fn mail_counts(&mut self, deployment: &str) -> Result<MailCounts, StoreError>;
+
+    #[cfg(test)]
+    /// Ids of `deployment`'s done items, ascending (for tests and audits).
+    fn mail_done_ids(&mut self, deployment: &str) -> Result<Vec<u64>, StoreError>;
+}
+
+/// Mail as operators see it: listed, read, retried and purged.
+pub trait MailAdmin {
     /// A page of stored items with their histories, ascending by id, and
     /// how many more match.
     fn list_mail(&mut self, query: &MailQuery) -> Result<MailPage, StoreError>;
@@ -194,14 +224,10 @@ pub trait Store: Send {
         deployment: Option<&str>,
         dead_before_ms: u64,
     ) -> Result<Vec<(String, u64)>, StoreError>;
+}
 
-    /// How many of `deployment`'s items are in each state.
-    fn mail_counts(&mut self, deployment: &str) -> Result<MailCounts, StoreError>;
-
-    #[cfg(test)]
-    /// Ids of `deployment`'s done items, ascending (for tests and audits).
-    fn mail_done_ids(&mut self, deployment: &str) -> Result<Vec<u64>, StoreError>;
-
+/// The durable, sequenced event log.
+pub trait EventStore {
     /// Durably appends events in one transaction (events come in bursts;
     /// one commit for many keeps the log cheap) and returns their seqs
     /// (strictly increasing, never reused, even after pruning).

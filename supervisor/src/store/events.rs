@@ -15,7 +15,7 @@ pub struct EventRecord {
     pub deployment: Option<String>,
     /// What happened (`spawned`, `recycled`, ...).
     pub kind: String,
-    /// The details, as given to [`Store::append_events`](super::Store::append_events).
+    /// The details, as given to [`EventStore::append_events`](super::EventStore::append_events).
     pub body: serde_json::Value,
 }
 

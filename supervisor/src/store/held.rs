@@ -26,7 +26,7 @@ pub struct Holder {
     pub pid: u32,
 }
 
-/// One acknowledgement for [`Store::ack_mail_many`](super::Store::ack_mail_many).
+/// One acknowledgement for [`MailStore::ack_mail_many`](super::MailStore::ack_mail_many).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AckOf {
     /// The child that acknowledged.
@@ -37,7 +37,7 @@ pub struct AckOf {
     pub outcome: String,
 }
 
-/// How a holder's wiring ended, for [`Store::replay_mail`](super::Store::replay_mail).
+/// How a holder's wiring ended, for [`MailStore::replay_mail`](super::MailStore::replay_mail).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Ending {
     /// How it ended, in the words of its `exited` fact (e.g. "exited
@@ -64,7 +64,7 @@ pub struct DeadMail {
     pub pid: u32,
 }
 
-/// What [`Store::replay_mail`](super::Store::replay_mail) did.
+/// What [`MailStore::replay_mail`](super::MailStore::replay_mail) did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Replayed {
     /// Items back at the head of the inbox.

@@ -17,7 +17,7 @@ use wfhost_policy::Fact;
 
 use super::{NewEvent, StoreError};
 
-/// One mail item handed out by [`Store::take_mail`](super::Store::take_mail)
+/// One mail item handed out by [`MailStore::take_mail`](super::MailStore::take_mail)
 /// for delivery to a child.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MailItem {
@@ -48,7 +48,7 @@ pub struct MailCounts {
 }
 
 /// One item offered by a sender, for
-/// [`Store::enqueue_mail_many`](super::Store::enqueue_mail_many).
+/// [`MailStore::enqueue_mail_many`](super::MailStore::enqueue_mail_many).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Offer {
     /// Whose inbox.
@@ -63,7 +63,7 @@ pub struct Offer {
     pub at_ms: u64,
 }
 
-/// What [`Store::enqueue_mail`](super::Store::enqueue_mail) did with an
+/// What [`MailStore::enqueue_mail`](super::MailStore::enqueue_mail) did with an
 /// offered item.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Accepted {

@@ -35,7 +35,6 @@ use postgres::config::Host;
 use postgres::{Client, NoTls};
 
 use super::StoreError;
-use super::delegate::delegate_store;
 use super::error::Location;
 use super::fence::Fence;
 
@@ -217,5 +216,3 @@ fn unsigned(what: &str, value: i64) -> Result<u64, String> {
 fn signed(value: u64) -> i64 {
     i64::try_from(value).unwrap_or(i64::MAX)
 }
-
-delegate_store!(PostgresStore);

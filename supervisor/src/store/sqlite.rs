@@ -20,7 +20,6 @@ use std::time::Duration;
 use rusqlite::{Connection, OpenFlags};
 
 use super::StoreError;
-use super::delegate::delegate_store;
 use super::error::Location;
 #[cfg(test)]
 pub use schema::{MIGRATIONS, SCHEMA_VERSION};
@@ -212,5 +211,3 @@ fn private_sidecars(db: &Path) {
         }
     }
 }
-
-delegate_store!(SqliteStore);

@@ -164,7 +164,7 @@ fn store_line(store: &Value) -> Option<String> {
         return None;
     }
     let since = store["refusing_since_ms"].as_u64()?;
-    let for_ms = crate::shared::unix_ms().saturating_sub(since);
+    let for_ms = crate::clock::unix_ms().saturating_sub(since);
     let w = &store["waiting"];
     let n = |k: &str| w[k].as_u64().unwrap_or(0);
     Some(format!(

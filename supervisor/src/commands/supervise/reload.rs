@@ -107,8 +107,8 @@ impl InForce {
         }
         if changes("mail_retention") {
             self.retention.abort();
-            self.retention = tokio::spawn(crate::mail_retention::run(
-                shared.clone(),
+            self.retention = tokio::spawn(crate::store::retention::run(
+                shared.store.clone(),
                 settings.mail_retention,
             ));
         }

@@ -12,9 +12,9 @@ use tracing::{error, info};
 use crate::config::{Config, SupervisorSettings};
 use crate::shared::Shared;
 use crate::signing_key;
+use crate::store::handle::StoreHandle;
+use crate::store::unwritten;
 use crate::store::{Backend, Store, guard};
-use crate::store_handle::StoreHandle;
-use crate::unwritten;
 
 /// The store's two threads, the signing key, and (for a new store) its
 /// opening under way, or (in a fleet) the host's lease loop to join.
@@ -179,7 +179,7 @@ pub(super) fn keep_unwritten(shared: &Shared, state_dir: &Path) -> anyhow::Resul
         return Ok(());
     }
     let what = left.describe();
-    match unwritten::keep(state_dir, &left, crate::shared::unix_ms()) {
+    match unwritten::keep(state_dir, &left, crate::clock::unix_ms()) {
         Ok(file) => {
             error!(file = %file.display(), "the store did not take {what}; they are kept in this file and written by the next start");
             anyhow::bail!(
@@ -208,7 +208,7 @@ pub(super) async fn recover(shared: &Arc<Shared>, state_dir: &Path) -> anyhow::R
         .await
         .context("cannot read the children table")?;
     recover_unwritten(shared, state_dir).await;
-    let at = crate::shared::unix_ms();
+    let at = crate::clock::unix_ms();
     let replayed = shared.store.call(move |s| s.replay_all_mail(at)).await??;
     if replayed > 0 {
         info!(
@@ -263,5 +263,5 @@ fn open_store(backend: &Backend, settings: &SupervisorSettings) -> anyhow::Resul
             .with_context(|| format!("cannot open a read connection to the store {at}"))?;
         Ok((store, reader, key))
     };
-    crate::store_handle::open_off_runtime(open)
+    crate::store::handle::open_off_runtime(open)
 }

@@ -11,11 +11,11 @@ use tokio::net::UnixStream;
 use wfhost_policy::Fact;
 
 use super::{Context, lookup};
+use crate::clock::unix_ms;
 use crate::control::protocol::Response;
 use crate::deployment::Ask;
 use crate::exit;
 use crate::record;
-use crate::shared::unix_ms;
 use crate::store::mail_admin::{MAX_PAGE, PAYLOAD_CHUNK};
 use crate::store::{MailQuery, MailState, MailView, Retried, StoreError};
 

@@ -4,15 +4,15 @@ use serde_json::json;
 use tokio::net::UnixStream;
 
 use super::{Context, lookup};
+use crate::clock::unix_ms;
 use crate::config::DeploymentConfig;
 use crate::control::budget;
 use crate::control::protocol::{MAX_KEY_BYTES, Response};
 use crate::control::server::REQUEST_TIMEOUT;
 use crate::deployment::Ask;
 use crate::exit;
-use crate::send_batch::Refused;
-use crate::shared::unix_ms;
 use crate::status::Status;
+use crate::store::send_batch::Refused;
 use crate::store::{Accepted, Offer};
 
 /// Checks the request, reads its payload, and answers once the store has

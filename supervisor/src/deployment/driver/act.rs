@@ -11,12 +11,12 @@ use wfhost_policy::liveness::Liveness;
 use wfhost_policy::{Fact, format_duration};
 
 use super::replica::{Replica, Told, Wired, settings};
+use crate::clock::unix_ms;
 use crate::deployment::child::LiveChild;
 use crate::deployment::policy_tick::Watched;
 use crate::deployment::writes::Replay;
 use crate::deployment::{Waiter, cancel, mail, recycle};
 use crate::record;
-use crate::shared::unix_ms;
 use crate::status::{DrainView, ReplicaView, Role, State, Status};
 use crate::store::Holder;
 

@@ -12,10 +12,10 @@ use wfhost_policy::life::RecycleCause;
 use wfhost_policy::recycle::RecycleReason;
 
 use super::Driver;
+use crate::clock::unix_ms;
 use crate::deployment::spread::{self, Hand};
 use crate::deployment::writes::Next;
 use crate::deployment::{mail, recycle};
-use crate::shared::unix_ms;
 use crate::store::{Holder, MailItem};
 
 impl Driver {

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use serde::Serialize;
 use tokio::sync::watch;
 
-use crate::shared::unix_ms;
+use crate::clock::unix_ms;
 
 /// Most lines kept per deployment.
 pub const MAX_LINES: usize = 1000;

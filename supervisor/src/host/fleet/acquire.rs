@@ -7,8 +7,8 @@ use tracing::{debug, info, warn};
 use wfhost_policy::Fact;
 
 use super::{Entry, Leases, State};
+use crate::clock::unix_ms;
 use crate::deployment::DeploymentHandle;
-use crate::shared::unix_ms;
 use crate::store::fence::Held;
 use wfhost_policy::lease::Claim;
 

@@ -5,9 +5,9 @@ use tracing::debug;
 use wfhost_policy::Fact;
 
 use super::Leases;
+use crate::clock::unix_ms;
 use crate::journal::NewJournalEntry;
 use crate::record;
-use crate::shared::unix_ms;
 use crate::store::NewEvent;
 
 impl Leases {
@@ -38,7 +38,7 @@ impl Leases {
             };
             let written = self
                 .call(move |s| {
-                    use crate::store::Store;
+                    use crate::store::{EventStore, JournalStore};
                     s.append_journal(&key, entry)?;
                     s.append_events(std::slice::from_ref(&event)).map(drop)
                 })

@@ -9,7 +9,7 @@ use postgres::Transaction;
 
 use super::{PostgresStore, col, fence, signed, unsigned};
 use crate::store::events::parse_body;
-use crate::store::{EventRecord, NewEvent, StoreError};
+use crate::store::{EventRecord, EventStore, NewEvent, StoreError};
 
 /// The advisory lock of event-writing transactions ("wfhost" + 2).
 pub(super) const EVENTS_LOCK: i64 = 0x7766_686f_7374_0002;
@@ -29,34 +29,89 @@ pub(super) fn insert(tx: &mut Transaction<'_>, event: &NewEvent) -> Result<i64, 
     .try_get(0)
 }
 
-/// Appends events in one transaction; returns their seqs.
-pub(super) fn append(
-    store: &mut PostgresStore,
-    events: &[NewEvent],
-) -> Result<Vec<u64>, StoreError> {
-    let fenced = store.fence.clone();
-    let client = store.client()?;
-    let result = (|| -> Result<Vec<i64>, postgres::Error> {
-        let mut tx = client.transaction()?;
-        // A fleet host's events for deployments it no longer holds are
-        // left out; the rest of the batch is written.
-        let writable = fence::writable(&mut tx, fenced.as_deref(), &named(events))?;
-        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&EVENTS_LOCK])?;
-        let mut seqs = Vec::with_capacity(events.len());
-        for e in events {
-            if e.deployment.as_ref().is_some_and(|d| !writable.contains(d)) {
-                continue;
+impl EventStore for PostgresStore {
+    /// Appends events in one transaction; returns their seqs.
+    fn append_events(&mut self, events: &[NewEvent]) -> Result<Vec<u64>, StoreError> {
+        let fenced = self.fence.clone();
+        let client = self.client()?;
+        let result = (|| -> Result<Vec<i64>, postgres::Error> {
+            let mut tx = client.transaction()?;
+            // A fleet host's events for deployments it no longer holds are
+            // left out; the rest of the batch is written.
+            let writable = fence::writable(&mut tx, fenced.as_deref(), &named(events))?;
+            tx.execute("SELECT pg_advisory_xact_lock($1)", &[&EVENTS_LOCK])?;
+            let mut seqs = Vec::with_capacity(events.len());
+            for e in events {
+                if e.deployment.as_ref().is_some_and(|d| !writable.contains(d)) {
+                    continue;
+                }
+                seqs.push(insert(&mut tx, e)?);
             }
-            seqs.push(insert(&mut tx, e)?);
+            tx.commit()?;
+            Ok(seqs)
+        })();
+        let seqs = result.map_err(|e| self.fail("appending events", &e))?;
+        Ok(seqs
+            .into_iter()
+            .map(|s| u64::try_from(s).unwrap_or(0))
+            .collect())
+    }
+
+    /// At most `limit` events after seq `after`, ascending.
+    fn events_after(&mut self, after: u64, limit: usize) -> Result<Vec<EventRecord>, StoreError> {
+        // No stored seq is above i64::MAX.
+        let Ok(after) = i64::try_from(after) else {
+            return Ok(Vec::new());
+        };
+        if limit == 0 {
+            return Ok(Vec::new());
         }
-        tx.commit()?;
-        Ok(seqs)
-    })();
-    let seqs = result.map_err(|e| store.fail("appending events", &e))?;
-    Ok(seqs
-        .into_iter()
-        .map(|s| u64::try_from(s).unwrap_or(0))
-        .collect())
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = self.client()?.query(
+            "SELECT seq, at_ms, deployment, kind, body FROM events
+             WHERE seq > $1 ORDER BY seq LIMIT $2",
+            &[&after, &limit],
+        );
+        let rows = rows.map_err(|e| self.fail("reading the event log", &e))?;
+        rows.iter()
+            .map(|r| {
+                let seq = unsigned("event", col(r, 0)?)?;
+                let body: String = col(r, 4)?;
+                Ok(EventRecord {
+                    seq,
+                    at_ms: unsigned(&format!("event {seq}"), col(r, 1)?)?,
+                    deployment: col(r, 2)?,
+                    kind: col(r, 3)?,
+                    body: parse_body(seq, &body)?,
+                })
+            })
+            .collect::<Result<_, String>>()
+            .map_err(|what| self.corrupt(what))
+    }
+
+    /// Deletes all but the newest `keep` events; returns how many went.
+    fn prune_events(&mut self, keep: u64) -> Result<u64, StoreError> {
+        let deleted = self.client()?.execute(
+            "DELETE FROM events
+             WHERE seq <= (SELECT seq FROM events ORDER BY seq DESC LIMIT 1 OFFSET $1)",
+            &[&signed(keep)],
+        );
+        deleted.map_err(|e| self.fail("pruning the event log", &e))
+    }
+
+    #[cfg(test)]
+    /// The highest seq ever assigned, 0 when none: the identity sequence's
+    /// high-water mark survives pruning every row.
+    fn last_event_seq(&mut self) -> Result<u64, StoreError> {
+        let row = self.client()?.query_one(
+            "SELECT coalesce(pg_sequence_last_value(pg_get_serial_sequence('events', 'seq')), 0)",
+            &[],
+        );
+        let seq: i64 = row
+            .map_err(|e| self.fail("reading the last event seq", &e))?
+            .get(0);
+        Ok(u64::try_from(seq).unwrap_or(0))
+    }
 }
 
 /// The deployments `events` name, each once.
@@ -68,64 +123,4 @@ fn named(events: &[NewEvent]) -> Vec<&str> {
     named.sort_unstable();
     named.dedup();
     named
-}
-
-/// At most `limit` events after seq `after`, ascending.
-pub(super) fn after(
-    store: &mut PostgresStore,
-    after: u64,
-    limit: usize,
-) -> Result<Vec<EventRecord>, StoreError> {
-    // No stored seq is above i64::MAX.
-    let Ok(after) = i64::try_from(after) else {
-        return Ok(Vec::new());
-    };
-    if limit == 0 {
-        return Ok(Vec::new());
-    }
-    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-    let rows = store.client()?.query(
-        "SELECT seq, at_ms, deployment, kind, body FROM events
-         WHERE seq > $1 ORDER BY seq LIMIT $2",
-        &[&after, &limit],
-    );
-    let rows = rows.map_err(|e| store.fail("reading the event log", &e))?;
-    rows.iter()
-        .map(|r| {
-            let seq = unsigned("event", col(r, 0)?)?;
-            let body: String = col(r, 4)?;
-            Ok(EventRecord {
-                seq,
-                at_ms: unsigned(&format!("event {seq}"), col(r, 1)?)?,
-                deployment: col(r, 2)?,
-                kind: col(r, 3)?,
-                body: parse_body(seq, &body)?,
-            })
-        })
-        .collect::<Result<_, String>>()
-        .map_err(|what| store.corrupt(what))
-}
-
-/// Deletes all but the newest `keep` events; returns how many went.
-pub(super) fn prune(store: &mut PostgresStore, keep: u64) -> Result<u64, StoreError> {
-    let deleted = store.client()?.execute(
-        "DELETE FROM events
-         WHERE seq <= (SELECT seq FROM events ORDER BY seq DESC LIMIT 1 OFFSET $1)",
-        &[&signed(keep)],
-    );
-    deleted.map_err(|e| store.fail("pruning the event log", &e))
-}
-
-#[cfg(test)]
-/// The highest seq ever assigned, 0 when none: the identity sequence's
-/// high-water mark survives pruning every row.
-pub(super) fn last_seq(store: &mut PostgresStore) -> Result<u64, StoreError> {
-    let row = store.client()?.query_one(
-        "SELECT coalesce(pg_sequence_last_value(pg_get_serial_sequence('events', 'seq')), 0)",
-        &[],
-    );
-    let seq: i64 = row
-        .map_err(|e| store.fail("reading the last event seq", &e))?
-        .get(0);
-    Ok(u64::try_from(seq).unwrap_or(0))
 }

@@ -14,7 +14,10 @@ use wfhost_tests::postgres::PgServer;
 use super::PostgresStore;
 use crate::journal::NewJournalEntry;
 use crate::store::fence::{Fence, Held};
-use crate::store::{AckOf, ChildRecord, Ending, Holder, NewEvent, Store};
+use crate::store::{
+    AckOf, ChildRecord, ChildrenStore, Ending, EventStore, Holder, JournalStore, MailAdmin,
+    MailStore, NewEvent,
+};
 use wfhost_policy::lease::Claim;
 
 const TTL: i64 = 60_000;

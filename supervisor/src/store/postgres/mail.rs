@@ -10,135 +10,332 @@ use super::{PostgresStore, col, fence, signed, unsigned};
 use crate::store::held::{self, Fate, Holding};
 use crate::store::mail::{self, Admission, Earlier};
 use crate::store::{
-    Accepted, AckOf, DeadMail, Ending, Holder, MailCounts, MailItem, Offer, Replayed, StoreError,
+    Accepted, AckOf, DeadMail, Ending, Holder, MailCounts, MailItem, MailStore, Offer, Replayed,
+    StoreError,
 };
 
-/// Moves items from the head of `deployment`'s inbox to processing, held
-/// by `holder`, as [`held::takeable`] allows, and returns them in FIFO
-/// order; each take begins a delivery in the history.
-pub(super) fn take(
-    store: &mut PostgresStore,
-    deployment: &str,
-    holder: &Holder,
-    limit: usize,
-    at_ms: u64,
-) -> Result<Vec<MailItem>, StoreError> {
-    if limit == 0 {
-        return Ok(Vec::new());
-    }
-    let head = i64::try_from(limit).unwrap_or(i64::MAX);
-    let pid = i64::from(holder.pid);
-    let fenced = store.fence.clone();
-    let client = store.client()?;
-    let result = (|| -> Result<Vec<(i64, Vec<u8>, i64)>, postgres::Error> {
-        let mut tx = client.transaction()?;
-        fence::check(&mut tx, fenced.as_deref(), deployment)?;
-        let holding = tx.query_one(
-            "SELECT count(*), coalesce(bool_or(failures > 0), false) FROM mail
-             WHERE deployment = $1 AND state = 'processing' AND holder_channel = $2",
-            &[&deployment, &holder.channel_id],
-        )?;
-        let holding = Holding {
-            items: u64::try_from(holding.try_get::<_, i64>(0)?).unwrap_or(0),
-            suspect: holding.try_get(1)?,
-        };
-        let rows = tx.query(
-            "SELECT id, payload, deliveries, failures FROM mail
-             WHERE deployment = $1 AND state = 'inbox' ORDER BY id LIMIT $2 FOR UPDATE",
-            &[&deployment, &head],
-        )?;
-        let rows = rows
-            .iter()
-            .map(|r| {
-                let failures: i64 = r.try_get(3)?;
-                Ok(((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?), failures))
-            })
-            .collect::<Result<Vec<((i64, Vec<u8>, i64), i64)>, postgres::Error>>()?;
-        let failures = rows
-            .iter()
-            .map(|(_, f)| u32::try_from(*f).unwrap_or(u32::MAX));
-        let n = held::takeable(holding, failures, limit);
-        let items: Vec<(i64, Vec<u8>, i64)> = rows.into_iter().take(n).map(|(i, _)| i).collect();
-        if !items.is_empty() {
-            // Exactly the rows just read and locked: the head of the inbox.
-            let ids: Vec<i64> = items.iter().map(|i| i.0).collect();
-            tx.execute(
-                "UPDATE mail SET state = 'processing', deliveries = deliveries + 1,
-                     holder_channel = $2, holder_pid = $3, taken_at_ms = $4
-                 WHERE id = ANY($1) AND state = 'inbox'",
-                &[&ids, &holder.channel_id, &pid, &signed(at_ms)],
-            )?;
-            tx.execute(
-                "INSERT INTO mail_history (mail_id, attempt, holder_pid, holder_channel, taken_at_ms)
-                 SELECT id, deliveries, holder_pid, holder_channel, taken_at_ms
-                 FROM mail WHERE id = ANY($1) ORDER BY id",
-                &[&ids],
-            )?;
+impl MailStore for PostgresStore {
+    /// Moves items from the head of `deployment`'s inbox to processing, held
+    /// by `holder`, as [`held::takeable`] allows, and returns them in FIFO
+    /// order; each take begins a delivery in the history.
+    fn take_mail(
+        &mut self,
+        deployment: &str,
+        holder: &Holder,
+        limit: usize,
+        at_ms: u64,
+    ) -> Result<Vec<MailItem>, StoreError> {
+        if limit == 0 {
+            return Ok(Vec::new());
         }
-        tx.commit()?;
-        Ok(items)
-    })();
-    let items = result.map_err(|e| store.fail("taking mail from the inbox", &e))?;
-    items
-        .into_iter()
-        .map(|(id, payload, deliveries)| {
-            Ok(MailItem {
-                id: unsigned("mail", id)?,
-                payload,
-                // This delivery is the one the UPDATE counted.
-                attempt: mail::attempt(deliveries),
+        let head = i64::try_from(limit).unwrap_or(i64::MAX);
+        let pid = i64::from(holder.pid);
+        let fenced = self.fence.clone();
+        let client = self.client()?;
+        let result = (|| -> Result<Vec<(i64, Vec<u8>, i64)>, postgres::Error> {
+            let mut tx = client.transaction()?;
+            fence::check(&mut tx, fenced.as_deref(), deployment)?;
+            let holding = tx.query_one(
+                "SELECT count(*), coalesce(bool_or(failures > 0), false) FROM mail
+                 WHERE deployment = $1 AND state = 'processing' AND holder_channel = $2",
+                &[&deployment, &holder.channel_id],
+            )?;
+            let holding = Holding {
+                items: u64::try_from(holding.try_get::<_, i64>(0)?).unwrap_or(0),
+                suspect: holding.try_get(1)?,
+            };
+            let rows = tx.query(
+                "SELECT id, payload, deliveries, failures FROM mail
+                 WHERE deployment = $1 AND state = 'inbox' ORDER BY id LIMIT $2 FOR UPDATE",
+                &[&deployment, &head],
+            )?;
+            let rows = rows
+                .iter()
+                .map(|r| {
+                    let failures: i64 = r.try_get(3)?;
+                    Ok(((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?), failures))
+                })
+                .collect::<Result<Vec<((i64, Vec<u8>, i64), i64)>, postgres::Error>>()?;
+            let failures = rows
+                .iter()
+                .map(|(_, f)| u32::try_from(*f).unwrap_or(u32::MAX));
+            let n = held::takeable(holding, failures, limit);
+            let items: Vec<(i64, Vec<u8>, i64)> =
+                rows.into_iter().take(n).map(|(i, _)| i).collect();
+            if !items.is_empty() {
+                // Exactly the rows just read and locked: the head of the inbox.
+                let ids: Vec<i64> = items.iter().map(|i| i.0).collect();
+                tx.execute(
+                    "UPDATE mail SET state = 'processing', deliveries = deliveries + 1,
+                         holder_channel = $2, holder_pid = $3, taken_at_ms = $4
+                     WHERE id = ANY($1) AND state = 'inbox'",
+                    &[&ids, &holder.channel_id, &pid, &signed(at_ms)],
+                )?;
+                tx.execute(
+                    "INSERT INTO mail_history (mail_id, attempt, holder_pid, holder_channel, taken_at_ms)
+                     SELECT id, deliveries, holder_pid, holder_channel, taken_at_ms
+                     FROM mail WHERE id = ANY($1) ORDER BY id",
+                    &[&ids],
+                )?;
+            }
+            tx.commit()?;
+            Ok(items)
+        })();
+        let items = result.map_err(|e| self.fail("taking mail from the inbox", &e))?;
+        items
+            .into_iter()
+            .map(|(id, payload, deliveries)| {
+                Ok(MailItem {
+                    id: unsigned("mail", id)?,
+                    payload,
+                    // This delivery is the one the UPDATE counted.
+                    attempt: mail::attempt(deliveries),
+                })
             })
-        })
-        .collect::<Result<_, String>>()
-        .map_err(|what| store.corrupt(what))
-}
+            .collect::<Result<_, String>>()
+            .map_err(|what| self.corrupt(what))
+    }
 
-/// Marks item `id`, held by `holder` in `deployment`, done; `false` if
-/// `holder` does not hold it there.
-pub(super) fn ack(
-    store: &mut PostgresStore,
-    deployment: &str,
-    holder: &Holder,
-    id: u64,
-    outcome: &str,
-    at_ms: u64,
-) -> Result<bool, StoreError> {
-    let one = AckOf {
-        holder: holder.clone(),
-        id,
-        outcome: outcome.to_owned(),
-    };
-    Ok(
-        ack_many(store, deployment, std::slice::from_ref(&one), at_ms)?
+    /// Marks item `id`, held by `holder` in `deployment`, done; `false` if
+    /// `holder` does not hold it there.
+    fn ack_mail(
+        &mut self,
+        deployment: &str,
+        holder: &Holder,
+        id: u64,
+        outcome: &str,
+        at_ms: u64,
+    ) -> Result<bool, StoreError> {
+        let one = AckOf {
+            holder: holder.clone(),
+            id,
+            outcome: outcome.to_owned(),
+        };
+        Ok(self
+            .ack_mail_many(deployment, std::slice::from_ref(&one), at_ms)?
             .first()
             .copied()
-            .unwrap_or(false),
-    )
-}
+            .unwrap_or(false))
+    }
 
-/// Several acknowledgements for `deployment` in one transaction (one
-/// fence check, one durable commit), each `true` when its holder held the
-/// item, as if alone.
-pub(super) fn ack_many(
-    store: &mut PostgresStore,
-    deployment: &str,
-    acks: &[AckOf],
-    at_ms: u64,
-) -> Result<Vec<bool>, StoreError> {
-    let fenced = store.fence.clone();
-    let client = store.client()?;
-    let result = (|| -> Result<Vec<bool>, postgres::Error> {
-        let mut tx = client.transaction()?;
-        fence::check(&mut tx, fenced.as_deref(), deployment)?;
-        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&EVENTS_LOCK])?;
-        let mut landed = Vec::with_capacity(acks.len());
-        for a in acks {
-            landed.push(ack_one(&mut tx, deployment, a, at_ms)?);
+    /// Several acknowledgements for `deployment` in one transaction (one
+    /// fence check, one durable commit), each `true` when its holder held the
+    /// item, as if alone.
+    fn ack_mail_many(
+        &mut self,
+        deployment: &str,
+        acks: &[AckOf],
+        at_ms: u64,
+    ) -> Result<Vec<bool>, StoreError> {
+        let fenced = self.fence.clone();
+        let client = self.client()?;
+        let result = (|| -> Result<Vec<bool>, postgres::Error> {
+            let mut tx = client.transaction()?;
+            fence::check(&mut tx, fenced.as_deref(), deployment)?;
+            tx.execute("SELECT pg_advisory_xact_lock($1)", &[&EVENTS_LOCK])?;
+            let mut landed = Vec::with_capacity(acks.len());
+            for a in acks {
+                landed.push(ack_one(&mut tx, deployment, a, at_ms)?);
+            }
+            tx.commit()?;
+            Ok(landed)
+        })();
+        result.map_err(|e| self.fail("acknowledging mail", &e))
+    }
+
+    /// Several offers in one transaction (one durable commit), each admitted
+    /// or refused as if alone: a refusal writes nothing for that offer and
+    /// leaves the others be.
+    fn enqueue_mail_many(
+        &mut self,
+        offers: &[Offer],
+    ) -> Result<Vec<Result<Accepted, StoreError>>, StoreError> {
+        let client = self.client()?;
+        let mut committing = false;
+        let result = (|| -> Result<Vec<Result<Accepted, StoreError>>, postgres::Error> {
+            let mut tx = client.transaction()?;
+            tx.execute("SELECT pg_advisory_xact_lock($1)", &[&EVENTS_LOCK])?;
+            let mut answers = Vec::with_capacity(offers.len());
+            for o in offers {
+                answers.push(admit_one(&mut tx, o)?);
+            }
+            committing = true;
+            tx.commit()?;
+            Ok(answers)
+        })();
+        result.map_err(|e| {
+            let e = self.fail("accepting mail", &e);
+            // A connection lost during COMMIT may have committed.
+            if committing { e.at_commit() } else { e }
+        })
+    }
+
+    /// Returns what `holder` holds in `deployment` after its `ending`: back to
+    /// the inbox, or dead, as [`held::after_ending`] rules.
+    fn replay_mail(
+        &mut self,
+        deployment: &str,
+        holder: &Holder,
+        ending: &Ending,
+        max_deliveries: u32,
+    ) -> Result<Replayed, StoreError> {
+        let pid = i64::from(holder.pid);
+        let at = signed(ending.at_ms);
+        let how = held::ended_how(ending);
+        let fenced = self.fence.clone();
+        let client = self.client()?;
+        let result = (|| -> Result<Replayed, postgres::Error> {
+            let mut tx = client.transaction()?;
+            fence::check(&mut tx, fenced.as_deref(), deployment)?;
+            let rows = tx.query(
+                "SELECT id, failures FROM mail
+                 WHERE deployment = $1 AND state = 'processing' AND holder_channel = $2
+                 ORDER BY id FOR UPDATE",
+                &[&deployment, &holder.channel_id],
+            )?;
+            let mut replayed = Replayed::default();
+            for r in &rows {
+                let (id, failures): (i64, i64) = (r.try_get(0)?, r.try_get(1)?);
+                let before = u32::try_from(failures).unwrap_or(u32::MAX);
+                let (failures, fate) = held::after_ending(before, ending, max_deliveries);
+                if ending.counts {
+                    let state = match fate {
+                        Fate::Inbox => "inbox",
+                        Fate::Dead => "dead",
+                    };
+                    let dead_at = (fate == Fate::Dead).then_some(at);
+                    tx.execute(
+                        "UPDATE mail SET state = $2, failures = $3, holder_channel = NULL,
+                             holder_pid = NULL, last_cause = $4, last_pid = $5,
+                             last_failed_at_ms = $6, dead_at_ms = $7
+                         WHERE id = $1",
+                        &[
+                            &id,
+                            &state,
+                            &i64::from(failures),
+                            &ending.cause,
+                            &pid,
+                            &at,
+                            &dead_at,
+                        ],
+                    )?;
+                } else {
+                    tx.execute(
+                        "UPDATE mail SET state = 'inbox', holder_channel = NULL, holder_pid = NULL
+                         WHERE id = $1",
+                        &[&id],
+                    )?;
+                }
+                end_delivery(&mut tx, id, ending.at_ms, &how)?;
+                match fate {
+                    Fate::Inbox => replayed.returned += 1,
+                    Fate::Dead => replayed.dead.push(DeadMail {
+                        id: u64::try_from(id).unwrap_or(0),
+                        failures,
+                        cause: ending.cause.clone(),
+                        pid: holder.pid,
+                    }),
+                }
+            }
+            tx.commit()?;
+            Ok(replayed)
+        })();
+        result.map_err(|e| self.fail("returning unacknowledged mail", &e))
+    }
+
+    /// Every processing item of every deployment back to the inbox, not
+    /// counted; returns how many.
+    fn replay_all_mail(&mut self, at_ms: u64) -> Result<u64, StoreError> {
+        // A fleet host returns a deployment's mail when it takes its lease
+        // (`takeover.rs`); other hosts' children may be working on the rest.
+        if self.fence.is_some() {
+            return Ok(0);
         }
-        tx.commit()?;
-        Ok(landed)
-    })();
-    result.map_err(|e| store.fail("acknowledging mail", &e))
+        let client = self.client()?;
+        let result = (|| -> Result<u64, postgres::Error> {
+            let mut tx = client.transaction()?;
+            tx.execute(
+                "UPDATE mail_history SET ended_at_ms = $1, how = $2
+                 WHERE ended_at_ms IS NULL AND attempt IS NOT NULL
+                   AND mail_id IN (SELECT id FROM mail WHERE state = 'processing')",
+                &[&signed(at_ms), &held::RETURNED_AT_START],
+            )?;
+            let changed = tx.execute(
+                "UPDATE mail SET state = 'inbox', holder_channel = NULL, holder_pid = NULL
+                 WHERE state = 'processing'",
+                &[],
+            )?;
+            tx.commit()?;
+            Ok(changed)
+        })();
+        result.map_err(|e| self.fail("replaying unacknowledged mail", &e))
+    }
+
+    /// Deletes done items acknowledged before `done_before_ms`, with their
+    /// idempotency keys and histories, in short transactions; returns how
+    /// many went.
+    fn prune_done_mail(&mut self, done_before_ms: u64) -> Result<u64, StoreError> {
+        let cut = signed(done_before_ms);
+        let mut total = 0u64;
+        loop {
+            let client = self.client()?;
+            let deleted = (|| -> Result<u64, postgres::Error> {
+                let mut tx = client.transaction()?;
+                let ids: Vec<i64> = tx
+                    .query(
+                        "SELECT id FROM mail WHERE state = 'done' AND done_at_ms < $1
+                         ORDER BY id LIMIT $2 FOR UPDATE",
+                        &[&cut, &PRUNE_BATCH],
+                    )?
+                    .iter()
+                    .map(|r| r.try_get(0))
+                    .collect::<Result<_, _>>()?;
+                let deleted = delete_ids(&mut tx, &ids)?;
+                tx.commit()?;
+                Ok(deleted)
+            })();
+            let deleted = deleted.map_err(|e| self.fail("pruning done mail", &e))?;
+            total += deleted;
+            if deleted < PRUNE_BATCH as u64 {
+                return Ok(total);
+            }
+        }
+    }
+
+    /// How many of `deployment`'s items are in each state.
+    fn mail_counts(&mut self, deployment: &str) -> Result<MailCounts, StoreError> {
+        let row = self.client()?.query_opt(
+            "SELECT inbox, processing, done, dead FROM mail_counts WHERE deployment = $1",
+            &[&deployment],
+        );
+        let Some(row) = row.map_err(|e| self.fail("counting mail", &e))? else {
+            return Ok(MailCounts::default());
+        };
+        let what = "mail_counts";
+        (|| {
+            Ok(MailCounts {
+                inbox: unsigned(what, col(&row, 0)?)?,
+                processing: unsigned(what, col(&row, 1)?)?,
+                done: unsigned(what, col(&row, 2)?)?,
+                dead: unsigned(what, col(&row, 3)?)?,
+            })
+        })()
+        .map_err(|what| self.corrupt(what))
+    }
+
+    #[cfg(test)]
+    /// Ids of `deployment`'s done items, ascending.
+    fn mail_done_ids(&mut self, deployment: &str) -> Result<Vec<u64>, StoreError> {
+        let rows = self.client()?.query(
+            "SELECT id FROM mail WHERE deployment = $1 AND state = 'done' ORDER BY id",
+            &[&deployment],
+        );
+        let rows = rows.map_err(|e| self.fail("listing done mail", &e))?;
+        Ok(rows
+            .iter()
+            .map(|r| u64::try_from(r.get::<_, i64>(0)).unwrap_or(0))
+            .collect())
+    }
 }
 
 /// One acknowledgement inside [`ack_many`]'s transaction.
@@ -170,33 +367,6 @@ fn ack_one(
     end_delivery(tx, row_id, at_ms, &held::done_how(&a.outcome))?;
     insert(tx, &mail::done_event(deployment, a.id, &a.outcome, at_ms))?;
     Ok(true)
-}
-
-/// Several offers in one transaction (one durable commit), each admitted
-/// or refused as if alone: a refusal writes nothing for that offer and
-/// leaves the others be.
-pub(super) fn enqueue_many(
-    store: &mut PostgresStore,
-    offers: &[Offer],
-) -> Result<Vec<Result<Accepted, StoreError>>, StoreError> {
-    let client = store.client()?;
-    let mut committing = false;
-    let result = (|| -> Result<Vec<Result<Accepted, StoreError>>, postgres::Error> {
-        let mut tx = client.transaction()?;
-        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&EVENTS_LOCK])?;
-        let mut answers = Vec::with_capacity(offers.len());
-        for o in offers {
-            answers.push(admit_one(&mut tx, o)?);
-        }
-        committing = true;
-        tx.commit()?;
-        Ok(answers)
-    })();
-    result.map_err(|e| {
-        let e = store.fail("accepting mail", &e);
-        // A connection lost during COMMIT may have committed.
-        if committing { e.at_commit() } else { e }
-    })
 }
 
 /// One offer inside [`enqueue_many`]'s transaction, as [`mail::admit`]
@@ -274,143 +444,8 @@ fn end_delivery(
     Ok(())
 }
 
-/// Returns what `holder` holds in `deployment` after its `ending`: back to
-/// the inbox, or dead, as [`held::after_ending`] rules.
-pub(super) fn replay(
-    store: &mut PostgresStore,
-    deployment: &str,
-    holder: &Holder,
-    ending: &Ending,
-    max_deliveries: u32,
-) -> Result<Replayed, StoreError> {
-    let pid = i64::from(holder.pid);
-    let at = signed(ending.at_ms);
-    let how = held::ended_how(ending);
-    let fenced = store.fence.clone();
-    let client = store.client()?;
-    let result = (|| -> Result<Replayed, postgres::Error> {
-        let mut tx = client.transaction()?;
-        fence::check(&mut tx, fenced.as_deref(), deployment)?;
-        let rows = tx.query(
-            "SELECT id, failures FROM mail
-             WHERE deployment = $1 AND state = 'processing' AND holder_channel = $2
-             ORDER BY id FOR UPDATE",
-            &[&deployment, &holder.channel_id],
-        )?;
-        let mut replayed = Replayed::default();
-        for r in &rows {
-            let (id, failures): (i64, i64) = (r.try_get(0)?, r.try_get(1)?);
-            let before = u32::try_from(failures).unwrap_or(u32::MAX);
-            let (failures, fate) = held::after_ending(before, ending, max_deliveries);
-            if ending.counts {
-                let state = match fate {
-                    Fate::Inbox => "inbox",
-                    Fate::Dead => "dead",
-                };
-                let dead_at = (fate == Fate::Dead).then_some(at);
-                tx.execute(
-                    "UPDATE mail SET state = $2, failures = $3, holder_channel = NULL,
-                         holder_pid = NULL, last_cause = $4, last_pid = $5,
-                         last_failed_at_ms = $6, dead_at_ms = $7
-                     WHERE id = $1",
-                    &[
-                        &id,
-                        &state,
-                        &i64::from(failures),
-                        &ending.cause,
-                        &pid,
-                        &at,
-                        &dead_at,
-                    ],
-                )?;
-            } else {
-                tx.execute(
-                    "UPDATE mail SET state = 'inbox', holder_channel = NULL, holder_pid = NULL
-                     WHERE id = $1",
-                    &[&id],
-                )?;
-            }
-            end_delivery(&mut tx, id, ending.at_ms, &how)?;
-            match fate {
-                Fate::Inbox => replayed.returned += 1,
-                Fate::Dead => replayed.dead.push(DeadMail {
-                    id: u64::try_from(id).unwrap_or(0),
-                    failures,
-                    cause: ending.cause.clone(),
-                    pid: holder.pid,
-                }),
-            }
-        }
-        tx.commit()?;
-        Ok(replayed)
-    })();
-    result.map_err(|e| store.fail("returning unacknowledged mail", &e))
-}
-
-/// Every processing item of every deployment back to the inbox, not
-/// counted; returns how many.
-pub(super) fn replay_all(store: &mut PostgresStore, at_ms: u64) -> Result<u64, StoreError> {
-    // A fleet host returns a deployment's mail when it takes its lease
-    // (`takeover.rs`); other hosts' children may be working on the rest.
-    if store.fence.is_some() {
-        return Ok(0);
-    }
-    let client = store.client()?;
-    let result = (|| -> Result<u64, postgres::Error> {
-        let mut tx = client.transaction()?;
-        tx.execute(
-            "UPDATE mail_history SET ended_at_ms = $1, how = $2
-             WHERE ended_at_ms IS NULL AND attempt IS NOT NULL
-               AND mail_id IN (SELECT id FROM mail WHERE state = 'processing')",
-            &[&signed(at_ms), &held::RETURNED_AT_START],
-        )?;
-        let changed = tx.execute(
-            "UPDATE mail SET state = 'inbox', holder_channel = NULL, holder_pid = NULL
-             WHERE state = 'processing'",
-            &[],
-        )?;
-        tx.commit()?;
-        Ok(changed)
-    })();
-    result.map_err(|e| store.fail("replaying unacknowledged mail", &e))
-}
-
 /// Most rows one prune transaction deletes, so it never holds locks long.
 const PRUNE_BATCH: i64 = 5_000;
-
-/// Deletes done items acknowledged before `done_before_ms`, with their
-/// idempotency keys and histories, in short transactions; returns how
-/// many went.
-pub(super) fn prune_done(
-    store: &mut PostgresStore,
-    done_before_ms: u64,
-) -> Result<u64, StoreError> {
-    let cut = signed(done_before_ms);
-    let mut total = 0u64;
-    loop {
-        let client = store.client()?;
-        let deleted = (|| -> Result<u64, postgres::Error> {
-            let mut tx = client.transaction()?;
-            let ids: Vec<i64> = tx
-                .query(
-                    "SELECT id FROM mail WHERE state = 'done' AND done_at_ms < $1
-                     ORDER BY id LIMIT $2 FOR UPDATE",
-                    &[&cut, &PRUNE_BATCH],
-                )?
-                .iter()
-                .map(|r| r.try_get(0))
-                .collect::<Result<_, _>>()?;
-            let deleted = delete_ids(&mut tx, &ids)?;
-            tx.commit()?;
-            Ok(deleted)
-        })();
-        let deleted = deleted.map_err(|e| store.fail("pruning done mail", &e))?;
-        total += deleted;
-        if deleted < PRUNE_BATCH as u64 {
-            return Ok(total);
-        }
-    }
-}
 
 /// Deletes mail rows `ids` and their history in `tx`; returns how many
 /// rows went.
@@ -423,45 +458,4 @@ pub(super) fn delete_ids(
     }
     tx.execute("DELETE FROM mail_history WHERE mail_id = ANY($1)", &[&ids])?;
     tx.execute("DELETE FROM mail WHERE id = ANY($1)", &[&ids])
-}
-
-/// How many of `deployment`'s items are in each state.
-pub(super) fn counts(
-    store: &mut PostgresStore,
-    deployment: &str,
-) -> Result<MailCounts, StoreError> {
-    let row = store.client()?.query_opt(
-        "SELECT inbox, processing, done, dead FROM mail_counts WHERE deployment = $1",
-        &[&deployment],
-    );
-    let Some(row) = row.map_err(|e| store.fail("counting mail", &e))? else {
-        return Ok(MailCounts::default());
-    };
-    let what = "mail_counts";
-    (|| {
-        Ok(MailCounts {
-            inbox: unsigned(what, col(&row, 0)?)?,
-            processing: unsigned(what, col(&row, 1)?)?,
-            done: unsigned(what, col(&row, 2)?)?,
-            dead: unsigned(what, col(&row, 3)?)?,
-        })
-    })()
-    .map_err(|what| store.corrupt(what))
-}
-
-#[cfg(test)]
-/// Ids of `deployment`'s done items, ascending.
-pub(super) fn done_ids(
-    store: &mut PostgresStore,
-    deployment: &str,
-) -> Result<Vec<u64>, StoreError> {
-    let rows = store.client()?.query(
-        "SELECT id FROM mail WHERE deployment = $1 AND state = 'done' ORDER BY id",
-        &[&deployment],
-    );
-    let rows = rows.map_err(|e| store.fail("listing done mail", &e))?;
-    Ok(rows
-        .iter()
-        .map(|r| u64::try_from(r.get::<_, i64>(0)).unwrap_or(0))
-        .collect())
 }

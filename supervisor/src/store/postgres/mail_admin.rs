@@ -9,11 +9,11 @@ use postgres::types::ToSql;
 
 use super::mail::delete_ids;
 use super::{PostgresStore, col, signed, unsigned};
-use crate::store::StoreError;
 use crate::store::held::Holder;
 use crate::store::mail_admin::{
     self, HistoryEntry, LastFailure, MailPage, MailQuery, MailView, RETRY_BATCH, Retried,
 };
+use crate::store::{MailAdmin, StoreError};
 
 /// The columns [`view`] reads, in its order.
 const COLUMNS: &str = "id, deployment, state, deliveries, failures, enqueued_at_ms,
@@ -117,233 +117,236 @@ fn bound(args: &Args) -> Vec<&(dyn ToSql + Sync)> {
     args.iter().map(|a| a.as_ref()).collect()
 }
 
-/// A page of items with their histories, and how many more match.
-pub(super) fn list(store: &mut PostgresStore, query: &MailQuery) -> Result<MailPage, StoreError> {
-    let limit = mail_admin::page_size(query.limit);
-    let (where_, mut args) = filter(query);
-    args.push(Box::new(i64::try_from(limit).unwrap_or(i64::MAX)));
-    let at_limit = args.len();
-    let page = format!("SELECT {COLUMNS} FROM mail WHERE {where_} ORDER BY id LIMIT ${at_limit}");
-    let history = format!(
-        "{HISTORY} WHERE mail_id IN (SELECT id FROM mail WHERE {where_} ORDER BY id LIMIT ${at_limit})
-         ORDER BY mail_id, seq"
-    );
-    let client = store.client()?;
-    let read = (|| -> Result<PageRows, postgres::Error> {
-        // One snapshot: the page and its histories agree.
-        let mut tx = client
-            .build_transaction()
-            .isolation_level(postgres::IsolationLevel::RepeatableRead)
-            .read_only(true)
-            .start()?;
-        let rows = tx.query(&page, &bound(&args))?;
-        let history = tx.query(&history, &bound(&args))?;
-        let last = match rows.last() {
-            Some(r) if rows.len() == limit => Some(r.try_get::<_, i64>(0)?),
-            _ => None,
-        };
-        let more = match last {
-            Some(last) => {
-                let rest = MailQuery {
-                    after: u64::try_from(last).unwrap_or(0),
-                    ..query.clone()
-                };
-                let (where_, args) = filter(&rest);
-                let count = format!("SELECT count(*) FROM mail WHERE {where_}");
-                Some(tx.query_one(&count, &bound(&args))?.try_get(0)?)
+impl MailAdmin for PostgresStore {
+    /// A page of items with their histories, and how many more match.
+    fn list_mail(&mut self, query: &MailQuery) -> Result<MailPage, StoreError> {
+        let limit = mail_admin::page_size(query.limit);
+        let (where_, mut args) = filter(query);
+        args.push(Box::new(i64::try_from(limit).unwrap_or(i64::MAX)));
+        let at_limit = args.len();
+        let page =
+            format!("SELECT {COLUMNS} FROM mail WHERE {where_} ORDER BY id LIMIT ${at_limit}");
+        let history = format!(
+            "{HISTORY} WHERE mail_id IN (SELECT id FROM mail WHERE {where_} ORDER BY id LIMIT ${at_limit})
+             ORDER BY mail_id, seq"
+        );
+        let client = self.client()?;
+        let read = (|| -> Result<PageRows, postgres::Error> {
+            // One snapshot: the page and its histories agree.
+            let mut tx = client
+                .build_transaction()
+                .isolation_level(postgres::IsolationLevel::RepeatableRead)
+                .read_only(true)
+                .start()?;
+            let rows = tx.query(&page, &bound(&args))?;
+            let history = tx.query(&history, &bound(&args))?;
+            let last = match rows.last() {
+                Some(r) if rows.len() == limit => Some(r.try_get::<_, i64>(0)?),
+                _ => None,
+            };
+            let more = match last {
+                Some(last) => {
+                    let rest = MailQuery {
+                        after: u64::try_from(last).unwrap_or(0),
+                        ..query.clone()
+                    };
+                    let (where_, args) = filter(&rest);
+                    let count = format!("SELECT count(*) FROM mail WHERE {where_}");
+                    Some(tx.query_one(&count, &bound(&args))?.try_get(0)?)
+                }
+                None => None,
+            };
+            tx.commit()?;
+            Ok((rows, history, more))
+        })();
+        let (rows, history, more) = read.map_err(|e| self.fail("listing mail", &e))?;
+        (|| -> Result<MailPage, String> {
+            let mut by_id: BTreeMap<u64, Vec<HistoryEntry>> = BTreeMap::new();
+            for r in &history {
+                let id = unsigned("mail_history", col(r, 0)?)?;
+                by_id.entry(id).or_default().push(entry(r)?);
             }
-            None => None,
-        };
-        tx.commit()?;
-        Ok((rows, history, more))
-    })();
-    let (rows, history, more) = read.map_err(|e| store.fail("listing mail", &e))?;
-    (|| -> Result<MailPage, String> {
-        let mut by_id: BTreeMap<u64, Vec<HistoryEntry>> = BTreeMap::new();
-        for r in &history {
-            let id = unsigned("mail_history", col(r, 0)?)?;
-            by_id.entry(id).or_default().push(entry(r)?);
-        }
-        let mut items = rows.iter().map(view).collect::<Result<Vec<_>, _>>()?;
-        for item in &mut items {
-            item.history = by_id.remove(&item.id).unwrap_or_default();
-        }
-        let more = more.map(|m| unsigned("count", m)).transpose()?.unwrap_or(0);
-        Ok(MailPage { items, more })
-    })()
-    .map_err(|what| store.corrupt(what))
-}
+            let mut items = rows.iter().map(view).collect::<Result<Vec<_>, _>>()?;
+            for item in &mut items {
+                item.history = by_id.remove(&item.id).unwrap_or_default();
+            }
+            let more = more.map(|m| unsigned("count", m)).transpose()?.unwrap_or(0);
+            Ok(MailPage { items, more })
+        })()
+        .map_err(|what| self.corrupt(what))
+    }
 
-/// Item `id` with its history.
-pub(super) fn item(store: &mut PostgresStore, id: u64) -> Result<Option<MailView>, StoreError> {
-    let Ok(row_id) = i64::try_from(id) else {
-        return Ok(None);
-    };
-    let client = store.client()?;
-    let read = (|| -> Result<Option<(Row, Vec<Row>)>, postgres::Error> {
-        let mut tx = client
-            .build_transaction()
-            .isolation_level(postgres::IsolationLevel::RepeatableRead)
-            .read_only(true)
-            .start()?;
-        let Some(row) = tx.query_opt(
-            &format!("SELECT {COLUMNS} FROM mail WHERE id = $1"),
-            &[&row_id],
-        )?
-        else {
+    /// Item `id` with its history.
+    fn mail_item(&mut self, id: u64) -> Result<Option<MailView>, StoreError> {
+        let Ok(row_id) = i64::try_from(id) else {
             return Ok(None);
         };
-        let history = tx.query(
-            &format!("{HISTORY} WHERE mail_id = $1 ORDER BY seq"),
-            &[&row_id],
-        )?;
-        tx.commit()?;
-        Ok(Some((row, history)))
-    })();
-    let Some((row, history)) = read.map_err(|e| store.fail("reading a mail item", &e))? else {
-        return Ok(None);
-    };
-    (|| -> Result<MailView, String> {
-        let mut item = view(&row)?;
-        item.history = history.iter().map(entry).collect::<Result<_, _>>()?;
-        Ok(item)
-    })()
-    .map(Some)
-    .map_err(|what| store.corrupt(what))
-}
-
-/// At most `len` bytes of item `id`'s payload from `offset`.
-pub(super) fn payload(
-    store: &mut PostgresStore,
-    id: u64,
-    offset: u64,
-    len: usize,
-) -> Result<Option<Vec<u8>>, StoreError> {
-    let (Ok(row_id), Ok(start), Ok(len)) = (
-        i64::try_from(id),
-        i32::try_from(offset.saturating_add(1)),
-        i32::try_from(len),
-    ) else {
-        return Ok(None);
-    };
-    let row = store.client()?.query_opt(
-        "SELECT substring(payload FROM $2 FOR $3) FROM mail WHERE id = $1",
-        &[&row_id, &start, &len],
-    );
-    let row = row.map_err(|e| store.fail("reading a mail payload", &e))?;
-    row.map(|r| col::<Vec<u8>>(&r, 0))
-        .transpose()
-        .map_err(|what| store.corrupt(what))
-}
-
-/// Dead mail of `deployment` (item `id`, or its oldest) back to the inbox
-/// with failures and attempts reset.
-pub(super) fn retry(
-    store: &mut PostgresStore,
-    deployment: &str,
-    id: Option<u64>,
-    by: &str,
-    at_ms: u64,
-) -> Result<Retried, StoreError> {
-    let how = mail_admin::retried_how(by);
-    let location = store.location.clone();
-    let client = store.client()?;
-    let result = (|| -> Result<Result<Retried, StoreError>, postgres::Error> {
-        let mut tx = client.transaction()?;
-        let ids: Vec<i64> = match id {
-            Some(id) => {
-                let row = tx.query_opt(
-                    "SELECT state FROM mail WHERE id = $1 AND deployment = $2 FOR UPDATE",
-                    &[&i64::try_from(id).unwrap_or(-1), &deployment],
-                )?;
-                let Some(row) = row else {
-                    return Ok(Err(StoreError::UnknownMail { id }));
-                };
-                let state: String = row.try_get(0)?;
-                let checked = mail_admin::stored_state(&state)
-                    .map_err(|what| StoreError::Corrupt {
-                        location: location.clone(),
-                        what,
-                    })
-                    .and_then(|state| mail_admin::check_retry(id, deployment, state));
-                if let Err(refused) = checked {
-                    return Ok(Err(refused));
-                }
-                vec![signed(id)]
-            }
-            None => tx
-                .query(
-                    "SELECT id FROM mail WHERE deployment = $1 AND state = 'dead'
-                     ORDER BY id LIMIT $2 FOR UPDATE",
-                    &[&deployment, &(RETRY_BATCH as i64)],
-                )?
-                .iter()
-                .map(|r| r.try_get(0))
-                .collect::<Result<_, _>>()?,
-        };
-        if !ids.is_empty() {
-            tx.execute(
-                "UPDATE mail SET state = 'inbox', failures = 0, deliveries = 0, dead_at_ms = NULL
-                 WHERE id = ANY($1) AND state = 'dead'",
-                &[&ids],
-            )?;
-            tx.execute(
-                "INSERT INTO mail_history (mail_id, ended_at_ms, how)
-                 SELECT unnest($1::BIGINT[]), $2, $3",
-                &[&ids, &signed(at_ms), &how],
-            )?;
-        }
-        let left: Option<i64> = tx
-            .query_opt(
-                "SELECT dead FROM mail_counts WHERE deployment = $1",
-                &[&deployment],
+        let client = self.client()?;
+        let read = (|| -> Result<Option<(Row, Vec<Row>)>, postgres::Error> {
+            let mut tx = client
+                .build_transaction()
+                .isolation_level(postgres::IsolationLevel::RepeatableRead)
+                .read_only(true)
+                .start()?;
+            let Some(row) = tx.query_opt(
+                &format!("SELECT {COLUMNS} FROM mail WHERE id = $1"),
+                &[&row_id],
             )?
-            .map(|r| r.try_get(0))
-            .transpose()?;
-        tx.commit()?;
-        Ok(Ok(Retried {
-            ids: ids.iter().map(|&i| u64::try_from(i).unwrap_or(0)).collect(),
-            left: left.and_then(|l| u64::try_from(l).ok()).unwrap_or(0),
-        }))
-    })();
-    result.map_err(|e| store.fail("retrying dead mail", &e))?
+            else {
+                return Ok(None);
+            };
+            let history = tx.query(
+                &format!("{HISTORY} WHERE mail_id = $1 ORDER BY seq"),
+                &[&row_id],
+            )?;
+            tx.commit()?;
+            Ok(Some((row, history)))
+        })();
+        let Some((row, history)) = read.map_err(|e| self.fail("reading a mail item", &e))? else {
+            return Ok(None);
+        };
+        (|| -> Result<MailView, String> {
+            let mut item = view(&row)?;
+            item.history = history.iter().map(entry).collect::<Result<_, _>>()?;
+            Ok(item)
+        })()
+        .map(Some)
+        .map_err(|what| self.corrupt(what))
+    }
+
+    /// At most `len` bytes of item `id`'s payload from `offset`.
+    fn mail_payload(
+        &mut self,
+        id: u64,
+        offset: u64,
+        len: usize,
+    ) -> Result<Option<Vec<u8>>, StoreError> {
+        let (Ok(row_id), Ok(start), Ok(len)) = (
+            i64::try_from(id),
+            i32::try_from(offset.saturating_add(1)),
+            i32::try_from(len),
+        ) else {
+            return Ok(None);
+        };
+        let row = self.client()?.query_opt(
+            "SELECT substring(payload FROM $2 FOR $3) FROM mail WHERE id = $1",
+            &[&row_id, &start, &len],
+        );
+        let row = row.map_err(|e| self.fail("reading a mail payload", &e))?;
+        row.map(|r| col::<Vec<u8>>(&r, 0))
+            .transpose()
+            .map_err(|what| self.corrupt(what))
+    }
+
+    /// Dead mail of `deployment` (item `id`, or its oldest) back to the inbox
+    /// with failures and attempts reset.
+    fn retry_dead_mail(
+        &mut self,
+        deployment: &str,
+        id: Option<u64>,
+        by: &str,
+        at_ms: u64,
+    ) -> Result<Retried, StoreError> {
+        let how = mail_admin::retried_how(by);
+        let location = self.location.clone();
+        let client = self.client()?;
+        let result = (|| -> Result<Result<Retried, StoreError>, postgres::Error> {
+            let mut tx = client.transaction()?;
+            let ids: Vec<i64> = match id {
+                Some(id) => {
+                    let row = tx.query_opt(
+                        "SELECT state FROM mail WHERE id = $1 AND deployment = $2 FOR UPDATE",
+                        &[&i64::try_from(id).unwrap_or(-1), &deployment],
+                    )?;
+                    let Some(row) = row else {
+                        return Ok(Err(StoreError::UnknownMail { id }));
+                    };
+                    let state: String = row.try_get(0)?;
+                    let checked = mail_admin::stored_state(&state)
+                        .map_err(|what| StoreError::Corrupt {
+                            location: location.clone(),
+                            what,
+                        })
+                        .and_then(|state| mail_admin::check_retry(id, deployment, state));
+                    if let Err(refused) = checked {
+                        return Ok(Err(refused));
+                    }
+                    vec![signed(id)]
+                }
+                None => tx
+                    .query(
+                        "SELECT id FROM mail WHERE deployment = $1 AND state = 'dead'
+                         ORDER BY id LIMIT $2 FOR UPDATE",
+                        &[&deployment, &(RETRY_BATCH as i64)],
+                    )?
+                    .iter()
+                    .map(|r| r.try_get(0))
+                    .collect::<Result<_, _>>()?,
+            };
+            if !ids.is_empty() {
+                tx.execute(
+                    "UPDATE mail SET state = 'inbox', failures = 0, deliveries = 0, dead_at_ms = NULL
+                     WHERE id = ANY($1) AND state = 'dead'",
+                    &[&ids],
+                )?;
+                tx.execute(
+                    "INSERT INTO mail_history (mail_id, ended_at_ms, how)
+                     SELECT unnest($1::BIGINT[]), $2, $3",
+                    &[&ids, &signed(at_ms), &how],
+                )?;
+            }
+            let left: Option<i64> = tx
+                .query_opt(
+                    "SELECT dead FROM mail_counts WHERE deployment = $1",
+                    &[&deployment],
+                )?
+                .map(|r| r.try_get(0))
+                .transpose()?;
+            tx.commit()?;
+            Ok(Ok(Retried {
+                ids: ids.iter().map(|&i| u64::try_from(i).unwrap_or(0)).collect(),
+                left: left.and_then(|l| u64::try_from(l).ok()).unwrap_or(0),
+            }))
+        })();
+        result.map_err(|e| self.fail("retrying dead mail", &e))?
+    }
+
+    /// Deletes dead items quarantined before `dead_before_ms` (of one
+    /// deployment, or all), with their histories; returns how many went per
+    /// deployment.
+    fn purge_dead_mail(
+        &mut self,
+        deployment: Option<&str>,
+        dead_before_ms: u64,
+    ) -> Result<Vec<(String, u64)>, StoreError> {
+        let cut = signed(dead_before_ms);
+        let mut purged: BTreeMap<String, u64> = BTreeMap::new();
+        loop {
+            let client = self.client()?;
+            let batch = (|| -> Result<usize, postgres::Error> {
+                let mut tx = client.transaction()?;
+                let rows = tx.query(
+                    "SELECT id, deployment FROM mail
+                     WHERE state = 'dead' AND dead_at_ms < $1 AND ($2::TEXT IS NULL OR deployment = $2)
+                     ORDER BY id LIMIT $3 FOR UPDATE",
+                    &[&cut, &deployment, &PURGE_BATCH],
+                )?;
+                let mut ids = Vec::with_capacity(rows.len());
+                for r in &rows {
+                    ids.push(r.try_get::<_, i64>(0)?);
+                    *purged.entry(r.try_get(1)?).or_default() += 1;
+                }
+                delete_ids(&mut tx, &ids)?;
+                tx.commit()?;
+                Ok(rows.len())
+            })();
+            let batch = batch.map_err(|e| self.fail("purging dead mail", &e))?;
+            if (batch as i64) < PURGE_BATCH {
+                return Ok(purged.into_iter().collect());
+            }
+        }
+    }
 }
 
 /// Most dead items one purge transaction deletes.
 const PURGE_BATCH: i64 = 5_000;
-
-/// Deletes dead items quarantined before `dead_before_ms` (of one
-/// deployment, or all), with their histories; returns how many went per
-/// deployment.
-pub(super) fn purge(
-    store: &mut PostgresStore,
-    deployment: Option<&str>,
-    dead_before_ms: u64,
-) -> Result<Vec<(String, u64)>, StoreError> {
-    let cut = signed(dead_before_ms);
-    let mut purged: BTreeMap<String, u64> = BTreeMap::new();
-    loop {
-        let client = store.client()?;
-        let batch = (|| -> Result<usize, postgres::Error> {
-            let mut tx = client.transaction()?;
-            let rows = tx.query(
-                "SELECT id, deployment FROM mail
-                 WHERE state = 'dead' AND dead_at_ms < $1 AND ($2::TEXT IS NULL OR deployment = $2)
-                 ORDER BY id LIMIT $3 FOR UPDATE",
-                &[&cut, &deployment, &PURGE_BATCH],
-            )?;
-            let mut ids = Vec::with_capacity(rows.len());
-            for r in &rows {
-                ids.push(r.try_get::<_, i64>(0)?);
-                *purged.entry(r.try_get(1)?).or_default() += 1;
-            }
-            delete_ids(&mut tx, &ids)?;
-            tx.commit()?;
-            Ok(rows.len())
-        })();
-        let batch = batch.map_err(|e| store.fail("purging dead mail", &e))?;
-        if (batch as i64) < PURGE_BATCH {
-            return Ok(purged.into_iter().collect());
-        }
-    }
-}

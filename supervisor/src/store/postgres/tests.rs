@@ -9,9 +9,9 @@ use wfhost_tests::postgres::PgServer;
 use super::schema::SCHEMA_VERSION;
 use super::*;
 use crate::journal::NewJournalEntry;
-use crate::store::Store;
 use crate::store::error::ErrorKind;
 use crate::store::suite::Fixture;
+use crate::store::{JournalStore, MailStore, Store};
 
 /// A fresh server of its own; the store is in its `postgres` database.
 struct Pg {

@@ -12,39 +12,310 @@ use super::SqliteStore;
 use crate::store::held::{self, Fate, Holding};
 use crate::store::mail::{self, Admission, Earlier};
 use crate::store::{
-    Accepted, AckOf, DeadMail, Ending, Holder, MailCounts, MailItem, NewEvent, Offer, Replayed,
-    StoreError,
+    Accepted, AckOf, DeadMail, Ending, Holder, MailCounts, MailItem, MailStore, NewEvent, Offer,
+    Replayed, StoreError,
 };
 
-/// Offers accepted into their deployments' inboxes as [`mail::admit`]
-/// rules, in one write transaction (one commit): the look-ups and the
-/// insert of each share it, so two senders cannot both take the last slot;
-/// each offer is admitted on its own, a refused one writing nothing.
-pub(super) fn enqueue_many(
-    store: &mut SqliteStore,
-    offers: &[Offer],
-) -> Result<Vec<Result<Accepted, StoreError>>, StoreError> {
-    let mut committing = false;
-    (|| -> rusqlite::Result<Vec<Result<Accepted, StoreError>>> {
-        let tx = store
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let mut answers = Vec::with_capacity(offers.len());
-        for offer in offers {
-            answers.push(enqueue_in(&tx, offer)?);
+impl MailStore for SqliteStore {
+    /// Offers accepted into their deployments' inboxes as [`mail::admit`]
+    /// rules, in one write transaction (one commit): the look-ups and the
+    /// insert of each share it, so two senders cannot both take the last slot;
+    /// each offer is admitted on its own, a refused one writing nothing.
+    fn enqueue_mail_many(
+        &mut self,
+        offers: &[Offer],
+    ) -> Result<Vec<Result<Accepted, StoreError>>, StoreError> {
+        let mut committing = false;
+        (|| -> rusqlite::Result<Vec<Result<Accepted, StoreError>>> {
+            let tx = self
+                .conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let mut answers = Vec::with_capacity(offers.len());
+            for offer in offers {
+                answers.push(enqueue_in(&tx, offer)?);
+            }
+            // Dropping `tx` without a commit rolls back: nothing was written.
+            if answers.iter().any(|a| a.as_ref().is_ok_and(|a| a.new)) {
+                committing = true;
+                tx.commit()?;
+            }
+            Ok(answers)
+        })()
+        .map_err(|e| {
+            let e = self.read_fail("accepting mail", &e);
+            // Before the commit nothing was written; at it, who knows.
+            if committing { e.at_commit() } else { e }
+        })
+    }
+
+    /// Moves items from the head of `deployment`'s inbox to processing, held
+    /// by `holder`, as [`held::takeable`] allows, and returns them in FIFO
+    /// order; each take begins a delivery in the history.
+    fn take_mail(
+        &mut self,
+        deployment: &str,
+        holder: &Holder,
+        limit: usize,
+        at_ms: u64,
+    ) -> Result<Vec<MailItem>, StoreError> {
+        if limit == 0 {
+            return Ok(Vec::new());
         }
-        // Dropping `tx` without a commit rolls back: nothing was written.
-        if answers.iter().any(|a| a.as_ref().is_ok_and(|a| a.new)) {
-            committing = true;
+        let head = i64::try_from(limit).unwrap_or(i64::MAX);
+        (|| -> rusqlite::Result<Vec<MailItem>> {
+            let tx = self
+                .conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let holding = tx
+                .prepare_cached(
+                    "SELECT count(*), coalesce(max(failures > 0), 0) FROM mail
+                     WHERE deployment = ?1 AND state = 'processing' AND holder_channel = ?2",
+                )?
+                .query_row(params![deployment, holder.channel_id], |r| {
+                    Ok(Holding {
+                        items: r.get(0)?,
+                        suspect: r.get(1)?,
+                    })
+                })?;
+            let rows = tx
+                .prepare_cached(
+                    "SELECT id, payload, deliveries, failures FROM mail
+                     WHERE deployment = ?1 AND state = 'inbox' ORDER BY id LIMIT ?2",
+                )?
+                .query_map(params![deployment, head], |r| {
+                    Ok((
+                        MailItem {
+                            id: r.get(0)?,
+                            payload: r.get(1)?,
+                            // This delivery is the one the UPDATE below counts.
+                            attempt: mail::attempt(r.get(2)?),
+                        },
+                        r.get::<_, u32>(3)?,
+                    ))
+                })?
+                .collect::<rusqlite::Result<Vec<_>>>()?;
+            let n = held::takeable(holding, rows.iter().map(|(_, f)| *f), limit);
+            let items: Vec<MailItem> = rows.into_iter().take(n).map(|(item, _)| item).collect();
+            let Some(last) = items.last() else {
+                return Ok(items);
+            };
+            // Exactly the rows just read: the head of the inbox up to `last`.
+            tx.prepare_cached(
+                "UPDATE mail SET state = 'processing', deliveries = deliveries + 1,
+                     holder_channel = ?3, holder_pid = ?4, taken_at_ms = ?5
+                 WHERE deployment = ?1 AND state = 'inbox' AND id <= ?2",
+            )?
+            .execute(params![
+                deployment,
+                last.id,
+                holder.channel_id,
+                holder.pid,
+                at_ms
+            ])?;
+            let mut begun = tx.prepare_cached(
+                "INSERT INTO mail_history (mail_id, attempt, holder_pid, holder_channel, taken_at_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
+            )?;
+            for item in &items {
+                begun.execute(params![
+                    item.id,
+                    item.attempt,
+                    holder.pid,
+                    holder.channel_id,
+                    at_ms
+                ])?;
+            }
+            drop(begun);
             tx.commit()?;
+            Ok(items)
+        })()
+        .map_err(|e| self.read_fail("taking mail from the inbox", &e))
+    }
+
+    /// Marks an item `holder` holds done (see [`MailStore::ack_mail`]).
+    fn ack_mail(
+        &mut self,
+        deployment: &str,
+        holder: &Holder,
+        id: u64,
+        outcome: &str,
+        at_ms: u64,
+    ) -> Result<bool, StoreError> {
+        let one = AckOf {
+            holder: holder.clone(),
+            id,
+            outcome: outcome.to_owned(),
+        };
+        let landed = self.ack_mail_many(deployment, std::slice::from_ref(&one), at_ms)?;
+        Ok(landed.first().copied().unwrap_or(false))
+    }
+
+    /// Several acknowledgements in one write transaction: one commit.
+    fn ack_mail_many(
+        &mut self,
+        deployment: &str,
+        acks: &[AckOf],
+        at_ms: u64,
+    ) -> Result<Vec<bool>, StoreError> {
+        (|| -> rusqlite::Result<Vec<bool>> {
+            let tx = self
+                .conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let mut landed = Vec::with_capacity(acks.len());
+            for a in acks {
+                landed.push(ack_in(&tx, deployment, a, at_ms)?);
+            }
+            if landed.iter().any(|&l| l) {
+                tx.commit()?;
+            }
+            Ok(landed)
+        })()
+        .map_err(|e| self.fail("acknowledging mail", &e))
+    }
+
+    /// Returns what `holder` holds in `deployment` after its `ending`: back to
+    /// the inbox, or dead, as [`held::after_ending`] rules.
+    fn replay_mail(
+        &mut self,
+        deployment: &str,
+        holder: &Holder,
+        ending: &Ending,
+        max_deliveries: u32,
+    ) -> Result<Replayed, StoreError> {
+        (|| -> rusqlite::Result<Replayed> {
+            let tx = self
+                .conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let held_items = tx
+                .prepare_cached(
+                    "SELECT id, failures FROM mail
+                     WHERE deployment = ?1 AND state = 'processing' AND holder_channel = ?2 ORDER BY id",
+                )?
+                .query_map(params![deployment, holder.channel_id], |r| {
+                    Ok((r.get::<_, u64>(0)?, r.get::<_, u32>(1)?))
+                })?
+                .collect::<rusqlite::Result<Vec<_>>>()?;
+            let how = held::ended_how(ending);
+            let mut replayed = Replayed::default();
+            for (id, failures) in held_items {
+                let (failures, fate) = held::after_ending(failures, ending, max_deliveries);
+                if ending.counts {
+                    let dead_at = (fate == Fate::Dead).then_some(ending.at_ms);
+                    tx.prepare_cached(
+                        "UPDATE mail SET state = ?2, failures = ?3, holder_channel = NULL,
+                             holder_pid = NULL, last_cause = ?4, last_pid = ?5,
+                             last_failed_at_ms = ?6, dead_at_ms = ?7
+                         WHERE id = ?1",
+                    )?
+                    .execute(params![
+                        id,
+                        state_of(fate),
+                        failures,
+                        ending.cause,
+                        holder.pid,
+                        ending.at_ms,
+                        dead_at
+                    ])?;
+                } else {
+                    tx.prepare_cached(
+                        "UPDATE mail SET state = 'inbox', holder_channel = NULL, holder_pid = NULL
+                         WHERE id = ?1",
+                    )?
+                    .execute(params![id])?;
+                }
+                end_delivery(&tx, id, ending.at_ms, &how)?;
+                match fate {
+                    Fate::Inbox => replayed.returned += 1,
+                    Fate::Dead => replayed.dead.push(DeadMail {
+                        id,
+                        failures,
+                        cause: ending.cause.clone(),
+                        pid: holder.pid,
+                    }),
+                }
+            }
+            tx.commit()?;
+            Ok(replayed)
+        })()
+        .map_err(|e| self.read_fail("returning unacknowledged mail", &e))
+    }
+
+    /// Every processing item of every deployment back to the inbox, not
+    /// counted; returns how many.
+    fn replay_all_mail(&mut self, at_ms: u64) -> Result<u64, StoreError> {
+        (|| -> rusqlite::Result<u64> {
+            let tx = self
+                .conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)?;
+            tx.prepare_cached(
+                "UPDATE mail_history SET ended_at_ms = ?1, how = ?2
+                 WHERE ended_at_ms IS NULL AND attempt IS NOT NULL
+                   AND mail_id IN (SELECT id FROM mail WHERE state = 'processing')",
+            )?
+            .execute(params![at_ms, held::RETURNED_AT_START])?;
+            let changed = tx
+                .prepare_cached(
+                    "UPDATE mail SET state = 'inbox', holder_channel = NULL, holder_pid = NULL
+                     WHERE state = 'processing'",
+                )?
+                .execute([])?;
+            tx.commit()?;
+            Ok(u64::try_from(changed).unwrap_or(u64::MAX))
+        })()
+        .map_err(|e| self.fail("replaying unacknowledged mail", &e))
+    }
+
+    /// Deletes done items acknowledged before `done_before_ms`, with their
+    /// idempotency keys and histories, in short transactions; returns how
+    /// many went.
+    fn prune_done_mail(&mut self, done_before_ms: u64) -> Result<u64, StoreError> {
+        let cut = i64::try_from(done_before_ms).unwrap_or(i64::MAX);
+        let mut total = 0u64;
+        loop {
+            let deleted = delete_batch(
+                self,
+                "SELECT id FROM mail WHERE state = 'done' AND done_at_ms < ?1 ORDER BY id LIMIT ?2",
+                params![cut, PRUNE_BATCH],
+            )
+            .map_err(|e| self.fail("pruning done mail", &e))?;
+            total += deleted;
+            if deleted < PRUNE_BATCH as u64 {
+                return Ok(total);
+            }
         }
-        Ok(answers)
-    })()
-    .map_err(|e| {
-        let e = store.read_fail("accepting mail", &e);
-        // Before the commit nothing was written; at it, who knows.
-        if committing { e.at_commit() } else { e }
-    })
+    }
+
+    /// How many of `deployment`'s items are in each state.
+    fn mail_counts(&mut self, deployment: &str) -> Result<MailCounts, StoreError> {
+        self.conn
+            .prepare_cached(
+                "SELECT inbox, processing, done, dead FROM mail_counts WHERE deployment = ?1",
+            )
+            .and_then(|mut stmt| {
+                stmt.query_row(params![deployment], |r| {
+                    Ok(MailCounts {
+                        inbox: r.get(0)?,
+                        processing: r.get(1)?,
+                        done: r.get(2)?,
+                        dead: r.get(3)?,
+                    })
+                })
+                .optional()
+            })
+            .map(Option::unwrap_or_default)
+            .map_err(|e| self.read_fail("counting mail", &e))
+    }
+
+    #[cfg(test)]
+    /// Ids of `deployment`'s done items, ascending.
+    fn mail_done_ids(&mut self, deployment: &str) -> Result<Vec<u64>, StoreError> {
+        self.conn
+            .prepare_cached(
+                "SELECT id FROM mail WHERE deployment = ?1 AND state = 'done' ORDER BY id",
+            )
+            .and_then(|mut stmt| stmt.query_map(params![deployment], |r| r.get(0))?.collect())
+            .map_err(|e| self.read_fail("listing done mail", &e))
+    }
 }
 
 /// One offer inside the caller's transaction.
@@ -97,133 +368,6 @@ fn enqueue_in(
         )?;
     note(tx, &mail::accepted_event(deployment, id, offer.at_ms))?;
     Ok(Ok(Accepted { id, new: true }))
-}
-
-/// Moves items from the head of `deployment`'s inbox to processing, held
-/// by `holder`, as [`held::takeable`] allows, and returns them in FIFO
-/// order; each take begins a delivery in the history.
-pub(super) fn take(
-    store: &mut SqliteStore,
-    deployment: &str,
-    holder: &Holder,
-    limit: usize,
-    at_ms: u64,
-) -> Result<Vec<MailItem>, StoreError> {
-    if limit == 0 {
-        return Ok(Vec::new());
-    }
-    let head = i64::try_from(limit).unwrap_or(i64::MAX);
-    (|| -> rusqlite::Result<Vec<MailItem>> {
-        let tx = store
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let holding = tx
-            .prepare_cached(
-                "SELECT count(*), coalesce(max(failures > 0), 0) FROM mail
-                 WHERE deployment = ?1 AND state = 'processing' AND holder_channel = ?2",
-            )?
-            .query_row(params![deployment, holder.channel_id], |r| {
-                Ok(Holding {
-                    items: r.get(0)?,
-                    suspect: r.get(1)?,
-                })
-            })?;
-        let rows = tx
-            .prepare_cached(
-                "SELECT id, payload, deliveries, failures FROM mail
-                 WHERE deployment = ?1 AND state = 'inbox' ORDER BY id LIMIT ?2",
-            )?
-            .query_map(params![deployment, head], |r| {
-                Ok((
-                    MailItem {
-                        id: r.get(0)?,
-                        payload: r.get(1)?,
-                        // This delivery is the one the UPDATE below counts.
-                        attempt: mail::attempt(r.get(2)?),
-                    },
-                    r.get::<_, u32>(3)?,
-                ))
-            })?
-            .collect::<rusqlite::Result<Vec<_>>>()?;
-        let n = held::takeable(holding, rows.iter().map(|(_, f)| *f), limit);
-        let items: Vec<MailItem> = rows.into_iter().take(n).map(|(item, _)| item).collect();
-        let Some(last) = items.last() else {
-            return Ok(items);
-        };
-        // Exactly the rows just read: the head of the inbox up to `last`.
-        tx.prepare_cached(
-            "UPDATE mail SET state = 'processing', deliveries = deliveries + 1,
-                 holder_channel = ?3, holder_pid = ?4, taken_at_ms = ?5
-             WHERE deployment = ?1 AND state = 'inbox' AND id <= ?2",
-        )?
-        .execute(params![
-            deployment,
-            last.id,
-            holder.channel_id,
-            holder.pid,
-            at_ms
-        ])?;
-        let mut begun = tx.prepare_cached(
-            "INSERT INTO mail_history (mail_id, attempt, holder_pid, holder_channel, taken_at_ms)
-             VALUES (?1, ?2, ?3, ?4, ?5)",
-        )?;
-        for item in &items {
-            begun.execute(params![
-                item.id,
-                item.attempt,
-                holder.pid,
-                holder.channel_id,
-                at_ms
-            ])?;
-        }
-        drop(begun);
-        tx.commit()?;
-        Ok(items)
-    })()
-    .map_err(|e| store.read_fail("taking mail from the inbox", &e))
-}
-
-/// Marks an item `holder` holds done (see [`Store::ack_mail`]).
-///
-/// [`Store::ack_mail`]: crate::store::Store::ack_mail
-pub(super) fn ack(
-    store: &mut SqliteStore,
-    deployment: &str,
-    holder: &Holder,
-    id: u64,
-    outcome: &str,
-    at_ms: u64,
-) -> Result<bool, StoreError> {
-    let one = AckOf {
-        holder: holder.clone(),
-        id,
-        outcome: outcome.to_owned(),
-    };
-    let landed = ack_many(store, deployment, std::slice::from_ref(&one), at_ms)?;
-    Ok(landed.first().copied().unwrap_or(false))
-}
-
-/// Several acknowledgements in one write transaction: one commit.
-pub(super) fn ack_many(
-    store: &mut SqliteStore,
-    deployment: &str,
-    acks: &[AckOf],
-    at_ms: u64,
-) -> Result<Vec<bool>, StoreError> {
-    (|| -> rusqlite::Result<Vec<bool>> {
-        let tx = store
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let mut landed = Vec::with_capacity(acks.len());
-        for a in acks {
-            landed.push(ack_in(&tx, deployment, a, at_ms)?);
-        }
-        if landed.iter().any(|&l| l) {
-            tx.commit()?;
-        }
-        Ok(landed)
-    })()
-    .map_err(|e| store.fail("acknowledging mail", &e))
 }
 
 /// One acknowledgement inside the caller's transaction.
@@ -287,73 +431,6 @@ fn note(tx: &rusqlite::Transaction<'_>, event: &NewEvent) -> rusqlite::Result<()
     Ok(())
 }
 
-/// Returns what `holder` holds in `deployment` after its `ending`: back to
-/// the inbox, or dead, as [`held::after_ending`] rules.
-pub(super) fn replay(
-    store: &mut SqliteStore,
-    deployment: &str,
-    holder: &Holder,
-    ending: &Ending,
-    max_deliveries: u32,
-) -> Result<Replayed, StoreError> {
-    (|| -> rusqlite::Result<Replayed> {
-        let tx = store
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let held_items = tx
-            .prepare_cached(
-                "SELECT id, failures FROM mail
-                 WHERE deployment = ?1 AND state = 'processing' AND holder_channel = ?2 ORDER BY id",
-            )?
-            .query_map(params![deployment, holder.channel_id], |r| {
-                Ok((r.get::<_, u64>(0)?, r.get::<_, u32>(1)?))
-            })?
-            .collect::<rusqlite::Result<Vec<_>>>()?;
-        let how = held::ended_how(ending);
-        let mut replayed = Replayed::default();
-        for (id, failures) in held_items {
-            let (failures, fate) = held::after_ending(failures, ending, max_deliveries);
-            if ending.counts {
-                let dead_at = (fate == Fate::Dead).then_some(ending.at_ms);
-                tx.prepare_cached(
-                    "UPDATE mail SET state = ?2, failures = ?3, holder_channel = NULL,
-                         holder_pid = NULL, last_cause = ?4, last_pid = ?5,
-                         last_failed_at_ms = ?6, dead_at_ms = ?7
-                     WHERE id = ?1",
-                )?
-                .execute(params![
-                    id,
-                    state_of(fate),
-                    failures,
-                    ending.cause,
-                    holder.pid,
-                    ending.at_ms,
-                    dead_at
-                ])?;
-            } else {
-                tx.prepare_cached(
-                    "UPDATE mail SET state = 'inbox', holder_channel = NULL, holder_pid = NULL
-                     WHERE id = ?1",
-                )?
-                .execute(params![id])?;
-            }
-            end_delivery(&tx, id, ending.at_ms, &how)?;
-            match fate {
-                Fate::Inbox => replayed.returned += 1,
-                Fate::Dead => replayed.dead.push(DeadMail {
-                    id,
-                    failures,
-                    cause: ending.cause.clone(),
-                    pid: holder.pid,
-                }),
-            }
-        }
-        tx.commit()?;
-        Ok(replayed)
-    })()
-    .map_err(|e| store.read_fail("returning unacknowledged mail", &e))
-}
-
 /// The stored state of a fate.
 fn state_of(fate: Fate) -> &'static str {
     match fate {
@@ -362,54 +439,9 @@ fn state_of(fate: Fate) -> &'static str {
     }
 }
 
-/// Every processing item of every deployment back to the inbox, not
-/// counted; returns how many.
-pub(super) fn replay_all(store: &mut SqliteStore, at_ms: u64) -> Result<u64, StoreError> {
-    (|| -> rusqlite::Result<u64> {
-        let tx = store
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)?;
-        tx.prepare_cached(
-            "UPDATE mail_history SET ended_at_ms = ?1, how = ?2
-             WHERE ended_at_ms IS NULL AND attempt IS NOT NULL
-               AND mail_id IN (SELECT id FROM mail WHERE state = 'processing')",
-        )?
-        .execute(params![at_ms, held::RETURNED_AT_START])?;
-        let changed = tx
-            .prepare_cached(
-                "UPDATE mail SET state = 'inbox', holder_channel = NULL, holder_pid = NULL
-                 WHERE state = 'processing'",
-            )?
-            .execute([])?;
-        tx.commit()?;
-        Ok(u64::try_from(changed).unwrap_or(u64::MAX))
-    })()
-    .map_err(|e| store.fail("replaying unacknowledged mail", &e))
-}
-
 /// Most rows one prune transaction deletes, so it never holds the write
 /// lock for long.
 const PRUNE_BATCH: i64 = 5_000;
-
-/// Deletes done items acknowledged before `done_before_ms`, with their
-/// idempotency keys and histories, in short transactions; returns how
-/// many went.
-pub(super) fn prune_done(store: &mut SqliteStore, done_before_ms: u64) -> Result<u64, StoreError> {
-    let cut = i64::try_from(done_before_ms).unwrap_or(i64::MAX);
-    let mut total = 0u64;
-    loop {
-        let deleted = delete_batch(
-            store,
-            "SELECT id FROM mail WHERE state = 'done' AND done_at_ms < ?1 ORDER BY id LIMIT ?2",
-            params![cut, PRUNE_BATCH],
-        )
-        .map_err(|e| store.fail("pruning done mail", &e))?;
-        total += deleted;
-        if deleted < PRUNE_BATCH as u64 {
-            return Ok(total);
-        }
-    }
-}
 
 /// Deletes, in one transaction, the mail rows whose ids `select` (with
 /// `args`) returns, and their history; returns how many rows went.
@@ -430,36 +462,4 @@ pub(super) fn delete_batch(
         .execute(args)?;
     tx.commit()?;
     Ok(u64::try_from(deleted).unwrap_or(u64::MAX))
-}
-
-/// How many of `deployment`'s items are in each state.
-pub(super) fn counts(store: &mut SqliteStore, deployment: &str) -> Result<MailCounts, StoreError> {
-    store
-        .conn
-        .prepare_cached(
-            "SELECT inbox, processing, done, dead FROM mail_counts WHERE deployment = ?1",
-        )
-        .and_then(|mut stmt| {
-            stmt.query_row(params![deployment], |r| {
-                Ok(MailCounts {
-                    inbox: r.get(0)?,
-                    processing: r.get(1)?,
-                    done: r.get(2)?,
-                    dead: r.get(3)?,
-                })
-            })
-            .optional()
-        })
-        .map(Option::unwrap_or_default)
-        .map_err(|e| store.read_fail("counting mail", &e))
-}
-
-#[cfg(test)]
-/// Ids of `deployment`'s done items, ascending.
-pub(super) fn done_ids(store: &mut SqliteStore, deployment: &str) -> Result<Vec<u64>, StoreError> {
-    store
-        .conn
-        .prepare_cached("SELECT id FROM mail WHERE deployment = ?1 AND state = 'done' ORDER BY id")
-        .and_then(|mut stmt| stmt.query_map(params![deployment], |r| r.get(0))?.collect())
-        .map_err(|e| store.read_fail("listing done mail", &e))
 }

@@ -8,11 +8,11 @@ use rusqlite::types::ToSql;
 use rusqlite::{OptionalExtension, Row, TransactionBehavior, params};
 
 use super::SqliteStore;
-use crate::store::StoreError;
 use crate::store::held::Holder;
 use crate::store::mail_admin::{
     self, HistoryEntry, LastFailure, MailPage, MailQuery, MailView, RETRY_BATCH, Retried,
 };
+use crate::store::{MailAdmin, StoreError};
 
 /// The columns [`view`] reads, in its order.
 const COLUMNS: &str =
@@ -89,204 +89,206 @@ fn filter(query: &MailQuery) -> (String, Vec<Box<dyn ToSql>>) {
     (clauses.join(" AND "), args)
 }
 
-/// A page of items with their histories, and how many more match.
-pub(super) fn list(store: &mut SqliteStore, query: &MailQuery) -> Result<MailPage, StoreError> {
-    let limit = mail_admin::page_size(query.limit);
-    let (filter, mut args) = filter(query);
-    args.push(Box::new(i64::try_from(limit).unwrap_or(i64::MAX)));
-    let at_limit = args.len();
-    let page = format!("SELECT {COLUMNS} FROM mail WHERE {filter} ORDER BY id LIMIT ?{at_limit}");
-    let history = format!(
-        "{HISTORY} WHERE mail_id IN (SELECT id FROM mail WHERE {filter} ORDER BY id LIMIT ?{at_limit})
-         ORDER BY mail_id, seq"
-    );
-    let bound: Vec<&dyn ToSql> = args.iter().map(|a| a.as_ref()).collect();
-    (|| -> rusqlite::Result<MailPage> {
-        // One read transaction: the page and its histories agree.
-        let tx = store.conn.transaction()?;
-        let mut items = tx
-            .prepare_cached(&page)?
-            .query_map(bound.as_slice(), view)?
-            .collect::<rusqlite::Result<Vec<_>>>()?;
-        let mut by_id: BTreeMap<u64, Vec<HistoryEntry>> = BTreeMap::new();
-        let mut stmt = tx.prepare_cached(&history)?;
-        let mut rows = stmt.query(bound.as_slice())?;
-        while let Some(r) = rows.next()? {
-            by_id.entry(r.get(0)?).or_default().push(entry(r)?);
-        }
-        drop(rows);
-        drop(stmt);
-        for item in &mut items {
-            item.history = by_id.remove(&item.id).unwrap_or_default();
-        }
-        let more = match items.last() {
-            Some(last) if items.len() == limit => {
-                let rest = MailQuery {
-                    after: last.id,
-                    ..query.clone()
-                };
-                let (filter, args) = self::filter(&rest);
-                let bound: Vec<&dyn ToSql> = args.iter().map(|a| a.as_ref()).collect();
-                tx.prepare_cached(&format!("SELECT count(*) FROM mail WHERE {filter}"))?
-                    .query_row(bound.as_slice(), |r| r.get(0))?
+impl MailAdmin for SqliteStore {
+    /// A page of items with their histories, and how many more match.
+    fn list_mail(&mut self, query: &MailQuery) -> Result<MailPage, StoreError> {
+        let limit = mail_admin::page_size(query.limit);
+        let (filter, mut args) = filter(query);
+        args.push(Box::new(i64::try_from(limit).unwrap_or(i64::MAX)));
+        let at_limit = args.len();
+        let page =
+            format!("SELECT {COLUMNS} FROM mail WHERE {filter} ORDER BY id LIMIT ?{at_limit}");
+        let history = format!(
+            "{HISTORY} WHERE mail_id IN (SELECT id FROM mail WHERE {filter} ORDER BY id LIMIT ?{at_limit})
+             ORDER BY mail_id, seq"
+        );
+        let bound: Vec<&dyn ToSql> = args.iter().map(|a| a.as_ref()).collect();
+        (|| -> rusqlite::Result<MailPage> {
+            // One read transaction: the page and its histories agree.
+            let tx = self.conn.transaction()?;
+            let mut items = tx
+                .prepare_cached(&page)?
+                .query_map(bound.as_slice(), view)?
+                .collect::<rusqlite::Result<Vec<_>>>()?;
+            let mut by_id: BTreeMap<u64, Vec<HistoryEntry>> = BTreeMap::new();
+            let mut stmt = tx.prepare_cached(&history)?;
+            let mut rows = stmt.query(bound.as_slice())?;
+            while let Some(r) = rows.next()? {
+                by_id.entry(r.get(0)?).or_default().push(entry(r)?);
             }
-            _ => 0,
-        };
-        Ok(MailPage { items, more })
-    })()
-    .map_err(|e| store.read_fail("listing mail", &e))
-}
-
-/// Item `id` with its history.
-pub(super) fn item(store: &mut SqliteStore, id: u64) -> Result<Option<MailView>, StoreError> {
-    if i64::try_from(id).is_err() {
-        return Ok(None);
+            drop(rows);
+            drop(stmt);
+            for item in &mut items {
+                item.history = by_id.remove(&item.id).unwrap_or_default();
+            }
+            let more = match items.last() {
+                Some(last) if items.len() == limit => {
+                    let rest = MailQuery {
+                        after: last.id,
+                        ..query.clone()
+                    };
+                    let (filter, args) = self::filter(&rest);
+                    let bound: Vec<&dyn ToSql> = args.iter().map(|a| a.as_ref()).collect();
+                    tx.prepare_cached(&format!("SELECT count(*) FROM mail WHERE {filter}"))?
+                        .query_row(bound.as_slice(), |r| r.get(0))?
+                }
+                _ => 0,
+            };
+            Ok(MailPage { items, more })
+        })()
+        .map_err(|e| self.read_fail("listing mail", &e))
     }
-    (|| -> rusqlite::Result<Option<MailView>> {
-        let tx = store.conn.transaction()?;
-        let Some(mut item) = tx
-            .prepare_cached(&format!("SELECT {COLUMNS} FROM mail WHERE id = ?1"))?
-            .query_row(params![id], view)
-            .optional()?
-        else {
+
+    /// Item `id` with its history.
+    fn mail_item(&mut self, id: u64) -> Result<Option<MailView>, StoreError> {
+        if i64::try_from(id).is_err() {
+            return Ok(None);
+        }
+        (|| -> rusqlite::Result<Option<MailView>> {
+            let tx = self.conn.transaction()?;
+            let Some(mut item) = tx
+                .prepare_cached(&format!("SELECT {COLUMNS} FROM mail WHERE id = ?1"))?
+                .query_row(params![id], view)
+                .optional()?
+            else {
+                return Ok(None);
+            };
+            item.history = tx
+                .prepare_cached(&format!("{HISTORY} WHERE mail_id = ?1 ORDER BY seq"))?
+                .query_map(params![id], entry)?
+                .collect::<rusqlite::Result<_>>()?;
+            Ok(Some(item))
+        })()
+        .map_err(|e| self.read_fail("reading a mail item", &e))
+    }
+
+    /// At most `len` bytes of item `id`'s payload from `offset`.
+    fn mail_payload(
+        &mut self,
+        id: u64,
+        offset: u64,
+        len: usize,
+    ) -> Result<Option<Vec<u8>>, StoreError> {
+        let (Ok(row), Ok(start), Ok(len)) = (
+            i64::try_from(id),
+            i64::try_from(offset.saturating_add(1)),
+            i64::try_from(len),
+        ) else {
             return Ok(None);
         };
-        item.history = tx
-            .prepare_cached(&format!("{HISTORY} WHERE mail_id = ?1 ORDER BY seq"))?
-            .query_map(params![id], entry)?
-            .collect::<rusqlite::Result<_>>()?;
-        Ok(Some(item))
-    })()
-    .map_err(|e| store.read_fail("reading a mail item", &e))
-}
+        self.conn
+            .prepare_cached("SELECT substr(payload, ?2, ?3) FROM mail WHERE id = ?1")
+            .and_then(|mut stmt| {
+                stmt.query_row(params![row, start, len], |r| r.get(0))
+                    .optional()
+            })
+            .map_err(|e| self.read_fail("reading a mail payload", &e))
+    }
 
-/// At most `len` bytes of item `id`'s payload from `offset`.
-pub(super) fn payload(
-    store: &mut SqliteStore,
-    id: u64,
-    offset: u64,
-    len: usize,
-) -> Result<Option<Vec<u8>>, StoreError> {
-    let (Ok(row), Ok(start), Ok(len)) = (
-        i64::try_from(id),
-        i64::try_from(offset.saturating_add(1)),
-        i64::try_from(len),
-    ) else {
-        return Ok(None);
-    };
-    store
-        .conn
-        .prepare_cached("SELECT substr(payload, ?2, ?3) FROM mail WHERE id = ?1")
-        .and_then(|mut stmt| {
-            stmt.query_row(params![row, start, len], |r| r.get(0))
-                .optional()
-        })
-        .map_err(|e| store.read_fail("reading a mail payload", &e))
-}
-
-/// Dead mail of `deployment` (item `id`, or its oldest) back to the inbox
-/// with failures and attempts reset.
-pub(super) fn retry(
-    store: &mut SqliteStore,
-    deployment: &str,
-    id: Option<u64>,
-    by: &str,
-    at_ms: u64,
-) -> Result<Retried, StoreError> {
-    (|| -> rusqlite::Result<Result<Retried, StoreError>> {
-        let tx = store
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let ids: Vec<u64> = match id {
-            Some(id) => {
-                let state: Option<String> = tx
-                    .prepare_cached("SELECT state FROM mail WHERE id = ?1 AND deployment = ?2")?
-                    .query_row(params![i64::try_from(id).unwrap_or(-1), deployment], |r| {
-                        r.get(0)
-                    })
-                    .optional()?;
-                let Some(state) = state else {
-                    return Ok(Err(StoreError::UnknownMail { id }));
-                };
-                let state = mail_admin::stored_state(&state).map_err(|e| {
-                    rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, e.into())
-                })?;
-                if let Err(refused) = mail_admin::check_retry(id, deployment, state) {
-                    return Ok(Err(refused));
+    /// Dead mail of `deployment` (item `id`, or its oldest) back to the inbox
+    /// with failures and attempts reset.
+    fn retry_dead_mail(
+        &mut self,
+        deployment: &str,
+        id: Option<u64>,
+        by: &str,
+        at_ms: u64,
+    ) -> Result<Retried, StoreError> {
+        (|| -> rusqlite::Result<Result<Retried, StoreError>> {
+            let tx = self
+                .conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let ids: Vec<u64> = match id {
+                Some(id) => {
+                    let state: Option<String> = tx
+                        .prepare_cached("SELECT state FROM mail WHERE id = ?1 AND deployment = ?2")?
+                        .query_row(params![i64::try_from(id).unwrap_or(-1), deployment], |r| {
+                            r.get(0)
+                        })
+                        .optional()?;
+                    let Some(state) = state else {
+                        return Ok(Err(StoreError::UnknownMail { id }));
+                    };
+                    let state = mail_admin::stored_state(&state).map_err(|e| {
+                        rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, e.into())
+                    })?;
+                    if let Err(refused) = mail_admin::check_retry(id, deployment, state) {
+                        return Ok(Err(refused));
+                    }
+                    vec![id]
                 }
-                vec![id]
-            }
-            None => tx
-                .prepare_cached(
-                    "SELECT id FROM mail WHERE deployment = ?1 AND state = 'dead' ORDER BY id LIMIT ?2",
+                None => tx
+                    .prepare_cached(
+                        "SELECT id FROM mail WHERE deployment = ?1 AND state = 'dead' ORDER BY id LIMIT ?2",
+                    )?
+                    .query_map(params![deployment, RETRY_BATCH as i64], |r| r.get(0))?
+                    .collect::<rusqlite::Result<_>>()?,
+            };
+            let how = mail_admin::retried_how(by);
+            for id in &ids {
+                tx.prepare_cached(
+                    "UPDATE mail SET state = 'inbox', failures = 0, deliveries = 0, dead_at_ms = NULL
+                     WHERE id = ?1 AND state = 'dead'",
                 )?
-                .query_map(params![deployment, RETRY_BATCH as i64], |r| r.get(0))?
-                .collect::<rusqlite::Result<_>>()?,
-        };
-        let how = mail_admin::retried_how(by);
-        for id in &ids {
-            tx.prepare_cached(
-                "UPDATE mail SET state = 'inbox', failures = 0, deliveries = 0, dead_at_ms = NULL
-                 WHERE id = ?1 AND state = 'dead'",
-            )?
-            .execute(params![id])?;
-            tx.prepare_cached(
-                "INSERT INTO mail_history (mail_id, ended_at_ms, how) VALUES (?1, ?2, ?3)",
-            )?
-            .execute(params![id, at_ms, how])?;
+                .execute(params![id])?;
+                tx.prepare_cached(
+                    "INSERT INTO mail_history (mail_id, ended_at_ms, how) VALUES (?1, ?2, ?3)",
+                )?
+                .execute(params![id, at_ms, how])?;
+            }
+            let left: u64 = tx
+                .prepare_cached("SELECT dead FROM mail_counts WHERE deployment = ?1")?
+                .query_row(params![deployment], |r| r.get(0))
+                .optional()?
+                .unwrap_or(0);
+            tx.commit()?;
+            Ok(Ok(Retried { ids, left }))
+        })()
+        .map_err(|e| self.read_fail("retrying dead mail", &e))?
+    }
+
+    /// Deletes dead items quarantined before `dead_before_ms` (of one
+    /// deployment, or all), with their histories; returns how many went per
+    /// deployment.
+    fn purge_dead_mail(
+        &mut self,
+        deployment: Option<&str>,
+        dead_before_ms: u64,
+    ) -> Result<Vec<(String, u64)>, StoreError> {
+        let cut = i64::try_from(dead_before_ms).unwrap_or(i64::MAX);
+        let mut purged: BTreeMap<String, u64> = BTreeMap::new();
+        loop {
+            let batch = (|| -> rusqlite::Result<usize> {
+                let tx = self
+                    .conn
+                    .transaction_with_behavior(TransactionBehavior::Immediate)?;
+                let rows: Vec<(u64, String)> = tx
+                    .prepare_cached(
+                        "SELECT id, deployment FROM mail
+                         WHERE state = 'dead' AND dead_at_ms < ?1 AND (?2 IS NULL OR deployment = ?2)
+                         ORDER BY id LIMIT ?3",
+                    )?
+                    .query_map(params![cut, deployment, PURGE_BATCH], |r| {
+                        Ok((r.get(0)?, r.get(1)?))
+                    })?
+                    .collect::<rusqlite::Result<_>>()?;
+                for (id, d) in &rows {
+                    tx.prepare_cached("DELETE FROM mail_history WHERE mail_id = ?1")?
+                        .execute(params![id])?;
+                    tx.prepare_cached("DELETE FROM mail WHERE id = ?1")?
+                        .execute(params![id])?;
+                    *purged.entry(d.clone()).or_default() += 1;
+                }
+                tx.commit()?;
+                Ok(rows.len())
+            })()
+            .map_err(|e| self.read_fail("purging dead mail", &e))?;
+            if (batch as i64) < PURGE_BATCH {
+                return Ok(purged.into_iter().collect());
+            }
         }
-        let left: u64 = tx
-            .prepare_cached("SELECT dead FROM mail_counts WHERE deployment = ?1")?
-            .query_row(params![deployment], |r| r.get(0))
-            .optional()?
-            .unwrap_or(0);
-        tx.commit()?;
-        Ok(Ok(Retried { ids, left }))
-    })()
-    .map_err(|e| store.read_fail("retrying dead mail", &e))?
+    }
 }
 
 /// Most dead items one purge transaction deletes.
 const PURGE_BATCH: i64 = 5_000;
-
-/// Deletes dead items quarantined before `dead_before_ms` (of one
-/// deployment, or all), with their histories; returns how many went per
-/// deployment.
-pub(super) fn purge(
-    store: &mut SqliteStore,
-    deployment: Option<&str>,
-    dead_before_ms: u64,
-) -> Result<Vec<(String, u64)>, StoreError> {
-    let cut = i64::try_from(dead_before_ms).unwrap_or(i64::MAX);
-    let mut purged: BTreeMap<String, u64> = BTreeMap::new();
-    loop {
-        let batch = (|| -> rusqlite::Result<usize> {
-            let tx = store
-                .conn
-                .transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let rows: Vec<(u64, String)> = tx
-                .prepare_cached(
-                    "SELECT id, deployment FROM mail
-                     WHERE state = 'dead' AND dead_at_ms < ?1 AND (?2 IS NULL OR deployment = ?2)
-                     ORDER BY id LIMIT ?3",
-                )?
-                .query_map(params![cut, deployment, PURGE_BATCH], |r| {
-                    Ok((r.get(0)?, r.get(1)?))
-                })?
-                .collect::<rusqlite::Result<_>>()?;
-            for (id, d) in &rows {
-                tx.prepare_cached("DELETE FROM mail_history WHERE mail_id = ?1")?
-                    .execute(params![id])?;
-                tx.prepare_cached("DELETE FROM mail WHERE id = ?1")?
-                    .execute(params![id])?;
-                *purged.entry(d.clone()).or_default() += 1;
-            }
-            tx.commit()?;
-            Ok(rows.len())
-        })()
-        .map_err(|e| store.read_fail("purging dead mail", &e))?;
-        if (batch as i64) < PURGE_BATCH {
-            return Ok(purged.into_iter().collect());
-        }
-    }
-}

@@ -10,9 +10,9 @@ use serde_json::json;
 
 use super::*;
 use crate::journal::{JournalHead, JournalRecord, NewJournalEntry};
-use crate::store::Store;
 use crate::store::error::ErrorKind;
 use crate::store::suite::Fixture;
+use crate::store::{ChildrenStore, EventStore, JournalStore, MailAdmin, MailStore, Store};
 
 /// A fresh SQLite store in a temp dir.
 struct Sqlite {

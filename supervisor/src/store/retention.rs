@@ -3,12 +3,12 @@
 //! the idempotency keys they were sent under. Inbox and processing items
 //! are never touched.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use tracing::{error, info};
 
-use crate::shared::{Shared, unix_ms};
+use super::handle::StoreHandle;
+use crate::clock::unix_ms;
 
 /// Longest pause between two prunes.
 const MAX_PERIOD: Duration = Duration::from_secs(3600);
@@ -20,14 +20,14 @@ pub fn period(retention: Duration) -> Duration {
 }
 
 /// Prunes at start and then every [`period`] until the task is dropped.
-pub async fn run(shared: Arc<Shared>, retention: Duration) {
+pub async fn run(store: StoreHandle, retention: Duration) {
     let mut ticker = tokio::time::interval(period(retention));
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let retention_ms = u64::try_from(retention.as_millis()).unwrap_or(u64::MAX);
     loop {
         ticker.tick().await;
         let cut = unix_ms().saturating_sub(retention_ms);
-        match shared.store.call(move |s| s.prune_done_mail(cut)).await {
+        match store.call(move |s| s.prune_done_mail(cut)).await {
             Ok(Ok(0)) => {}
             Ok(Ok(n)) => info!(items = n, "done mail past mail_retention deleted"),
             Ok(Err(e)) => {

@@ -10,8 +10,8 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::oneshot;
 
+use crate::store::handle::StoreHandle;
 use crate::store::{Accepted, Offer};
-use crate::store_handle::StoreHandle;
 
 /// Most offers written in one transaction.
 const MAX_BATCH: usize = 256;

@@ -74,8 +74,8 @@ pub struct Status {
     pub last_exit_brief: Option<String>,
     /// Unix time in milliseconds of the last exit.
     pub last_exit_at_ms: Option<u64>,
-    /// The pid of the last child that exited (its last stderr lines are
-    /// shown beside `last_exit`).
+    /// The pid of the last child that ended without being asked to (its
+    /// last stderr lines are shown beside `last_exit`).
     pub last_exit_pid: Option<u32>,
     /// How the `exited` fact described the last exit (before status added
     /// to it), so a restart repeating it keeps status's fuller words.

@@ -71,7 +71,10 @@ impl Status {
                     }
                 }
                 self.last_exit_at_ms = Some(at_ms);
-                self.last_exit_pid = Some(*pid);
+                // A child asked to stop said nothing worth showing as
+                // its last words.
+                let asked = matches!(cause, ExitCause::Drained(_) | ExitCause::Stopped(_));
+                self.last_exit_pid = (!asked).then_some(*pid);
                 self.exit_described = Some(cause.describe());
             }
             Fact::Recycled {

@@ -60,13 +60,29 @@ pub trait JournalStore {
         self.append_sealed(&|head| JournalRecord::next(head, entry.clone(), key))
     }
 
+    /// At most `limit` journal records with seq greater than `after`, in
+    /// seq order: all of them, or one deployment's.
+    fn read_journal(
+        &mut self,
+        deployment: Option<&str>,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<JournalRecord>, StoreError>;
+
     /// Journal records in seq order: all of them, or one deployment's.
-    fn journal(&mut self, deployment: Option<&str>) -> Result<Vec<JournalRecord>, StoreError>;
+    fn journal(&mut self, deployment: Option<&str>) -> Result<Vec<JournalRecord>, StoreError> {
+        self.read_journal(deployment, 0, usize::MAX)
+    }
 
     /// At most `limit` journal records with seq greater than `after`,
     /// ascending: for checking a long journal page by page.
-    fn journal_after(&mut self, after: u64, limit: usize)
-    -> Result<Vec<JournalRecord>, StoreError>;
+    fn journal_after(
+        &mut self,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<JournalRecord>, StoreError> {
+        self.read_journal(None, after, limit)
+    }
 
     /// The journal's head and the last head the start-up check verified.
     fn journal_heads(&mut self) -> Result<JournalHeads, StoreError>;

@@ -117,56 +117,42 @@ impl JournalStore for PostgresStore {
             .map_err(|e| self.fail("recording the verified journal head", &e))
     }
 
-    fn journal(&mut self, deployment: Option<&str>) -> Result<Vec<JournalRecord>, StoreError> {
-        read(self, deployment, 0, usize::MAX)
-    }
-
-    fn journal_after(
+    fn read_journal(
         &mut self,
+        deployment: Option<&str>,
         after: u64,
         limit: usize,
     ) -> Result<Vec<JournalRecord>, StoreError> {
-        read(self, None, after, limit)
+        // No stored seq is above i64::MAX.
+        let Ok(after) = i64::try_from(after) else {
+            return Ok(Vec::new());
+        };
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = self.client()?.query(
+            "SELECT seq, at_ms, kind, deployment, body, prev_hash, hash, key_id, signature
+             FROM journal WHERE ($1::TEXT IS NULL OR deployment = $1) AND seq > $2
+             ORDER BY seq LIMIT $3",
+            &[&deployment, &after, &limit],
+        );
+        let rows = rows.map_err(|e| self.fail("reading the journal", &e))?;
+        rows.iter()
+            .map(|r| {
+                let seq: i64 = col(r, 0)?;
+                let what = format!("journal record {seq}");
+                JournalRow {
+                    seq: unsigned(&what, seq)?,
+                    at_ms: unsigned(&what, col(r, 1)?)?,
+                    kind: col(r, 2)?,
+                    deployment: col(r, 3)?,
+                    body: col(r, 4)?,
+                    prev_hash: col(r, 5)?,
+                    hash: col(r, 6)?,
+                    key_id: col(r, 7)?,
+                    signature: col(r, 8)?,
+                }
+                .into_record()
+            })
+            .collect::<Result<_, String>>()
+            .map_err(|what| self.corrupt(what))
     }
-}
-
-/// At most `limit` records after seq `after`, ascending: all of them, or
-/// one deployment's.
-fn read(
-    store: &mut PostgresStore,
-    deployment: Option<&str>,
-    after: u64,
-    limit: usize,
-) -> Result<Vec<JournalRecord>, StoreError> {
-    // No stored seq is above i64::MAX.
-    let Ok(after) = i64::try_from(after) else {
-        return Ok(Vec::new());
-    };
-    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-    let rows = store.client()?.query(
-        "SELECT seq, at_ms, kind, deployment, body, prev_hash, hash, key_id, signature
-         FROM journal WHERE ($1::TEXT IS NULL OR deployment = $1) AND seq > $2
-         ORDER BY seq LIMIT $3",
-        &[&deployment, &after, &limit],
-    );
-    let rows = rows.map_err(|e| store.fail("reading the journal", &e))?;
-    rows.iter()
-        .map(|r| {
-            let seq: i64 = col(r, 0)?;
-            let what = format!("journal record {seq}");
-            JournalRow {
-                seq: unsigned(&what, seq)?,
-                at_ms: unsigned(&what, col(r, 1)?)?,
-                kind: col(r, 2)?,
-                deployment: col(r, 3)?,
-                body: col(r, 4)?,
-                prev_hash: col(r, 5)?,
-                hash: col(r, 6)?,
-                key_id: col(r, 7)?,
-                signature: col(r, 8)?,
-            }
-            .into_record()
-        })
-        .collect::<Result<_, String>>()
-        .map_err(|what| store.corrupt(what))
 }

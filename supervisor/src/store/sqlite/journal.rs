@@ -112,55 +112,41 @@ impl JournalStore for SqliteStore {
             .map_err(|e| self.fail("recording the verified journal head", &e))
     }
 
-    fn journal(&mut self, deployment: Option<&str>) -> Result<Vec<JournalRecord>, StoreError> {
-        read(self, deployment, 0, usize::MAX)
-    }
-
-    fn journal_after(
+    fn read_journal(
         &mut self,
+        deployment: Option<&str>,
         after: u64,
         limit: usize,
     ) -> Result<Vec<JournalRecord>, StoreError> {
-        read(self, None, after, limit)
+        // No stored seq is above i64::MAX.
+        let Ok(after) = i64::try_from(after) else {
+            return Ok(Vec::new());
+        };
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = (|| -> rusqlite::Result<Vec<JournalRow>> {
+            let mut stmt = self.conn.prepare_cached(
+                "SELECT seq, at_ms, kind, deployment, body, prev_hash, hash, key_id, signature
+                 FROM journal WHERE (?1 IS NULL OR deployment = ?1) AND seq > ?2
+                 ORDER BY seq LIMIT ?3",
+            )?;
+            let rows = stmt.query_map(params![deployment, after, limit], |row| {
+                Ok(JournalRow {
+                    seq: row.get(0)?,
+                    at_ms: row.get(1)?,
+                    kind: row.get(2)?,
+                    deployment: row.get(3)?,
+                    body: row.get(4)?,
+                    prev_hash: row.get(5)?,
+                    hash: row.get(6)?,
+                    key_id: row.get(7)?,
+                    signature: row.get(8)?,
+                })
+            })?;
+            rows.collect()
+        })()
+        .map_err(|e| self.read_fail("reading the journal", &e))?;
+        rows.into_iter()
+            .map(|row| row.into_record().map_err(|what| self.corrupt(what)))
+            .collect()
     }
-}
-
-/// At most `limit` records after seq `after`, ascending: all of them, or
-/// one deployment's.
-fn read(
-    store: &mut SqliteStore,
-    deployment: Option<&str>,
-    after: u64,
-    limit: usize,
-) -> Result<Vec<JournalRecord>, StoreError> {
-    // No stored seq is above i64::MAX.
-    let Ok(after) = i64::try_from(after) else {
-        return Ok(Vec::new());
-    };
-    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-    let rows = (|| -> rusqlite::Result<Vec<JournalRow>> {
-        let mut stmt = store.conn.prepare_cached(
-            "SELECT seq, at_ms, kind, deployment, body, prev_hash, hash, key_id, signature
-             FROM journal WHERE (?1 IS NULL OR deployment = ?1) AND seq > ?2
-             ORDER BY seq LIMIT ?3",
-        )?;
-        let rows = stmt.query_map(params![deployment, after, limit], |row| {
-            Ok(JournalRow {
-                seq: row.get(0)?,
-                at_ms: row.get(1)?,
-                kind: row.get(2)?,
-                deployment: row.get(3)?,
-                body: row.get(4)?,
-                prev_hash: row.get(5)?,
-                hash: row.get(6)?,
-                key_id: row.get(7)?,
-                signature: row.get(8)?,
-            })
-        })?;
-        rows.collect()
-    })()
-    .map_err(|e| store.read_fail("reading the journal", &e))?;
-    rows.into_iter()
-        .map(|row| row.into_record().map_err(|what| store.corrupt(what)))
-        .collect()
 }

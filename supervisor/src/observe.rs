@@ -1,8 +1,8 @@
 //! What operators observe of the whole host, read across its running
 //! deployments: the machine it runs on, Prometheus metrics, drain progress
 //! in the log, and systemd notifications. (One deployment's status is
-//! `crate::status`, kept by its own task; the log line of each fact is
-//! `crate::record`.)
+//! `status`, kept by its own task; the log line of each fact is
+//! `record`.)
 
 pub mod drain_log;
 pub mod host;

@@ -2,8 +2,8 @@
 //! exact epoch and the instant it must stop (its self-fence deadline, by
 //! the monotonic clock). The store conditions every write concerning a
 //! deployment on that epoch (DESIGN §10b), so a host that lost a lease,
-//! or is past its deadline, cannot write for it; the lease loop
-//! (`crate::host::fleet`) is the only writer of this table, and it hears
+//! or is past its deadline, cannot write for it; the host's lease loop
+//! is the only writer of this table, and it hears
 //! every refusal (`refused`) so it can kill what the refused write was for.
 
 use std::collections::HashMap;

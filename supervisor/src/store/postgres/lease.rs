@@ -2,7 +2,7 @@
 //! compare-and-set on their row (acquire, renew, release, take over),
 //! every expiry judged by the database's clock; host keys; the owners'
 //! status snapshots; forwarded requests. The rules that decide what to
-//! run are `crate::fleet::rules`; these only carry them out, re-checking
+//! run are `wfhost_policy::lease`; these only carry them out, re-checking
 //! each condition in the statement itself so a decision made on a stale
 //! read changes nothing.
 

@@ -52,9 +52,13 @@ impl Drop for Killed {
 fn a_stderr_nobody_reads_freezes_nothing_and_the_lines_left_out_are_counted() {
     let dir = TempDir::new();
     let config = dir.join("wfhost.toml");
-    // A child writing a line every millisecond: the log gets 500 of its
-    // lines a second, far more than a 64 KiB pipe holds for long.
-    let loud = exec("while :; do echo chatter chatter chatter chatter; sleep 0.001; done");
+    // A child writing ten lines every millisecond or so (a shell forking
+    // `sleep` manages a few hundred loops a second on a busy machine): the
+    // log gets the 500 of its lines a second it lets through, far more
+    // than a 64 KiB pipe and the 4,096-line queue hold for the test's 10 s.
+    let loud = exec(
+        "while :; do for i in 0 1 2 3 4 5 6 7 8 9; do echo chatter chatter chatter chatter; done; sleep 0.001; done",
+    );
     write_config(
         &config,
         &dir.join("state"),

@@ -157,7 +157,15 @@ pub trait MailStore {
         id: u64,
         outcome: &str,
         at_ms: u64,
-    ) -> Result<bool, StoreError>;
+    ) -> Result<bool, StoreError> {
+        let one = AckOf {
+            holder: holder.clone(),
+            id,
+            outcome: outcome.to_owned(),
+        };
+        let landed = self.ack_mail_many(deployment, std::slice::from_ref(&one), at_ms)?;
+        Ok(landed.first().copied().unwrap_or(false))
+    }
 
     /// [`MailStore::ack_mail`] for several acknowledgements in one transaction,
     /// so they cost one durable commit: each answer as `ack_mail`'s, in

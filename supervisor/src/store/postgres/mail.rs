@@ -96,28 +96,6 @@ impl MailStore for PostgresStore {
             .map_err(|what| self.corrupt(what))
     }
 
-    /// Marks item `id`, held by `holder` in `deployment`, done; `false` if
-    /// `holder` does not hold it there.
-    fn ack_mail(
-        &mut self,
-        deployment: &str,
-        holder: &Holder,
-        id: u64,
-        outcome: &str,
-        at_ms: u64,
-    ) -> Result<bool, StoreError> {
-        let one = AckOf {
-            holder: holder.clone(),
-            id,
-            outcome: outcome.to_owned(),
-        };
-        Ok(self
-            .ack_mail_many(deployment, std::slice::from_ref(&one), at_ms)?
-            .first()
-            .copied()
-            .unwrap_or(false))
-    }
-
     /// Several acknowledgements for `deployment` in one transaction (one
     /// fence check, one durable commit), each `true` when its holder held the
     /// item, as if alone.

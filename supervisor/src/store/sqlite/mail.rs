@@ -132,24 +132,6 @@ impl MailStore for SqliteStore {
         .map_err(|e| self.read_fail("taking mail from the inbox", &e))
     }
 
-    /// Marks an item `holder` holds done (see [`MailStore::ack_mail`]).
-    fn ack_mail(
-        &mut self,
-        deployment: &str,
-        holder: &Holder,
-        id: u64,
-        outcome: &str,
-        at_ms: u64,
-    ) -> Result<bool, StoreError> {
-        let one = AckOf {
-            holder: holder.clone(),
-            id,
-            outcome: outcome.to_owned(),
-        };
-        let landed = self.ack_mail_many(deployment, std::slice::from_ref(&one), at_ms)?;
-        Ok(landed.first().copied().unwrap_or(false))
-    }
-
     /// Several acknowledgements in one write transaction: one commit.
     fn ack_mail_many(
         &mut self,

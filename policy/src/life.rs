@@ -5,7 +5,7 @@
 //! result of checking a recycle's successor) is an [`Input`]; [`Life::on`]
 //! turns the phase and the input into a new phase and the [`Action`]s the
 //! driver carries out. The table is the one `match` in [`Life::on`] (and
-//! its request half in `Life::request`): each cell is a small named
+//! its request half, beside the requests, in `request.rs`): each cell is a small named
 //! function (`start.rs`, `drain.rs`, `recycle.rs`, `end.rs`; the words to
 //! operators in `answer.rs`), and a pair that cannot happen, or that a phase ignores,
 //! is written out as such. The machine never sleeps and never does
@@ -18,6 +18,7 @@ mod answer;
 mod drain;
 mod end;
 mod recycle;
+mod request;
 mod start;
 mod types;
 
@@ -27,6 +28,7 @@ mod tests;
 use std::time::Instant;
 
 pub use crate::exit::{ExitCause, ExitStatus};
+pub use request::Request;
 pub use types::*;
 
 use crate::restart::RestartTracker;
@@ -222,130 +224,5 @@ impl<W> Life<W> {
             ) => {}
         }
         out
-    }
-
-    /// The request half of the table.
-    fn request(&mut self, request: Request<W>, now: Instant, o: &mut Out<W>) {
-        use Request as R;
-        match (&self.phase, request) {
-            (Phase::Starting { .. }, R::Stop) => self.stop_starting(now, o),
-            (Phase::Ready { .. }, R::Stop) => self.drain(Purpose::Stop, now, o),
-            (Phase::Draining { .. }, R::Stop) => self.merge_drain(Purpose::Stop, now, o),
-            (Phase::Stopping { .. } | Phase::Closing { .. }, R::Stop) => {
-                self.merge_stopping(Purpose::Stop, None, o)
-            }
-            (Phase::Backoff { .. } | Phase::Failed, R::Stop) => {
-                let successor = self.take_successor();
-                self.finish(true, successor, o)
-            }
-            (Phase::Drained { .. }, R::Stop) => {
-                let successor = self.take_successor();
-                self.finish(false, successor, o)
-            }
-            (Phase::Exited, R::Stop) => {}
-
-            (
-                Phase::Starting { .. }
-                | Phase::Ready { .. }
-                | Phase::Draining { .. }
-                | Phase::Closing { .. },
-                R::Kill,
-            ) => self.kill(ExitCause::Killed, o),
-            (Phase::Stopping { .. }, R::Kill) => self.force_kill(o),
-            (
-                Phase::Backoff { .. } | Phase::Drained { .. } | Phase::Failed | Phase::Exited,
-                R::Kill,
-            ) => {}
-
-            (Phase::Starting { .. }, R::Drain(to)) => self.drain_when_ready(to, o),
-            (Phase::Ready { .. }, R::Drain(to)) => {
-                self.drain(Purpose::Operator, now, o);
-                self.say_draining(to, o)
-            }
-            (Phase::Draining { .. }, R::Drain(to)) => {
-                self.merge_drain(Purpose::Operator, now, o);
-                self.say_draining(to, o)
-            }
-            (Phase::Stopping { .. } | Phase::Closing { .. }, R::Drain(to)) => {
-                self.merge_stopping(Purpose::Operator, Some(to), o)
-            }
-            (Phase::Backoff { .. }, R::Drain(to)) => self.drain_without_child(to, o),
-            (Phase::Drained { .. } | Phase::Failed, R::Drain(to)) => {
-                let state = self.phase.name();
-                self.say(to, format!("{} is already {state}", self.id), o)
-            }
-            (Phase::Exited, R::Drain(to)) => self.refuse(to, self.busy("stopped"), o),
-
-            (Phase::Drained { .. } | Phase::Failed, R::Resume(to)) => self.resume(to, o),
-            (Phase::Ready { .. } | Phase::Draining { .. }, R::Resume(to)) => {
-                let pid = self.pid().map_or_else(|| "?".into(), |p| p.to_string());
-                self.refuse(
-                    to,
-                    format!("{} is not drained (pid {pid} is live)", self.id),
-                    o,
-                )
-            }
-            (
-                Phase::Starting { .. }
-                | Phase::Stopping { .. }
-                | Phase::Closing { .. }
-                | Phase::Backoff { .. }
-                | Phase::Exited,
-                R::Resume(to),
-            ) => self.refuse(to, self.busy_here(), o),
-
-            (
-                Phase::Starting { .. },
-                R::Recycle {
-                    cause,
-                    reason,
-                    waiter,
-                },
-            ) => self.recycle_when_ready(Trigger::new(cause, reason, waiter), o),
-            (
-                Phase::Ready { .. },
-                R::Recycle {
-                    cause,
-                    reason,
-                    waiter,
-                },
-            ) => self.vet(Trigger::new(cause, reason, waiter), o),
-            (
-                Phase::Draining { .. },
-                R::Recycle {
-                    cause,
-                    reason,
-                    waiter,
-                },
-            ) => self.merge_drain(
-                Purpose::Recycle(Trigger::new(cause, reason, waiter)),
-                now,
-                o,
-            ),
-            (
-                Phase::Stopping { .. } | Phase::Closing { .. },
-                R::Recycle {
-                    cause,
-                    reason,
-                    waiter,
-                },
-            ) => {
-                let trigger = Trigger::new(cause, reason, waiter);
-                self.merge_stopping(Purpose::Recycle(trigger), None, o)
-            }
-            (
-                Phase::Backoff { .. } | Phase::Drained { .. } | Phase::Failed | Phase::Exited,
-                R::Recycle { waiter, .. },
-            ) => {
-                if let Some(to) = waiter {
-                    self.refuse(to, self.busy_here(), o)
-                }
-            }
-
-            (Phase::Ready { .. } | Phase::Draining { .. }, R::Cancel { run, waiter }) => {
-                o.push(Action::Cancel { run, to: waiter })
-            }
-            (_, R::Cancel { waiter, .. }) => self.refuse(waiter, self.busy_here(), o),
-        }
     }
 }

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use wfhost_ipc::Grants;
 
+use super::Request;
 pub use crate::drain::{DrainEnd, DrainPurpose, Escalation};
 use crate::exit::{ExitCause, ExitStatus};
 use crate::fact::Fact;
@@ -226,69 +227,6 @@ pub enum KillWhy {
     Operator,
     /// It did not exit within `kill_timeout` of SIGTERM.
     Overdue,
-}
-
-/// What operators (and the supervisor on their behalf) ask of a deployment.
-#[derive(Debug)]
-pub enum Request<W> {
-    /// Drain under the budget, stop the child, and end (the supervisor stops).
-    Stop,
-    /// SIGKILL the child now, even if it is already stopping.
-    Kill,
-    /// Drain and stop the child; stay drained until resumed.
-    Drain(W),
-    /// Start a fresh child after a drain or a failure.
-    Resume(W),
-    /// Replace the child with a fresh one without losing mail.
-    Recycle {
-        /// Who asked.
-        cause: RecycleCause,
-        /// Why.
-        reason: String,
-        /// Who waits for the new pid.
-        waiter: Option<W>,
-    },
-    /// A signed operator cancel of one run, or of every run.
-    Cancel {
-        /// The run, or every run.
-        run: Option<String>,
-        /// Who waits for it to be journaled and sent.
-        waiter: W,
-    },
-}
-
-impl<W> Request<W> {
-    /// Who waits for the answer, if anyone (the request itself is dropped).
-    pub fn into_waiter(self) -> Option<W> {
-        match self {
-            Self::Stop | Self::Kill => None,
-            Self::Drain(w) | Self::Resume(w) | Self::Cancel { waiter: w, .. } => Some(w),
-            Self::Recycle { waiter, .. } => waiter,
-        }
-    }
-
-    /// The same request for each of `n` replicas, each with its share of
-    /// the waiter (`fan_out` makes `n` waiters that answer the one once all
-    /// have answered). A recycle is never split: it is the crew's.
-    pub fn split(self, n: usize, fan_out: impl FnOnce(W, usize) -> Vec<W>) -> Vec<Self> {
-        if n == 1 {
-            return vec![self];
-        }
-        match self {
-            Self::Stop => (0..n).map(|_| Self::Stop).collect(),
-            Self::Kill => (0..n).map(|_| Self::Kill).collect(),
-            Self::Drain(w) => fan_out(w, n).into_iter().map(Self::Drain).collect(),
-            Self::Resume(w) => fan_out(w, n).into_iter().map(Self::Resume).collect(),
-            Self::Cancel { run, waiter } => fan_out(waiter, n)
-                .into_iter()
-                .map(|waiter| Self::Cancel {
-                    run: run.clone(),
-                    waiter,
-                })
-                .collect(),
-            recycle @ Self::Recycle { .. } => vec![recycle],
-        }
-    }
 }
 
 /// Something that happened to a deployment.

@@ -39,12 +39,31 @@ pub struct Context {
     pub budget: Arc<crate::control::budget::Budget>,
 }
 
-/// Answers one (non-streaming) request.
+/// Answers one (non-streaming) request from a client.
 pub async fn answer(request: Request, stream: &mut UnixStream, ctx: &Context) -> Response {
     // A fleet host answers for the whole fleet (owners elsewhere included).
-    let request = match fleet::route(request, stream, ctx).await {
-        Ok(response) => return response,
-        Err(request) => request,
+    match fleet::route(request, stream, ctx).await {
+        Ok(response) => response,
+        Err(request) => dispatch(request, Some(stream), ctx).await,
+    }
+}
+
+/// The table: each request to its handler, on this host. `stream` is the
+/// client's (a `send` reads its payload from it; a mail change names who
+/// made it); a request another host forwarded has none.
+pub async fn dispatch(
+    request: Request,
+    stream: Option<&mut UnixStream>,
+    ctx: &Context,
+) -> Response {
+    let name = request.name();
+    let client = move || {
+        stream.ok_or_else(|| {
+            Response::failed(
+                exit::USAGE,
+                format!("{name} cannot be forwarded to a deployment's owner"),
+            )
+        })
     };
     let answered = match request {
         Request::Status => status::answer(ctx).await,
@@ -59,15 +78,15 @@ pub async fn answer(request: Request, stream: &mut UnixStream, ctx: &Context) ->
             deployment,
             payload_bytes,
             key,
-        } => send::answer(ctx, stream, &deployment, payload_bytes, key).await,
+        } => match client() {
+            Ok(stream) => send::answer(ctx, stream, &deployment, payload_bytes, key).await,
+            Err(refusal) => Err(refusal),
+        },
         Request::Events { .. } | Request::Logs { .. } => Err(Response::failed(
             exit::USAGE,
             "events and logs are streaming requests",
         )),
-        Request::Move { .. } => Err(Response::failed(
-            exit::USAGE,
-            "move hands a deployment to another host of a fleet, and this supervisor is not in one\n  help: give every host the same [store] url and a [fleet] table (see README, Running a fleet)",
-        )),
+        Request::Move { deployment, to } => fleet::moved(ctx, &deployment, &to).await,
         Request::MailList {
             deployment,
             state,
@@ -80,11 +99,17 @@ pub async fn answer(request: Request, stream: &mut UnixStream, ctx: &Context) ->
             id,
             dead,
             deployment,
-        } => mail::retry(ctx, stream, id, dead, deployment).await,
+        } => match client() {
+            Ok(stream) => mail::retry(ctx, stream, id, dead, deployment).await,
+            Err(refusal) => Err(refusal),
+        },
         Request::MailPurge {
             deployment,
             older_than_ms,
-        } => mail::purge(ctx, stream, deployment, older_than_ms).await,
+        } => match client() {
+            Ok(stream) => mail::purge(ctx, stream, deployment, older_than_ms).await,
+            Err(refusal) => Err(refusal),
+        },
     };
     match answered {
         Ok(r) | Err(r) => r,

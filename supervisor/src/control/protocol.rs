@@ -188,6 +188,71 @@ pub enum Request {
     },
 }
 
+/// Which host of a fleet answers a request (a host outside a fleet
+/// answers every request itself).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route<'a> {
+    /// Any host: its own (config, children's output) or the store's,
+    /// which every host reads alike.
+    Anywhere,
+    /// Only the host running the deployment, because `what` is kept
+    /// there; any other host refuses, naming the owner.
+    Kept {
+        /// The deployment.
+        deployment: &'a str,
+        /// What is kept where it runs, for the refusal.
+        what: &'static str,
+    },
+    /// The deployment's owner: another host carries the request to it
+    /// through the database and relays its answer.
+    Owner(&'a str),
+    /// The fleet as a whole (every deployment's status, mail for any
+    /// deployment, a move between hosts).
+    Fleet,
+}
+
+impl Request {
+    /// Which host answers this request: one row per request.
+    pub fn route(&self) -> Route<'_> {
+        match self {
+            Self::Status | Self::Send { .. } | Self::Move { .. } => Route::Fleet,
+            Self::Kill { deployment }
+            | Self::Drain { deployment }
+            | Self::Resume { deployment }
+            | Self::Recycle { deployment, .. }
+            | Self::Cancel { deployment, .. } => Route::Owner(deployment),
+            Self::MailRetry {
+                deployment: Some(deployment),
+                ..
+            }
+            | Self::MailPurge {
+                deployment: Some(deployment),
+                ..
+            } => Route::Kept {
+                deployment,
+                what: "its dead mail's handling",
+            },
+            Self::Reload
+            | Self::Stop
+            | Self::Events { .. }
+            | Self::Logs { .. }
+            | Self::MailList { .. }
+            | Self::MailShow { .. }
+            | Self::MailPayload { .. }
+            | Self::MailRetry { .. }
+            | Self::MailPurge { .. } => Route::Anywhere,
+        }
+    }
+
+    /// The request's name on the wire (`"mail-list"`).
+    pub fn name(&self) -> String {
+        serde_json::to_value(self)
+            .ok()
+            .and_then(|v| v["cmd"].as_str().map(str::to_owned))
+            .unwrap_or_default()
+    }
+}
+
 /// The `outcome` of a failed answer that may have taken effect.
 pub const UNKNOWN_OUTCOME: &str = "unknown";
 

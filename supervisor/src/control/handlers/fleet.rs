@@ -14,13 +14,13 @@ use tokio::net::UnixStream;
 
 use super::{Context, send, status};
 use crate::control::forward;
-use crate::control::protocol::{Request, Response};
+use crate::control::protocol::{Request, Response, Route};
 use crate::exit;
 use crate::fleet::{Command, Fleet, view};
 use crate::status::Status;
 
 /// Answers `request` here if it is the fleet's to answer (`Ok`), or hands
-/// it back for the local handlers (`Err`): always so on a single host.
+/// it back for this host's handlers (`Err`): always so on a single host.
 pub async fn route(
     request: Request,
     stream: &mut UnixStream,
@@ -29,49 +29,27 @@ pub async fn route(
     let Some(fleet) = ctx.shared.fleet.clone() else {
         return Err(request);
     };
-    let target = match &request {
-        Request::Status => return Ok(whole(status(ctx, &fleet).await)),
-        // The host's own (its config, its children's output) or the
-        // store's, which every host reads alike.
-        Request::MailRetry {
-            deployment: Some(deployment),
-            ..
-        }
-        | Request::MailPurge {
-            deployment: Some(deployment),
-            ..
-        } => match elsewhere(ctx, deployment, "its dead mail's handling").await {
+    let target = match request.route() {
+        Route::Anywhere => return Err(request),
+        Route::Kept { deployment, what } => match elsewhere(ctx, deployment, what).await {
             Some(refusal) => return Ok(refusal),
             None => return Err(request),
         },
-        Request::Events { .. }
-        | Request::Reload
-        | Request::Stop
-        | Request::Logs { .. }
-        | Request::MailList { .. }
-        | Request::MailShow { .. }
-        | Request::MailPayload { .. }
-        | Request::MailRetry { .. }
-        | Request::MailPurge { .. } => return Err(request),
-        Request::Move { deployment, to } => {
-            return Ok(whole(moved(ctx, &fleet, deployment, to).await));
-        }
-        Request::Send {
-            deployment,
-            payload_bytes,
-            key,
-        } => {
-            if here(ctx, deployment) {
-                return Err(request);
+        Route::Fleet => match request {
+            Request::Status => return Ok(whole(status(ctx, &fleet).await)),
+            Request::Send {
+                deployment,
+                payload_bytes,
+                key,
+            } if !here(ctx, &deployment) => {
+                let sent = remote_send(ctx, &fleet, stream, &deployment, payload_bytes, key);
+                return Ok(whole(sent.await));
             }
-            let (d, n, k) = (deployment.clone(), *payload_bytes, key.clone());
-            return Ok(whole(remote_send(ctx, &fleet, stream, &d, n, k).await));
-        }
-        Request::Kill { deployment }
-        | Request::Drain { deployment }
-        | Request::Resume { deployment }
-        | Request::Cancel { deployment, .. }
-        | Request::Recycle { deployment, .. } => deployment.clone(),
+            // A move is the fleet's wherever it is asked (`moved`), and a
+            // send for a deployment held here is this host's.
+            request => return Err(request),
+        },
+        Route::Owner(deployment) => deployment.to_owned(),
     };
     // `DEP/N` names replica N of DEP.
     let base = match target.rsplit_once('/') {
@@ -99,30 +77,17 @@ pub async fn local(request: Request, deployment: &str, ctx: &Context) -> Respons
             ),
         );
     }
-    let answered = match request {
-        Request::Kill { deployment } => super::kill::answer(ctx, &deployment).await,
-        Request::Drain { deployment } => super::drain::answer(ctx, &deployment).await,
-        Request::Resume { deployment } => super::resume::answer(ctx, &deployment).await,
-        Request::Recycle { deployment, reason } => {
-            super::recycle::answer(ctx, &deployment, reason).await
-        }
-        Request::Cancel { deployment, run } => super::cancel::answer(ctx, &deployment, run).await,
-        Request::Move { deployment, to } => match ctx.shared.fleet.clone() {
-            Some(fleet) => moved(ctx, &fleet, &deployment, &to).await,
-            None => Err(Response::failed(exit::USAGE, "move needs a fleet")),
-        },
-        other => {
-            let cmd = serde_json::to_value(&other)
-                .ok()
-                .and_then(|v| v["cmd"].as_str().map(str::to_owned))
-                .unwrap_or_default();
-            Err(Response::failed(
-                exit::USAGE,
-                format!("{cmd} cannot be forwarded to a deployment's owner"),
-            ))
-        }
-    };
-    whole(answered)
+    // What an owner answers, and a move (its owner hands it on).
+    let owners =
+        matches!(request.route(), Route::Owner(_)) || matches!(request, Request::Move { .. });
+    if !owners {
+        let name = request.name();
+        return Response::failed(
+            exit::USAGE,
+            format!("{name} cannot be forwarded to a deployment's owner"),
+        );
+    }
+    super::dispatch(request, None, ctx).await
 }
 
 fn whole(answered: Result<Response, Response>) -> Response {
@@ -249,12 +214,13 @@ async fn remote_send(
 
 /// `move DEP --to HOST`: drained where it runs, its lease released for
 /// HOST only, answered once HOST holds it.
-async fn moved(
-    ctx: &Context,
-    fleet: &Arc<Fleet>,
-    deployment: &str,
-    to: &str,
-) -> Result<Response, Response> {
+pub async fn moved(ctx: &Context, deployment: &str, to: &str) -> Result<Response, Response> {
+    let Some(fleet) = &ctx.shared.fleet else {
+        return Err(Response::failed(
+            exit::USAGE,
+            "move hands a deployment to another host of a fleet, and this supervisor is not in one\n  help: give every host the same [store] url and a [fleet] table (see README, Running a fleet)",
+        ));
+    };
     if fleet.config(deployment).is_none() {
         return Err(unknown(fleet, deployment));
     }

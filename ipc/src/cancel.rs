@@ -12,8 +12,11 @@ use crate::signed::{Canonical, Signable, SignatureError, Signed};
 pub enum CancelOrigin {
     /// A drain budget ran out.
     SupervisorDrain,
-    /// An operator ran `wfhost cancel`.
+    /// An operator ran `wfhost cancel` (or `wfhost mail cancel`).
     Operator,
+    /// Protocol 3: a mail item's deadline passed (only ever in a
+    /// `CancelMail`).
+    Deadline,
 }
 
 impl CancelOrigin {
@@ -22,6 +25,7 @@ impl CancelOrigin {
         match self {
             Self::SupervisorDrain => "supervisor-drain",
             Self::Operator => "operator",
+            Self::Deadline => "deadline",
         }
     }
 }
@@ -56,6 +60,61 @@ impl Signable for CancelRequested {
 /// A cancel request as it travels: signed by the supervisor.
 pub type SignedCancel = Signed<CancelRequested>;
 
+/// Protocol 3: a request to cancel one mail item of one deployment.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MailCancelRequested {
+    /// Who asked.
+    pub origin: CancelOrigin,
+    /// The deployment it is meant for.
+    pub deployment: String,
+    /// The item to cancel.
+    pub id: u64,
+    /// Why, for the journal and the child's log.
+    pub reason: String,
+    /// Unix time in milliseconds when it was issued.
+    pub at_ms: u64,
+}
+
+impl Signable for MailCancelRequested {
+    const DOMAIN: &'static str = "wfhost/cancel-mail/v1";
+
+    fn write_canonical(&self, out: &mut Canonical) {
+        out.str(self.origin.as_str())
+            .str(&self.deployment)
+            .u64(self.id)
+            .str(&self.reason)
+            .u64(self.at_ms);
+    }
+}
+
+/// A cancel of one mail item as it travels: signed by the supervisor.
+pub type SignedMailCancel = Signed<MailCancelRequested>;
+
+impl SignedMailCancel {
+    /// Verifies the signature, then that the cancel is meant for
+    /// `deployment` and names an item `holds` accepts.
+    pub fn verify_for(
+        &self,
+        trusted: &VerifyingKey,
+        deployment: &str,
+        holds: impl Fn(u64) -> bool,
+    ) -> Result<(), CancelRefused> {
+        self.verify(trusted)?;
+        if self.record.deployment != deployment {
+            return Err(CancelRefused::WrongDeployment {
+                expected: deployment.to_owned(),
+                got: self.record.deployment.clone(),
+            });
+        }
+        if !holds(self.record.id) {
+            return Err(CancelRefused::UnknownItem {
+                got: self.record.id,
+            });
+        }
+        Ok(())
+    }
+}
+
 /// Why a child refused a cancel.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum CancelRefused {
@@ -68,6 +127,9 @@ pub enum CancelRefused {
     /// The cancel names a run this child does not have.
     #[error("cancel is for run {got:?}, which this child does not know")]
     UnknownRun { got: String },
+    /// The cancel names a mail item this child does not hold.
+    #[error("cancel is for mail item {got}, which this child does not hold")]
+    UnknownItem { got: u64 },
 }
 
 impl SignedCancel {

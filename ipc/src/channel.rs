@@ -18,7 +18,7 @@ use tokio::net::UnixStream;
 
 use crate::codec;
 use crate::frame_size::MAX_FRAME_LIMIT;
-use crate::handshake::{Hello, PROTOCOL_VERSION};
+use crate::handshake::{Hello, OLDEST_PROTOCOL, PROTOCOL_VERSION, speaks};
 use crate::message::{Control, Event, Welcome};
 use crate::transport::{FrameReader, FrameWriter, TransportError, split};
 use crate::violation::ProtocolViolation;
@@ -29,7 +29,7 @@ pub enum HandshakeError {
     /// The child's Hello names another protocol version (or its first frame
     /// only decodes as a Hello of another version).
     #[error(
-        "the child speaks protocol {got}, this supervisor speaks {PROTOCOL_VERSION}: upgrade the child's wfhost library (or run a supervisor of its version)"
+        "the child speaks protocol {got}, this supervisor speaks {OLDEST_PROTOCOL} to {PROTOCOL_VERSION}: upgrade the child's wfhost library (or run a supervisor of its version)"
     )]
     ChildProtocol {
         /// The version the child announced.
@@ -37,11 +37,13 @@ pub enum HandshakeError {
     },
     /// The supervisor's Welcome names another protocol version.
     #[error(
-        "the supervisor's Welcome speaks protocol {got}, this child speaks {PROTOCOL_VERSION}: use a child library matching the supervisor"
+        "the supervisor's Welcome speaks protocol {got}, this child said it speaks {asked}: use a child library matching the supervisor"
     )]
     SupervisorProtocol {
         /// The version the Welcome announced.
         got: u32,
+        /// The version the child's Hello announced.
+        asked: u32,
     },
     /// The peer closed the channel before the handshake was over.
     #[error("channel closed before {before} ({hint})")]
@@ -146,7 +148,8 @@ impl SupervisorEnd {
     }
 
     /// Answers the Hello. `welcome.protocol` is sent as given (the kit sends
-    /// other versions on purpose); a supervisor sets [`PROTOCOL_VERSION`].
+    /// other versions on purpose); a supervisor sets the Hello's version,
+    /// which [`Hello::check`] has found it speaks.
     pub async fn welcome(&mut self, welcome: Welcome) -> Result<(), HandshakeError> {
         self.writer.send(Control::Welcome(welcome)).await?;
         Ok(())
@@ -199,7 +202,7 @@ fn reset_as_end<T>(read: Result<Option<T>, TransportError>) -> Result<Option<T>,
 fn other_protocol_hello(body: &[u8]) -> Option<ProtocolViolation> {
     const HELLO_VARIANT: u32 = 0;
     let (_seq, variant, protocol) = codec::decode_prefix::<(u64, u32, u32)>(body)?;
-    (variant == HELLO_VARIANT && protocol != PROTOCOL_VERSION).then_some(
+    (variant == HELLO_VARIANT && !speaks(protocol)).then_some(
         ProtocolViolation::UnsupportedProtocol {
             got: protocol,
             supported: PROTOCOL_VERSION,
@@ -236,10 +239,11 @@ impl ChildEnd {
     }
 
     /// Sends `hello` and waits for the Welcome; a Welcome of another
-    /// protocol version is refused. From then on both directions are held
+    /// protocol version than the Hello's is refused. From then on both directions are held
     /// to the Welcome's `max_frame_bytes`: a larger frame from the
     /// supervisor is a violation, a larger event is refused before sending.
     pub async fn handshake(mut self, hello: Hello) -> Result<Welcomed, HandshakeError> {
+        let asked = hello.protocol;
         self.writer.send(Event::Hello(hello)).await?;
         let welcome = match self.reader.next().await? {
             Some(Control::Welcome(welcome)) => welcome,
@@ -256,9 +260,10 @@ impl ChildEnd {
                 });
             }
         };
-        if welcome.protocol != PROTOCOL_VERSION {
+        if welcome.protocol != asked {
             return Err(HandshakeError::SupervisorProtocol {
                 got: welcome.protocol,
+                asked,
             });
         }
         let max = welcome.limits.max_frame_bytes;

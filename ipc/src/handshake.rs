@@ -5,8 +5,17 @@ use serde::{Deserialize, Serialize};
 
 use crate::violation::ProtocolViolation;
 
-/// The protocol version this crate speaks.
-pub const PROTOCOL_VERSION: u32 = 2;
+/// The newest protocol version this crate speaks.
+pub const PROTOCOL_VERSION: u32 = 3;
+
+/// The oldest protocol version this crate still speaks: a supervisor
+/// keeps hosting the children deployed before it was upgraded.
+pub const OLDEST_PROTOCOL: u32 = 2;
+
+/// Whether this crate speaks protocol `version`.
+pub fn speaks(version: u32) -> bool {
+    (OLDEST_PROTOCOL..=PROTOCOL_VERSION).contains(&version)
+}
 
 /// Longest `implementation` a Hello may carry, in bytes.
 pub const MAX_IMPLEMENTATION_BYTES: usize = 128;
@@ -18,8 +27,13 @@ pub const CONTROL_FD: i32 = 3;
 pub const ENV_CONTROL_FD: &str = "WFHOST_CONTROL_FD";
 /// Environment variable: this spawn's channel id (32 hex chars).
 pub const ENV_CHANNEL_ID: &str = "WFHOST_CHANNEL_ID";
-/// Environment variable: protocol version the supervisor speaks.
+/// Environment variable: the oldest protocol version the supervisor
+/// speaks (`2`: what a protocol-2 child checks it can speak).
 pub const ENV_PROTOCOL: &str = "WFHOST_PROTOCOL";
+/// Environment variable: the newest protocol version the supervisor
+/// speaks (`3`; absent from supervisors that speak only 2). A child
+/// speaks the newest version both sides know.
+pub const ENV_PROTOCOL_MAX: &str = "WFHOST_PROTOCOL_MAX";
 /// Environment variable: the deployment id.
 pub const ENV_DEPLOYMENT: &str = "WFHOST_DEPLOYMENT";
 /// Environment variable: hex ed25519 public key that signs cancels.
@@ -27,10 +41,11 @@ pub const ENV_SUPERVISOR_KEY: &str = "WFHOST_SUPERVISOR_KEY";
 
 /// Every `WFHOST_*` variable of the contract: what a child must not pass
 /// on to the programs it starts.
-pub const ENV_ALL: [&str; 5] = [
+pub const ENV_ALL: [&str; 6] = [
     ENV_CONTROL_FD,
     ENV_CHANNEL_ID,
     ENV_PROTOCOL,
+    ENV_PROTOCOL_MAX,
     ENV_DEPLOYMENT,
     ENV_SUPERVISOR_KEY,
 ];
@@ -57,7 +72,7 @@ impl Hello {
     /// Checks a Hello against the channel the supervisor minted for this
     /// spawn; a stale or foreign child is a violation.
     pub fn check(&self, expected_channel: &str) -> Result<(), ProtocolViolation> {
-        if self.protocol != PROTOCOL_VERSION {
+        if !speaks(self.protocol) {
             return Err(ProtocolViolation::UnsupportedProtocol {
                 got: self.protocol,
                 supported: PROTOCOL_VERSION,

@@ -14,14 +14,17 @@ pub mod signed;
 pub mod transport;
 pub mod violation;
 
-pub use cancel::{CancelOrigin, CancelRefused, CancelRequested, SignedCancel};
+pub use cancel::{
+    CancelOrigin, CancelRefused, CancelRequested, MailCancelRequested, SignedCancel,
+    SignedMailCancel,
+};
 pub use channel::{ChildEnd, HandshakeError, SupervisorEnd, Welcomed};
 pub use frame::{
     DEFAULT_MAX_FRAME_BYTES, Frame, FrameDecoder, MAX_FRAME_LIMIT, SeqTracker, encode_frame,
 };
-pub use handshake::{Hello, PROTOCOL_VERSION, new_channel_id};
+pub use handshake::{Hello, OLDEST_PROTOCOL, PROTOCOL_VERSION, new_channel_id, speaks};
 pub use key::KeyId;
-pub use message::{Control, DrainBehavior, Event, Grants, Limits, Outcome, Welcome};
+pub use message::{CancelVerdict, Control, DrainBehavior, Event, Grants, Limits, Outcome, Welcome};
 pub use signed::{Signable, SignatureError, Signed};
 pub use transport::{FrameReader, FrameWriter, TransportError, split};
 pub use violation::ProtocolViolation;

@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::cancel::SignedCancel;
+use crate::cancel::{SignedCancel, SignedMailCancel};
 use crate::handshake::Hello;
 
 /// What a step does when its run is drained.
@@ -34,6 +34,19 @@ pub enum Outcome {
     Failed(String),
     /// It was cancelled (by drain or by a signed cancel).
     Cancelled,
+}
+
+/// A child's answer to a [`Control::CancelMail`] (protocol 3).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CancelVerdict {
+    /// The item's handler was told to stop; its `MailDone` follows.
+    Acknowledged,
+    /// The item's handler declared it cannot be cancelled: it runs to its
+    /// end.
+    NotSupported,
+    /// The child refused the cancel (a bad signature, another deployment,
+    /// an item it does not hold), in its words.
+    Refused(String),
 }
 
 /// The grants the supervisor read from the deployment's `grants_file` for
@@ -116,6 +129,20 @@ pub enum Control {
         /// Milliseconds from receipt until the lease runs out.
         valid_ms: u64,
     },
+    /// Protocol 3: a signed cancel of one mail item the child holds. The
+    /// child verifies it, tells that item's handler (and no other), and
+    /// answers with a `CancelVerdict`.
+    CancelMail(SignedMailCancel),
+    /// Protocol 3: the answer to an item's question (`Ask`), as stored:
+    /// JSON bytes.
+    Answer {
+        /// The item.
+        id: u64,
+        /// The question's key, as asked.
+        key: String,
+        /// The answer (JSON).
+        value: Vec<u8>,
+    },
 }
 
 /// Child → supervisor.
@@ -176,6 +203,58 @@ pub enum Event {
         /// Opaque payload.
         bytes: Vec<u8>,
     },
+    /// Protocol 3: an item's handler took it: the work has started (an
+    /// item delivered but never started is given back uncounted).
+    MailStarted {
+        /// The item.
+        id: u64,
+        /// Whether its handler can be cancelled (`false`: a cancel is
+        /// answered `NotSupported` and the item runs to its end).
+        cancellable: bool,
+    },
+    /// Protocol 3: an item is finished with, with its result (in protocol
+    /// 2, `MailAck`: the same with no result).
+    MailDone {
+        /// The item.
+        id: u64,
+        /// How processing ended.
+        outcome: Outcome,
+        /// What the handler returned (empty allowed).
+        result: Vec<u8>,
+    },
+    /// Protocol 3: the child's answer to a `CancelMail`.
+    MailCancelVerdict {
+        /// The item.
+        id: u64,
+        /// What the child did.
+        verdict: CancelVerdict,
+    },
+    /// Protocol 3: an item's handler asks a person a question and waits
+    /// for its `Answer`.
+    Ask {
+        /// The item.
+        id: u64,
+        /// The question's key, unique within the item (1 to 256 bytes).
+        key: String,
+        /// The question (JSON, at most 64 KiB).
+        prompt: Vec<u8>,
+    },
+    /// Protocol 3: an item's handler reports progress.
+    Progress {
+        /// The item.
+        id: u64,
+        /// What it reports (JSON, at most 64 KiB).
+        data: Vec<u8>,
+    },
+    /// Protocol 3: the child gives an item back unfinished, to be
+    /// delivered again without counting a failure.
+    GiveBack {
+        /// The item.
+        id: u64,
+        /// It waits for an answer to a question: deliver it again once
+        /// the answer is stored, not before.
+        awaiting_answer: bool,
+    },
 }
 
 impl Control {
@@ -189,6 +268,17 @@ impl Control {
             Self::Ping { .. } => "Ping",
             Self::Shutdown => "Shutdown",
             Self::Lease { .. } => "Lease",
+            Self::CancelMail(_) => "CancelMail",
+            Self::Answer { .. } => "Answer",
+        }
+    }
+
+    /// The oldest protocol version that has this message: the supervisor
+    /// never sends it to a child that speaks an older one.
+    pub fn since(&self) -> u32 {
+        match self {
+            Self::CancelMail(_) | Self::Answer { .. } => 3,
+            _ => 2,
         }
     }
 }
@@ -207,6 +297,26 @@ impl Event {
             Self::Drained => "Drained",
             Self::RecycleRequest { .. } => "RecycleRequest",
             Self::Custom { .. } => "Custom",
+            Self::MailStarted { .. } => "MailStarted",
+            Self::MailDone { .. } => "MailDone",
+            Self::MailCancelVerdict { .. } => "MailCancelVerdict",
+            Self::Ask { .. } => "Ask",
+            Self::Progress { .. } => "Progress",
+            Self::GiveBack { .. } => "GiveBack",
+        }
+    }
+
+    /// The oldest protocol version that has this message: a child that
+    /// speaks an older one must not send it.
+    pub fn since(&self) -> u32 {
+        match self {
+            Self::MailStarted { .. }
+            | Self::MailDone { .. }
+            | Self::MailCancelVerdict { .. }
+            | Self::Ask { .. }
+            | Self::Progress { .. }
+            | Self::GiveBack { .. } => 3,
+            _ => 2,
         }
     }
 }

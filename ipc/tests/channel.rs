@@ -142,20 +142,30 @@ async fn a_protocol_1_hello_is_named_not_called_undecodable() {
     );
     let text = err.to_string();
     assert!(
-        text.contains("protocol 1, this supervisor speaks 2"),
+        text.contains("protocol 1, this supervisor speaks 2 to 3"),
         "{text}"
     );
 }
 
 #[tokio::test]
 async fn a_decodable_hello_of_another_version_is_refused_by_version() {
-    let err = hello_after_raw(&frame(1, Event::Hello(hello(3, CHANNEL))))
+    let err = hello_after_raw(&frame(1, Event::Hello(hello(4, CHANNEL))))
         .await
         .unwrap_err();
     assert!(
-        matches!(err, HandshakeError::ChildProtocol { got: 3 }),
+        matches!(err, HandshakeError::ChildProtocol { got: 4 }),
         "{err:?}"
     );
+}
+
+#[tokio::test]
+async fn a_hello_of_either_spoken_version_is_taken() {
+    for version in [2, 3] {
+        let hello = hello_after_raw(&frame(1, Event::Hello(hello(version, CHANNEL))))
+            .await
+            .expect("a version the supervisor speaks");
+        assert_eq!(hello.protocol, version);
+    }
 }
 
 #[tokio::test]
@@ -267,14 +277,20 @@ async fn child_answered_with(answer: Option<Control>) -> Result<(), HandshakeErr
 
 #[tokio::test]
 async fn the_child_end_refuses_a_welcome_of_another_version() {
-    let err = child_answered_with(Some(Control::Welcome(welcome(3, 1 << 16))))
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(err, HandshakeError::SupervisorProtocol { got: 3 }),
-        "{err:?}"
-    );
-    assert!(err.to_string().contains("protocol 3"), "{err}");
+    // The child said 3; a Welcome of 2 (or of 4) is not its version.
+    for other in [2, 4] {
+        let err = child_answered_with(Some(Control::Welcome(welcome(other, 1 << 16))))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, HandshakeError::SupervisorProtocol { got, asked: 3 } if got == other),
+            "{err:?}"
+        );
+        assert!(
+            err.to_string().contains(&format!("protocol {other}")),
+            "{err}"
+        );
+    }
 }
 
 #[tokio::test]

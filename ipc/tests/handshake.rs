@@ -2,9 +2,10 @@
 //! speaks another protocol version, ends the wiring.
 
 use wfhost_ipc::handshake::{
-    CONTROL_FD, ENV_CHANNEL_ID, ENV_CONTROL_FD, ENV_DEPLOYMENT, ENV_PROTOCOL, ENV_SUPERVISOR_KEY,
+    CONTROL_FD, ENV_CHANNEL_ID, ENV_CONTROL_FD, ENV_DEPLOYMENT, ENV_PROTOCOL, ENV_PROTOCOL_MAX,
+    ENV_SUPERVISOR_KEY,
 };
-use wfhost_ipc::{Hello, PROTOCOL_VERSION, ProtocolViolation, new_channel_id};
+use wfhost_ipc::{Hello, OLDEST_PROTOCOL, PROTOCOL_VERSION, ProtocolViolation, new_channel_id};
 
 const CHANNEL: &str = "0123456789abcdef0123456789abcdef";
 
@@ -52,7 +53,7 @@ fn wrong_channel_is_refused() {
 
 #[test]
 fn unsupported_protocol_is_refused() {
-    for got in [0, PROTOCOL_VERSION + 1, u32::MAX] {
+    for got in [0, 1, PROTOCOL_VERSION + 1, u32::MAX] {
         assert_eq!(
             hello(got, CHANNEL).check(CHANNEL),
             Err(ProtocolViolation::UnsupportedProtocol {
@@ -91,7 +92,9 @@ fn channel_ids_are_fresh_32_hex_chars() {
 #[test]
 fn environment_names_match_the_design() {
     assert_eq!(CONTROL_FD, 3);
-    assert_eq!(PROTOCOL_VERSION, 2);
+    assert_eq!(PROTOCOL_VERSION, 3);
+    assert_eq!(OLDEST_PROTOCOL, 2);
+    assert_eq!(ENV_PROTOCOL_MAX, "WFHOST_PROTOCOL_MAX");
     assert_eq!(ENV_CONTROL_FD, "WFHOST_CONTROL_FD");
     assert_eq!(ENV_CHANNEL_ID, "WFHOST_CHANNEL_ID");
     assert_eq!(ENV_PROTOCOL, "WFHOST_PROTOCOL");

@@ -52,7 +52,8 @@ fn mutate(r: &mut CancelRequested, field: usize) {
         0 => {
             r.origin = match r.origin {
                 CancelOrigin::SupervisorDrain => CancelOrigin::Operator,
-                CancelOrigin::Operator => CancelOrigin::SupervisorDrain,
+                CancelOrigin::Operator => CancelOrigin::Deadline,
+                CancelOrigin::Deadline => CancelOrigin::SupervisorDrain,
             }
         }
         1 => r.deployment.push('x'),

@@ -6,8 +6,8 @@
 use ed25519_dalek::SigningKey;
 use proptest::prelude::*;
 use wfhost_ipc::{
-    CancelOrigin, CancelRequested, Control, DrainBehavior, Event, Grants, Hello, KeyId, Limits,
-    Outcome, SignedCancel, Welcome,
+    CancelOrigin, CancelRequested, CancelVerdict, Control, DrainBehavior, Event, Grants, Hello,
+    KeyId, Limits, MailCancelRequested, Outcome, SignedCancel, SignedMailCancel, Welcome,
 };
 
 /// A fixed signing key, so signed cases are reproducible.
@@ -88,7 +88,8 @@ pub fn welcome() -> impl Strategy<Value = Welcome> {
 pub fn cancel_origin() -> impl Strategy<Value = CancelOrigin> {
     prop_oneof![
         Just(CancelOrigin::SupervisorDrain),
-        Just(CancelOrigin::Operator)
+        Just(CancelOrigin::Operator),
+        Just(CancelOrigin::Deadline)
     ]
 }
 
@@ -127,6 +128,29 @@ pub fn signed_cancel() -> impl Strategy<Value = SignedCancel> {
     ]
 }
 
+pub fn signed_mail_cancel() -> impl Strategy<Value = SignedMailCancel> {
+    (cancel_origin(), text(), any::<u64>(), text(), any::<u64>()).prop_map(
+        |(origin, deployment, id, reason, at_ms)| {
+            let record = MailCancelRequested {
+                origin,
+                deployment,
+                id,
+                reason,
+                at_ms,
+            };
+            SignedMailCancel::sign(record, &supervisor_key())
+        },
+    )
+}
+
+pub fn cancel_verdict() -> impl Strategy<Value = CancelVerdict> {
+    prop_oneof![
+        Just(CancelVerdict::Acknowledged),
+        Just(CancelVerdict::NotSupported),
+        text().prop_map(CancelVerdict::Refused),
+    ]
+}
+
 pub fn control() -> impl Strategy<Value = Control> {
     prop_oneof![
         welcome().prop_map(Control::Welcome),
@@ -142,6 +166,12 @@ pub fn control() -> impl Strategy<Value = Control> {
         any::<u64>().prop_map(|nonce| Control::Ping { nonce }),
         Just(Control::Shutdown),
         any::<u64>().prop_map(|valid_ms| Control::Lease { valid_ms }),
+        signed_mail_cancel().prop_map(Control::CancelMail),
+        (any::<u64>(), text(), payload()).prop_map(|(id, key, value)| Control::Answer {
+            id,
+            key,
+            value
+        }),
     ]
 }
 
@@ -165,6 +195,25 @@ pub fn event() -> impl Strategy<Value = Event> {
         Just(Event::Drained),
         text().prop_map(|reason| Event::RecycleRequest { reason }),
         (text(), payload()).prop_map(|(kind, bytes)| Event::Custom { kind, bytes }),
+        (any::<u64>(), any::<bool>())
+            .prop_map(|(id, cancellable)| Event::MailStarted { id, cancellable }),
+        (any::<u64>(), outcome(), payload()).prop_map(|(id, outcome, result)| Event::MailDone {
+            id,
+            outcome,
+            result
+        }),
+        (any::<u64>(), cancel_verdict())
+            .prop_map(|(id, verdict)| Event::MailCancelVerdict { id, verdict }),
+        (any::<u64>(), text(), payload()).prop_map(|(id, key, prompt)| Event::Ask {
+            id,
+            key,
+            prompt
+        }),
+        (any::<u64>(), payload()).prop_map(|(id, data)| Event::Progress { id, data }),
+        (any::<u64>(), any::<bool>()).prop_map(|(id, awaiting_answer)| Event::GiveBack {
+            id,
+            awaiting_answer
+        }),
     ]
 }
 
@@ -178,12 +227,22 @@ pub fn control_variant(c: &Control) -> &'static str {
         | Control::Mail { .. }
         | Control::Ping { .. }
         | Control::Shutdown
-        | Control::Lease { .. } => c.name(),
+        | Control::Lease { .. }
+        | Control::CancelMail(_)
+        | Control::Answer { .. } => c.name(),
     }
 }
 
-pub const CONTROL_VARIANTS: [&str; 7] = [
-    "Welcome", "Drain", "Cancel", "Mail", "Ping", "Shutdown", "Lease",
+pub const CONTROL_VARIANTS: [&str; 9] = [
+    "Welcome",
+    "Drain",
+    "Cancel",
+    "Mail",
+    "Ping",
+    "Shutdown",
+    "Lease",
+    "CancelMail",
+    "Answer",
 ];
 
 /// Every `Event` variant by name; no wildcard, as for [`control_variant`].
@@ -198,11 +257,17 @@ pub fn event_variant(e: &Event) -> &'static str {
         | Event::RunTerminal { .. }
         | Event::Drained
         | Event::RecycleRequest { .. }
-        | Event::Custom { .. } => e.name(),
+        | Event::Custom { .. }
+        | Event::MailStarted { .. }
+        | Event::MailDone { .. }
+        | Event::MailCancelVerdict { .. }
+        | Event::Ask { .. }
+        | Event::Progress { .. }
+        | Event::GiveBack { .. } => e.name(),
     }
 }
 
-pub const EVENT_VARIANTS: [&str; 10] = [
+pub const EVENT_VARIANTS: [&str; 16] = [
     "Hello",
     "Ready",
     "StepStarted",
@@ -213,4 +278,10 @@ pub const EVENT_VARIANTS: [&str; 10] = [
     "Drained",
     "RecycleRequest",
     "Custom",
+    "MailStarted",
+    "MailDone",
+    "MailCancelVerdict",
+    "Ask",
+    "Progress",
+    "GiveBack",
 ];

@@ -1,6 +1,7 @@
 //! The CLI's commands: one module each, and the table below naming each
 //! command with its one-line help and running it.
 
+pub mod call;
 pub mod cancel;
 pub mod check_config;
 pub mod demo;
@@ -48,6 +49,8 @@ pub enum Command {
     Cancel(cancel::Args),
     /// Accept mail for a deployment (durable before it returns).
     Send(send::Args),
+    /// Send mail and wait for its end: its result on stdout (exit 0), or its outcome on stderr (exit 1).
+    Call(call::Args),
     /// Print the durable event stream, optionally following it live.
     Events(events::Args),
     /// Print a deployment's recent child output, optionally following it.
@@ -99,6 +102,7 @@ pub fn run(command: Command, cli: fn() -> clap::Command) -> u8 {
         Command::Stop(args) => stop::run(args),
         Command::Cancel(args) => cancel::run(args),
         Command::Send(args) => send::run(args),
+        Command::Call(args) => call::run(args),
         Command::Events(args) => events::run(args),
         Command::Logs(args) => logs::run(args),
         Command::Kill(args) => kill::run(args),

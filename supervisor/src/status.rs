@@ -94,6 +94,9 @@ pub struct Status {
     pub takes_mail: Option<bool>,
     /// The child side's implementation, from its Hello.
     pub implementation: Option<String>,
+    /// The child protocol version its child speaks, from its Hello (2
+    /// for a child deployed before version 3).
+    pub protocol: Option<u32>,
     /// A child of this deployment has been ready at least once (systemd's
     /// `READY=1` waits for every deployment to get there or fail).
     pub ever_ready: bool,
@@ -146,6 +149,7 @@ impl Status {
             deadline: None,
             takes_mail: None,
             implementation: None,
+            protocol: None,
             ever_ready: false,
             replicas: Vec::new(),
             containment: None,

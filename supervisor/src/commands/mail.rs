@@ -7,6 +7,7 @@ use std::io::Write;
 
 use serde_json::Value;
 
+use crate::commands::call;
 use crate::commands::journal::rfc3339_ms;
 use crate::config::parse_duration;
 use crate::control::client::{self, Target};
@@ -21,10 +22,31 @@ pub enum Command {
     List(ListArgs),
     /// One item with the history of its deliveries (`--payload`: its raw bytes to stdout).
     Show(ShowArgs),
+    /// One item's result as its child gave it (exit 0), or its outcome (exit 1); `--wait` for its end.
+    Result(ResultArgs),
     /// Deliver dead mail again, from attempt 1: one ID, or `--dead [DEPLOYMENT]`.
     Retry(RetryArgs),
     /// Delete dead mail: `--dead [DEPLOYMENT] [--older-than D]`.
     Purge(PurgeArgs),
+}
+
+/// Arguments of `wfhost mail result`.
+#[derive(Debug, clap::Args)]
+pub struct ResultArgs {
+    #[command(flatten)]
+    target: Target,
+    /// The item's id.
+    id: u64,
+    /// Wait for the item to end (for `--timeout` at most).
+    #[arg(long)]
+    wait: bool,
+    /// With `--wait`: stop waiting after this long (e.g. `30s`).
+    #[arg(long, value_name = "DURATION", requires = "wait")]
+    timeout: Option<String>,
+    /// Print one JSON object: id, outcome, reason, result (base64) and
+    /// result_text (when it is UTF-8).
+    #[arg(long)]
+    json: bool,
 }
 
 /// Arguments of `wfhost mail list`.
@@ -95,9 +117,19 @@ pub fn run(cmd: Command) -> u8 {
     match cmd {
         Command::List(args) => list(&args),
         Command::Show(args) => show(&args),
+        Command::Result(args) => result(&args),
         Command::Retry(args) => retry(&args),
         Command::Purge(args) => purge(&args),
     }
+}
+
+fn result(args: &ResultArgs) -> u8 {
+    let wait = match call::timeout(args.timeout.as_deref()) {
+        Ok(t) if args.wait => t,
+        Ok(_) => Some(std::time::Duration::ZERO),
+        Err(code) => return code,
+    };
+    call::wait_and_print(&args.target, args.id, wait, args.json)
 }
 
 fn list(args: &ListArgs) -> u8 {
@@ -285,8 +317,9 @@ fn describe(i: &Value) -> String {
     }
     if let Some(outcome) = i["outcome"].as_str() {
         out.push_str(&format!(
-            "  done at {}: {outcome}\n",
-            time(&i["done_at_ms"])
+            "  done at {}: {outcome}, result {} bytes (`wfhost mail result {id}` prints it)\n",
+            time(&i["done_at_ms"]),
+            i["result_bytes"]
         ));
     }
     if !i["dead_at_ms"].is_null() {

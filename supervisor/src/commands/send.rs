@@ -56,7 +56,9 @@ pub fn run(args: Args) -> u8 {
 /// byte past it, so `send @/dev/zero` is refused instead of filling memory.
 const MAX_PAYLOAD: u64 = crate::control::protocol::MAX_SEND_PAYLOAD;
 
-fn read_payload(arg: &str) -> Result<Vec<u8>, String> {
+/// The payload an argument names: itself, `@PATH` a file's bytes, `-`
+/// standard input's.
+pub fn read_payload(arg: &str) -> Result<Vec<u8>, String> {
     let (source, name): (Box<dyn std::io::Read>, String) = if arg == "-" {
         (Box::new(std::io::stdin()), "standard input".into())
     } else if let Some(path) = arg.strip_prefix('@') {

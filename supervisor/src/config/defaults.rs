@@ -26,6 +26,8 @@ pub const LIVENESS_TIMEOUT: Duration = wfhost_policy::DEFAULT_LIVENESS_TIMEOUT;
 pub const MAX_FRAME_BYTES: u64 = 1 << 20;
 /// `max_mail_bytes`.
 pub const MAX_MAIL_BYTES: u64 = 256 << 10;
+/// `max_result_bytes`.
+pub const MAX_RESULT_BYTES: u64 = 1 << 20;
 /// `max_inbox`.
 pub const MAX_INBOX: u64 = 10_000;
 /// `max_deliveries`: with the default restart intensity (5 in 60 s), a

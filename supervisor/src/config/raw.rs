@@ -310,6 +310,8 @@ deployment_keys! {
     max_frame_bytes: Spanned<SizeValue>,
     /// Largest mail payload.
     max_mail_bytes: Spanned<SizeValue>,
+    /// Largest result an item may end with.
+    max_result_bytes: Spanned<SizeValue>,
     /// Most mail waiting in the inbox.
     max_inbox: Spanned<u64>,
     /// How many children share the deployment's inbox.

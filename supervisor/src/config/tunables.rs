@@ -25,6 +25,7 @@ pub(super) struct Tunables {
     pub(super) liveness_timeout: Setting<Duration>,
     pub(super) max_frame_bytes: Setting<u64>,
     pub(super) max_mail_bytes: Setting<u64>,
+    pub(super) max_result_bytes: Setting<u64>,
     pub(super) max_inbox: Setting<u64>,
     pub(super) max_deliveries: Setting<u64>,
     pub(super) max_uptime: Setting<Option<Duration>>,
@@ -118,6 +119,11 @@ impl Tunables {
                 own.max_mail_bytes,
                 &d.max_mail_bytes,
                 defaults::MAX_MAIL_BYTES,
+            ),
+            max_result_bytes: sized(
+                own.max_result_bytes,
+                &d.max_result_bytes,
+                defaults::MAX_RESULT_BYTES,
             ),
             max_inbox: as_written(own.max_inbox, &d.max_inbox, defaults::MAX_INBOX),
             max_deliveries: as_written(

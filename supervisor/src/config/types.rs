@@ -110,6 +110,9 @@ pub struct DeploymentConfig {
     pub max_frame_bytes: u32,
     /// Largest mail payload accepted.
     pub max_mail_bytes: u32,
+    /// Largest result an item may end with: a larger one ends it failed,
+    /// naming this bound (never truncated).
+    pub max_result_bytes: u64,
     /// Most mail waiting in the inbox before senders are told it is full.
     pub max_inbox: u64,
     /// What the child may use.

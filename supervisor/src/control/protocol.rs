@@ -154,6 +154,17 @@ pub enum Request {
         /// The item.
         id: u64,
     },
+    /// One item's end: its outcome and result (base64), once it has
+    /// ended; with `wait_ms`, answered when it ends or when that many
+    /// milliseconds have passed, whichever comes first.
+    MailResult {
+        /// The item.
+        id: u64,
+        /// How long to wait for its end (absent or 0: answer at once; at
+        /// most 300000: a longer wait asks again).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        wait_ms: Option<u64>,
+    },
     /// A piece of one item's payload, as hex.
     MailPayload {
         /// The item.
@@ -238,6 +249,7 @@ impl Request {
             | Self::Logs { .. }
             | Self::MailList { .. }
             | Self::MailShow { .. }
+            | Self::MailResult { .. }
             | Self::MailPayload { .. }
             | Self::MailRetry { .. }
             | Self::MailPurge { .. } => Route::Anywhere,

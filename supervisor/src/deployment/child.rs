@@ -12,7 +12,7 @@ use tokio::process::Child;
 use tracing::{debug, warn};
 use wfhost_ipc::channel::{HandshakeError, SupervisorEnd};
 use wfhost_ipc::{
-    Control, Event, Grants, Hello, Limits, PROTOCOL_VERSION, ProtocolViolation, TransportError,
+    Control, Event, Grants, Hello, Limits, ProtocolViolation, TransportError,
     Welcome, key,
 };
 use wfhost_policy::life::{ExitStatus, Fresh};
@@ -200,6 +200,14 @@ impl LiveChild {
             Arrived::Frame(Ok(Some(event @ (Event::Hello(_) | Event::Ready)))) => {
                 Frame::Violation(unexpected_in(event.name(), "ready"))
             }
+            Arrived::Frame(Ok(Some(event))) if event.since() > self.protocol() => {
+                Frame::Violation(format!(
+                    "{} is a protocol-{} message, and this child speaks protocol {}",
+                    event.name(),
+                    event.since(),
+                    self.protocol()
+                ))
+            }
             Arrived::Frame(Ok(Some(event))) => Frame::Event(event),
             Arrived::Frame(Ok(None)) => {
                 self.reading = false;
@@ -226,12 +234,21 @@ impl LiveChild {
         }
     }
 
+    /// The protocol version the child speaks: its Hello's (the oldest this
+    /// side speaks until the Hello came).
+    pub fn protocol(&self) -> u32 {
+        self.hello
+            .as_ref()
+            .map_or(wfhost_ipc::OLDEST_PROTOCOL, |h| h.protocol)
+    }
+
     /// Answers a Hello that fits this channel.
     async fn welcome(&mut self, cfg: &DeploymentConfig, hello: Hello) -> Frame {
         self.hello = Some(hello);
         self.spoke = true;
+        // `Hello::check` found the child's version one this side speaks.
         let welcome = Welcome {
-            protocol: PROTOCOL_VERSION,
+            protocol: self.protocol(),
             deployment: cfg.id.clone(),
             grants_snapshot: self.grants.clone(),
             limits: Limits {

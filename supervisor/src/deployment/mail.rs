@@ -69,6 +69,20 @@ impl Dispatch {
     }
 }
 
+/// The outcome and result as given, or why the result cannot be kept: it
+/// is over the deployment's `max_result_bytes`.
+pub fn within_result_bound(
+    cfg: &crate::config::DeploymentConfig,
+    outcome: wfhost_ipc::Outcome,
+    result: Vec<u8>,
+) -> Result<(wfhost_ipc::Outcome, Vec<u8>), String> {
+    let (len, max) = (result.len() as u64, cfg.max_result_bytes);
+    if len > max {
+        return Err(format!("result of {len} bytes exceeds max_result_bytes {max}"));
+    }
+    Ok((outcome, result))
+}
+
 /// The holder of what `child` is sent: its spawn's channel id and pid.
 pub fn holder(child: &LiveChild) -> Holder {
     Holder {
@@ -106,6 +120,7 @@ pub async fn write_acks(
             holder: a.holder.clone(),
             id: a.id,
             outcome: outcome_text(&a.outcome),
+            result: a.result.clone(),
         })
         .collect();
     let at = unix_ms();

@@ -4,9 +4,10 @@
 
 use std::ffi::OsString;
 
-use wfhost_ipc::PROTOCOL_VERSION;
+use wfhost_ipc::{OLDEST_PROTOCOL, PROTOCOL_VERSION};
 use wfhost_ipc::handshake::{
-    CONTROL_FD, ENV_CHANNEL_ID, ENV_CONTROL_FD, ENV_DEPLOYMENT, ENV_PROTOCOL, ENV_SUPERVISOR_KEY,
+    CONTROL_FD, ENV_CHANNEL_ID, ENV_CONTROL_FD, ENV_DEPLOYMENT, ENV_PROTOCOL, ENV_PROTOCOL_MAX,
+    ENV_SUPERVISOR_KEY,
 };
 pub use wfhost_process::{ChildSpec, Spawned, Spawner};
 
@@ -31,7 +32,9 @@ pub fn child_spec(cfg: &DeploymentConfig, channel_id: &str, public_key: &str) ->
     }
     env.push((ENV_CONTROL_FD.into(), CONTROL_FD.to_string()));
     env.push((ENV_CHANNEL_ID.into(), channel_id.into()));
-    env.push((ENV_PROTOCOL.into(), PROTOCOL_VERSION.to_string()));
+    // The oldest version first: a child of that version checks it alone.
+    env.push((ENV_PROTOCOL.into(), OLDEST_PROTOCOL.to_string()));
+    env.push((ENV_PROTOCOL_MAX.into(), PROTOCOL_VERSION.to_string()));
     env.push((ENV_DEPLOYMENT.into(), cfg.id.clone()));
     env.push((ENV_SUPERVISOR_KEY.into(), public_key.into()));
     env.push((wfhost_process::ENV_ORIGIN.into(), channel_id.into()));

@@ -30,6 +30,8 @@ pub struct Ack {
     pub id: u64,
     /// How processing ended.
     pub outcome: Outcome,
+    /// What its handler returned (empty from a protocol-2 child).
+    pub result: Vec<u8>,
 }
 
 /// `deployment`'s acknowledgements as kept for the next start when the
@@ -42,6 +44,7 @@ pub fn unwritten(deployment: &str, acks: Vec<Ack>) -> impl Iterator<Item = AckRe
         pid: a.holder.pid,
         id: a.id,
         outcome: wfhost_policy::fact::outcome_text(&a.outcome),
+        result_hex: hex::encode(&a.result),
         at_ms,
     })
 }

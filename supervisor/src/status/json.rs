@@ -76,6 +76,7 @@ impl Status {
             "last_exit_brief": self.last_exit_brief,
             "last_exit_at_ms": self.last_exit_at_ms,
             "implementation": self.implementation,
+            "protocol": self.protocol,
             "takes_mail": self.takes_mail,
             "replicas": self.replicas.iter().map(|r| r.to_json(now)).collect::<Vec<_>>(),
             "containment": self.containment,

@@ -146,10 +146,12 @@ pub trait MailStore {
         at_ms: u64,
     ) -> Result<Vec<MailItem>, StoreError>;
 
-    /// Marks an item `holder` holds done with the child's outcome, ending
+    /// Marks an item `holder` holds done with the child's outcome (and an
+    /// empty result: `ack_mail_many` stores results), ending
     /// its delivery in the history and writing the `mail_done` event in
     /// the same transaction; `false` (and no change) when `holder` does not
     /// hold it in `deployment`: a duplicate, stray or late ack.
+    #[cfg(test)]
     fn ack_mail(
         &mut self,
         deployment: &str,
@@ -162,6 +164,7 @@ pub trait MailStore {
             holder: holder.clone(),
             id,
             outcome: outcome.to_owned(),
+            result: Vec::new(),
         };
         let landed = self.ack_mail_many(deployment, std::slice::from_ref(&one), at_ms)?;
         Ok(landed.first().copied().unwrap_or(false))
@@ -217,6 +220,11 @@ pub trait MailAdmin {
 
     /// One item with its history, if it is stored.
     fn mail_item(&mut self, id: u64) -> Result<Option<MailView>, StoreError>;
+
+    /// Item `id`'s result as its child gave it: empty until it is done
+    /// (and for a protocol-2 child's items); `None` when no such item is
+    /// stored.
+    fn mail_result(&mut self, id: u64) -> Result<Option<Vec<u8>>, StoreError>;
 
     /// At most `len` bytes of item `id`'s payload from `offset` (empty past
     /// its end); `None` when no such item is stored.

@@ -35,6 +35,8 @@ pub struct AckOf {
     pub id: u64,
     /// How processing ended.
     pub outcome: String,
+    /// What the child's handler returned (empty from a protocol-2 child).
+    pub result: Vec<u8>,
 }
 
 /// How a holder's wiring ended, for [`MailStore::replay_mail`](super::MailStore::replay_mail).

@@ -131,6 +131,8 @@ pub struct MailView {
     pub last_failure: Option<LastFailure>,
     /// The child's outcome, once done.
     pub outcome: Option<String>,
+    /// Its result's length, once done.
+    pub result_bytes: u64,
     /// When it was acknowledged.
     pub done_at_ms: Option<u64>,
     /// When it was quarantined.

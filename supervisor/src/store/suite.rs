@@ -61,6 +61,7 @@ macro_rules! backend_suite {
             mail::random_histories_end_with_every_accepted_id_done_exactly_once,
             batch::offers_in_one_write_are_each_admitted_on_their_own,
             batch::acks_in_one_write_each_land_or_not,
+            batch::a_result_lands_with_its_ack_byte_for_byte,
             poison::a_child_acknowledges_and_gets_back_only_what_it_holds,
             poison::a_counted_end_charges_each_held_item_and_keeps_its_last_failure,
             poison::the_supervisors_own_stop_charges_nothing,

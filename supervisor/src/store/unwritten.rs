@@ -58,6 +58,9 @@ pub struct AckRecord {
     pub id: u64,
     /// How processing ended, as stored.
     pub outcome: String,
+    /// The item's result, as hex (absent from files older than results).
+    #[serde(default)]
+    pub result_hex: String,
     /// When it was acknowledged (Unix ms).
     pub at_ms: u64,
 }
@@ -184,8 +187,14 @@ pub fn recover(
             channel_id: a.channel_id.clone(),
             pid: a.pid,
         };
+        let ack = crate::store::AckOf {
+            holder,
+            id: a.id,
+            outcome: a.outcome.clone(),
+            result: hex::decode(&a.result_hex).unwrap_or_default(),
+        };
         store
-            .ack_mail(&a.deployment, &holder, a.id, &a.outcome, a.at_ms)
+            .ack_mail_many(&a.deployment, std::slice::from_ref(&ack), a.at_ms)
             .map_err(|e| e.to_string())?;
     }
     for r in &left.journal {

@@ -60,13 +60,19 @@ fn child(d: &Value) -> Option<Line> {
     Some(("child", child))
 }
 
-/// The child's implementation (from its Hello) and whether it takes mail.
+/// The child's implementation (from its Hello), the protocol version it
+/// speaks, and whether it takes mail.
 fn implementation(d: &Value) -> String {
     d["implementation"].as_str().map_or_else(
         || "not known yet (no Hello)".to_owned(),
-        |i| match d["takes_mail"].as_bool() {
-            Some(false) => format!("{i}; takes no mail"),
-            _ => format!("{i}; takes mail"),
+        |i| {
+            let protocol = d["protocol"]
+                .as_u64()
+                .map_or_else(String::new, |v| format!(", protocol {v}"));
+            match d["takes_mail"].as_bool() {
+                Some(false) => format!("{i}{protocol}; takes no mail"),
+                _ => format!("{i}{protocol}; takes mail"),
+            }
         },
     )
 }

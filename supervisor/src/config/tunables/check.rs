@@ -227,6 +227,17 @@ impl Tunables {
                 ),
             ));
         }
+        let result = &self.max_result_bytes;
+        if result.value > MAX_FRAME_BYTES {
+            return Err(Problem::new(
+                result.at(table),
+                format!(
+                    "max_result_bytes {} is above what one frame can carry",
+                    format_size(result.value)
+                ),
+                "use at most \"64MiB\" (the default is \"1MiB\"); keep bigger results elsewhere and return a reference",
+            ));
+        }
         if frame < mail.saturating_add(FRAME_HEADROOM) {
             return Err(Problem::new(
                 written_first(&self.max_frame_bytes, &self.max_mail_bytes, table),

@@ -309,6 +309,7 @@ impl Replica {
         st.cancels_pending = w.cancels.len();
         if let Some(hello) = &w.io.hello {
             st.takes_mail = Some(hello.takes_mail);
+            st.protocol = Some(hello.protocol);
             if st.implementation.as_deref() != Some(hello.implementation.as_str()) {
                 st.implementation = Some(hello.implementation.clone());
             }

@@ -51,7 +51,10 @@ impl Replica {
         }
         let now = Instant::now();
         // A finished step or an acknowledged item is work done.
-        let worked = matches!(event, Event::StepFinished { .. } | Event::MailAck { .. });
+        let worked = matches!(
+            event,
+            Event::StepFinished { .. } | Event::MailAck { .. } | Event::MailDone { .. }
+        );
         let fact = match event {
             Event::Pong { nonce } => self.pong(nonce, now),
             Event::StepStarted { run, step, drain } => self.step_started(run, step, drain, now),
@@ -59,7 +62,27 @@ impl Replica {
                 self.step_finished(run, step, outcome, now)
             }
             Event::RunTerminal { run, outcome } => self.run_terminal(run, outcome, now),
-            Event::MailAck { id, outcome } => self.mail_ack(id, outcome),
+            Event::MailAck { id, outcome } => self.mail_done(id, outcome, Vec::new()),
+            Event::MailDone {
+                id,
+                outcome,
+                result,
+            } => self.mail_done(id, outcome, result),
+            // Every delivery is counted as a start for now (as protocol 2's).
+            Event::MailStarted { id, cancellable } => {
+                debug!(deployment = %self.label, mail = id, cancellable, "mail started");
+                None
+            }
+            // No item cancel is sent yet: a verdict answers nothing.
+            Event::MailCancelVerdict { id, verdict } => {
+                debug!(deployment = %self.label, mail = id, ?verdict, "an unasked cancel verdict; ignored");
+                None
+            }
+            // Recorded, rate-bounded like `Custom`, until the supervisor
+            // answers questions (docs/protocol.md §4.12).
+            Event::Ask { prompt, .. } => custom("wfhost.ask", prompt.len()),
+            Event::Progress { data, .. } => custom("wfhost.progress", data.len()),
+            Event::GiveBack { .. } => custom("wfhost.give-back", 0),
             Event::Drained => self.child_drained(),
             Event::RecycleRequest { reason } => self.recycle_asked(&reason),
             Event::Custom { kind, bytes } => custom(&kind, bytes.len()),
@@ -131,14 +154,24 @@ impl Replica {
         })
     }
 
-    /// A mail item acknowledged: written in order with every other mail
-    /// write this deployment owes, retried until it lands.
-    fn mail_ack(&mut self, id: u64, outcome: Outcome) -> Option<Fact> {
+    /// A mail item done, with its result: written in order with every
+    /// other mail write this deployment owes, retried until it lands. A
+    /// result over `max_result_bytes` ends the item failed, naming the
+    /// bound, and is not kept.
+    fn mail_done(&mut self, id: u64, outcome: Outcome, result: Vec<u8>) -> Option<Fact> {
         let w = self.wired.as_ref()?;
+        let (outcome, result) = match mail::within_result_bound(&self.cfg, outcome, result) {
+            Ok(done) => done,
+            Err(failed) => {
+                warn!(deployment = %self.label, mail = id, reason = %failed, "mail result too large");
+                (Outcome::Failed(failed), Vec::new())
+            }
+        };
         self.acks.push(Ack {
             holder: mail::holder(&w.io),
             id,
             outcome: clip_outcome(outcome),
+            result,
         });
         None
     }

@@ -42,6 +42,7 @@ fn ack_of(h: &str, id: u64) -> AckOf {
         holder: holder(h),
         id,
         outcome: "succeeded".into(),
+        result: Vec::new(),
     }
 }
 

@@ -329,7 +329,7 @@ fn ack_one(
     };
     let changed = tx.execute(
         "UPDATE mail SET state = 'done', outcome = $4, done_at_ms = $5, payload = ''::bytea,
-             holder_channel = NULL, holder_pid = NULL
+             holder_channel = NULL, holder_pid = NULL, result = $6
          WHERE id = $1 AND deployment = $2 AND state = 'processing' AND holder_channel = $3",
         &[
             &row_id,
@@ -337,6 +337,7 @@ fn ack_one(
             &a.holder.channel_id,
             &a.outcome,
             &signed(at_ms),
+            &a.result,
         ],
     )?;
     if changed != 1 {

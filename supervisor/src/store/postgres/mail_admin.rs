@@ -18,7 +18,8 @@ use crate::store::{MailAdmin, StoreError};
 /// The columns [`view`] reads, in its order.
 const COLUMNS: &str = "id, deployment, state, deliveries, failures, enqueued_at_ms,
      octet_length(payload)::BIGINT, holder_channel, holder_pid, taken_at_ms, last_cause,
-     last_pid, last_failed_at_ms, outcome, done_at_ms, dead_at_ms";
+     last_pid, last_failed_at_ms, outcome, done_at_ms, dead_at_ms,
+     coalesce(octet_length(result), 0)::BIGINT";
 
 const HISTORY: &str =
     "SELECT mail_id, attempt, holder_pid, holder_channel, taken_at_ms, ended_at_ms, how
@@ -71,6 +72,7 @@ fn view(r: &Row) -> Result<MailView, String> {
         outcome: col(r, 13)?,
         done_at_ms: opt_u64(what, col(r, 14)?)?,
         dead_at_ms: opt_u64(what, col(r, 15)?)?,
+        result_bytes: unsigned(what, col(r, 16)?)?,
         history: Vec::new(),
     })
 }
@@ -233,6 +235,21 @@ impl MailAdmin for PostgresStore {
             &[&row_id, &start, &len],
         );
         let row = row.map_err(|e| self.fail("reading a mail payload", &e))?;
+        row.map(|r| col::<Vec<u8>>(&r, 0))
+            .transpose()
+            .map_err(|what| self.corrupt(what))
+    }
+
+    /// Item `id`'s result.
+    fn mail_result(&mut self, id: u64) -> Result<Option<Vec<u8>>, StoreError> {
+        let Ok(row_id) = i64::try_from(id) else {
+            return Ok(None);
+        };
+        let row = self.client()?.query_opt(
+            "SELECT coalesce(result, ''::bytea) FROM mail WHERE id = $1",
+            &[&row_id],
+        );
+        let row = row.map_err(|e| self.fail("reading a mail result", &e))?;
         row.map(|r| col::<Vec<u8>>(&r, 0))
             .transpose()
             .map_err(|what| self.corrupt(what))

@@ -160,6 +160,8 @@ pub(super) const MIGRATIONS: &[&str] = &[
     // 3: the fleet: hosts, leases with epochs, host keys, forwarded
     // requests, children per host, the fence, notifications.
     super::lease_schema::FLEET,
+    // 4: an item's result (protocol 3), kept with its outcome.
+    "ALTER TABLE mail ADD COLUMN result BYTEA;",
 ];
 
 /// The schema version this build writes.

@@ -366,7 +366,7 @@ fn ack_in(
     let changed = tx
         .prepare_cached(
             "UPDATE mail SET state = 'done', outcome = ?4, done_at_ms = ?5, payload = x'',
-                 holder_channel = NULL, holder_pid = NULL
+                 holder_channel = NULL, holder_pid = NULL, result = ?6
              WHERE id = ?1 AND deployment = ?2 AND state = 'processing' AND holder_channel = ?3",
         )?
         .execute(params![
@@ -374,7 +374,8 @@ fn ack_in(
             deployment,
             a.holder.channel_id,
             a.outcome,
-            at_ms
+            at_ms,
+            a.result
         ])?;
     if changed != 1 {
         return Ok(false);

@@ -18,7 +18,7 @@ use crate::store::{MailAdmin, StoreError};
 const COLUMNS: &str =
     "id, deployment, state, deliveries, failures, enqueued_at_ms, length(payload),
      holder_channel, holder_pid, taken_at_ms, last_cause, last_pid, last_failed_at_ms,
-     outcome, done_at_ms, dead_at_ms";
+     outcome, done_at_ms, dead_at_ms, coalesce(length(result), 0)";
 
 /// A row of [`COLUMNS`] as a view without its history; a state wfhost
 /// never writes is a conversion failure (reported as corruption).
@@ -53,6 +53,7 @@ fn view(r: &Row<'_>) -> rusqlite::Result<MailView> {
         outcome: r.get(13)?,
         done_at_ms: r.get(14)?,
         dead_at_ms: r.get(15)?,
+        result_bytes: r.get(16)?,
         history: Vec::new(),
     })
 }
@@ -183,6 +184,17 @@ impl MailAdmin for SqliteStore {
                     .optional()
             })
             .map_err(|e| self.read_fail("reading a mail payload", &e))
+    }
+
+    /// Item `id`'s result.
+    fn mail_result(&mut self, id: u64) -> Result<Option<Vec<u8>>, StoreError> {
+        let Ok(row) = i64::try_from(id) else {
+            return Ok(None);
+        };
+        self.conn
+            .prepare_cached("SELECT coalesce(result, x'') FROM mail WHERE id = ?1")
+            .and_then(|mut stmt| stmt.query_row(params![row], |r| r.get(0)).optional())
+            .map_err(|e| self.read_fail("reading a mail result", &e))
     }
 
     /// Dead mail of `deployment` (item `id`, or its oldest) back to the inbox

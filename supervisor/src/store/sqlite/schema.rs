@@ -205,6 +205,8 @@ pub const MIGRATIONS: &[&str] = &[
          how TEXT
      ) STRICT;
      CREATE INDEX mail_history_by_mail ON mail_history (mail_id, seq);",
+    // 7: an item's result (protocol 3), kept with its outcome.
+    "ALTER TABLE mail ADD COLUMN result BLOB;",
 ];
 
 /// The schema version this build writes.

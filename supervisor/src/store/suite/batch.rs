@@ -71,6 +71,7 @@ pub fn acks_in_one_write_each_land_or_not(f: &dyn Fixture) {
         holder: h.clone(),
         id,
         outcome: "succeeded".into(),
+        result: Vec::new(),
     };
     let landed = store
         .ack_mail_many(
@@ -104,4 +105,38 @@ pub fn acks_in_one_write_each_land_or_not(f: &dyn Fixture) {
         store.ack_mail_many("d", &[ack(&two, ids[0])], 3).unwrap(),
         [false]
     );
+}
+
+/// An item's result is stored with its outcome, byte for byte (NUL and
+/// bytes that are no UTF-8 included), and read back whole; an item not
+/// done has an empty result, and an unknown item none.
+pub fn a_result_lands_with_its_ack_byte_for_byte(f: &dyn Fixture) {
+    let mut store = f.open();
+    let offer = |p: &str| offer("d", None, p, 100);
+    let accepted = store
+        .enqueue_mail_many(&[offer("a"), offer("b")])
+        .unwrap();
+    let ids: Vec<u64> = accepted.iter().map(|a| a.as_ref().unwrap().id).collect();
+    let one = holder(1);
+    store.take_mail("d", &one, 2, 1).unwrap();
+    let result = vec![0x00, 0xff, 0x80, b'\n', 0x00];
+    let landed = store
+        .ack_mail_many(
+            "d",
+            &[AckOf {
+                holder: one.clone(),
+                id: ids[0],
+                outcome: "succeeded".into(),
+                result: result.clone(),
+            }],
+            2,
+        )
+        .unwrap();
+    assert_eq!(landed, [true]);
+    assert_eq!(store.mail_result(ids[0]).unwrap(), Some(result));
+    assert_eq!(store.mail_item(ids[0]).unwrap().unwrap().result_bytes, 5);
+    assert_eq!(store.mail_result(ids[1]).unwrap(), Some(Vec::new()));
+    assert_eq!(store.mail_item(ids[1]).unwrap().unwrap().result_bytes, 0);
+    assert_eq!(store.mail_result(u64::MAX).unwrap(), None);
+    assert_eq!(store.mail_result(ids[1] + 1000).unwrap(), None);
 }

@@ -12,8 +12,7 @@ use tokio::process::Child;
 use tracing::{debug, warn};
 use wfhost_ipc::channel::{HandshakeError, SupervisorEnd};
 use wfhost_ipc::{
-    Control, Event, Grants, Hello, Limits, ProtocolViolation, TransportError,
-    Welcome, key,
+    Control, Event, Grants, Hello, Limits, ProtocolViolation, TransportError, Welcome, key,
 };
 use wfhost_policy::life::{ExitStatus, Fresh};
 use wfhost_process::Signal;

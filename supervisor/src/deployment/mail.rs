@@ -11,11 +11,11 @@ use wfhost_policy::fact::outcome_text;
 use wfhost_policy::life::ExitCause;
 
 use super::child::LiveChild;
-use super::writes::{Ack, Replay};
+use super::writes::{Replay, Report};
 use crate::clock::unix_ms;
 use crate::record;
 use crate::shared::Shared;
-use crate::store::{AckOf, Ending, Holder};
+use crate::store::{AckOf, Ending, Holder, Settle};
 
 /// Most mail items in flight to one child at once.
 pub const WINDOW: usize = 32;
@@ -78,7 +78,9 @@ pub fn within_result_bound(
 ) -> Result<(wfhost_ipc::Outcome, Vec<u8>), String> {
     let (len, max) = (result.len() as u64, cfg.max_result_bytes);
     if len > max {
-        return Err(format!("result of {len} bytes exceeds max_result_bytes {max}"));
+        return Err(format!(
+            "result of {len} bytes exceeds max_result_bytes {max}"
+        ));
     }
     Ok((outcome, result))
 }
@@ -105,28 +107,35 @@ pub fn ending(cause: &ExitCause, stopping: bool) -> Ending {
     }
 }
 
-/// Moves acknowledged mail to done in one transaction: for each, true
-/// when its child held it (false for a duplicate, stray or late ack), or
-/// why the store refused them all.
-pub async fn write_acks(
+/// Writes what children reported of the mail they hold (starts, and
+/// acknowledged mail moved to done) in one transaction: for each, true
+/// when its child held it (false for a duplicate, stray or late report),
+/// or why the store refused them all.
+pub async fn write_reports(
     shared: &Shared,
     deployment: &str,
-    acks: &[Ack],
+    reports: &[Report],
 ) -> Result<Vec<bool>, String> {
     let owner = deployment.to_owned();
-    let batch: Vec<AckOf> = acks
+    let batch: Vec<Settle> = reports
         .iter()
-        .map(|a| AckOf {
-            holder: a.holder.clone(),
-            id: a.id,
-            outcome: outcome_text(&a.outcome),
-            result: a.result.clone(),
+        .map(|r| match r {
+            Report::Started { holder, id } => Settle::Started {
+                holder: holder.clone(),
+                id: *id,
+            },
+            Report::Done(a) => Settle::Done(AckOf {
+                holder: a.holder.clone(),
+                id: a.id,
+                outcome: outcome_text(&a.outcome),
+                result: a.result.clone(),
+            }),
         })
         .collect();
     let at = unix_ms();
     let landed = shared
         .store
-        .call(move |s| s.ack_mail_many(&owner, &batch, at))
+        .call(move |s| s.settle_mail(&owner, &batch, at))
         .await
         .map_err(|e| e.to_string())?
         .map_err(|e| e.to_string())?;
@@ -134,12 +143,14 @@ pub async fn write_acks(
         // The store wrote each `mail_done` event with its ack.
         shared.events_written();
     }
-    for (a, _) in acks.iter().zip(&landed).filter(|(_, l)| !**l) {
-        debug!(
-            deployment,
-            mail = a.id,
-            "ack for mail this child does not hold; ignored"
-        );
+    for (r, _) in reports.iter().zip(&landed).filter(|(_, l)| !**l) {
+        if let Report::Done(a) = r {
+            debug!(
+                deployment,
+                mail = a.id,
+                "ack for mail this child does not hold; ignored"
+            );
+        }
     }
     Ok(landed)
 }

@@ -4,11 +4,11 @@
 
 use std::ffi::OsString;
 
-use wfhost_ipc::{OLDEST_PROTOCOL, PROTOCOL_VERSION};
 use wfhost_ipc::handshake::{
     CONTROL_FD, ENV_CHANNEL_ID, ENV_CONTROL_FD, ENV_DEPLOYMENT, ENV_PROTOCOL, ENV_PROTOCOL_MAX,
     ENV_SUPERVISOR_KEY,
 };
+use wfhost_ipc::{OLDEST_PROTOCOL, PROTOCOL_VERSION};
 pub use wfhost_process::{ChildSpec, Spawned, Spawner};
 
 use crate::config::DeploymentConfig;

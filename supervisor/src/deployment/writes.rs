@@ -34,6 +34,21 @@ pub struct Ack {
     pub result: Vec<u8>,
 }
 
+/// What a child reported of an item it holds, owed to the store in the
+/// order it was reported.
+#[derive(Debug, Clone)]
+pub enum Report {
+    /// Its handler took the item (protocol 3): the delivery is a start.
+    Started {
+        /// The child.
+        holder: Holder,
+        /// The item.
+        id: u64,
+    },
+    /// It is done with the item.
+    Done(Ack),
+}
+
 /// `deployment`'s acknowledgements as kept for the next start when the
 /// store would not take them before the supervisor stopped.
 pub fn unwritten(deployment: &str, acks: Vec<Ack>) -> impl Iterator<Item = AckRecord> + '_ {
@@ -61,7 +76,7 @@ pub struct Replay {
 /// What is owed, and when to try again.
 #[derive(Debug, Default)]
 pub struct Writes {
-    acks: VecDeque<Ack>,
+    acks: VecDeque<Report>,
     replays: VecDeque<Replay>,
     retry_at: Option<Instant>,
     failures: u32,
@@ -70,9 +85,9 @@ pub struct Writes {
 }
 
 impl Writes {
-    /// Owes an acknowledgement.
-    pub fn ack(&mut self, ack: Ack) {
-        self.acks.push_back(ack);
+    /// Owes what a child reported: a start or an acknowledgement.
+    pub fn report(&mut self, report: Report) {
+        self.acks.push_back(report);
     }
 
     /// Owes the replay of a gone child's mail.
@@ -142,9 +157,17 @@ impl Writes {
         self.acks.len()
     }
 
-    /// Every acknowledgement still owed (the supervisor is stopping).
+    /// Every acknowledgement still owed (the supervisor is stopping; a
+    /// start not written is lost: the next supervisor returns the item
+    /// uncounted, as it returns everything in flight).
     pub fn take_acks(&mut self) -> Vec<Ack> {
-        self.acks.drain(..).collect()
+        self.acks
+            .drain(..)
+            .filter_map(|r| match r {
+                Report::Done(a) => Some(a),
+                Report::Started { .. } => None,
+            })
+            .collect()
     }
 }
 
@@ -154,8 +177,8 @@ pub const ACKS_PER_WRITE: usize = 256;
 /// A write to try.
 #[derive(Debug)]
 pub enum Next<'a> {
-    /// Acknowledgements, oldest first, in one transaction.
-    Acks(&'a [Ack]),
+    /// Starts and acknowledgements, oldest first, in one transaction.
+    Acks(&'a [Report]),
     /// A replay.
     Replay(&'a Replay),
 }
@@ -171,11 +194,19 @@ mod tests {
         }
     }
 
-    fn ack(id: u64) -> Ack {
-        Ack {
+    fn ack(id: u64) -> Report {
+        Report::Done(Ack {
             holder: holder(1),
             id,
             outcome: Outcome::Succeeded,
+            result: Vec::new(),
+        })
+    }
+
+    fn id_of(r: &Report) -> u64 {
+        match r {
+            Report::Done(a) => a.id,
+            Report::Started { id, .. } => *id,
         }
     }
 
@@ -195,13 +226,13 @@ mod tests {
         let t0 = Instant::now();
         let mut w = Writes::default();
         assert!(w.clear(t0));
-        w.ack(ack(1));
+        w.report(ack(1));
         w.replay(replay(7));
-        w.ack(ack(2));
+        w.report(ack(2));
         w.replay(replay(8));
         assert!(!w.clear(t0), "nothing new is taken while writes are owed");
         let ids = |w: &mut Writes, t| match w.next(t) {
-            Some(Next::Acks(a)) => a.iter().map(|a| a.id).collect::<Vec<_>>(),
+            Some(Next::Acks(a)) => a.iter().map(id_of).collect::<Vec<_>>(),
             _ => Vec::new(),
         };
         // Every ack owed goes in one write, before any replay.
@@ -228,7 +259,7 @@ mod tests {
         let t0 = Instant::now();
         let mut w = Writes::default();
         for id in 0..(ACKS_PER_WRITE as u64 + 10) {
-            w.ack(ack(id));
+            w.report(ack(id));
         }
         let first = match w.next(t0) {
             Some(Next::Acks(a)) => a.len(),

@@ -11,7 +11,7 @@
 
 use ed25519_dalek::SigningKey;
 
-use super::held::{AckOf, Ending, Holder, Replayed};
+use super::held::{AckOf, Ending, Holder, Replayed, Settle};
 use super::mail_admin::{MailQuery, MailView, Retried};
 use super::{
     Accepted, ChildRecord, EventRecord, MailCounts, MailItem, MailPage, NewEvent, Offer, StoreError,
@@ -138,12 +138,29 @@ pub trait MailStore {
     /// sending to it: at most `limit`, stopping where
     /// [`super::held::takeable`] says (a suspect goes alone). Each take is
     /// a delivery: counted, and begun in the item's history at `at_ms`.
+    #[cfg(test)]
     fn take_mail(
         &mut self,
         deployment: &str,
         holder: &Holder,
         limit: usize,
         at_ms: u64,
+    ) -> Result<Vec<MailItem>, StoreError> {
+        self.take_mail_for(deployment, holder, limit, at_ms, true)
+    }
+
+    /// [`MailStore::take_mail`] for a holder whose takes are starts
+    /// (`starts_on_take`: a protocol-2 child, whose handler takes what it
+    /// is sent) or whose handler says when it starts an item (protocol 3:
+    /// [`Settle::Started`]). Each item's `attempt` is its starts so far
+    /// plus one.
+    fn take_mail_for(
+        &mut self,
+        deployment: &str,
+        holder: &Holder,
+        limit: usize,
+        at_ms: u64,
+        starts_on_take: bool,
     ) -> Result<Vec<MailItem>, StoreError>;
 
     /// Marks an item `holder` holds done with the child's outcome (and an
@@ -177,6 +194,20 @@ pub trait MailStore {
         &mut self,
         deployment: &str,
         acks: &[AckOf],
+        at_ms: u64,
+    ) -> Result<Vec<bool>, StoreError> {
+        let writes: Vec<Settle> = acks.iter().cloned().map(Settle::Done).collect();
+        self.settle_mail(deployment, &writes, at_ms)
+    }
+
+    /// Starts and acknowledgements in one transaction, in order: each
+    /// `true` when its holder held the item (a start: held and not yet
+    /// started), as [`MailStore::ack_mail`] answers. A done item that was
+    /// never reported started counts its delivery as a start.
+    fn settle_mail(
+        &mut self,
+        deployment: &str,
+        writes: &[Settle],
         at_ms: u64,
     ) -> Result<Vec<bool>, StoreError>;
 

@@ -39,6 +39,21 @@ pub struct AckOf {
     pub result: Vec<u8>,
 }
 
+/// A write a holder owes an item it holds, in the order it reported them:
+/// its handler took it (protocol 3's `MailStarted`), or it is done.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Settle {
+    /// The holder's handler started the item: this delivery is a start.
+    Started {
+        /// The child that started it.
+        holder: Holder,
+        /// The item.
+        id: u64,
+    },
+    /// The item is done.
+    Done(AckOf),
+}
+
 /// How a holder's wiring ended, for [`MailStore::replay_mail`](super::MailStore::replay_mail).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Ending {
@@ -118,10 +133,16 @@ pub enum Fate {
 }
 
 /// An item's failures after its holder's `ending`, and where it goes: a
-/// counted ending adds one, and `max_deliveries` failures (at least one)
-/// quarantine it.
-pub fn after_ending(failures: u32, ending: &Ending, max_deliveries: u32) -> (u32, Fate) {
-    if !ending.counts {
+/// counted ending of a delivery its handler `started` adds one, and
+/// `max_deliveries` failures (at least one) quarantine it; an item never
+/// started is no item's fault.
+pub fn after_ending(
+    failures: u32,
+    started: bool,
+    ending: &Ending,
+    max_deliveries: u32,
+) -> (u32, Fate) {
+    if !ending.counts || !started {
         return (failures, Fate::Inbox);
     }
     let failures = failures.saturating_add(1);
@@ -138,8 +159,10 @@ pub fn done_how(outcome: &str) -> String {
 }
 
 /// The history's words for a delivery its holder's ending took back.
-pub fn ended_how(ending: &Ending) -> String {
-    if ending.counts {
+pub fn ended_how(ending: &Ending, started: bool) -> String {
+    if !started {
+        format!("returned unstarted, not counted: {}", ending.cause)
+    } else if ending.counts {
         ending.cause.clone()
     } else {
         format!("returned, not counted: {}", ending.cause)
@@ -204,25 +227,34 @@ mod tests {
 
     #[test]
     fn counted_endings_add_a_failure_and_the_limit_quarantines() {
-        assert_eq!(after_ending(0, &ending(true), 5), (1, Fate::Inbox));
-        assert_eq!(after_ending(3, &ending(true), 5), (4, Fate::Inbox));
-        assert_eq!(after_ending(4, &ending(true), 5), (5, Fate::Dead));
+        assert_eq!(after_ending(0, true, &ending(true), 5), (1, Fate::Inbox));
+        assert_eq!(after_ending(3, true, &ending(true), 5), (4, Fate::Inbox));
+        assert_eq!(after_ending(4, true, &ending(true), 5), (5, Fate::Dead));
         // A limit lowered below what an item already has: dead at once.
-        assert_eq!(after_ending(7, &ending(true), 5), (8, Fate::Dead));
-        assert_eq!(after_ending(0, &ending(true), 1), (1, Fate::Dead));
-        assert_eq!(after_ending(0, &ending(true), 0), (1, Fate::Dead));
-        assert_eq!(after_ending(u32::MAX, &ending(true), 5).0, u32::MAX);
+        assert_eq!(after_ending(7, true, &ending(true), 5), (8, Fate::Dead));
+        assert_eq!(after_ending(0, true, &ending(true), 1), (1, Fate::Dead));
+        assert_eq!(after_ending(0, true, &ending(true), 0), (1, Fate::Dead));
+        assert_eq!(after_ending(u32::MAX, true, &ending(true), 5).0, u32::MAX);
+    }
+
+    #[test]
+    fn an_item_never_started_is_returned_uncounted() {
+        assert_eq!(after_ending(4, false, &ending(true), 5), (4, Fate::Inbox));
+        assert_eq!(
+            ended_how(&ending(true), false),
+            "returned unstarted, not counted: exited unexpectedly: exit status 3"
+        );
     }
 
     #[test]
     fn the_supervisors_own_stop_counts_nothing() {
-        assert_eq!(after_ending(4, &ending(false), 5), (4, Fate::Inbox));
+        assert_eq!(after_ending(4, true, &ending(false), 5), (4, Fate::Inbox));
         assert_eq!(
-            ended_how(&ending(false)),
+            ended_how(&ending(false), true),
             "returned, not counted: exited unexpectedly: exit status 3"
         );
         assert_eq!(
-            ended_how(&ending(true)),
+            ended_how(&ending(true), true),
             "exited unexpectedly: exit status 3"
         );
         assert_eq!(done_how("succeeded"), "done: succeeded");

@@ -14,7 +14,7 @@ use super::MAX_REASON_CHARS;
 use super::replica::{Replica, Told};
 use crate::deployment::child::{self, Arrived, Frame};
 use crate::deployment::throttle::Verdict;
-use crate::deployment::writes::Ack;
+use crate::deployment::writes::{Ack, Report};
 use crate::deployment::{Waiter, cancel, mail};
 
 impl Replica {
@@ -68,11 +68,7 @@ impl Replica {
                 outcome,
                 result,
             } => self.mail_done(id, outcome, result),
-            // Every delivery is counted as a start for now (as protocol 2's).
-            Event::MailStarted { id, cancellable } => {
-                debug!(deployment = %self.label, mail = id, cancellable, "mail started");
-                None
-            }
+            Event::MailStarted { id, .. } => self.mail_started(id),
             // No item cancel is sent yet: a verdict answers nothing.
             Event::MailCancelVerdict { id, verdict } => {
                 debug!(deployment = %self.label, mail = id, ?verdict, "an unasked cancel verdict; ignored");
@@ -167,11 +163,22 @@ impl Replica {
                 (Outcome::Failed(failed), Vec::new())
             }
         };
-        self.acks.push(Ack {
+        self.reports.push(Report::Done(Ack {
             holder: mail::holder(&w.io),
             id,
             outcome: clip_outcome(outcome),
             result,
+        }));
+        None
+    }
+
+    /// A mail item's handler took it: this delivery is a start (its
+    /// `attempt`), written in order with the deployment's other mail writes.
+    fn mail_started(&mut self, id: u64) -> Option<Fact> {
+        let w = self.wired.as_ref()?;
+        self.reports.push(Report::Started {
+            holder: mail::holder(&w.io),
+            id,
         });
         None
     }

@@ -14,7 +14,7 @@ use wfhost_policy::recycle::RecycleReason;
 use super::Driver;
 use crate::clock::unix_ms;
 use crate::deployment::spread::{self, Hand};
-use crate::deployment::writes::Next;
+use crate::deployment::writes::{Next, Report};
 use crate::deployment::{mail, recycle};
 use crate::store::{Holder, MailItem};
 
@@ -31,9 +31,14 @@ impl Driver {
         if hands.is_empty() {
             return;
         }
-        let holders: Vec<Holder> = hands
+        // Each holder with whether its takes are starts: a protocol-2
+        // child's handler takes what it is sent; a later one says when.
+        let holders: Vec<(Holder, bool)> = hands
             .iter()
-            .filter_map(|h| Some(mail::holder(&self.replicas.get(h.who)?.wired.as_ref()?.io)))
+            .filter_map(|h| {
+                let io = &self.replicas.get(h.who)?.wired.as_ref()?.io;
+                Some((mail::holder(io), io.protocol() < 3))
+            })
             .collect();
         let (deployment, at) = (self.id.clone(), unix_ms());
         let single = hands.len() == 1;
@@ -51,14 +56,15 @@ impl Driver {
                 };
                 let mut taken = Vec::with_capacity(plan.len());
                 for (who, n) in plan {
-                    let Some(holder) = hands
+                    let Some((holder, starts)) = hands
                         .iter()
                         .position(|h| h.who == who)
                         .and_then(|i| holders.get(i))
                     else {
                         continue;
                     };
-                    taken.push((who, n, s.take_mail(&deployment, holder, n, at)?));
+                    let items = s.take_mail_for(&deployment, holder, n, at, *starts)?;
+                    taken.push((who, n, items));
                 }
                 Ok::<_, crate::store::StoreError>((hands, taken))
             })
@@ -140,14 +146,16 @@ impl Driver {
             let now = Instant::now();
             let written = match self.writes.next(now) {
                 None => return,
-                Some(Next::Acks(acks)) => {
-                    let acks = acks.to_vec();
-                    match mail::write_acks(self.shared(), &id, &acks).await {
+                Some(Next::Acks(reports)) => {
+                    let reports = reports.to_vec();
+                    match mail::write_reports(self.shared(), &id, &reports).await {
                         Ok(landed) => {
-                            for (ack, _) in acks.iter().zip(landed).filter(|(_, l)| *l) {
-                                self.acked(ack.holder.pid);
+                            for (report, _) in reports.iter().zip(landed).filter(|(_, l)| *l) {
+                                if let Report::Done(ack) = report {
+                                    self.acked(ack.holder.pid);
+                                }
                             }
-                            Ok(("mail acknowledgements", acks.len()))
+                            Ok(("mail acknowledgements", reports.len()))
                         }
                         Err(e) => Err(("recording mail acknowledgements", e)),
                     }

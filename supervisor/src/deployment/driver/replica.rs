@@ -21,7 +21,7 @@ use crate::deployment::child::{Arrived, LiveChild};
 use crate::deployment::mail::Dispatch;
 use crate::deployment::policy_tick::Watchlist;
 use crate::deployment::throttle::Throttle;
-use crate::deployment::writes::{Ack, Replay};
+use crate::deployment::writes::{Replay, Report};
 use crate::deployment::{Ask, ConfigSlot, Waiter};
 use crate::shared::Shared;
 use crate::status::{RssCell, Status};
@@ -138,7 +138,7 @@ pub(super) struct Replica {
     /// For the deployment.
     pub(super) told: Vec<Told>,
     /// Acknowledgements to write, in order.
-    pub(super) acks: Vec<Ack>,
+    pub(super) reports: Vec<Report>,
     /// Its gone children's unacknowledged mail, owed back to the inbox.
     pub(super) replays: Vec<Replay>,
     /// How its last child ended (from the `exited` fact its machine
@@ -208,7 +208,7 @@ impl Replica {
             actions: first.into(),
             finished: false,
             told: Vec::new(),
-            acks: Vec::new(),
+            reports: Vec::new(),
             replays: Vec::new(),
             ended: None,
             stopping: false,

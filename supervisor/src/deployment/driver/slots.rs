@@ -16,8 +16,8 @@ impl Driver {
     pub(super) fn collect(&mut self) {
         let mut told = Vec::new();
         for r in &mut self.replicas {
-            for ack in r.acks.drain(..) {
-                self.writes.ack(ack);
+            for report in r.reports.drain(..) {
+                self.writes.report(report);
             }
             for replay in r.replays.drain(..) {
                 self.writes.replay(replay);

@@ -11,19 +11,20 @@ use crate::store::held::{self, Fate, Holding};
 use crate::store::mail::{self, Admission, Earlier};
 use crate::store::{
     Accepted, AckOf, DeadMail, Ending, Holder, MailCounts, MailItem, MailStore, Offer, Replayed,
-    StoreError,
+    Settle, StoreError,
 };
 
 impl MailStore for PostgresStore {
     /// Moves items from the head of `deployment`'s inbox to processing, held
     /// by `holder`, as [`held::takeable`] allows, and returns them in FIFO
     /// order; each take begins a delivery in the history.
-    fn take_mail(
+    fn take_mail_for(
         &mut self,
         deployment: &str,
         holder: &Holder,
         limit: usize,
         at_ms: u64,
+        starts_on_take: bool,
     ) -> Result<Vec<MailItem>, StoreError> {
         if limit == 0 {
             return Ok(Vec::new());
@@ -45,7 +46,7 @@ impl MailStore for PostgresStore {
                 suspect: holding.try_get(1)?,
             };
             let rows = tx.query(
-                "SELECT id, payload, deliveries, failures FROM mail
+                "SELECT id, payload, starts, failures FROM mail
                  WHERE deployment = $1 AND state = 'inbox' ORDER BY id LIMIT $2 FOR UPDATE",
                 &[&deployment, &head],
             )?;
@@ -67,13 +68,21 @@ impl MailStore for PostgresStore {
                 let ids: Vec<i64> = items.iter().map(|i| i.0).collect();
                 tx.execute(
                     "UPDATE mail SET state = 'processing', deliveries = deliveries + 1,
-                         holder_channel = $2, holder_pid = $3, taken_at_ms = $4
+                         holder_channel = $2, holder_pid = $3, taken_at_ms = $4,
+                         started = $5::boolean, starts = starts + ($5::boolean)::int
                      WHERE id = ANY($1) AND state = 'inbox'",
-                    &[&ids, &holder.channel_id, &pid, &signed(at_ms)],
+                    &[
+                        &ids,
+                        &holder.channel_id,
+                        &pid,
+                        &signed(at_ms),
+                        &starts_on_take,
+                    ],
                 )?;
+                // The start this delivery is, or may become.
                 tx.execute(
                     "INSERT INTO mail_history (mail_id, attempt, holder_pid, holder_channel, taken_at_ms)
-                     SELECT id, deliveries, holder_pid, holder_channel, taken_at_ms
+                     SELECT id, starts + 1 - started::int, holder_pid, holder_channel, taken_at_ms
                      FROM mail WHERE id = ANY($1) ORDER BY id",
                     &[&ids],
                 )?;
@@ -84,12 +93,12 @@ impl MailStore for PostgresStore {
         let items = result.map_err(|e| self.fail("taking mail from the inbox", &e))?;
         items
             .into_iter()
-            .map(|(id, payload, deliveries)| {
+            .map(|(id, payload, starts)| {
                 Ok(MailItem {
                     id: unsigned("mail", id)?,
                     payload,
-                    // This delivery is the one the UPDATE counted.
-                    attempt: mail::attempt(deliveries),
+                    // The start this delivery is, or may become.
+                    attempt: mail::attempt(starts),
                 })
             })
             .collect::<Result<_, String>>()
@@ -99,10 +108,10 @@ impl MailStore for PostgresStore {
     /// Several acknowledgements for `deployment` in one transaction (one
     /// fence check, one durable commit), each `true` when its holder held the
     /// item, as if alone.
-    fn ack_mail_many(
+    fn settle_mail(
         &mut self,
         deployment: &str,
-        acks: &[AckOf],
+        writes: &[Settle],
         at_ms: u64,
     ) -> Result<Vec<bool>, StoreError> {
         let fenced = self.fence.clone();
@@ -111,9 +120,12 @@ impl MailStore for PostgresStore {
             let mut tx = client.transaction()?;
             fence::check(&mut tx, fenced.as_deref(), deployment)?;
             tx.execute("SELECT pg_advisory_xact_lock($1)", &[&EVENTS_LOCK])?;
-            let mut landed = Vec::with_capacity(acks.len());
-            for a in acks {
-                landed.push(ack_one(&mut tx, deployment, a, at_ms)?);
+            let mut landed = Vec::with_capacity(writes.len());
+            for w in writes {
+                landed.push(match w {
+                    Settle::Started { holder, id } => start_one(&mut tx, deployment, holder, *id)?,
+                    Settle::Done(a) => ack_one(&mut tx, deployment, a, at_ms)?,
+                });
             }
             tx.commit()?;
             Ok(landed)
@@ -159,14 +171,13 @@ impl MailStore for PostgresStore {
     ) -> Result<Replayed, StoreError> {
         let pid = i64::from(holder.pid);
         let at = signed(ending.at_ms);
-        let how = held::ended_how(ending);
         let fenced = self.fence.clone();
         let client = self.client()?;
         let result = (|| -> Result<Replayed, postgres::Error> {
             let mut tx = client.transaction()?;
             fence::check(&mut tx, fenced.as_deref(), deployment)?;
             let rows = tx.query(
-                "SELECT id, failures FROM mail
+                "SELECT id, failures, started FROM mail
                  WHERE deployment = $1 AND state = 'processing' AND holder_channel = $2
                  ORDER BY id FOR UPDATE",
                 &[&deployment, &holder.channel_id],
@@ -174,9 +185,11 @@ impl MailStore for PostgresStore {
             let mut replayed = Replayed::default();
             for r in &rows {
                 let (id, failures): (i64, i64) = (r.try_get(0)?, r.try_get(1)?);
+                let started: bool = r.try_get(2)?;
+                let how = held::ended_how(ending, started);
                 let before = u32::try_from(failures).unwrap_or(u32::MAX);
-                let (failures, fate) = held::after_ending(before, ending, max_deliveries);
-                if ending.counts {
+                let (failures, fate) = held::after_ending(before, started, ending, max_deliveries);
+                if ending.counts && started {
                     let state = match fate {
                         Fate::Inbox => "inbox",
                         Fate::Dead => "dead",
@@ -185,7 +198,7 @@ impl MailStore for PostgresStore {
                     tx.execute(
                         "UPDATE mail SET state = $2, failures = $3, holder_channel = NULL,
                              holder_pid = NULL, last_cause = $4, last_pid = $5,
-                             last_failed_at_ms = $6, dead_at_ms = $7
+                             last_failed_at_ms = $6, dead_at_ms = $7, started = false
                          WHERE id = $1",
                         &[
                             &id,
@@ -199,7 +212,8 @@ impl MailStore for PostgresStore {
                     )?;
                 } else {
                     tx.execute(
-                        "UPDATE mail SET state = 'inbox', holder_channel = NULL, holder_pid = NULL
+                        "UPDATE mail SET state = 'inbox', holder_channel = NULL, holder_pid = NULL,
+                             started = false
                          WHERE id = $1",
                         &[&id],
                     )?;
@@ -239,7 +253,8 @@ impl MailStore for PostgresStore {
                 &[&signed(at_ms), &held::RETURNED_AT_START],
             )?;
             let changed = tx.execute(
-                "UPDATE mail SET state = 'inbox', holder_channel = NULL, holder_pid = NULL
+                "UPDATE mail SET state = 'inbox', holder_channel = NULL, holder_pid = NULL,
+                     started = false
                  WHERE state = 'processing'",
                 &[],
             )?;
@@ -316,7 +331,27 @@ impl MailStore for PostgresStore {
     }
 }
 
-/// One acknowledgement inside [`ack_many`]'s transaction.
+/// One start inside [`MailStore::settle_mail`]'s transaction: true when
+/// `holder` holds item `id` and had not started it.
+fn start_one(
+    tx: &mut postgres::Transaction<'_>,
+    deployment: &str,
+    holder: &Holder,
+    id: u64,
+) -> Result<bool, postgres::Error> {
+    let Ok(row_id) = i64::try_from(id) else {
+        return Ok(false);
+    };
+    let changed = tx.execute(
+        "UPDATE mail SET started = true, starts = starts + 1
+         WHERE id = $1 AND deployment = $2 AND state = 'processing' AND holder_channel = $3
+           AND NOT started",
+        &[&row_id, &deployment, &holder.channel_id],
+    )?;
+    Ok(changed == 1)
+}
+
+/// One acknowledgement inside [`MailStore::settle_mail`]'s transaction.
 fn ack_one(
     tx: &mut postgres::Transaction<'_>,
     deployment: &str,
@@ -329,7 +364,8 @@ fn ack_one(
     };
     let changed = tx.execute(
         "UPDATE mail SET state = 'done', outcome = $4, done_at_ms = $5, payload = ''::bytea,
-             holder_channel = NULL, holder_pid = NULL, result = $6
+             holder_channel = NULL, holder_pid = NULL, result = $6,
+             starts = starts + (1 - started::int), started = true
          WHERE id = $1 AND deployment = $2 AND state = 'processing' AND holder_channel = $3",
         &[
             &row_id,

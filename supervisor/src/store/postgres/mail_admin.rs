@@ -16,7 +16,7 @@ use crate::store::mail_admin::{
 use crate::store::{MailAdmin, StoreError};
 
 /// The columns [`view`] reads, in its order.
-const COLUMNS: &str = "id, deployment, state, deliveries, failures, enqueued_at_ms,
+const COLUMNS: &str = "id, deployment, state, starts, failures, enqueued_at_ms,
      octet_length(payload)::BIGINT, holder_channel, holder_pid, taken_at_ms, last_cause,
      last_pid, last_failed_at_ms, outcome, done_at_ms, dead_at_ms,
      coalesce(octet_length(result), 0)::BIGINT";
@@ -302,7 +302,7 @@ impl MailAdmin for PostgresStore {
             };
             if !ids.is_empty() {
                 tx.execute(
-                    "UPDATE mail SET state = 'inbox', failures = 0, deliveries = 0, dead_at_ms = NULL
+                    "UPDATE mail SET state = 'inbox', failures = 0, deliveries = 0, starts = 0, dead_at_ms = NULL
                      WHERE id = ANY($1) AND state = 'dead'",
                     &[&ids],
                 )?;

@@ -160,8 +160,15 @@ pub(super) const MIGRATIONS: &[&str] = &[
     // 3: the fleet: hosts, leases with epochs, host keys, forwarded
     // requests, children per host, the fence, notifications.
     super::lease_schema::FLEET,
-    // 4: an item's result (protocol 3), kept with its outcome.
-    "ALTER TABLE mail ADD COLUMN result BYTEA;",
+    // 4: protocol 3's item: its result, kept with its outcome, and its
+    // starts (a delivery a handler took; `started`: the delivery in
+    // flight was), which `attempt` counts. Every earlier delivery counted
+    // as a start.
+    "ALTER TABLE mail
+         ADD COLUMN result BYTEA,
+         ADD COLUMN starts BIGINT NOT NULL DEFAULT 0,
+         ADD COLUMN started BOOLEAN NOT NULL DEFAULT false;
+     UPDATE mail SET starts = deliveries, started = (state = 'processing');",
 ];
 
 /// The schema version this build writes.

@@ -13,7 +13,7 @@ use crate::store::held::{self, Fate, Holding};
 use crate::store::mail::{self, Admission, Earlier};
 use crate::store::{
     Accepted, AckOf, DeadMail, Ending, Holder, MailCounts, MailItem, MailStore, NewEvent, Offer,
-    Replayed, StoreError,
+    Replayed, Settle, StoreError,
 };
 
 impl MailStore for SqliteStore {
@@ -51,12 +51,13 @@ impl MailStore for SqliteStore {
     /// Moves items from the head of `deployment`'s inbox to processing, held
     /// by `holder`, as [`held::takeable`] allows, and returns them in FIFO
     /// order; each take begins a delivery in the history.
-    fn take_mail(
+    fn take_mail_for(
         &mut self,
         deployment: &str,
         holder: &Holder,
         limit: usize,
         at_ms: u64,
+        starts_on_take: bool,
     ) -> Result<Vec<MailItem>, StoreError> {
         if limit == 0 {
             return Ok(Vec::new());
@@ -79,7 +80,7 @@ impl MailStore for SqliteStore {
                 })?;
             let rows = tx
                 .prepare_cached(
-                    "SELECT id, payload, deliveries, failures FROM mail
+                    "SELECT id, payload, starts, failures FROM mail
                      WHERE deployment = ?1 AND state = 'inbox' ORDER BY id LIMIT ?2",
                 )?
                 .query_map(params![deployment, head], |r| {
@@ -87,7 +88,7 @@ impl MailStore for SqliteStore {
                         MailItem {
                             id: r.get(0)?,
                             payload: r.get(1)?,
-                            // This delivery is the one the UPDATE below counts.
+                            // The start this delivery is, or may become.
                             attempt: mail::attempt(r.get(2)?),
                         },
                         r.get::<_, u32>(3)?,
@@ -102,7 +103,8 @@ impl MailStore for SqliteStore {
             // Exactly the rows just read: the head of the inbox up to `last`.
             tx.prepare_cached(
                 "UPDATE mail SET state = 'processing', deliveries = deliveries + 1,
-                     holder_channel = ?3, holder_pid = ?4, taken_at_ms = ?5
+                     holder_channel = ?3, holder_pid = ?4, taken_at_ms = ?5,
+                     started = ?6, starts = starts + ?6
                  WHERE deployment = ?1 AND state = 'inbox' AND id <= ?2",
             )?
             .execute(params![
@@ -110,7 +112,8 @@ impl MailStore for SqliteStore {
                 last.id,
                 holder.channel_id,
                 holder.pid,
-                at_ms
+                at_ms,
+                starts_on_take
             ])?;
             let mut begun = tx.prepare_cached(
                 "INSERT INTO mail_history (mail_id, attempt, holder_pid, holder_channel, taken_at_ms)
@@ -133,19 +136,22 @@ impl MailStore for SqliteStore {
     }
 
     /// Several acknowledgements in one write transaction: one commit.
-    fn ack_mail_many(
+    fn settle_mail(
         &mut self,
         deployment: &str,
-        acks: &[AckOf],
+        writes: &[Settle],
         at_ms: u64,
     ) -> Result<Vec<bool>, StoreError> {
         (|| -> rusqlite::Result<Vec<bool>> {
             let tx = self
                 .conn
                 .transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let mut landed = Vec::with_capacity(acks.len());
-            for a in acks {
-                landed.push(ack_in(&tx, deployment, a, at_ms)?);
+            let mut landed = Vec::with_capacity(writes.len());
+            for w in writes {
+                landed.push(match w {
+                    Settle::Started { holder, id } => start_in(&tx, deployment, holder, *id)?,
+                    Settle::Done(a) => ack_in(&tx, deployment, a, at_ms)?,
+                });
             }
             if landed.iter().any(|&l| l) {
                 tx.commit()?;
@@ -170,23 +176,24 @@ impl MailStore for SqliteStore {
                 .transaction_with_behavior(TransactionBehavior::Immediate)?;
             let held_items = tx
                 .prepare_cached(
-                    "SELECT id, failures FROM mail
+                    "SELECT id, failures, started FROM mail
                      WHERE deployment = ?1 AND state = 'processing' AND holder_channel = ?2 ORDER BY id",
                 )?
                 .query_map(params![deployment, holder.channel_id], |r| {
-                    Ok((r.get::<_, u64>(0)?, r.get::<_, u32>(1)?))
+                    Ok((r.get::<_, u64>(0)?, r.get::<_, u32>(1)?, r.get::<_, bool>(2)?))
                 })?
                 .collect::<rusqlite::Result<Vec<_>>>()?;
-            let how = held::ended_how(ending);
             let mut replayed = Replayed::default();
-            for (id, failures) in held_items {
-                let (failures, fate) = held::after_ending(failures, ending, max_deliveries);
-                if ending.counts {
+            for (id, failures, started) in held_items {
+                let how = held::ended_how(ending, started);
+                let (failures, fate) =
+                    held::after_ending(failures, started, ending, max_deliveries);
+                if ending.counts && started {
                     let dead_at = (fate == Fate::Dead).then_some(ending.at_ms);
                     tx.prepare_cached(
                         "UPDATE mail SET state = ?2, failures = ?3, holder_channel = NULL,
                              holder_pid = NULL, last_cause = ?4, last_pid = ?5,
-                             last_failed_at_ms = ?6, dead_at_ms = ?7
+                             last_failed_at_ms = ?6, dead_at_ms = ?7, started = 0
                          WHERE id = ?1",
                     )?
                     .execute(params![
@@ -200,7 +207,8 @@ impl MailStore for SqliteStore {
                     ])?;
                 } else {
                     tx.prepare_cached(
-                        "UPDATE mail SET state = 'inbox', holder_channel = NULL, holder_pid = NULL
+                        "UPDATE mail SET state = 'inbox', holder_channel = NULL, holder_pid = NULL,
+                             started = 0
                          WHERE id = ?1",
                     )?
                     .execute(params![id])?;
@@ -237,7 +245,8 @@ impl MailStore for SqliteStore {
             .execute(params![at_ms, held::RETURNED_AT_START])?;
             let changed = tx
                 .prepare_cached(
-                    "UPDATE mail SET state = 'inbox', holder_channel = NULL, holder_pid = NULL
+                    "UPDATE mail SET state = 'inbox', holder_channel = NULL, holder_pid = NULL,
+                         started = 0
                      WHERE state = 'processing'",
                 )?
                 .execute([])?;
@@ -366,7 +375,8 @@ fn ack_in(
     let changed = tx
         .prepare_cached(
             "UPDATE mail SET state = 'done', outcome = ?4, done_at_ms = ?5, payload = x'',
-                 holder_channel = NULL, holder_pid = NULL, result = ?6
+                 holder_channel = NULL, holder_pid = NULL, result = ?6,
+                 starts = starts + (1 - started), started = 1
              WHERE id = ?1 AND deployment = ?2 AND state = 'processing' AND holder_channel = ?3",
         )?
         .execute(params![
@@ -383,6 +393,27 @@ fn ack_in(
     end_delivery(tx, a.id, at_ms, &held::done_how(&a.outcome))?;
     note(tx, &mail::done_event(deployment, a.id, &a.outcome, at_ms))?;
     Ok(true)
+}
+
+/// Item `id`'s delivery to `holder` becomes a start: true when `holder`
+/// holds it and had not started it.
+fn start_in(
+    tx: &rusqlite::Transaction<'_>,
+    deployment: &str,
+    holder: &Holder,
+    id: u64,
+) -> rusqlite::Result<bool> {
+    if i64::try_from(id).is_err() {
+        return Ok(false);
+    }
+    let changed = tx
+        .prepare_cached(
+            "UPDATE mail SET started = 1, starts = starts + 1
+             WHERE id = ?1 AND deployment = ?2 AND state = 'processing' AND holder_channel = ?3
+               AND started = 0",
+        )?
+        .execute(params![id, deployment, holder.channel_id])?;
+    Ok(changed == 1)
 }
 
 /// Ends item `id`'s delivery in flight in the history.

@@ -15,8 +15,7 @@ use crate::store::mail_admin::{
 use crate::store::{MailAdmin, StoreError};
 
 /// The columns [`view`] reads, in its order.
-const COLUMNS: &str =
-    "id, deployment, state, deliveries, failures, enqueued_at_ms, length(payload),
+const COLUMNS: &str = "id, deployment, state, starts, failures, enqueued_at_ms, length(payload),
      holder_channel, holder_pid, taken_at_ms, last_cause, last_pid, last_failed_at_ms,
      outcome, done_at_ms, dead_at_ms, coalesce(length(result), 0)";
 
@@ -239,7 +238,7 @@ impl MailAdmin for SqliteStore {
             let how = mail_admin::retried_how(by);
             for id in &ids {
                 tx.prepare_cached(
-                    "UPDATE mail SET state = 'inbox', failures = 0, deliveries = 0, dead_at_ms = NULL
+                    "UPDATE mail SET state = 'inbox', failures = 0, deliveries = 0, starts = 0, dead_at_ms = NULL
                      WHERE id = ?1 AND state = 'dead'",
                 )?
                 .execute(params![id])?;

@@ -205,8 +205,14 @@ pub const MIGRATIONS: &[&str] = &[
          how TEXT
      ) STRICT;
      CREATE INDEX mail_history_by_mail ON mail_history (mail_id, seq);",
-    // 7: an item's result (protocol 3), kept with its outcome.
-    "ALTER TABLE mail ADD COLUMN result BLOB;",
+    // 7: protocol 3's item: its result, kept with its outcome, and its
+    // starts (a delivery a handler took; `started`: the delivery in
+    // flight was), which `attempt` counts. Every earlier delivery counted
+    // as a start.
+    "ALTER TABLE mail ADD COLUMN result BLOB;
+     ALTER TABLE mail ADD COLUMN starts INTEGER NOT NULL DEFAULT 0;
+     ALTER TABLE mail ADD COLUMN started INTEGER NOT NULL DEFAULT 0;
+     UPDATE mail SET starts = deliveries, started = (state = 'processing');",
 ];
 
 /// The schema version this build writes.

@@ -4,7 +4,7 @@
 
 use super::Fixture;
 use super::mail::{holder, recount};
-use crate::store::{AckOf, MailCounts, Offer, StoreError};
+use crate::store::{AckOf, Ending, MailCounts, Offer, Settle, StoreError};
 
 fn offer(deployment: &str, key: Option<&str>, payload: &str, max_inbox: u64) -> Offer {
     Offer {
@@ -113,9 +113,7 @@ pub fn acks_in_one_write_each_land_or_not(f: &dyn Fixture) {
 pub fn a_result_lands_with_its_ack_byte_for_byte(f: &dyn Fixture) {
     let mut store = f.open();
     let offer = |p: &str| offer("d", None, p, 100);
-    let accepted = store
-        .enqueue_mail_many(&[offer("a"), offer("b")])
-        .unwrap();
+    let accepted = store.enqueue_mail_many(&[offer("a"), offer("b")]).unwrap();
     let ids: Vec<u64> = accepted.iter().map(|a| a.as_ref().unwrap().id).collect();
     let one = holder(1);
     store.take_mail("d", &one, 2, 1).unwrap();
@@ -139,4 +137,75 @@ pub fn a_result_lands_with_its_ack_byte_for_byte(f: &dyn Fixture) {
     assert_eq!(store.mail_item(ids[1]).unwrap().unwrap().result_bytes, 0);
     assert_eq!(store.mail_result(u64::MAX).unwrap(), None);
     assert_eq!(store.mail_result(ids[1] + 1000).unwrap(), None);
+}
+
+/// Protocol 3: a delivery counts as an attempt once its handler starts
+/// it. An item given back unstarted keeps its attempt and is charged no
+/// failure; a started one, crashed, is charged one and comes back as the
+/// next attempt; a done item that was never reported started counts its
+/// delivery as a start.
+pub fn attempts_count_starts_and_an_unstarted_item_is_never_charged(f: &dyn Fixture) {
+    let mut store = f.open();
+    let id = store
+        .enqueue_mail_many(&[offer("d", None, "work", 100)])
+        .unwrap()[0]
+        .as_ref()
+        .unwrap()
+        .id;
+    let crash = Ending {
+        cause: "exited unexpectedly: exit status 3".into(),
+        counts: true,
+        at_ms: 5,
+    };
+    let view = |store: &mut Box<dyn crate::store::Store>| store.mail_item(id).unwrap().unwrap();
+    // Delivered, never started, its child crashes: no failure, no start.
+    let first = store.take_mail_for("d", &holder(1), 1, 1, false).unwrap();
+    assert_eq!(first[0].attempt, 1);
+    store.replay_mail("d", &holder(1), &crash, 5).unwrap();
+    let item = view(&mut store);
+    assert_eq!((item.attempts, item.failures), (0, 0));
+    assert_eq!(
+        item.history[0].how.as_deref(),
+        Some("returned unstarted, not counted: exited unexpectedly: exit status 3")
+    );
+    // Delivered again as attempt 1, started, crashed: one failure.
+    let again = store.take_mail_for("d", &holder(2), 1, 2, false).unwrap();
+    assert_eq!(again[0].attempt, 1);
+    let start = Settle::Started {
+        holder: holder(2),
+        id,
+    };
+    assert_eq!(store.settle_mail("d", &[start.clone()], 3).unwrap(), [true]);
+    // A second start report of the same delivery changes nothing.
+    assert_eq!(store.settle_mail("d", &[start], 3).unwrap(), [false]);
+    store.replay_mail("d", &holder(2), &crash, 5).unwrap();
+    let item = view(&mut store);
+    assert_eq!((item.attempts, item.failures), (1, 1));
+    // The next delivery is attempt 2; done without a start report, it
+    // counts as one.
+    let third = store.take_mail_for("d", &holder(3), 1, 6, false).unwrap();
+    assert_eq!(third[0].attempt, 2);
+    let done = AckOf {
+        holder: holder(3),
+        id,
+        outcome: "succeeded".into(),
+        result: b"ok".to_vec(),
+    };
+    assert_eq!(
+        store.settle_mail("d", &[Settle::Done(done)], 7).unwrap(),
+        [true]
+    );
+    let item = view(&mut store);
+    assert_eq!((item.attempts, item.failures), (2, 1));
+    // A protocol-2 holder's take is its start.
+    let id2 = store
+        .enqueue_mail_many(&[offer("d", None, "two", 100)])
+        .unwrap()[0]
+        .as_ref()
+        .unwrap()
+        .id;
+    store.take_mail_for("d", &holder(4), 1, 8, true).unwrap();
+    store.replay_mail("d", &holder(4), &crash, 5).unwrap();
+    let item = store.mail_item(id2).unwrap().unwrap();
+    assert_eq!((item.attempts, item.failures), (1, 1));
 }

@@ -32,6 +32,7 @@ pub mod spawn;
 mod spread;
 mod throttle;
 mod timer;
+mod verdicts;
 pub mod writes;
 
 use std::sync::{Arc, Mutex};
@@ -77,6 +78,19 @@ pub enum Ask {
         /// Replace every child.
         recycle: bool,
     },
+    /// A cancel of mail item `id`, held by the child of channel
+    /// `holder` (the store has recorded it): journaled, sent, and its
+    /// verdict awaited.
+    CancelMail {
+        /// The holder's channel id.
+        holder: String,
+        /// The item.
+        id: u64,
+        /// Why, for the journal and the child.
+        reason: String,
+        /// Who waits for the verdict.
+        waiter: Waiter,
+    },
     /// Mail was accepted into its inbox.
     MailArrived,
     /// A fleet host renewed the deployment's lease: its children hear the
@@ -88,6 +102,18 @@ pub enum Ask {
     LeaseLost,
 }
 
+/// What came of a cancel of one mail item its child holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MailCancelAnswer {
+    /// `acknowledged`, `not-supported`, `refused`, `not-acknowledged`, or
+    /// `ended` (the child ended first).
+    pub verdict: String,
+    /// What that means for the item, in words.
+    pub detail: String,
+    /// The cancel's journal record, when it was committed.
+    pub journal_seq: Option<u64>,
+}
+
 /// Someone waiting for the answer to a request.
 #[derive(Debug)]
 pub enum Waiter {
@@ -97,6 +123,8 @@ pub enum Waiter {
     Pids(oneshot::Sender<Result<Vec<u32>, String>>),
     /// A cancel: its journal record, once committed and sent.
     Journaled(oneshot::Sender<Result<u64, String>>),
+    /// A cancel of one mail item: the child's verdict.
+    Verdict(oneshot::Sender<Result<MailCancelAnswer, String>>),
     /// The deployment's crew, waiting for replica `index` to finish the
     /// recycle it was asked for (the answer never leaves the task).
     Crew(u32),
@@ -123,12 +151,21 @@ impl Waiter {
         }
     }
 
+    /// Delivers a child's verdict on a cancel of one of its items.
+    pub fn verdict(self, answer: MailCancelAnswer) {
+        match self {
+            Self::Verdict(tx) => drop(tx.send(Ok(answer))),
+            other => other.fail(format!("unexpected verdict {}", answer.verdict)),
+        }
+    }
+
     /// Tells the waiter what went wrong.
     pub fn fail(self, error: String) {
         match self {
             Self::Said(tx) => drop(tx.send(Err(error))),
             Self::Pids(tx) => drop(tx.send(Err(error))),
             Self::Journaled(tx) => drop(tx.send(Err(error))),
+            Self::Verdict(tx) => drop(tx.send(Err(error))),
             Self::Crew(_) => {}
         }
     }

@@ -40,7 +40,7 @@ pub use api::{ChildrenStore, EventStore, JournalStore, MailAdmin, MailStore, Sto
 pub use children::ChildRecord;
 pub use error::StoreError;
 pub use events::{EventRecord, NewEvent};
-pub use held::{AckOf, DeadMail, Ending, Holder, Replayed, Settle};
+pub use held::{AckOf, CancelFound, DeadMail, Ending, Holder, Replayed, Settle};
 pub use mail::{Accepted, MailCounts, MailItem, Offer};
 pub use mail_admin::{MailPage, MailQuery, MailState, MailView, Retried};
 pub use postgres::PostgresStore;

@@ -114,6 +114,25 @@ fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
+/// Item `id`'s end, however long it takes (one bounded request after
+/// another), or the exit code of the error printed.
+pub fn wait_for_end(target: &Target, id: u64) -> Result<Value, u8> {
+    loop {
+        let request = Request::MailResult {
+            id,
+            wait_ms: Some(MAX_WAIT_MS),
+        };
+        match target.call(request) {
+            Ok(data) if data["ended"] == true => return Ok(data),
+            Ok(_) => {}
+            Err(e) => {
+                eprintln!("wfhost: {}", e.message);
+                return Err(e.code);
+            }
+        }
+    }
+}
+
 /// Prints an item's end as `call` does: a success's result bytes on
 /// stdout, exactly; a failure's outcome and reason on stderr; an item
 /// that has not ended, named with where it is.

@@ -24,6 +24,8 @@ pub enum Command {
     Show(ShowArgs),
     /// One item's result as its child gave it (exit 0), or its outcome (exit 1); `--wait` for its end.
     Result(ResultArgs),
+    /// Cancel one item: queued, it is never delivered; in flight, its child is sent a signed cancel.
+    Cancel(CancelArgs),
     /// Deliver dead mail again, from attempt 1: one ID, or `--dead [DEPLOYMENT]`.
     Retry(RetryArgs),
     /// Delete dead mail: `--dead [DEPLOYMENT] [--older-than D]`.
@@ -47,6 +49,21 @@ pub struct ResultArgs {
     /// result_text (when it is UTF-8).
     #[arg(long)]
     json: bool,
+}
+
+/// Arguments of `wfhost mail cancel`.
+#[derive(Debug, clap::Args)]
+pub struct CancelArgs {
+    #[command(flatten)]
+    target: Target,
+    /// The item's id.
+    id: u64,
+    /// Why, for the journal and the child (default: "operator cancel").
+    #[arg(long)]
+    reason: Option<String>,
+    /// Then wait for the item's end, and print it as `mail result` does.
+    #[arg(long)]
+    wait: bool,
 }
 
 /// Arguments of `wfhost mail list`.
@@ -118,8 +135,58 @@ pub fn run(cmd: Command) -> u8 {
         Command::List(args) => list(&args),
         Command::Show(args) => show(&args),
         Command::Result(args) => result(&args),
+        Command::Cancel(args) => cancel(&args),
         Command::Retry(args) => retry(&args),
         Command::Purge(args) => purge(&args),
+    }
+}
+
+/// Exit 0 when the item is stopped (cancelled, acknowledged, or its child
+/// ended), else 1 with the verdict's words.
+fn cancel(args: &CancelArgs) -> u8 {
+    let request = Request::MailCancel {
+        id: args.id,
+        reason: args.reason.clone(),
+    };
+    let data = match args.target.call(request) {
+        Ok(data) => data,
+        Err(e) => {
+            eprintln!("wfhost: {}", e.message);
+            return e.code;
+        }
+    };
+    let verdict = data["verdict"].as_str().unwrap_or("?");
+    let journal = data["journal_seq"]
+        .as_u64()
+        .map_or_else(String::new, |seq| format!(" (journal record {seq})"));
+    let line = format!(
+        "mail {} of {}: {verdict}{journal}: {}",
+        args.id,
+        data["deployment"].as_str().unwrap_or("?"),
+        data["detail"].as_str().unwrap_or_default()
+    );
+    let stopped = matches!(verdict, "cancelled" | "acknowledged" | "ended");
+    if stopped {
+        println!("{line}");
+    } else {
+        eprintln!("wfhost: {line}");
+    }
+    if !args.wait {
+        return if stopped { exit::OK } else { exit::FAILED };
+    }
+    let end = match call::wait_for_end(&args.target, args.id) {
+        Ok(end) => end,
+        Err(code) => return code,
+    };
+    let outcome = end["outcome"].as_str().unwrap_or("?");
+    let why = end["reason"]
+        .as_str()
+        .map_or_else(String::new, |r| format!(": {r}"));
+    println!("mail {} ended: {outcome}{why}", args.id);
+    if outcome == "cancelled" {
+        exit::OK
+    } else {
+        exit::FAILED
     }
 }
 

@@ -8,6 +8,7 @@ pub mod fleet;
 pub mod kill;
 pub mod logs;
 pub mod mail;
+pub mod mail_cancel;
 pub mod mail_result;
 pub mod recycle;
 pub mod reload;
@@ -96,6 +97,9 @@ pub async fn dispatch(
         } => mail::list(ctx, deployment, state, after, limit).await,
         Request::MailShow { id } => mail::show(ctx, id).await,
         Request::MailResult { id, wait_ms } => mail_result::answer(ctx, id, wait_ms).await,
+        Request::MailCancel { id, reason } => {
+            mail_cancel::answer(ctx, client().ok().map(|s| &*s), id, reason).await
+        }
         Request::MailPayload { id, offset, length } => mail::payload(ctx, id, offset, length).await,
         Request::MailRetry {
             id,

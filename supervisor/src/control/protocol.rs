@@ -165,6 +165,16 @@ pub enum Request {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         wait_ms: Option<u64>,
     },
+    /// Cancel one item: in the inbox it ends cancelled and is never
+    /// delivered; held by a child, the cancel is journaled and sent, and
+    /// answered with the child's verdict.
+    MailCancel {
+        /// The item.
+        id: u64,
+        /// Why, for the journal and the child (default "operator cancel").
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
     /// A piece of one item's payload, as hex.
     MailPayload {
         /// The item.
@@ -250,6 +260,7 @@ impl Request {
             | Self::MailList { .. }
             | Self::MailShow { .. }
             | Self::MailResult { .. }
+            | Self::MailCancel { .. }
             | Self::MailPayload { .. }
             | Self::MailRetry { .. }
             | Self::MailPurge { .. } => Route::Anywhere,

@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 use std::sync::Arc;
 
 use ed25519_dalek::SigningKey;
-use wfhost_ipc::{CancelOrigin, CancelRequested, SignedCancel};
+use wfhost_ipc::{
+    CancelOrigin, CancelRequested, Control, MailCancelRequested, SignedCancel, SignedMailCancel,
+};
 use wfhost_policy::{Escalation, Fact, format_duration};
 
 use super::Waiter;
@@ -47,11 +49,46 @@ const RETRY_INITIAL: Duration = Duration::from_millis(100);
 /// Longest retry delay.
 const RETRY_MAX: Duration = Duration::from_secs(5);
 
+/// A signed cancel: of a run (or every run), or of one mail item.
+#[derive(Debug, Clone)]
+pub enum Signed {
+    /// A run's (protocol 2 and 3).
+    Run(SignedCancel),
+    /// One mail item's (protocol 3).
+    Mail(SignedMailCancel),
+}
+
+impl Signed {
+    /// The message that carries it to the child.
+    pub fn control(self) -> Control {
+        match self {
+            Self::Run(s) => Control::Cancel(s),
+            Self::Mail(s) => Control::CancelMail(s),
+        }
+    }
+
+    /// What it cancels, for the log.
+    pub fn target(&self) -> String {
+        match self {
+            Self::Run(s) => s.record.run.clone().unwrap_or_else(|| "every run".into()),
+            Self::Mail(s) => format!("mail {}", s.record.id),
+        }
+    }
+
+    /// Who asked, for the log.
+    pub fn origin(&self) -> CancelOrigin {
+        match self {
+            Self::Run(s) => s.record.origin,
+            Self::Mail(s) => s.record.origin,
+        }
+    }
+}
+
 /// One signed cancel not yet committed.
 #[derive(Debug)]
 pub struct Pending {
     /// The signed request.
-    pub signed: SignedCancel,
+    pub signed: Signed,
     /// Who waits for it.
     pub reply: Option<Waiter>,
 }
@@ -114,23 +151,56 @@ pub fn sign(
     SignedCancel::sign(record, key)
 }
 
+/// Builds and signs a cancel of one mail item.
+pub fn sign_mail(
+    key: &SigningKey,
+    origin: CancelOrigin,
+    deployment: &str,
+    id: u64,
+    reason: String,
+) -> SignedMailCancel {
+    let record = MailCancelRequested {
+        origin,
+        deployment: deployment.to_owned(),
+        id,
+        reason,
+        at_ms: unix_ms(),
+    };
+    SignedMailCancel::sign(record, key)
+}
+
 /// The journal body of a cancel: the request and its signature, so the
 /// journal alone proves what was sent.
-pub fn journal_body(signed: &SignedCancel) -> serde_json::Value {
-    let r = &signed.record;
-    serde_json::json!({
-        "origin": r.origin.as_str(),
-        "run": r.run,
-        "reason": r.reason,
-        "at_ms": r.at_ms,
-        "key_id": signed.key_id.to_string(),
-        "signature": hex::encode(&signed.signature),
-    })
+pub fn journal_body(signed: &Signed) -> serde_json::Value {
+    match signed {
+        Signed::Run(s) => {
+            let r = &s.record;
+            serde_json::json!({
+                "origin": r.origin.as_str(),
+                "run": r.run,
+                "reason": r.reason,
+                "at_ms": r.at_ms,
+                "key_id": s.key_id.to_string(),
+                "signature": hex::encode(&s.signature),
+            })
+        }
+        Signed::Mail(s) => {
+            let r = &s.record;
+            serde_json::json!({
+                "origin": r.origin.as_str(),
+                "mail": r.id,
+                "reason": r.reason,
+                "at_ms": r.at_ms,
+                "key_id": s.key_id.to_string(),
+                "signature": hex::encode(&s.signature),
+            })
+        }
+    }
 }
 
 impl CancelQueue {
     /// Queues a signed cancel behind any already waiting.
-    pub fn push(&mut self, signed: SignedCancel, reply: Option<Waiter>) {
+    pub fn push(&mut self, signed: Signed, reply: Option<Waiter>) {
         self.queue.push_back(Pending { signed, reply });
     }
 
@@ -198,13 +268,13 @@ mod tests {
         let mut q = CancelQueue::default();
         let t0 = Instant::now();
         q.push(
-            sign(
+            Signed::Run(sign(
                 &key(),
                 CancelOrigin::SupervisorDrain,
                 "d",
                 Some("r".into()),
                 "budget".into(),
-            ),
+            )),
             None,
         );
         assert!(q.due(t0).is_some());
@@ -224,9 +294,13 @@ mod tests {
     #[test]
     fn the_journal_body_carries_the_signature() {
         let signed = sign(&key(), CancelOrigin::Operator, "d", None, "operator".into());
-        let body = journal_body(&signed);
+        let body = journal_body(&Signed::Run(signed.clone()));
         assert_eq!(body["origin"], "operator");
         assert_eq!(body["signature"].as_str().map(str::len), Some(128));
         assert!(signed.verify(&key().verifying_key()).is_ok());
+        let mail = sign_mail(&key(), CancelOrigin::Deadline, "d", 17, "late".into());
+        let body = journal_body(&Signed::Mail(mail.clone()));
+        assert_eq!((body["origin"].as_str(), body["mail"].as_u64()), (Some("deadline"), Some(17)));
+        assert!(mail.verify(&key().verifying_key()).is_ok());
     }
 }

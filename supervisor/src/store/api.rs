@@ -11,7 +11,7 @@
 
 use ed25519_dalek::SigningKey;
 
-use super::held::{AckOf, Ending, Holder, Replayed, Settle};
+use super::held::{AckOf, CancelFound, Ending, Holder, Replayed, Settle};
 use super::mail_admin::{MailQuery, MailView, Retried};
 use super::{
     Accepted, ChildRecord, EventRecord, MailCounts, MailItem, MailPage, NewEvent, Offer, StoreError,
@@ -210,6 +210,19 @@ pub trait MailStore {
         writes: &[Settle],
         at_ms: u64,
     ) -> Result<Vec<bool>, StoreError>;
+
+    /// A cancel of item `id` (`by` whom, why), decided in one transaction:
+    /// in the inbox it ends `cancelled` at once (with its `mail_done`
+    /// event and a history entry) and is never delivered; held by a child,
+    /// the cancel is recorded so that its holder's end cancels it instead
+    /// of returning it; ended, nothing changes. `None`: no such item.
+    fn cancel_mail(
+        &mut self,
+        id: u64,
+        reason: &str,
+        by: &str,
+        at_ms: u64,
+    ) -> Result<Option<CancelFound>, StoreError>;
 
     /// `holder`'s wiring ended: every item it holds in `deployment` goes
     /// back to the head of the inbox in original order, or (a counted

@@ -88,6 +88,8 @@ pub struct Replayed {
     pub returned: u64,
     /// Items quarantined, in id order.
     pub dead: Vec<DeadMail>,
+    /// Items done, cancelled: a cancel of them had been committed.
+    pub cancelled: u64,
 }
 
 /// What one holder holds when it asks for more.
@@ -132,6 +134,49 @@ pub enum Fate {
     Dead,
 }
 
+/// What a cancel of one item found, and did, in one transaction
+/// ([`MailStore::cancel_mail`](super::MailStore::cancel_mail)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CancelFound {
+    /// It waited in the inbox: now done, cancelled, never delivered.
+    Queued {
+        /// Its deployment.
+        deployment: String,
+    },
+    /// A child holds it: the cancel is recorded (its holder's end cancels
+    /// it), and the child is to be told.
+    Held {
+        /// Its deployment.
+        deployment: String,
+        /// The child that holds it.
+        holder: Holder,
+    },
+    /// It had ended already: nothing changed.
+    Ended {
+        /// Its deployment.
+        deployment: String,
+        /// `done: <outcome>` or `dead`.
+        how: String,
+    },
+}
+
+/// The outcome stored for an item a cancel ended.
+pub const CANCELLED: &str = "cancelled";
+
+/// The history's words for an item cancelled in the inbox.
+pub fn cancelled_queued_how(by: &str, reason: &str) -> String {
+    format!("cancelled in the inbox by {by} ({reason}): never delivered")
+}
+
+/// What a cancel found of an item that had ended, from its stored state
+/// and outcome.
+pub fn ended_as(state: &str, outcome: Option<&str>) -> String {
+    match outcome {
+        Some(o) if state == "done" => format!("done: {o}"),
+        _ => state.to_owned(),
+    }
+}
+
 /// An item's failures after its holder's `ending`, and where it goes: a
 /// counted ending of a delivery its handler `started` adds one, and
 /// `max_deliveries` failures (at least one) quarantine it; an item never
@@ -158,6 +203,12 @@ pub fn done_how(outcome: &str) -> String {
     format!("done: {outcome}")
 }
 
+/// The history's words for a delivery whose holder ended after a cancel
+/// of the item was committed.
+pub fn cancelled_how(ending: &Ending) -> String {
+    format!("cancelled: its holder ended after the cancel was committed ({})", ending.cause)
+}
+
 /// The history's words for a delivery its holder's ending took back.
 pub fn ended_how(ending: &Ending, started: bool) -> String {
     if !started {
@@ -166,6 +217,16 @@ pub fn ended_how(ending: &Ending, started: bool) -> String {
         ending.cause.clone()
     } else {
         format!("returned, not counted: {}", ending.cause)
+    }
+}
+
+/// The ending of every holder at start-up: the supervisor that sent them
+/// mail stopped or died (counts nothing).
+pub fn supervisor_gone(at_ms: u64) -> Ending {
+    Ending {
+        cause: "the supervisor that sent it stopped or died".into(),
+        counts: false,
+        at_ms,
     }
 }
 

@@ -63,6 +63,7 @@ macro_rules! backend_suite {
             batch::acks_in_one_write_each_land_or_not,
             batch::a_result_lands_with_its_ack_byte_for_byte,
             batch::attempts_count_starts_and_an_unstarted_item_is_never_charged,
+            batch::a_cancel_ends_a_queued_item_and_outlives_a_held_ones_holder,
             poison::a_child_acknowledges_and_gets_back_only_what_it_holds,
             poison::a_counted_end_charges_each_held_item_and_keeps_its_last_failure,
             poison::the_supervisors_own_stop_charges_nothing,

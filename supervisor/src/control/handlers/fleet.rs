@@ -77,9 +77,10 @@ pub async fn local(request: Request, deployment: &str, ctx: &Context) -> Respons
             ),
         );
     }
-    // What an owner answers, and a move (its owner hands it on).
-    let owners =
-        matches!(request.route(), Route::Owner(_)) || matches!(request, Request::Move { .. });
+    // What an owner answers, a move (its owner hands it on), and a
+    // cancel of an item its owner's child holds.
+    let owners = matches!(request.route(), Route::Owner(_))
+        || matches!(request, Request::Move { .. } | Request::MailCancel { .. });
     if !owners {
         let name = request.name();
         return Response::failed(

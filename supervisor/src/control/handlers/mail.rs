@@ -75,7 +75,7 @@ async fn known(ctx: &Context, deployment: &str) -> Result<(), Response> {
 }
 
 /// Who is asking, for the journal: the peer's user name and uid.
-fn peer(stream: &UnixStream) -> String {
+pub(super) fn peer(stream: &UnixStream) -> String {
     match stream.peer_cred() {
         Ok(cred) => {
             let uid = cred.uid();

@@ -96,7 +96,7 @@ impl Replica {
         let (reason, signed) = cancel::for_escalation(&escalation, &self.shared.key, &self.cfg.id);
         warn!(deployment = %self.label, pid = w.io.pid, runs = %escalation.runs.join(", "), "{reason}; cancelling");
         for s in signed {
-            w.cancels.push(s, None);
+            w.cancels.push(cancel::Signed::Run(s), None);
         }
     }
 
@@ -214,7 +214,37 @@ impl Replica {
             run,
             "operator cancel".into(),
         );
-        w.cancels.push(signed, Some(to));
+        w.cancels.push(cancel::Signed::Run(signed), Some(to));
+    }
+
+    /// A cancel of mail item `id`, which this replica's child holds: a
+    /// protocol-3 child is sent it once it is journaled, and its verdict
+    /// awaited; a protocol-2 child has no such message (the store has
+    /// recorded the cancel: if the child ends first, the item ends
+    /// cancelled).
+    pub(super) fn cancel_mail(&mut self, id: u64, reason: String, to: Waiter) {
+        let Some(w) = self.wired.as_mut() else {
+            return to.fail(format!("{}: no live child", self.label));
+        };
+        if w.io.protocol() < 3 {
+            return to.verdict(crate::deployment::MailCancelAnswer {
+                verdict: "not-acknowledged".into(),
+                detail: format!(
+                    "its child (pid {}) speaks protocol {}, which has no cancel of one item: the item runs on; if the child ends first, it ends cancelled",
+                    w.io.pid,
+                    w.io.protocol()
+                ),
+                journal_seq: None,
+            });
+        }
+        let signed = cancel::sign_mail(
+            &self.shared.key,
+            CancelOrigin::Operator,
+            &self.cfg.id,
+            id,
+            reason,
+        );
+        w.cancels.push(cancel::Signed::Mail(signed), Some(to));
     }
 
     /// Records a fact: logged, counted in status, journaled if it is a

@@ -15,7 +15,7 @@ use super::replica::{Replica, Told};
 use crate::deployment::child::{self, Arrived, Frame};
 use crate::deployment::throttle::Verdict;
 use crate::deployment::writes::{Ack, Report};
-use crate::deployment::{Waiter, cancel, mail};
+use crate::deployment::{MailCancelAnswer, Waiter, cancel, mail};
 
 impl Replica {
     pub(super) async fn frame(&mut self, arrived: Arrived) {
@@ -69,9 +69,10 @@ impl Replica {
                 result,
             } => self.mail_done(id, outcome, result),
             Event::MailStarted { id, .. } => self.mail_started(id),
-            // No item cancel is sent yet: a verdict answers nothing.
             Event::MailCancelVerdict { id, verdict } => {
-                debug!(deployment = %self.label, mail = id, ?verdict, "an unasked cancel verdict; ignored");
+                if let Some(w) = self.wired.as_mut() {
+                    w.verdicts.heard(id, &verdict);
+                }
                 None
             }
             // Recorded, rate-bounded like `Custom`, until the supervisor
@@ -276,6 +277,7 @@ impl Replica {
         self.status_mut().missing_program = missing;
         w.cancels
             .abandon("the child ended before the cancel was committed");
+        w.verdicts.child_ended();
         self.watchlist.remove(w.io.pid);
         self.shared.forget_child(&self.cfg.id, w.io.pid);
         self.retired = Some(w.budget);
@@ -297,18 +299,33 @@ impl Replica {
                 let Some(p) = w.cancels.committed() else {
                     return;
                 };
-                info!(deployment = %id, pid = w.io.pid, journal_seq = seq, run = p.signed.record.run.as_deref().unwrap_or("every run"),
-                    origin = p.signed.record.origin.as_str(), "cancel committed to the journal; sending it");
+                info!(deployment = %id, pid = w.io.pid, journal_seq = seq, cancels = %p.signed.target(),
+                    origin = p.signed.origin().as_str(), "cancel committed to the journal; sending it");
                 let fact = Fact::CancelCommitted {
                     cancel: cancel::journal_body(&p.signed),
                     journal_seq: Some(seq),
                 };
                 self.shared.publish(Some(id), &fact);
-                let sent = w.io.send(&self.cfg, Control::Cancel(p.signed)).await;
-                if let Some(Waiter::Journaled(tx)) = p.reply {
-                    let _ = tx.send(sent.map(|()| seq).map_err(|e| {
-                        format!("committed as journal record {seq}, but not delivered: {e}")
-                    }));
+                let mail = match &p.signed {
+                    cancel::Signed::Mail(s) => Some(s.record.id),
+                    cancel::Signed::Run(_) => None,
+                };
+                let sent = w.io.send(&self.cfg, p.signed.control()).await;
+                match (p.reply, mail) {
+                    (Some(Waiter::Journaled(tx)), _) => {
+                        let _ = tx.send(sent.map(|()| seq).map_err(|e| {
+                            format!("committed as journal record {seq}, but not delivered: {e}")
+                        }));
+                    }
+                    (Some(waiter), Some(item)) => match sent {
+                        Ok(()) => w.verdicts.wait(item, waiter, seq, Instant::now()),
+                        Err(e) => waiter.verdict(MailCancelAnswer {
+                            verdict: "not-acknowledged".into(),
+                            detail: format!("committed as journal record {seq}, but not delivered: {e}; if the child ends before the item, it ends cancelled"),
+                            journal_seq: Some(seq),
+                        }),
+                    },
+                    _ => {}
                 }
             }
             Err(e) => {
@@ -341,6 +358,10 @@ impl Replica {
         // A flood that went quiet: say how much of it was left out.
         if let Some(dropped) = w.throttle.report_due(now) {
             self.record(Fact::EventsSuppressed { dropped });
+        }
+        // A child silent on a cancel of one of its items past the bound.
+        if let Some(w) = self.wired.as_mut() {
+            w.verdicts.overdue(now);
         }
         // The budget ran out: the machine has its runs cancelled.
         if let Some(escalation) = self.wired.as_mut().and_then(|w| w.budget.poll(now)) {

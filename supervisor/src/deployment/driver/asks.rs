@@ -7,7 +7,7 @@ use wfhost_policy::crew::{self, Which};
 use wfhost_policy::life::{Input, RecycleCause, Request};
 
 use super::{Driver, gather};
-use crate::deployment::{Ask, Waiter};
+use crate::deployment::{Ask, MailCancelAnswer, Waiter};
 
 impl Driver {
     /// Stops every replica for good; the crew adds none from now on.
@@ -98,6 +98,27 @@ impl Driver {
                 }
             }
             Ask::Life(Request::Cancel { run, waiter }) => self.cancel(run, waiter),
+            Ask::CancelMail {
+                holder,
+                id,
+                reason,
+                waiter,
+            } => {
+                let held_by = self.replicas.iter_mut().find(|r| {
+                    r.wired
+                        .as_ref()
+                        .is_some_and(|w| w.io.channel_id == holder)
+                });
+                match held_by {
+                    Some(r) => r.cancel_mail(id, reason, waiter),
+                    // Its child ended meanwhile: the store cancels it.
+                    None => waiter.verdict(MailCancelAnswer {
+                        verdict: "ended".into(),
+                        detail: "its child has ended; the item ends cancelled".into(),
+                        journal_seq: None,
+                    }),
+                }
+            }
             Ask::Life(other) => self.ask_every_replica(other),
         }
     }

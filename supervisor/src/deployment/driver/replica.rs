@@ -17,6 +17,7 @@ use wfhost_policy::restart::RestartPolicy;
 
 use crate::config::DeploymentConfig;
 use crate::deployment::cancel::{self, CancelQueue, Commit};
+use crate::deployment::verdicts::Verdicts;
 use crate::deployment::child::{Arrived, LiveChild};
 use crate::deployment::mail::Dispatch;
 use crate::deployment::policy_tick::Watchlist;
@@ -34,6 +35,8 @@ pub(super) struct Wired {
     /// Its steps in flight and drain budget.
     pub(super) budget: DrainBudget,
     pub(super) cancels: CancelQueue,
+    /// Cancels of its mail items awaiting its verdict.
+    pub(super) verdicts: Verdicts,
     pub(super) commit: Option<Commit>,
     pub(super) dispatch: Dispatch,
     /// What the machine was last told about steps in flight.
@@ -71,6 +74,7 @@ impl Wired {
             liveness: None,
             budget: DrainBudget::new(),
             cancels: CancelQueue::default(),
+            verdicts: Verdicts::default(),
             commit: None,
             dispatch: Dispatch::default(),
             steps_told: false,
@@ -278,6 +282,7 @@ impl Replica {
                 )));
             }
             wakes.push(w.throttle.report_at());
+            wakes.push(w.verdicts.wake());
             if w.commit.is_none() {
                 wakes.push(w.cancels.wake());
             }

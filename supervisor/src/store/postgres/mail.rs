@@ -10,7 +10,7 @@ use super::{PostgresStore, col, fence, signed, unsigned};
 use crate::store::held::{self, Fate, Holding};
 use crate::store::mail::{self, Admission, Earlier};
 use crate::store::{
-    Accepted, AckOf, DeadMail, Ending, Holder, MailCounts, MailItem, MailStore, Offer, Replayed,
+    Accepted, AckOf, CancelFound, DeadMail, Ending, Holder, MailCounts, MailItem, MailStore, Offer, Replayed,
     Settle, StoreError,
 };
 
@@ -160,6 +160,80 @@ impl MailStore for PostgresStore {
         })
     }
 
+    /// A cancel of item `id`, decided in one transaction.
+    fn cancel_mail(
+        &mut self,
+        id: u64,
+        reason: &str,
+        by: &str,
+        at_ms: u64,
+    ) -> Result<Option<CancelFound>, StoreError> {
+        let Ok(row_id) = i64::try_from(id) else {
+            return Ok(None);
+        };
+        let client = self.client()?;
+        let result = (|| -> Result<Option<CancelFound>, postgres::Error> {
+            let mut tx = client.transaction()?;
+            tx.execute("SELECT pg_advisory_xact_lock($1)", &[&EVENTS_LOCK])?;
+            let Some(row) = tx.query_opt(
+                "SELECT deployment, state, holder_channel, holder_pid, outcome FROM mail
+                 WHERE id = $1 FOR UPDATE",
+                &[&row_id],
+            )?
+            else {
+                return Ok(None);
+            };
+            let deployment: String = row.try_get(0)?;
+            let state: String = row.try_get(1)?;
+            let channel: Option<String> = row.try_get(2)?;
+            let pid: Option<i64> = row.try_get(3)?;
+            let outcome: Option<String> = row.try_get(4)?;
+            let found = match (state.as_str(), channel, pid) {
+                ("inbox", _, _) => {
+                    tx.execute(
+                        "UPDATE mail SET state = 'done', outcome = $2, done_at_ms = $3,
+                             payload = ''::bytea, result = ''::bytea
+                         WHERE id = $1",
+                        &[&row_id, &held::CANCELLED, &signed(at_ms)],
+                    )?;
+                    tx.execute(
+                        "INSERT INTO mail_history (mail_id, ended_at_ms, how) VALUES ($1, $2, $3)",
+                        &[
+                            &row_id,
+                            &signed(at_ms),
+                            &held::cancelled_queued_how(by, reason),
+                        ],
+                    )?;
+                    insert(
+                        &mut tx,
+                        &mail::done_event(&deployment, id, held::CANCELLED, at_ms),
+                    )?;
+                    CancelFound::Queued { deployment }
+                }
+                ("processing", Some(channel_id), Some(pid)) => {
+                    tx.execute(
+                        "UPDATE mail SET cancel_reason = $2 WHERE id = $1",
+                        &[&row_id, &reason],
+                    )?;
+                    CancelFound::Held {
+                        deployment,
+                        holder: Holder {
+                            channel_id,
+                            pid: u32::try_from(pid).unwrap_or(0),
+                        },
+                    }
+                }
+                (state, _, _) => CancelFound::Ended {
+                    how: held::ended_as(state, outcome.as_deref()),
+                    deployment,
+                },
+            };
+            tx.commit()?;
+            Ok(Some(found))
+        })();
+        result.map_err(|e| self.fail("cancelling mail", &e))
+    }
+
     /// Returns what `holder` holds in `deployment` after its `ending`: back to
     /// the inbox, or dead, as [`held::after_ending`] rules.
     fn replay_mail(
@@ -177,15 +251,23 @@ impl MailStore for PostgresStore {
             let mut tx = client.transaction()?;
             fence::check(&mut tx, fenced.as_deref(), deployment)?;
             let rows = tx.query(
-                "SELECT id, failures, started FROM mail
+                "SELECT id, failures, started, cancel_reason IS NOT NULL FROM mail
                  WHERE deployment = $1 AND state = 'processing' AND holder_channel = $2
                  ORDER BY id FOR UPDATE",
                 &[&deployment, &holder.channel_id],
             )?;
             let mut replayed = Replayed::default();
+            if rows.iter().any(|r| r.try_get::<_, bool>(3).unwrap_or(false)) {
+                tx.execute("SELECT pg_advisory_xact_lock($1)", &[&EVENTS_LOCK])?;
+            }
             for r in &rows {
                 let (id, failures): (i64, i64) = (r.try_get(0)?, r.try_get(1)?);
                 let started: bool = r.try_get(2)?;
+                if r.try_get::<_, bool>(3)? {
+                    cancel_held(&mut tx, deployment, id, ending)?;
+                    replayed.cancelled += 1;
+                    continue;
+                }
                 let how = held::ended_how(ending, started);
                 let before = u32::try_from(failures).unwrap_or(u32::MAX);
                 let (failures, fate) = held::after_ending(before, started, ending, max_deliveries);
@@ -246,6 +328,18 @@ impl MailStore for PostgresStore {
         let client = self.client()?;
         let result = (|| -> Result<u64, postgres::Error> {
             let mut tx = client.transaction()?;
+            tx.execute("SELECT pg_advisory_xact_lock($1)", &[&EVENTS_LOCK])?;
+            // What a committed cancel named ends cancelled, not returned.
+            let cancelled = tx.query(
+                "SELECT id, deployment FROM mail
+                 WHERE state = 'processing' AND cancel_reason IS NOT NULL ORDER BY id FOR UPDATE",
+                &[],
+            )?;
+            let gone = held::supervisor_gone(at_ms);
+            for r in &cancelled {
+                let (id, deployment): (i64, String) = (r.try_get(0)?, r.try_get(1)?);
+                cancel_held(&mut tx, &deployment, id, &gone)?;
+            }
             tx.execute(
                 "UPDATE mail_history SET ended_at_ms = $1, how = $2
                  WHERE ended_at_ms IS NULL AND attempt IS NOT NULL
@@ -329,6 +423,29 @@ impl MailStore for PostgresStore {
             .map(|r| u64::try_from(r.get::<_, i64>(0)).unwrap_or(0))
             .collect())
     }
+}
+
+/// A held item whose cancel was committed, its holder gone: done,
+/// cancelled, never run again.
+fn cancel_held(
+    tx: &mut postgres::Transaction<'_>,
+    deployment: &str,
+    row_id: i64,
+    ending: &Ending,
+) -> Result<(), postgres::Error> {
+    tx.execute(
+        "UPDATE mail SET state = 'done', outcome = $2, done_at_ms = $3, payload = ''::bytea,
+             result = ''::bytea, holder_channel = NULL, holder_pid = NULL, started = false
+         WHERE id = $1",
+        &[&row_id, &held::CANCELLED, &signed(ending.at_ms)],
+    )?;
+    end_delivery(tx, row_id, ending.at_ms, &held::cancelled_how(ending))?;
+    let id = u64::try_from(row_id).unwrap_or(0);
+    insert(
+        tx,
+        &mail::done_event(deployment, id, held::CANCELLED, ending.at_ms),
+    )?;
+    Ok(())
 }
 
 /// One start inside [`MailStore::settle_mail`]'s transaction: true when

@@ -163,11 +163,13 @@ pub(super) const MIGRATIONS: &[&str] = &[
     // 4: protocol 3's item: its result, kept with its outcome, and its
     // starts (a delivery a handler took; `started`: the delivery in
     // flight was), which `attempt` counts. Every earlier delivery counted
-    // as a start.
+    // as a start. `cancel_reason`: a committed cancel of the item in
+    // flight, so its holder's end cancels it instead of returning it.
     "ALTER TABLE mail
          ADD COLUMN result BYTEA,
          ADD COLUMN starts BIGINT NOT NULL DEFAULT 0,
-         ADD COLUMN started BOOLEAN NOT NULL DEFAULT false;
+         ADD COLUMN started BOOLEAN NOT NULL DEFAULT false,
+         ADD COLUMN cancel_reason TEXT;
      UPDATE mail SET starts = deliveries, started = (state = 'processing');",
 ];
 

@@ -12,7 +12,7 @@ use super::SqliteStore;
 use crate::store::held::{self, Fate, Holding};
 use crate::store::mail::{self, Admission, Earlier};
 use crate::store::{
-    Accepted, AckOf, DeadMail, Ending, Holder, MailCounts, MailItem, MailStore, NewEvent, Offer,
+    Accepted, AckOf, CancelFound, DeadMail, Ending, Holder, MailCounts, MailItem, MailStore, NewEvent, Offer,
     Replayed, Settle, StoreError,
 };
 
@@ -161,6 +161,67 @@ impl MailStore for SqliteStore {
         .map_err(|e| self.fail("acknowledging mail", &e))
     }
 
+    /// A cancel of item `id`, decided in one transaction.
+    fn cancel_mail(
+        &mut self,
+        id: u64,
+        reason: &str,
+        by: &str,
+        at_ms: u64,
+    ) -> Result<Option<CancelFound>, StoreError> {
+        if i64::try_from(id).is_err() {
+            return Ok(None);
+        }
+        (|| -> rusqlite::Result<Option<CancelFound>> {
+            let tx = self
+                .conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)?;
+            type Row = (String, String, Option<String>, Option<u32>, Option<String>);
+            let row: Option<Row> = tx
+                .prepare_cached(
+                    "SELECT deployment, state, holder_channel, holder_pid, outcome FROM mail WHERE id = ?1",
+                )?
+                .query_row(params![id], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+                })
+                .optional()?;
+            let Some((deployment, state, channel, pid, outcome)) = row else {
+                return Ok(None);
+            };
+            let found = match (state.as_str(), channel, pid) {
+                ("inbox", _, _) => {
+                    tx.prepare_cached(
+                        "UPDATE mail SET state = 'done', outcome = ?2, done_at_ms = ?3, payload = x'',
+                             result = x''
+                         WHERE id = ?1",
+                    )?
+                    .execute(params![id, held::CANCELLED, at_ms])?;
+                    tx.prepare_cached(
+                        "INSERT INTO mail_history (mail_id, ended_at_ms, how) VALUES (?1, ?2, ?3)",
+                    )?
+                    .execute(params![id, at_ms, held::cancelled_queued_how(by, reason)])?;
+                    note(&tx, &mail::done_event(&deployment, id, held::CANCELLED, at_ms))?;
+                    CancelFound::Queued { deployment }
+                }
+                ("processing", Some(channel_id), Some(pid)) => {
+                    tx.prepare_cached("UPDATE mail SET cancel_reason = ?2 WHERE id = ?1")?
+                        .execute(params![id, reason])?;
+                    CancelFound::Held {
+                        deployment,
+                        holder: Holder { channel_id, pid },
+                    }
+                }
+                (state, _, _) => CancelFound::Ended {
+                    how: held::ended_as(state, outcome.as_deref()),
+                    deployment,
+                },
+            };
+            tx.commit()?;
+            Ok(Some(found))
+        })()
+        .map_err(|e| self.fail("cancelling mail", &e))
+    }
+
     /// Returns what `holder` holds in `deployment` after its `ending`: back to
     /// the inbox, or dead, as [`held::after_ending`] rules.
     fn replay_mail(
@@ -176,15 +237,25 @@ impl MailStore for SqliteStore {
                 .transaction_with_behavior(TransactionBehavior::Immediate)?;
             let held_items = tx
                 .prepare_cached(
-                    "SELECT id, failures, started FROM mail
+                    "SELECT id, failures, started, cancel_reason IS NOT NULL FROM mail
                      WHERE deployment = ?1 AND state = 'processing' AND holder_channel = ?2 ORDER BY id",
                 )?
                 .query_map(params![deployment, holder.channel_id], |r| {
-                    Ok((r.get::<_, u64>(0)?, r.get::<_, u32>(1)?, r.get::<_, bool>(2)?))
+                    Ok((
+                        r.get::<_, u64>(0)?,
+                        r.get::<_, u32>(1)?,
+                        r.get::<_, bool>(2)?,
+                        r.get::<_, bool>(3)?,
+                    ))
                 })?
                 .collect::<rusqlite::Result<Vec<_>>>()?;
             let mut replayed = Replayed::default();
-            for (id, failures, started) in held_items {
+            for (id, failures, started, cancel_asked) in held_items {
+                if cancel_asked {
+                    cancel_held(&tx, deployment, id, ending)?;
+                    replayed.cancelled += 1;
+                    continue;
+                }
                 let how = held::ended_how(ending, started);
                 let (failures, fate) =
                     held::after_ending(failures, started, ending, max_deliveries);
@@ -237,6 +308,18 @@ impl MailStore for SqliteStore {
             let tx = self
                 .conn
                 .transaction_with_behavior(TransactionBehavior::Immediate)?;
+            // What a committed cancel named ends cancelled, not returned.
+            let cancelled: Vec<(u64, String)> = tx
+                .prepare_cached(
+                    "SELECT id, deployment FROM mail
+                     WHERE state = 'processing' AND cancel_reason IS NOT NULL ORDER BY id",
+                )?
+                .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+                .collect::<rusqlite::Result<_>>()?;
+            let gone = held::supervisor_gone(at_ms);
+            for (id, deployment) in &cancelled {
+                cancel_held(&tx, deployment, *id, &gone)?;
+            }
             tx.prepare_cached(
                 "UPDATE mail_history SET ended_at_ms = ?1, how = ?2
                  WHERE ended_at_ms IS NULL AND attempt IS NOT NULL
@@ -393,6 +476,27 @@ fn ack_in(
     end_delivery(tx, a.id, at_ms, &held::done_how(&a.outcome))?;
     note(tx, &mail::done_event(deployment, a.id, &a.outcome, at_ms))?;
     Ok(true)
+}
+
+/// A held item whose cancel was committed, its holder gone: done,
+/// cancelled, never run again.
+fn cancel_held(
+    tx: &rusqlite::Transaction<'_>,
+    deployment: &str,
+    id: u64,
+    ending: &Ending,
+) -> rusqlite::Result<()> {
+    tx.prepare_cached(
+        "UPDATE mail SET state = 'done', outcome = ?2, done_at_ms = ?3, payload = x'',
+             result = x'', holder_channel = NULL, holder_pid = NULL, started = 0
+         WHERE id = ?1",
+    )?
+    .execute(params![id, held::CANCELLED, ending.at_ms])?;
+    end_delivery(tx, id, ending.at_ms, &held::cancelled_how(ending))?;
+    note(
+        tx,
+        &mail::done_event(deployment, id, held::CANCELLED, ending.at_ms),
+    )
 }
 
 /// Item `id`'s delivery to `holder` becomes a start: true when `holder`

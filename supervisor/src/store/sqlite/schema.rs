@@ -208,10 +208,12 @@ pub const MIGRATIONS: &[&str] = &[
     // 7: protocol 3's item: its result, kept with its outcome, and its
     // starts (a delivery a handler took; `started`: the delivery in
     // flight was), which `attempt` counts. Every earlier delivery counted
-    // as a start.
+    // as a start. `cancel_reason`: a committed cancel of the item in
+    // flight, so its holder's end cancels it instead of returning it.
     "ALTER TABLE mail ADD COLUMN result BLOB;
      ALTER TABLE mail ADD COLUMN starts INTEGER NOT NULL DEFAULT 0;
      ALTER TABLE mail ADD COLUMN started INTEGER NOT NULL DEFAULT 0;
+     ALTER TABLE mail ADD COLUMN cancel_reason TEXT;
      UPDATE mail SET starts = deliveries, started = (state = 'processing');",
 ];
 

@@ -4,7 +4,7 @@
 
 use super::Fixture;
 use super::mail::{holder, recount};
-use crate::store::{AckOf, Ending, MailCounts, Offer, Settle, StoreError};
+use crate::store::{AckOf, CancelFound, Ending, MailCounts, Offer, Settle, StoreError};
 
 fn offer(deployment: &str, key: Option<&str>, payload: &str, max_inbox: u64) -> Offer {
     Offer {
@@ -208,4 +208,72 @@ pub fn attempts_count_starts_and_an_unstarted_item_is_never_charged(f: &dyn Fixt
     store.replay_mail("d", &holder(4), &crash, 5).unwrap();
     let item = store.mail_item(id2).unwrap().unwrap();
     assert_eq!((item.attempts, item.failures), (1, 1));
+}
+
+/// A cancel of one item: in the inbox it ends cancelled at once and is
+/// never taken; held, it is recorded, and its holder's end (or the next
+/// start-up's replay) cancels it instead of returning it; an ended item
+/// is left as it was; an unknown one is none.
+pub fn a_cancel_ends_a_queued_item_and_outlives_a_held_ones_holder(f: &dyn Fixture) {
+    let mut store = f.open();
+    let offers: Vec<Offer> = ["a", "b", "c", "d"]
+        .iter()
+        .map(|p| offer("d", None, p, 100))
+        .collect();
+    let ids: Vec<u64> = store
+        .enqueue_mail_many(&offers)
+        .unwrap()
+        .iter()
+        .map(|a| a.as_ref().unwrap().id)
+        .collect();
+    // Take the first two; the last two wait in the inbox.
+    store.take_mail_for("d", &holder(1), 2, 1, false).unwrap();
+    let queued = store.cancel_mail(ids[3], "wrong address", "ana", 2).unwrap();
+    assert_eq!(
+        queued,
+        Some(CancelFound::Queued {
+            deployment: "d".into()
+        })
+    );
+    let held = store.cancel_mail(ids[0], "too slow", "ana", 3).unwrap();
+    assert_eq!(
+        held,
+        Some(CancelFound::Held {
+            deployment: "d".into(),
+            holder: holder(1)
+        })
+    );
+    // The holder crashes: the held, cancelled item ends cancelled; its
+    // neighbour goes back (unstarted, uncounted).
+    let crash = Ending {
+        cause: "exited unexpectedly: exit status 3".into(),
+        counts: true,
+        at_ms: 4,
+    };
+    let replayed = store.replay_mail("d", &holder(1), &crash, 5).unwrap();
+    assert_eq!((replayed.returned, replayed.cancelled), (1, 1));
+    let item = store.mail_item(ids[0]).unwrap().unwrap();
+    assert_eq!(item.outcome.as_deref(), Some("cancelled"));
+    // Only the returned item and the other queued one are taken again.
+    let next = store.take_mail_for("d", &holder(2), 10, 5, false).unwrap();
+    let next: Vec<u64> = next.iter().map(|m| m.id).collect();
+    assert_eq!(next, [ids[1], ids[2]]);
+    // Held when the supervisor died: the next start-up cancels it.
+    store.cancel_mail(ids[2], "changed my mind", "ana", 6).unwrap();
+    store.replay_all_mail(7).unwrap();
+    let item = store.mail_item(ids[2]).unwrap().unwrap();
+    assert_eq!(item.outcome.as_deref(), Some("cancelled"));
+    assert_eq!(store.mail_item(ids[1]).unwrap().unwrap().state.as_str(), "inbox");
+    // An ended item stays as it was.
+    assert_eq!(
+        store.cancel_mail(ids[0], "again", "ana", 8).unwrap(),
+        Some(CancelFound::Ended {
+            deployment: "d".into(),
+            how: "done: cancelled".into()
+        })
+    );
+    assert_eq!(store.cancel_mail(ids[3] + 100, "x", "ana", 9).unwrap(), None);
+    // One mail_done event per cancelled item.
+    let done = f.count("SELECT count(*) FROM events WHERE kind = 'mail_done'");
+    assert_eq!(done, 3);
 }

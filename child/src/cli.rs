@@ -46,9 +46,21 @@ enum Command {
     /// Run the conformance child that `wfhost-conformance` tests.
     ///
     /// Each mail item's JSON payload says what to do: steps (name, drain
-    /// behaviour, milliseconds), a failure, a recycle request, a custom
-    /// event (docs/conformance.md). Items are processed concurrently.
-    Conformance,
+    /// behaviour, milliseconds), a failure, a result, whether it can be
+    /// cancelled, a recycle request, a custom event (docs/conformance.md).
+    /// Items are processed concurrently.
+    Conformance(ConformanceArgs),
+}
+
+/// Which protocol the conformance child may speak.
+#[derive(Debug, clap::Args)]
+pub struct ConformanceArgs {
+    /// The newest protocol version to speak, whatever the supervisor
+    /// offers: 2 makes this a child of protocol 2 (as deployed before
+    /// version 3), for `wfhost-conformance --protocol 2`.
+    #[arg(long, value_name = "VERSION", default_value_t = wfhost_ipc::PROTOCOL_VERSION,
+          value_parser = clap::value_parser!(u32).range(2..=i64::from(wfhost_ipc::PROTOCOL_VERSION)))]
+    protocol: u32,
 }
 
 /// What `exec` runs and how it behaves on drain.
@@ -198,7 +210,7 @@ pub async fn run(cli: Cli) -> u8 {
     match cli.command {
         Command::Exec(args) => exec::run(args),
         Command::Demo(args) => demo::run(args).await,
-        Command::Conformance => conformance::run().await,
+        Command::Conformance(args) => conformance::run(args.protocol).await,
         Command::Man(args) => man::run(args),
     }
 }

@@ -23,10 +23,12 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::time::{Instant, sleep_until};
 use tracing::{error, info, warn};
-use wfhost_ipc::{Control, Event, FrameReader, SignedCancel};
+use wfhost_ipc::{
+    CancelVerdict, Control, Event, FrameReader, Outcome, SignedCancel, SignedMailCancel,
+};
 
 use crate::cause::{CancelCause, CloseReason};
-use crate::mail::{Mail, MailStream};
+use crate::mail::{ItemCancel, Mail, MailStream};
 use crate::shared::Shared;
 
 /// Reads and handles control messages until the channel ends; `queue` is
@@ -100,6 +102,26 @@ pub(crate) async fn read_loop(
                 shared.close(CloseReason::Failed(reason.to_owned()));
                 break;
             }
+            // A child of protocol 2 cannot decode these: a broken frame.
+            ref v3 @ (Control::CancelMail(_) | Control::Answer { .. })
+                if shared.protocol < v3.since() =>
+            {
+                let reason = format!(
+                    "protocol violation: {} is a protocol-{} message, and this child speaks protocol {}",
+                    v3.name(),
+                    v3.since(),
+                    shared.protocol
+                );
+                error!("{reason}; closing");
+                shared.close(CloseReason::Failed(reason));
+                break;
+            }
+            Control::CancelMail(cancel) => cancel_mail(&shared, &cancel),
+            Control::Answer { id, key, .. } => {
+                info!(
+                    "answer to question {key:?} of mail {id} ignored: this runtime asks no questions"
+                );
+            }
         }
     }
     // Dropping the sender ends the mail stream.
@@ -155,4 +177,70 @@ fn cancel_run(shared: &Shared, cancel: &SignedCancel) {
             );
         }
     }
+}
+
+/// Protocol 3: verifies a cancel of one mail item (signature, deployment,
+/// an item this child holds) and answers it with one verdict: an item not
+/// started yet ends `Cancelled` at once; a started, cancellable item's
+/// token fires and its run's steps are cancelled (it ends when its handler
+/// says how); an item declared not cancellable runs on (`NotSupported`);
+/// anything else is refused, in the refusal's words.
+fn cancel_mail(shared: &Shared, cancel: &SignedMailCancel) {
+    let record = &cancel.record;
+    let id = record.id;
+    let verdict = |verdict| Event::MailCancelVerdict { id, verdict };
+    let run = {
+        let mut ledger = shared.mail.ledger();
+        let verified = cancel.verify_for(&shared.supervisor_key, &shared.deployment, |id| {
+            ledger.holds(id)
+        });
+        if let Err(refused) = verified {
+            warn!(
+                "refused cancel of mail {id} for deployment {:?} (origin {}): {refused}",
+                record.deployment,
+                record.origin.as_str()
+            );
+            shared
+                .outbox
+                .post(verdict(CancelVerdict::Refused(refused.to_string())));
+            return;
+        }
+        let what = format!(
+            "cancel of mail {id} (origin {}, reason {:?})",
+            record.origin.as_str(),
+            record.reason
+        );
+        // Verdicts are posted under the ledger's lock, ordered with the
+        // item's MailStarted and MailDone.
+        match ledger.cancel(id) {
+            ItemCancel::Unstarted => {
+                info!("{what} accepted: not started, so never will be");
+                shared.outbox.post(verdict(CancelVerdict::Acknowledged));
+                shared
+                    .outbox
+                    .post(shared.mail.end_event(id, Outcome::Cancelled, Vec::new()));
+                return;
+            }
+            ItemCancel::NotSupported => {
+                info!("{what}: its handler cannot be cancelled; it runs to its end");
+                shared.outbox.post(verdict(CancelVerdict::NotSupported));
+                return;
+            }
+            ItemCancel::NotHeld => {
+                // verify_for checked that it is held, under this lock.
+                shared.outbox.post(verdict(CancelVerdict::Refused(format!(
+                    "cancel is for mail item {id}, which this child does not hold"
+                ))));
+                return;
+            }
+            ItemCancel::Started { run } => {
+                info!("{what} accepted: cancelling its run {run}");
+                shared.outbox.post(verdict(CancelVerdict::Acknowledged));
+                run
+            }
+        }
+    };
+    let mut work = shared.work();
+    let events = work.cancel_item_run(&run);
+    shared.post_all(events);
 }

@@ -61,6 +61,17 @@ pub enum RuntimeError {
         /// The size problem.
         reason: String,
     },
+    /// A mail item's result would not fit in a frame of the supervisor's
+    /// `max_frame_bytes`: the item was reported `Failed` without it.
+    #[error(
+        "result of {bytes} bytes does not fit in a frame of max_frame_bytes {max_frame_bytes}; the item was reported Failed without it"
+    )]
+    ResultTooLarge {
+        /// The result's size.
+        bytes: usize,
+        /// The Welcome's `max_frame_bytes`.
+        max_frame_bytes: u32,
+    },
 }
 
 /// How a step run with [`Runtime::step`](crate::Runtime::step) ended other

@@ -27,6 +27,20 @@
 //! [`CancelCause::LeaseExpired`], since its supervisor may have lost the
 //! deployment to another host.
 //!
+//! The child speaks the newest protocol version it shares with the
+//! supervisor (`WFHOST_PROTOCOL` to `WFHOST_PROTOCOL_MAX`), at most
+//! [`Options::newest_protocol`] ([`Runtime::protocol`] says which). In
+//! protocol 3 an item [`MailStream::next`] hands out is started
+//! (`MailStarted`; [`MailStream::next_with`] and [`Start`] declare a
+//! handler that cannot be cancelled, and the item's run), and ends with
+//! the handler's result ([`Mail::done`]: `MailDone`; in protocol 2
+//! `MailAck`, the result dropped). A verified `CancelMail` of one item is
+//! answered with one verdict: the item's [`Mail::token`] fires and its
+//! run's steps are cancelled, or an item not started yet ends `Cancelled`
+//! at once, or a handler declared not cancellable runs on
+//! (`NotSupported`). `Answer` is logged and ignored: this library asks no
+//! questions yet.
+//!
 //! The library logs through `tracing`; the application chooses the
 //! subscriber (the `wfhost-child` binary writes one line per event to
 //! stderr, which the supervisor keeps in its log).
@@ -108,7 +122,7 @@ mod work;
 pub use cause::{CancelCause, CloseReason};
 pub use env::{ChildEnv, EnvError};
 pub use error::{ConnectError, RuntimeError, StepError};
-pub use mail::{Mail, MailStream};
+pub use mail::{Mail, MailStream, Start};
 pub use options::Options;
 pub use runtime::Runtime;
 pub use step::Step;

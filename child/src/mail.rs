@@ -1,38 +1,100 @@
 //! Mail: work the supervisor delivers at least once. The stream hands each
-//! id to the application once; an id already acknowledged is answered again
-//! from memory when the supervisor redelivers it, never processed twice.
+//! id to the application once; an id already done is answered again from
+//! memory when the supervisor redelivers it, never processed twice.
 //!
 //! A mail item is *held* from the moment [`MailStream::next`] hands it out
-//! until it is acknowledged or dropped; a drain is not over (`Drained` is
-//! not sent) while any is held, so an acknowledgement is never cut off by a
-//! stop. Once a drain starts (or the runtime closes) no more mail is handed
-//! out: [`MailStream::next`] returns `None`, mail already queued is dropped
-//! and mail arriving later is not taken, all left unacknowledged for the
-//! supervisor to deliver to the next child. Redeliveries of acknowledged
-//! mail are still acknowledged again.
+//! until it is done ([`Mail::done`], [`Mail::ack`]) or dropped; a drain is
+//! not over (`Drained` is not sent) while any is held, so the end of an
+//! item is never cut off by a stop. Once a drain starts (or the runtime
+//! closes) no more mail is handed out: [`MailStream::next`] returns `None`,
+//! mail already queued is dropped and mail arriving later is not taken, all
+//! left unacknowledged for the supervisor to deliver to the next child.
+//! Redeliveries of done mail are still answered again.
+//!
+//! In protocol 3 (docs/protocol.md §4.12) an item handed out is *started*:
+//! `MailStarted { id, cancellable }` goes up before anything the
+//! application sends about it, and the item ends with `MailDone` carrying
+//! the handler's result (`MailAck` in protocol 2, where the result is
+//! dropped). An item received but never handed out is never started: it
+//! stays unacknowledged and the supervisor delivers it again with the same
+//! attempt. A verified `CancelMail` of an item answers with one verdict:
+//! an item not started yet ends `Cancelled` at once and is never handed
+//! out; a started, cancellable item's [`Mail::token`] fires and its run's
+//! steps are cancelled (the item ends when the application says how); an
+//! item started with [`Start::not_cancellable`] answers `NotSupported`.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tokio::sync::mpsc;
 use tracing::{info, warn};
 use wfhost_ipc::{Event, Outcome};
 
+use crate::cause::CancelCause;
 use crate::error::RuntimeError;
 use crate::outbox::Outbox;
 use crate::remembered::Remembered;
+use crate::token::CancelToken;
 use crate::work::Work;
 
-/// How many acknowledged ids (and their outcomes) are remembered for
-/// answering redeliveries.
+/// How many done ids (and their outcomes) are remembered for answering
+/// redeliveries.
 const REMEMBERED_ACKS: usize = 4096;
+
+/// The first protocol version with `MailStarted`, `MailDone` and the
+/// cancel of one item.
+pub(crate) const ITEMS_PROTOCOL: u32 = 3;
+
+/// How the application takes an item it is handed ([`MailStream::next_with`]):
+/// whether its handler can be cancelled, and which run its steps belong to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Start {
+    cancellable: bool,
+    run: Option<String>,
+}
+
+impl Default for Start {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Start {
+    /// A cancellable handler whose run is `mail-<id>`.
+    pub fn new() -> Self {
+        Self {
+            cancellable: true,
+            run: None,
+        }
+    }
+
+    /// A handler that cannot be cancelled: a cancel of its item (protocol
+    /// 3) is answered `NotSupported` and the item runs to its end. A drain
+    /// still cancels its cancel-behaviour steps.
+    pub fn not_cancellable(self) -> Self {
+        self.cancellable(false)
+    }
+
+    /// Whether the handler can be cancelled (see [`Self::not_cancellable`]).
+    pub fn cancellable(mut self, cancellable: bool) -> Self {
+        self.cancellable = cancellable;
+        self
+    }
+
+    /// The run the item's steps belong to (default `mail-<id>`): a cancel
+    /// of the item cancels this run's steps.
+    pub fn run(mut self, run: impl Into<String>) -> Self {
+        self.run = Some(run.into());
+        self
+    }
+}
 
 /// What to do with a delivery, decided by the ledger.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Delivery {
     /// New mail: hand it to the application.
     Deliver,
-    /// Already acknowledged: send the remembered acknowledgement again.
+    /// Already done: send the remembered outcome again.
     Reack(Outcome),
     /// Already with the application: ignore the duplicate.
     Duplicate,
@@ -41,10 +103,34 @@ pub(crate) enum Delivery {
     Declined,
 }
 
-/// Which mail ids are with the application and which are acknowledged.
+/// What a verified cancel of one item does to it.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum ItemCancel {
+    /// It was not started: it is done, `Cancelled`, and never handed out.
+    Unstarted,
+    /// Its handler declared it cannot be cancelled: nothing changes.
+    NotSupported,
+    /// Its token fired; the steps of `run` are to be cancelled.
+    Started {
+        /// The item's run.
+        run: String,
+    },
+    /// This child does not hold it.
+    NotHeld,
+}
+
+/// One item in flight: its token, and how it was started, once it was.
+#[derive(Debug)]
+struct InFlight {
+    token: CancelToken,
+    /// `(cancellable, run)` once the application took it.
+    started: Option<(bool, String)>,
+}
+
+/// Which mail ids are with this child and which are done.
 #[derive(Debug, Default)]
 pub(crate) struct MailLedger {
-    in_flight: HashSet<u64>,
+    in_flight: HashMap<u64, InFlight>,
     acked: Remembered<u64, Outcome, REMEMBERED_ACKS>,
 }
 
@@ -52,28 +138,85 @@ impl MailLedger {
     /// Classifies a delivery of `id`, marking new mail as in flight when
     /// this child is `taking` mail.
     pub(crate) fn receive(&mut self, id: u64, taking: bool) -> Delivery {
+        use std::collections::hash_map::Entry;
         if let Some(outcome) = self.acked.get(&id) {
-            Delivery::Reack(outcome.clone())
-        } else if self.in_flight.contains(&id) {
-            Delivery::Duplicate
-        } else if !taking {
-            Delivery::Declined
-        } else {
-            self.in_flight.insert(id);
-            Delivery::Deliver
+            return Delivery::Reack(outcome.clone());
+        }
+        match self.in_flight.entry(id) {
+            Entry::Occupied(_) => Delivery::Duplicate,
+            Entry::Vacant(_) if !taking => Delivery::Declined,
+            Entry::Vacant(slot) => {
+                slot.insert(InFlight {
+                    token: CancelToken::new(),
+                    started: None,
+                });
+                Delivery::Deliver
+            }
         }
     }
 
-    /// Records the acknowledgement of `id`.
-    pub(crate) fn ack(&mut self, id: u64, outcome: &Outcome) {
-        self.in_flight.remove(&id);
-        self.acked.insert(id, outcome.clone());
+    /// The cancellation token of `id`, while it is in flight.
+    fn token(&self, id: u64) -> Option<CancelToken> {
+        self.in_flight.get(&id).map(|item| item.token.clone())
+    }
+
+    /// Whether `id` is held: delivered, not yet done.
+    pub(crate) fn holds(&self, id: u64) -> bool {
+        self.in_flight.contains_key(&id)
+    }
+
+    /// Marks `id` started; `false` when it is no longer in flight (a cancel
+    /// ended it before it was handed out).
+    fn start(&mut self, id: u64, cancellable: bool, run: &str) -> bool {
+        match self.in_flight.get_mut(&id) {
+            Some(item) if item.started.is_none() => {
+                item.started = Some((cancellable, run.to_owned()));
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Records that `id` is done with `outcome`; `false` when it was not in
+    /// flight (it is done already).
+    pub(crate) fn ack(&mut self, id: u64, outcome: &Outcome) -> bool {
+        let was = self.in_flight.remove(&id).is_some();
+        if was || !self.acked.contains(&id) {
+            self.acked.insert(id, outcome.clone());
+        }
+        was
     }
 
     /// Forgets mail the application dropped unacknowledged, so a
     /// redelivery reaches it again.
     pub(crate) fn abandon(&mut self, id: u64) {
         self.in_flight.remove(&id);
+    }
+
+    /// A verified cancel of `id`: an item not started is done `Cancelled`
+    /// now; a started, cancellable one has its token fired.
+    pub(crate) fn cancel(&mut self, id: u64) -> ItemCancel {
+        let Some(item) = self.in_flight.get(&id) else {
+            return ItemCancel::NotHeld;
+        };
+        match &item.started {
+            None => {
+                self.ack(id, &Outcome::Cancelled);
+                ItemCancel::Unstarted
+            }
+            Some((false, _)) => ItemCancel::NotSupported,
+            Some((true, run)) => {
+                item.token.cancel(CancelCause::Cancel);
+                ItemCancel::Started { run: run.clone() }
+            }
+        }
+    }
+
+    /// The channel closed: fires every item's token with `cause`.
+    pub(crate) fn close(&self, cause: CancelCause) {
+        for item in self.in_flight.values() {
+            item.token.cancel(cause);
+        }
     }
 }
 
@@ -84,10 +227,14 @@ pub(crate) struct MailShared {
     pub(crate) ledger: Arc<Mutex<MailLedger>>,
     pub(crate) work: Arc<Mutex<Work>>,
     pub(crate) outbox: Outbox,
+    /// The protocol version spoken with the supervisor.
+    pub(crate) protocol: u32,
+    /// The Welcome's `max_frame_bytes`: a result must fit one frame.
+    pub(crate) max_frame_bytes: u32,
 }
 
 impl MailShared {
-    fn ledger(&self) -> MutexGuard<'_, MailLedger> {
+    pub(crate) fn ledger(&self) -> MutexGuard<'_, MailLedger> {
         self.ledger.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -95,9 +242,28 @@ impl MailShared {
         self.work.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Whether items start and end as in protocol 3.
+    pub(crate) fn items(&self) -> bool {
+        self.protocol >= ITEMS_PROTOCOL
+    }
+
+    /// The event that ends item `id`: `MailDone` in protocol 3, `MailAck`
+    /// (without the result) in protocol 2.
+    pub(crate) fn end_event(&self, id: u64, outcome: Outcome, result: Vec<u8>) -> Event {
+        if self.items() {
+            Event::MailDone {
+                id,
+                outcome,
+                result,
+            }
+        } else {
+            Event::MailAck { id, outcome }
+        }
+    }
+
     /// Handles one delivery from the supervisor: new mail goes to `queue`
-    /// (`None`: this child takes no more mail), a redelivery of acknowledged
-    /// mail is acknowledged again.
+    /// (`None`: this child takes no more mail), a redelivery of done mail
+    /// is answered again.
     pub(crate) fn deliver(
         &self,
         id: u64,
@@ -105,28 +271,36 @@ impl MailShared {
         payload: Vec<u8>,
         queue: Option<&mpsc::UnboundedSender<Mail>>,
     ) {
-        let decision = self.ledger().receive(id, queue.is_some());
-        match (decision, queue) {
-            (Delivery::Deliver, Some(queue)) => {
+        let (decision, token) = {
+            let mut ledger = self.ledger();
+            let decision = ledger.receive(id, queue.is_some());
+            (decision, ledger.token(id))
+        };
+        match (decision, queue, token) {
+            (Delivery::Deliver, Some(queue), Some(token)) => {
                 let mail = Mail {
                     id,
                     attempt,
                     payload,
                     shared: self.clone(),
+                    token,
+                    run: format!("mail-{id}"),
+                    cancellable: true,
                     acked: false,
                     held: false,
                 };
                 // A closed queue drops the mail, whose Drop abandons it.
                 let _ = queue.send(mail);
             }
-            (Delivery::Reack(outcome), _) => {
-                info!("mail {id} redelivered after its ack; acknowledging again");
-                self.outbox.post(Event::MailAck { id, outcome });
+            (Delivery::Reack(outcome), _, _) => {
+                info!("mail {id} redelivered after it was done; reporting it done again");
+                self.outbox.post(self.end_event(id, outcome, Vec::new()));
             }
-            (Delivery::Duplicate, _) => {
+            (Delivery::Duplicate, _, _) => {
                 warn!("mail {id} delivered again while still in progress; ignored");
             }
-            (Delivery::Deliver | Delivery::Declined, _) => {
+            (Delivery::Deliver | Delivery::Declined, _, _) => {
+                self.ledger().abandon(id);
                 info!(
                     "mail {id} arrived after Drain, a lease expiry or Shutdown; not taken, left for redelivery to the next child"
                 );
@@ -141,9 +315,29 @@ impl MailShared {
         mail.held
     }
 
-    /// A held item was acknowledged or dropped: sends `Drained` if that was
-    /// the last thing a drain waited for. Posted under the work lock, so it
-    /// is ordered after the events of steps that finished before it.
+    /// Starts `mail` as `start` says: `MailStarted` in protocol 3, sent
+    /// under the ledger's lock so a cancel's verdict is ordered with it;
+    /// `false` when a cancel ended the item before it started.
+    fn start(&self, mail: &mut Mail, start: Start) -> bool {
+        let run = start.run.unwrap_or_else(|| format!("mail-{}", mail.id));
+        let mut ledger = self.ledger();
+        if !ledger.start(mail.id, start.cancellable, &run) {
+            return false;
+        }
+        mail.run = run;
+        mail.cancellable = start.cancellable;
+        if self.items() {
+            self.outbox.post(Event::MailStarted {
+                id: mail.id,
+                cancellable: start.cancellable,
+            });
+        }
+        true
+    }
+
+    /// A held item was done or dropped: sends `Drained` if that was the
+    /// last thing a drain waited for. Posted under the work lock, so it is
+    /// ordered after the events of steps that finished before it.
     fn settle(&self) {
         let mut work = self.work();
         if let Some(event) = work.settle_mail() {
@@ -152,15 +346,41 @@ impl MailShared {
     }
 }
 
-/// One piece of mail; acknowledge it with [`Mail::ack`] once processed.
-/// Dropping it unacknowledged leaves it to be delivered again. While held,
-/// it keeps a drain from reporting `Drained`.
+/// The bytes of a `MailDone` frame body with this id, outcome and result
+/// size, counting the sequence number at its largest: what must fit in
+/// `max_frame_bytes`.
+pub(crate) fn mail_done_frame_bytes(id: u64, outcome: &Outcome, result_len: usize) -> usize {
+    /// bincode's varint: one byte below 251, else a tag and 2, 4 or 8.
+    fn varint(v: u64) -> usize {
+        match v {
+            0..=250 => 1,
+            251..=0xffff => 3,
+            0x1_0000..=0xffff_ffff => 5,
+            _ => 9,
+        }
+    }
+    const SEQ: usize = 9;
+    const VARIANT: usize = 1;
+    let outcome_bytes = 1 + match outcome {
+        Outcome::Failed(reason) => varint(reason.len() as u64) + reason.len(),
+        Outcome::Succeeded | Outcome::Cancelled => 0,
+    };
+    SEQ + VARIANT + varint(id) + outcome_bytes + varint(result_len as u64) + result_len
+}
+
+/// One piece of mail: end it with [`Mail::done`] (with the handler's
+/// result) or [`Mail::ack`] once processed. Dropping it unfinished leaves
+/// it to be delivered again. While held, it keeps a drain from reporting
+/// `Drained`.
 #[derive(Debug)]
 pub struct Mail {
     id: u64,
     attempt: u32,
     payload: Vec<u8>,
     shared: MailShared,
+    token: CancelToken,
+    run: String,
+    cancellable: bool,
     acked: bool,
     held: bool,
 }
@@ -172,8 +392,10 @@ impl Mail {
     }
 
     /// 1 on the first delivery; more when the child that held it before
-    /// died or was recycled without acknowledging it, so work it may have
-    /// done already can be finalized instead of re-run.
+    /// died or was recycled without finishing it, so work it may have
+    /// done already can be finalized instead of re-run. In protocol 3 it
+    /// counts starts: an item delivered but never started comes again
+    /// with the same attempt.
     pub fn attempt(&self) -> u32 {
         self.attempt
     }
@@ -183,23 +405,78 @@ impl Mail {
         &self.payload
     }
 
-    /// Reports how processing ended (`MailAck`, followed by `Drained` if a
-    /// drain was waiting only for this) and waits until the acknowledgement
-    /// is written.
-    pub async fn ack(mut self, outcome: Outcome) -> Result<(), RuntimeError> {
+    /// The run the item's steps belong to ([`Start::run`], else
+    /// `mail-<id>`): a cancel of the item cancels this run's steps.
+    pub fn run(&self) -> &str {
+        &self.run
+    }
+
+    /// Whether its handler declared it can be cancelled ([`Start`]).
+    pub fn is_cancellable(&self) -> bool {
+        self.cancellable
+    }
+
+    /// Fires when this item must stop: a verified cancel of this item
+    /// (protocol 3, [`CancelCause::Cancel`]; only if it is cancellable), or
+    /// the runtime closing. Its run's steps are cancelled with it; work
+    /// outside steps should watch this token and end the item `Cancelled`.
+    pub fn token(&self) -> &CancelToken {
+        &self.token
+    }
+
+    /// Reports how processing ended, with no result (`MailDone` with an
+    /// empty result in protocol 3, `MailAck` in protocol 2); see
+    /// [`Self::done`].
+    pub async fn ack(self, outcome: Outcome) -> Result<(), RuntimeError> {
+        self.done(outcome, Vec::new()).await
+    }
+
+    /// Reports how processing ended and what the handler returned:
+    /// `MailDone { id, outcome, result }` in protocol 3 (`MailAck`, without
+    /// the result, in protocol 2), followed by `Drained` if a drain was
+    /// waiting only for this, and waits until it is written.
+    ///
+    /// A result whose `MailDone` would not fit in the Welcome's
+    /// `max_frame_bytes` is not sent: the item ends `Failed("result of N
+    /// bytes does not fit in a frame of max_frame_bytes M")` with an empty
+    /// result, and this returns [`RuntimeError::ResultTooLarge`].
+    pub async fn done(mut self, outcome: Outcome, result: Vec<u8>) -> Result<(), RuntimeError> {
         self.acked = true;
+        let mut too_large = None;
+        let (outcome, result) = if self.shared.items()
+            && mail_done_frame_bytes(self.id, &outcome, result.len())
+                > self.shared.max_frame_bytes as usize
+        {
+            let error = RuntimeError::ResultTooLarge {
+                bytes: result.len(),
+                max_frame_bytes: self.shared.max_frame_bytes,
+            };
+            let reason = format!(
+                "result of {} bytes does not fit in a frame of max_frame_bytes {}",
+                result.len(),
+                self.shared.max_frame_bytes
+            );
+            warn!("mail {}: {reason}; reported Failed", self.id);
+            too_large = Some(error);
+            (Outcome::Failed(reason), Vec::new())
+        } else {
+            (outcome, result)
+        };
         let pending = {
             let mut ledger = self.shared.ledger();
-            ledger.ack(self.id, &outcome);
-            // Posted under the lock so a racing redelivery sees the ack.
-            self.shared.outbox.post_tracked(Event::MailAck {
-                id: self.id,
-                outcome,
+            // Posted under the lock so a racing redelivery sees it done.
+            ledger.ack(self.id, &outcome).then(|| {
+                self.shared
+                    .outbox
+                    .post_tracked(self.shared.end_event(self.id, outcome, result))
             })
         };
-        // After the MailAck is queued, so a Drained it makes due follows it.
+        // After the end is queued, so a Drained it makes due follows it.
         self.release();
-        pending.wait().await
+        if let Some(pending) = pending {
+            pending.wait().await?;
+        }
+        too_large.map_or(Ok(()), Err)
     }
 
     /// Settles the item if it is held (once).
@@ -235,10 +512,20 @@ impl MailStream {
         }
     }
 
-    /// The next piece of mail, held until acknowledged or dropped; `None`
-    /// once a drain has started or the runtime has closed (mail still queued
-    /// then is dropped, left for redelivery to the next child).
+    /// The next piece of mail, started with a cancellable handler of run
+    /// `mail-<id>` ([`Start::new`]) and held until done or dropped; `None`
+    /// once a drain has started or the runtime has closed (mail still
+    /// queued then is dropped, left for redelivery to the next child).
     pub async fn next(&mut self) -> Option<Mail> {
+        self.next_with(|_| Start::new()).await
+    }
+
+    /// [`Self::next`], started as `start` decides from the item (its id,
+    /// attempt and payload; its handler not yet called): whether it can be
+    /// cancelled, and its run. In protocol 3 `MailStarted` goes up before
+    /// the item is returned. An item a cancel ended before it started is
+    /// skipped (`start` may be asked about it and not see it returned).
+    pub async fn next_with(&mut self, mut start: impl FnMut(&Mail) -> Start) -> Option<Mail> {
         let mut rx = self.rx.lock().await;
         loop {
             let taking = self.shared.work().takes_mail();
@@ -247,11 +534,22 @@ impl MailStream {
                 return None;
             }
             let mut mail = rx.recv().await?;
-            if self.shared.hand_out(&mut mail) {
+            if !self.shared.ledger().holds(mail.id) {
+                // Cancelled while queued: done already, never handed out.
+                mail.acked = true;
+                continue;
+            }
+            let how = start(&mail);
+            if !self.shared.hand_out(&mut mail) {
+                // A drain or close came first: `mail` is dropped (abandoned)
+                // and the next turn discards the rest.
+                continue;
+            }
+            if self.shared.start(&mut mail, how) {
                 return Some(mail);
             }
-            // A drain or close came first: `mail` is dropped (abandoned)
-            // and the next turn discards the rest.
+            // Cancelled before it started: dropping it settles it.
+            mail.acked = true;
         }
     }
 
@@ -298,6 +596,11 @@ mod tests {
     }
 
     fn wired() -> Wired {
+        wired_as(2, DEFAULT_MAX_FRAME_BYTES)
+    }
+
+    /// A mail stream speaking `protocol` under a `max_frame_bytes` limit.
+    fn wired_as(protocol: u32, max_frame_bytes: u32) -> Wired {
         let (ours, theirs) = UnixStream::pair().unwrap();
         let (child_reader, writer) =
             wfhost_ipc::split::<Control, Event>(theirs, DEFAULT_MAX_FRAME_BYTES);
@@ -306,7 +609,9 @@ mod tests {
         let shared = MailShared {
             ledger: Arc::new(Mutex::new(MailLedger::default())),
             work: Arc::new(Mutex::new(Work::default())),
-            outbox: Outbox::spawn(writer, DEFAULT_MAX_FRAME_BYTES),
+            outbox: Outbox::spawn(writer, max_frame_bytes),
+            protocol,
+            max_frame_bytes,
         };
         let (tx, rx) = mpsc::unbounded_channel();
         let stream = MailStream::new(rx, shared.clone());
@@ -329,7 +634,7 @@ mod tests {
         }
 
         fn in_flight(&self) -> Vec<u64> {
-            let mut ids: Vec<u64> = self.shared.ledger().in_flight.iter().copied().collect();
+            let mut ids: Vec<u64> = self.shared.ledger().in_flight.keys().copied().collect();
             ids.sort_unstable();
             ids
         }
@@ -396,6 +701,200 @@ mod tests {
         w.expect_quiet().await;
     }
 
+    #[tokio::test]
+    async fn in_protocol_3_an_item_starts_when_handed_out_and_ends_with_its_result() {
+        let mut w = wired_as(3, DEFAULT_MAX_FRAME_BYTES);
+        w.deliver(1);
+        w.deliver(2);
+        let first = w.stream.next().await.unwrap();
+        assert_eq!(
+            w.next_event().await,
+            Event::MailStarted {
+                id: 1,
+                cancellable: true
+            }
+        );
+        assert_eq!(first.run(), "mail-1");
+        let second = w
+            .stream
+            .next_with(|m| {
+                assert_eq!(m.payload(), [1]);
+                Start::new().not_cancellable().run("r2")
+            })
+            .await
+            .unwrap();
+        assert_eq!(
+            w.next_event().await,
+            Event::MailStarted {
+                id: 2,
+                cancellable: false
+            }
+        );
+        assert_eq!((second.run(), second.is_cancellable()), ("r2", false));
+        first.done(Outcome::Succeeded, vec![0, 0xff]).await.unwrap();
+        assert_eq!(
+            w.next_event().await,
+            Event::MailDone {
+                id: 1,
+                outcome: Outcome::Succeeded,
+                result: vec![0, 0xff]
+            }
+        );
+        second.ack(Outcome::Failed("no".into())).await.unwrap();
+        assert_eq!(
+            w.next_event().await,
+            Event::MailDone {
+                id: 2,
+                outcome: Outcome::Failed("no".into()),
+                result: Vec::new()
+            }
+        );
+        w.deliver(1);
+        assert_eq!(
+            w.next_event().await,
+            Event::MailDone {
+                id: 1,
+                outcome: Outcome::Succeeded,
+                result: Vec::new()
+            },
+            "a redelivery is done again, its result left to the supervisor's memory"
+        );
+    }
+
+    #[tokio::test]
+    async fn in_protocol_2_the_result_is_dropped_and_nothing_of_protocol_3_is_sent() {
+        let mut w = wired();
+        w.deliver(1);
+        let mail = w.stream.next().await.unwrap();
+        mail.done(Outcome::Succeeded, vec![1, 2, 3]).await.unwrap();
+        assert_eq!(
+            w.next_event().await,
+            Event::MailAck {
+                id: 1,
+                outcome: Outcome::Succeeded
+            }
+        );
+    }
+
+    #[tokio::test]
+    async fn a_result_too_large_for_a_frame_ends_the_item_failed_and_says_so() {
+        const MAX: u32 = 1024;
+        let mut w = wired_as(3, MAX);
+        w.deliver(1);
+        let mail = w.stream.next().await.unwrap();
+        w.next_event().await;
+        let err = mail
+            .done(Outcome::Succeeded, vec![b'r'; 2000])
+            .await
+            .unwrap_err();
+        assert_eq!(
+            err,
+            RuntimeError::ResultTooLarge {
+                bytes: 2000,
+                max_frame_bytes: MAX
+            }
+        );
+        assert_eq!(
+            w.next_event().await,
+            Event::MailDone {
+                id: 1,
+                outcome: Outcome::Failed(
+                    "result of 2000 bytes does not fit in a frame of max_frame_bytes 1024".into()
+                ),
+                result: Vec::new()
+            }
+        );
+        w.deliver(1);
+        assert!(
+            matches!(
+                w.next_event().await,
+                Event::MailDone {
+                    outcome: Outcome::Failed(_),
+                    ..
+                }
+            ),
+            "the redelivery repeats the Failed outcome"
+        );
+    }
+
+    #[test]
+    fn the_frame_size_of_a_mail_done_is_counted_exactly_for_the_largest_seq() {
+        use wfhost_ipc::{Frame, encode_frame};
+        for id in [0, 250, 251, 65_535, 65_536, u64::MAX] {
+            for outcome in [
+                Outcome::Succeeded,
+                Outcome::Cancelled,
+                Outcome::Failed("x".repeat(300)),
+            ] {
+                for len in [0, 250, 251, 70_000] {
+                    let frame = Frame {
+                        seq: u64::MAX,
+                        body: Event::MailDone {
+                            id,
+                            outcome: outcome.clone(),
+                            result: vec![7; len],
+                        },
+                    };
+                    let mut out = Vec::new();
+                    encode_frame(&frame, u32::MAX, &mut out).unwrap();
+                    assert_eq!(
+                        mail_done_frame_bytes(id, &outcome, len),
+                        out.len() - wfhost_ipc::frame::HEADER_BYTES,
+                        "{id} {outcome:?} {len}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_cancel_of_an_item_not_started_ends_it_and_it_is_never_handed_out() {
+        let mut w = wired_as(3, DEFAULT_MAX_FRAME_BYTES);
+        w.deliver(1);
+        w.deliver(2);
+        assert_eq!(w.shared.ledger().cancel(1), ItemCancel::Unstarted);
+        let mail = w.stream.next().await.unwrap();
+        assert_eq!(mail.id(), 2, "item 1 is skipped");
+        assert_eq!(
+            w.next_event().await,
+            Event::MailStarted {
+                id: 2,
+                cancellable: true
+            }
+        );
+        assert_eq!(
+            w.shared.ledger().cancel(2),
+            ItemCancel::Started {
+                run: "mail-2".into()
+            }
+        );
+        assert_eq!(mail.token().cause(), Some(CancelCause::Cancel));
+        assert_eq!(w.shared.ledger().cancel(9), ItemCancel::NotHeld);
+        w.deliver(1);
+        assert_eq!(
+            w.next_event().await,
+            Event::MailDone {
+                id: 1,
+                outcome: Outcome::Cancelled,
+                result: Vec::new()
+            },
+            "done, Cancelled, for a redelivery"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_item_declared_not_cancellable_is_not_cancelled() {
+        let w = wired_as(3, DEFAULT_MAX_FRAME_BYTES);
+        w.deliver(1);
+        let mut stream = w.stream.clone();
+        let mail = stream
+            .next_with(|_| Start::new().not_cancellable())
+            .await
+            .unwrap();
+        assert_eq!(w.shared.ledger().cancel(1), ItemCancel::NotSupported);
+        assert!(!mail.token().is_cancelled());
+    }
+
     fn names(events: &[Event]) -> Vec<&'static str> {
         events.iter().map(Event::name).collect()
     }
@@ -444,7 +943,7 @@ mod tests {
         );
         assert_eq!(l.receive(2, false), Delivery::Duplicate);
         assert_eq!(l.receive(3, false), Delivery::Declined);
-        assert!(!l.in_flight.contains(&3), "declined mail is not in flight");
+        assert!(!l.holds(3), "declined mail is not in flight");
         assert_eq!(l.receive(3, true), Delivery::Deliver);
     }
 }

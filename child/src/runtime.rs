@@ -40,7 +40,7 @@ impl Runtime {
 
     /// [`Self::connect`], telling the supervisor `options` in `Hello`.
     pub async fn connect_as(options: Options) -> Result<Self, ConnectError> {
-        let env = ChildEnv::from_env()?;
+        let env = ChildEnv::from_env()?.speaking_at_most(options.newest_protocol)?;
         let stream = connection::take_control_fd(env.control_fd)?;
         Self::connect_with(env, stream, options).await
     }
@@ -52,6 +52,7 @@ impl Runtime {
         stream: UnixStream,
         options: Options,
     ) -> Result<Self, ConnectError> {
+        let env = env.speaking_at_most(options.newest_protocol)?;
         let Welcomed {
             reader,
             writer,
@@ -64,6 +65,8 @@ impl Runtime {
             ledger: Arc::new(Mutex::new(MailLedger::default())),
             work: work.clone(),
             outbox: outbox.clone(),
+            protocol: env.protocol,
+            max_frame_bytes: welcome.limits.max_frame_bytes,
         };
         let mail = MailStream::new(mail_rx, mail_shared.clone());
         let shared = Arc::new(Shared {
@@ -71,6 +74,7 @@ impl Runtime {
             channel_id: env.channel_id,
             supervisor_key: env.supervisor_key,
             welcome,
+            protocol: env.protocol,
             mail: mail_shared,
             outbox,
             work,
@@ -89,6 +93,13 @@ impl Runtime {
     /// The supervisor's `Welcome`: deployment, grants snapshot, limits.
     pub fn welcome(&self) -> &Welcome {
         &self.shared.welcome
+    }
+
+    /// The protocol version spoken with the supervisor: the newest both
+    /// speak, at most [`Options::newest_protocol`]. From 3 on, mail items
+    /// start (`MailStarted`) and end with a result (`MailDone`).
+    pub fn protocol(&self) -> u32 {
+        self.shared.protocol
     }
 
     /// The deployment this child serves.

@@ -21,6 +21,8 @@ pub(crate) struct Shared {
     pub(crate) channel_id: String,
     pub(crate) supervisor_key: VerifyingKey,
     pub(crate) welcome: Welcome,
+    /// The protocol version spoken with the supervisor.
+    pub(crate) protocol: u32,
     pub(crate) outbox: Outbox,
     pub(crate) work: Arc<Mutex<Work>>,
     pub(crate) mail: MailShared,
@@ -64,9 +66,10 @@ impl Shared {
     }
 
     /// Marks the runtime closed (the first reason wins) and fires every
-    /// step token with the reason's cause.
+    /// step's and every mail item's token with the reason's cause.
     pub(crate) fn close(&self, reason: CloseReason) {
         self.work().close(reason.cancel_cause());
+        self.mail.ledger().close(reason.cancel_cause());
         self.closed.send_if_modified(|current| {
             if current.is_none() {
                 *current = Some(reason);

@@ -215,6 +215,27 @@ impl Work {
         events
     }
 
+    /// A verified cancel of a mail item whose steps belong to `run`: the
+    /// cascade of [`Self::cancel`] when the run is in flight; a run not
+    /// started yet is marked cancelled, so its steps start cancelled and
+    /// it ends `Cancelled` with its last step or the application's
+    /// `run_terminal`. A run already ended cancelled changes nothing.
+    pub(crate) fn cancel_item_run(&mut self, run: &str) -> Vec<Event> {
+        if self.runs.contains_key(run) {
+            return self.cancel(Some(run));
+        }
+        if !self.cancelled_runs.contains(run) {
+            self.runs.insert(
+                run.to_owned(),
+                RunState {
+                    active: 0,
+                    cancelled: true,
+                },
+            );
+        }
+        Vec::new()
+    }
+
     /// The application declares `run` over. A run already reported as
     /// cancelled is not reported again; a run being cancelled ends as
     /// cancelled whatever the application says.
@@ -369,6 +390,34 @@ mod tests {
         );
         let (_, late, _) = w.start("r1", "late", DrainBehavior::Wait);
         assert_eq!(late.cause(), Some(CancelCause::Cancel));
+    }
+
+    #[test]
+    fn an_item_cancel_cascades_a_run_in_flight_and_marks_one_not_started() {
+        let mut w = Work::default();
+        let (a, at, _) = w.start("r1", "approve", DrainBehavior::Wait);
+        assert!(w.cancel_item_run("r1").is_empty());
+        assert_eq!(at.cause(), Some(CancelCause::Cancel), "whatever its drain");
+        assert_eq!(
+            names(&w.finish(a, Outcome::Cancelled, None)),
+            ["StepFinished", "RunTerminal"]
+        );
+        assert!(w.cancel_item_run("r1").is_empty(), "over already");
+
+        assert!(w.cancel_item_run("later").is_empty());
+        let (b, bt, _) = w.start("later", "fetch", DrainBehavior::Cancel);
+        assert_eq!(bt.cause(), Some(CancelCause::Cancel), "starts cancelled");
+        let ev = w.finish(b, Outcome::Cancelled, None);
+        assert_eq!(names(&ev), ["StepFinished", "RunTerminal"]);
+
+        assert!(w.cancel_item_run("stepless").is_empty());
+        assert_eq!(
+            w.run_terminal("stepless", Outcome::Succeeded),
+            [Event::RunTerminal {
+                run: "stepless".into(),
+                outcome: Outcome::Cancelled
+            }]
+        );
     }
 
     #[test]

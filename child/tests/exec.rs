@@ -7,7 +7,10 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use common::{DEPLOYMENT, Supervised, WAIT, assert_refuses_outside_wfhost, cancel, start};
-use wfhost_ipc::{CancelOrigin, Control, DrainBehavior, Event, Outcome, key};
+use wfhost_ipc::{
+    CancelOrigin, CancelVerdict, Control, DrainBehavior, Event, MailCancelRequested, Outcome,
+    SignedMailCancel, key,
+};
 
 /// A scratch directory for pid and marker files, removed on drop.
 struct Scratch(PathBuf);
@@ -392,4 +395,54 @@ async fn sigint_to_wfhost_child_is_forwarded_to_the_command() {
     )
     .await;
     assert_eq!(s.exit_code().await, Some(128 + libc::SIGINT));
+}
+
+/// Protocol 3: exec still takes no mail; an item ends `MailDone` `Failed`
+/// (never started, no result), and a cancel of one item is refused, as exec
+/// holds none.
+#[tokio::test]
+async fn in_protocol_3_mail_is_done_failed_and_a_cancel_of_an_item_refused() {
+    let dir = Scratch::new("mail-v3");
+    let script = stoppable(&dir);
+    let mut s = common::start_v3(&["exec", "--run", "r", "--", "sh", "-c", &script]).await;
+    expect_started(&mut s, "r", DrainBehavior::Cancel).await;
+    s.send_mail(42, b"hello").await;
+    assert_eq!(
+        s.next().await,
+        Event::MailDone {
+            id: 42,
+            outcome: Outcome::Failed(NO_MAIL.into()),
+            result: Vec::new()
+        }
+    );
+    let cancel = SignedMailCancel::sign(
+        MailCancelRequested {
+            origin: CancelOrigin::Operator,
+            deployment: common::DEPLOYMENT.into(),
+            id: 42,
+            reason: "test".into(),
+            at_ms: 1,
+        },
+        &s.key().clone(),
+    );
+    s.send(Control::CancelMail(cancel)).await;
+    assert_eq!(
+        s.next().await,
+        Event::MailCancelVerdict {
+            id: 42,
+            verdict: CancelVerdict::Refused(
+                "cancel is for mail item 42, which this child does not hold".into()
+            )
+        }
+    );
+    s.send(Control::Answer {
+        id: 42,
+        key: "k".into(),
+        value: b"1".to_vec(),
+    })
+    .await;
+    s.ping(7).await;
+    dir.command_pid().await;
+    s.send(Control::Shutdown).await;
+    assert_eq!(s.exit_code().await, Some(7));
 }

@@ -16,31 +16,47 @@ use wfhost_child::{
     CancelCause, ChildEnv, CloseReason, ConnectError, DrainBehavior, Mail, MailStream, Outcome,
     Runtime, RuntimeError, StepError,
 };
-use wfhost_ipc::{CancelOrigin, Control, DEFAULT_MAX_FRAME_BYTES, Event, key};
+use wfhost_ipc::{
+    CancelOrigin, CancelVerdict, Control, DEFAULT_MAX_FRAME_BYTES, Event, MailCancelRequested,
+    SignedMailCancel, key,
+};
 
-/// A Welcome for `deployment` with a 64 KiB mail limit.
+/// A Welcome of protocol 2 for `deployment` with a 64 KiB mail limit.
 fn welcome(deployment: &str, max_frame_bytes: u32) -> Control {
-    common::welcome(deployment, max_frame_bytes, 1 << 16)
+    common::welcome(V2, deployment, max_frame_bytes, 1 << 16)
 }
 
-/// Connects a runtime to a fake supervisor that answers Hello with `answer`
-/// (or closes its sending side when `None`).
+/// Protocol 2: most tests here hold the runtime to it (the supervisor of
+/// version 2); those of version 3 say so.
+const V2: u32 = 2;
+const V3: u32 = 3;
+
+/// Connects a runtime to a fake supervisor of version 2 that answers Hello
+/// with `answer` (or closes its sending side when `None`).
 async fn connect_answering(answer: Option<Control>) -> (Result<Runtime, ConnectError>, Channel) {
+    connect_speaking(V2, wfhost_child::Options::default(), answer).await
+}
+
+/// Connects a runtime with `options` to a fake supervisor that speaks 2 to
+/// `newest` and answers Hello with `answer` (or closes its sending side
+/// when `None`).
+async fn connect_speaking(
+    newest: u32,
+    options: wfhost_child::Options,
+    answer: Option<Control>,
+) -> (Result<Runtime, ConnectError>, Channel) {
     let (ours, theirs) = UnixStream::pair().unwrap();
     let key = key::generate().unwrap();
     let env = ChildEnv {
         control_fd: 3,
         channel_id: wfhost_ipc::new_channel_id().unwrap(),
-        protocol: wfhost_ipc::PROTOCOL_VERSION,
+        protocol: newest,
+        supervisor_protocols: V2..=newest,
         deployment: DEPLOYMENT.into(),
         supervisor_key: key.verifying_key(),
     };
     let channel = env.channel_id.clone();
-    let connecting = tokio::spawn(Runtime::connect_with(
-        env,
-        theirs,
-        wfhost_child::Options::default(),
-    ));
+    let connecting = tokio::spawn(Runtime::connect_with(env, theirs, options));
     let mut sup = Channel::new(ours, key);
     sup.expect_hello(&channel).await;
     match answer {
@@ -536,4 +552,196 @@ async fn a_renewed_lease_keeps_the_child_working() {
     sup.send(Control::Lease { valid_ms: u64::MAX }).await;
     sup.ping(2).await;
     assert!(!rt.is_draining());
+}
+
+// Protocol 3 (docs/protocol.md §4.12): items start, end with a result, and
+// can be cancelled one by one.
+
+/// A runtime of protocol 3 and its fake supervisor (64 KiB frames).
+async fn connect_v3() -> (Runtime, Channel) {
+    let answer = common::welcome(V3, DEPLOYMENT, 1 << 16, 1 << 16);
+    let (rt, sup) = connect_speaking(V3, wfhost_child::Options::default(), Some(answer)).await;
+    let rt = rt.unwrap();
+    assert_eq!(rt.protocol(), V3);
+    (rt, sup)
+}
+
+/// A cancel of mail item `id` in `deployment`, signed with `key`.
+fn mail_cancel(deployment: &str, id: u64, key: &SigningKey) -> Control {
+    Control::CancelMail(SignedMailCancel::sign(
+        MailCancelRequested {
+            origin: CancelOrigin::Deadline,
+            deployment: deployment.into(),
+            id,
+            reason: "test".into(),
+            at_ms: 1,
+        },
+        key,
+    ))
+}
+
+/// Expects `MailStarted` of `id` next.
+async fn expect_mail_started(sup: &mut Channel, id: u64, cancellable: bool) {
+    assert_eq!(sup.next().await, Event::MailStarted { id, cancellable });
+}
+
+/// Expects the verdict of a cancel of `id` next.
+async fn expect_verdict(sup: &mut Channel, id: u64, verdict: CancelVerdict) {
+    assert_eq!(sup.next().await, Event::MailCancelVerdict { id, verdict });
+}
+
+#[tokio::test]
+async fn the_newest_shared_version_is_spoken_unless_the_options_hold_the_child_to_2() {
+    let (rt, _sup) = connect_v3().await;
+    assert_eq!(rt.protocol(), 3);
+    let held = wfhost_child::Options::default().speaking_at_most(V2);
+    let (rt, _sup) = connect_speaking(V3, held, Some(welcome(DEPLOYMENT, 1 << 16))).await;
+    assert_eq!(rt.unwrap().protocol(), V2, "Hello and Welcome said 2");
+    let (rt, _sup) = connect_speaking(
+        V3,
+        wfhost_child::Options::default(),
+        Some(welcome(DEPLOYMENT, 1 << 16)),
+    )
+    .await;
+    assert!(
+        matches!(&rt, Err(e @ ConnectError::Handshake(_)) if e.to_string().contains("protocol 2")),
+        "a Welcome of 2 to a Hello of 3 is refused: {:?}",
+        rt.err()
+    );
+}
+
+#[tokio::test]
+async fn a_cancel_of_a_running_item_fires_its_token_and_cancels_its_run_alone() {
+    let (rt, mut sup) = connect_v3().await;
+    let mut inbox = rt.mail();
+    mail(&mut sup, 1).await;
+    mail(&mut sup, 2).await;
+    let one = next_mail(&mut inbox).await.unwrap();
+    expect_mail_started(&mut sup, 1, true).await;
+    let two = next_mail(&mut inbox).await.unwrap();
+    expect_mail_started(&mut sup, 2, true).await;
+    let (_go1, step1) = spawn_step(&rt, &mut sup, "mail-1", "approve", DrainBehavior::Wait).await;
+    let (go2, step2) = spawn_step(&rt, &mut sup, "mail-2", "fetch", DrainBehavior::Cancel).await;
+    let key = sup.key().clone();
+    sup.send(mail_cancel(DEPLOYMENT, 1, &key)).await;
+    expect_verdict(&mut sup, 1, CancelVerdict::Acknowledged).await;
+    assert!(matches!(
+        join(step1).await,
+        Err(StepError::Cancelled(CancelCause::Cancel))
+    ));
+    sup.expect_run_end("mail-1", "approve", Outcome::Cancelled)
+        .await;
+    assert_eq!(one.token().cause(), Some(CancelCause::Cancel));
+    assert!(!two.token().is_cancelled(), "only that item's token");
+    one.ack(Outcome::Cancelled).await.unwrap();
+    assert_eq!(
+        sup.next().await,
+        Event::MailDone {
+            id: 1,
+            outcome: Outcome::Cancelled,
+            result: Vec::new()
+        }
+    );
+    go2.send(2).unwrap();
+    assert_eq!(join(step2).await.unwrap(), 2);
+    sup.expect_finished("mail-2", "fetch", Outcome::Succeeded)
+        .await;
+    two.done(Outcome::Succeeded, b"ok".to_vec()).await.unwrap();
+    assert_eq!(
+        sup.next().await,
+        Event::MailDone {
+            id: 2,
+            outcome: Outcome::Succeeded,
+            result: b"ok".to_vec()
+        }
+    );
+    // Done: a cancel now names an item this child does not hold.
+    sup.send(mail_cancel(DEPLOYMENT, 2, &key)).await;
+    expect_verdict(
+        &mut sup,
+        2,
+        CancelVerdict::Refused("cancel is for mail item 2, which this child does not hold".into()),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_cancel_of_an_item_not_started_ends_it_at_once_and_it_is_never_handed_out() {
+    let (rt, mut sup) = connect_v3().await;
+    mail(&mut sup, 1).await;
+    mail(&mut sup, 2).await;
+    sup.ping(1).await;
+    let key = sup.key().clone();
+    sup.send(mail_cancel(DEPLOYMENT, 1, &key)).await;
+    expect_verdict(&mut sup, 1, CancelVerdict::Acknowledged).await;
+    assert_eq!(
+        sup.next().await,
+        Event::MailDone {
+            id: 1,
+            outcome: Outcome::Cancelled,
+            result: Vec::new()
+        }
+    );
+    let mut inbox = rt.mail();
+    let next = next_mail(&mut inbox).await.unwrap();
+    assert_eq!(next.id(), 2, "item 1 is never handed out");
+    expect_mail_started(&mut sup, 2, true).await;
+}
+
+#[tokio::test]
+async fn a_handler_declared_not_cancellable_runs_on_and_refusals_name_their_reason() {
+    let (rt, mut sup) = connect_v3().await;
+    let mut inbox = rt.mail();
+    mail(&mut sup, 1).await;
+    let held = tokio::time::timeout(
+        WAIT,
+        inbox.next_with(|_| wfhost_child::Start::new().not_cancellable()),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    expect_mail_started(&mut sup, 1, false).await;
+    let key = sup.key().clone();
+    sup.send(mail_cancel(DEPLOYMENT, 1, &key)).await;
+    expect_verdict(&mut sup, 1, CancelVerdict::NotSupported).await;
+    assert!(!held.token().is_cancelled());
+
+    let other = key::generate().unwrap();
+    sup.send(mail_cancel(DEPLOYMENT, 1, &other)).await;
+    match sup.next().await {
+        Event::MailCancelVerdict {
+            id: 1,
+            verdict: CancelVerdict::Refused(reason),
+        } => assert!(reason.contains("unknown key"), "{reason}"),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    sup.send(mail_cancel("payroll", 1, &key)).await;
+    match sup.next().await {
+        Event::MailCancelVerdict {
+            id: 1,
+            verdict: CancelVerdict::Refused(reason),
+        } => assert!(reason.contains("payroll"), "{reason}"),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    sup.send(Control::Answer {
+        id: 1,
+        key: "approve?".into(),
+        value: b"true".to_vec(),
+    })
+    .await;
+    sup.ping(2).await; // the Answer is ignored
+    held.ack(Outcome::Succeeded).await.unwrap();
+    assert!(matches!(sup.next().await, Event::MailDone { id: 1, .. }));
+}
+
+#[tokio::test]
+async fn a_child_of_protocol_2_takes_a_message_of_protocol_3_as_a_broken_channel() {
+    let (rt, mut sup) = connect().await;
+    let key = sup.key().clone();
+    sup.send(mail_cancel(DEPLOYMENT, 1, &key)).await;
+    let reason = tokio::time::timeout(WAIT, rt.closed()).await.unwrap();
+    assert!(
+        matches!(&reason, CloseReason::Failed(r) if r.contains("CancelMail is a protocol-3 message")),
+        "{reason:?}"
+    );
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio::time::{Instant, timeout_at};
-use wfhost_ipc::{Event, Outcome};
+use wfhost_ipc::{CancelVerdict, Event, Outcome};
 
 use crate::failure::Failure;
 
@@ -186,7 +186,50 @@ pub fn describe(event: &Event) -> String {
             Ok(text) if text.len() <= 80 => format!("Custom({kind} {text})"),
             _ => format!("Custom({kind}, {} bytes)", bytes.len()),
         },
+        Event::MailStarted { id, cancellable } => {
+            format!("MailStarted({id}, cancellable {cancellable})")
+        }
+        Event::MailDone {
+            id,
+            outcome,
+            result,
+        } => format!(
+            "MailDone({id}, {}, result {})",
+            outcome_text(outcome),
+            bytes_text(result)
+        ),
+        Event::MailCancelVerdict { id, verdict } => {
+            format!("MailCancelVerdict({id}, {})", verdict_text(verdict))
+        }
+        Event::Ask { id, key, prompt } => {
+            format!("Ask({id}, {key:?}, {} bytes)", prompt.len())
+        }
+        Event::Progress { id, data } => format!("Progress({id}, {} bytes)", data.len()),
+        Event::GiveBack {
+            id,
+            awaiting_answer,
+        } => format!("GiveBack({id}, awaiting_answer {awaiting_answer})"),
         Event::Ready | Event::Drained => event.name().to_owned(),
+    }
+}
+
+/// Bytes, briefly: hex when short (`00ff800a`), else their count.
+pub fn bytes_text(bytes: &[u8]) -> String {
+    const SHOWN: usize = 16;
+    if bytes.is_empty() {
+        "empty".to_owned()
+    } else if bytes.len() <= SHOWN {
+        hex::encode(bytes)
+    } else {
+        format!("of {} bytes", bytes.len())
+    }
+}
+
+/// A cancel verdict, briefly: `Acknowledged`, `Refused("why")`.
+pub fn verdict_text(verdict: &CancelVerdict) -> String {
+    match verdict {
+        CancelVerdict::Refused(reason) => format!("Refused({reason:?})"),
+        other => format!("{other:?}"),
     }
 }
 
@@ -213,9 +256,26 @@ pub fn terminal(run: &str) -> impl Fn(&Event) -> bool + '_ {
     move |e| matches!(e, Event::RunTerminal { run: r, .. } if r == run)
 }
 
-/// Matches `MailAck` of `id`, with any outcome.
+/// Matches the end of mail `id` in either version: `MailAck` (protocol
+/// 2) or `MailDone` (protocol 3), with any outcome.
 pub fn acked(id: u64) -> impl Fn(&Event) -> bool {
-    move |e| matches!(e, Event::MailAck { id: i, .. } if *i == id)
+    move |e| matches!(e, Event::MailAck { id: i, .. } | Event::MailDone { id: i, .. } if *i == id)
+}
+
+/// Matches `MailStarted` of `id`.
+pub fn mail_started(id: u64) -> impl Fn(&Event) -> bool {
+    move |e| matches!(e, Event::MailStarted { id: i, .. } if *i == id)
+}
+
+/// Matches `MailCancelVerdict` of `id`.
+pub fn verdict(id: u64) -> impl Fn(&Event) -> bool {
+    move |e| matches!(e, Event::MailCancelVerdict { id: i, .. } if *i == id)
+}
+
+/// Whether `event` is a message of protocol 3 (which a child speaking 2
+/// must never send).
+pub fn of_v3(event: &Event) -> bool {
+    event.since() >= 3
 }
 
 /// Matches the conformance child's `conformance.took` of mail `id`.
@@ -238,12 +298,13 @@ pub fn took_of(event: &Event) -> Option<(u64, u64)> {
     Some((id, attempt))
 }
 
-/// The outcome of a `StepFinished`, `RunTerminal` or `MailAck`.
+/// The outcome of a `StepFinished`, `RunTerminal`, `MailAck` or `MailDone`.
 pub fn outcome_of(event: &Event) -> Option<&Outcome> {
     match event {
         Event::StepFinished { outcome, .. }
         | Event::RunTerminal { outcome, .. }
-        | Event::MailAck { outcome, .. } => Some(outcome),
+        | Event::MailAck { outcome, .. }
+        | Event::MailDone { outcome, .. } => Some(outcome),
         _ => None,
     }
 }

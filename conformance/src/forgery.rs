@@ -8,7 +8,9 @@ use curve25519_dalek::scalar::Scalar;
 use ed25519_dalek::{Signer, SigningKey};
 use sha2::{Digest, Sha256, Sha512};
 use wfhost_ipc::signed::signing_bytes;
-use wfhost_ipc::{CancelOrigin, CancelRequested, KeyId, SignedCancel};
+use wfhost_ipc::{
+    CancelOrigin, CancelRequested, KeyId, MailCancelRequested, SignedCancel, SignedMailCancel,
+};
 
 /// ed25519's group order L, little-endian.
 const L: [u8; 32] = [
@@ -148,17 +150,43 @@ pub fn honest(key: &SigningKey, deployment: &str, run: Option<&str>) -> SignedCa
 }
 
 fn cancel_record(deployment: &str, run: Option<&str>, reason: &str) -> CancelRequested {
-    let at_ms = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0);
     CancelRequested {
         origin: CancelOrigin::Operator,
         deployment: deployment.to_owned(),
         run: run.map(str::to_owned),
         reason: reason.to_owned(),
-        at_ms,
+        at_ms: now_ms(),
     }
+}
+
+/// Protocol 3: a cancel of mail item `id` of `deployment`, signed with
+/// `key`: what a supervisor sends.
+pub fn honest_mail(key: &SigningKey, deployment: &str, id: u64) -> SignedMailCancel {
+    SignedMailCancel::sign(
+        MailCancelRequested {
+            origin: CancelOrigin::Operator,
+            deployment: deployment.to_owned(),
+            id,
+            reason: "conformance kit: cancel of one item".to_owned(),
+            at_ms: now_ms(),
+        },
+        key,
+    )
+}
+
+/// Protocol 3: [`honest_mail`] with one bit of its signature flipped.
+pub fn forged_mail(key: &SigningKey, deployment: &str, id: u64) -> SignedMailCancel {
+    let mut c = honest_mail(key, deployment, id);
+    c.signature[10] ^= 0x01;
+    c
+}
+
+/// Unix time in milliseconds.
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
 }
 
 /// A key derived from `key` that is never it: the "another key" of the
@@ -264,6 +292,28 @@ mod tests {
             };
             assert!(ok, "{}: {refused:?}", forgery.name());
         }
+    }
+
+    /// The cancels of one item: the honest one passes the reference
+    /// verifier for a child holding the item, the forged one does not, and
+    /// a child that does not hold it refuses naming the item.
+    #[test]
+    fn mail_cancels_verify_as_meant() {
+        let key = SigningKey::from_bytes(&[42; 32]);
+        let trusted = key.verifying_key();
+        let honest = honest_mail(&key, DEPLOYMENT, 17);
+        assert_eq!(
+            honest.verify_for(&trusted, DEPLOYMENT, |id| id == 17),
+            Ok(())
+        );
+        let unknown = honest
+            .verify_for(&trusted, DEPLOYMENT, |_| false)
+            .unwrap_err();
+        assert!(unknown.to_string().contains("17"), "{unknown}");
+        assert_eq!(
+            forged_mail(&key, DEPLOYMENT, 17).verify_for(&trusted, DEPLOYMENT, |id| id == 17),
+            Err(CancelRefused::Signature(SignatureError::Invalid))
+        );
     }
 
     /// The small-order forgery passes the cofactorless equation, so a

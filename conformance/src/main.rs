@@ -30,6 +30,12 @@ struct Args {
     /// List the scenarios and exit.
     #[arg(long)]
     list: bool,
+    /// The child speaks only this protocol version: 2 plays the scenarios
+    /// of version 2 (and handshake-v2-supervisor) and requires every Hello
+    /// to say 2; 3 requires every Hello to say 3. Without it the child may
+    /// choose either where a scenario allows, and every scenario is played.
+    #[arg(long, value_name = "VERSION", value_parser = clap::value_parser!(u32).range(2..=3))]
+    protocol: Option<u32>,
     /// Pass K=V in the child's environment, beside PATH and WFHOST_*
     /// (repeatable).
     #[arg(long = "env", value_name = "K=V", value_parser = parse_env)]
@@ -57,7 +63,7 @@ fn parse_env(text: &str) -> Result<(OsString, OsString), String> {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    let all = Scenario::all();
+    let all = Scenario::for_protocol(args.protocol.unwrap_or(wfhost_ipc::PROTOCOL_VERSION));
     if args.list {
         let mut out = std::io::stdout().lock();
         for scenario in &all {
@@ -90,7 +96,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    runtime.block_on(run::run(&chosen, &args.command, args.env))
+    runtime.block_on(run::run(&chosen, &args.command, args.env, args.protocol))
 }
 
 /// The scenarios `--only` names (all of them without it), in the kit's

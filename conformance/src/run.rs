@@ -27,11 +27,12 @@ pub async fn run(
     scenarios: &[Scenario],
     command: &[OsString],
     env: Vec<(OsString, OsString)>,
+    expect: Option<u32>,
 ) -> ExitCode {
     let prepared = key::generate().map_err(|e| e.to_string()).and_then(|key| {
         let spawner = Spawner::start(tokio::runtime::Handle::current())
             .map_err(|e| format!("cannot start the spawner thread: {e}"))?;
-        Launcher::new(spawner, command, env, key)
+        Launcher::new(spawner, command, env, key, expect)
     });
     let launcher = match prepared {
         Ok(launcher) => launcher,
@@ -79,7 +80,7 @@ async fn play_one(
     scenario: &Scenario,
     launcher: &Launcher,
 ) -> (Result<(), Failure>, Option<(String, String)>) {
-    let mut subject: Subject = match launcher.launch().await {
+    let mut subject: Subject = match launcher.launch(scenario.supervisor()).await {
         Ok(subject) => subject,
         Err(failure) => return (Err(failure), None),
     };

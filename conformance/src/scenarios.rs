@@ -7,6 +7,7 @@ mod ending;
 mod handshake;
 mod liveness;
 mod mail;
+mod v3;
 
 use std::process::ExitStatus;
 use std::time::Duration;
@@ -14,9 +15,10 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use wfhost_ipc::DrainBehavior;
 
+use crate::events::{describe, of_v3};
 use crate::failure::Failure;
 use crate::forgery::Forgery;
-use crate::subject::{Launcher, Subject};
+use crate::subject::{Launcher, Subject, Supervisor};
 
 /// How long an expected event may take when nothing slow is under way.
 pub const EVENT_WITHIN: Duration = Duration::from_secs(5);
@@ -56,6 +58,24 @@ pub enum Scenario {
     OversizeFrame,
     /// A frame of an unknown variant is a broken channel.
     UndecodableFrame,
+    /// Version 3: Hello says 3 when the environment offers 2 to 3.
+    HandshakeV3,
+    /// Version 3: under a supervisor of version 2 the child speaks 2.
+    HandshakeV2Supervisor,
+    /// Version 3: `MailStarted` first, `MailDone` with the result last.
+    MailStartedAndDone,
+    /// Version 3: a result too large for a frame ends the item `Failed`.
+    ResultTooLarge,
+    /// Version 3: a valid cancel of one item cancels it alone.
+    CancelMailAcknowledged,
+    /// Version 3: an item declared not cancellable answers `NotSupported`.
+    CancelMailNotSupported,
+    /// Version 3: a cancel of an item the child does not hold is refused.
+    CancelMailUnknownItem,
+    /// Version 3: a forged cancel of one item is refused.
+    CancelMailForged,
+    /// Version 3: a redelivery after `MailDone` is done again, not run.
+    RedeliveryDoneAgain,
 }
 
 impl Scenario {
@@ -79,8 +99,50 @@ impl Scenario {
             Self::Eof,
             Self::OversizeFrame,
             Self::UndecodableFrame,
+            Self::HandshakeV3,
+            Self::HandshakeV2Supervisor,
+            Self::MailStartedAndDone,
+            Self::ResultTooLarge,
+            Self::CancelMailAcknowledged,
+            Self::CancelMailNotSupported,
+            Self::CancelMailUnknownItem,
+            Self::CancelMailForged,
+            Self::RedeliveryDoneAgain,
         ]);
         all
+    }
+
+    /// The scenarios a child that speaks only `protocol` is held to:
+    /// every one for 3; for 2, those of version 2 and
+    /// `handshake-v2-supervisor`.
+    pub fn for_protocol(protocol: u32) -> Vec<Self> {
+        Self::all()
+            .into_iter()
+            .filter(|s| protocol >= 3 || !s.needs_v3())
+            .collect()
+    }
+
+    /// Whether only a child that speaks protocol 3 can pass it.
+    pub fn needs_v3(&self) -> bool {
+        matches!(
+            self,
+            Self::HandshakeV3
+                | Self::MailStartedAndDone
+                | Self::ResultTooLarge
+                | Self::CancelMailAcknowledged
+                | Self::CancelMailNotSupported
+                | Self::CancelMailUnknownItem
+                | Self::CancelMailForged
+                | Self::RedeliveryDoneAgain
+        )
+    }
+
+    /// The supervisor the scenario's child is started under.
+    pub fn supervisor(&self) -> Supervisor {
+        match self {
+            Self::HandshakeV2Supervisor => Supervisor::Version2,
+            _ => Supervisor::Current,
+        }
     }
 
     /// The name printed and accepted by `--only`.
@@ -100,11 +162,39 @@ impl Scenario {
             Self::Eof => "eof".into(),
             Self::OversizeFrame => "oversize-frame".into(),
             Self::UndecodableFrame => "undecodable-frame".into(),
+            Self::HandshakeV3 => "handshake-v3".into(),
+            Self::HandshakeV2Supervisor => "handshake-v2-supervisor".into(),
+            Self::MailStartedAndDone => "mail-started-and-done".into(),
+            Self::ResultTooLarge => "result-too-large".into(),
+            Self::CancelMailAcknowledged => "cancel-mail-acknowledged".into(),
+            Self::CancelMailNotSupported => "cancel-mail-not-supported".into(),
+            Self::CancelMailUnknownItem => "cancel-mail-unknown-item".into(),
+            Self::CancelMailForged => "cancel-mail-forged".into(),
+            Self::RedeliveryDoneAgain => "redelivery-done-again".into(),
         }
     }
 
-    /// Plays the scenario against `s`, a child `launcher` just started.
+    /// Plays the scenario against `s`, a child `launcher` just started
+    /// under [`Self::supervisor`]; then a child that speaks protocol 2
+    /// must have sent no message of version 3.
     pub async fn play(&self, s: &mut Subject, launcher: &Launcher) -> Result<(), Failure> {
+        self.play_only(s, launcher).await?;
+        s.events.poll();
+        if s.protocol < 3
+            && let Some(seen) = s.events.seen().iter().find(|seen| of_v3(&seen.event))
+        {
+            return Err(Failure::new(
+                format!(
+                    "no message of protocol 3 from a child that speaks protocol {}",
+                    s.protocol
+                ),
+                describe(&seen.event),
+            ));
+        }
+        Ok(())
+    }
+
+    async fn play_only(&self, s: &mut Subject, launcher: &Launcher) -> Result<(), Failure> {
         match *self {
             Self::Handshake => handshake::handshake(s, launcher).await,
             Self::WrongVersionWelcome => handshake::wrong_version_welcome(s, launcher).await,
@@ -120,6 +210,15 @@ impl Scenario {
             Self::Eof => ending::eof(s, launcher).await,
             Self::OversizeFrame => ending::oversize_frame(s, launcher).await,
             Self::UndecodableFrame => ending::undecodable_frame(s, launcher).await,
+            Self::HandshakeV3 => v3::handshake_v3(s, launcher).await,
+            Self::HandshakeV2Supervisor => v3::handshake_v2_supervisor(s, launcher).await,
+            Self::MailStartedAndDone => v3::mail_started_and_done(s, launcher).await,
+            Self::ResultTooLarge => v3::result_too_large(s, launcher).await,
+            Self::CancelMailAcknowledged => v3::cancel_mail_acknowledged(s, launcher).await,
+            Self::CancelMailNotSupported => v3::cancel_mail_not_supported(s, launcher).await,
+            Self::CancelMailUnknownItem => v3::cancel_mail_unknown_item(s, launcher).await,
+            Self::CancelMailForged => v3::cancel_mail_forged(s, launcher).await,
+            Self::RedeliveryDoneAgain => v3::redelivery_done_again(s, launcher).await,
         }
     }
 }

@@ -21,11 +21,12 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use wfhost_ipc::handshake::{
-    CONTROL_FD, ENV_CHANNEL_ID, ENV_CONTROL_FD, ENV_DEPLOYMENT, ENV_PROTOCOL, ENV_SUPERVISOR_KEY,
+    CONTROL_FD, ENV_CHANNEL_ID, ENV_CONTROL_FD, ENV_DEPLOYMENT, ENV_PROTOCOL, ENV_PROTOCOL_MAX,
+    ENV_SUPERVISOR_KEY,
 };
 use wfhost_ipc::{
     Control, DEFAULT_MAX_FRAME_BYTES, Event, FrameReader, FrameWriter, Grants, Hello, Limits,
-    PROTOCOL_VERSION, SupervisorEnd, TransportError, Welcome, key, new_channel_id,
+    OLDEST_PROTOCOL, PROTOCOL_VERSION, SupervisorEnd, TransportError, Welcome, key, new_channel_id,
 };
 use wfhost_process::{ChildSpec, Spawner, kill_tree};
 
@@ -64,6 +65,21 @@ pub struct Launcher {
     env: Vec<(OsString, OsString)>,
     key: SigningKey,
     deployment: String,
+    /// The one protocol version the child must speak (`--protocol`), or
+    /// `None`: whichever of 2 and 3 it chooses, except where a scenario
+    /// needs 3.
+    expect: Option<u32>,
+}
+
+/// Which supervisor a child is started under: what its environment says
+/// the supervisor speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Supervisor {
+    /// `WFHOST_PROTOCOL=2`, `WFHOST_PROTOCOL_MAX=3`: today's supervisor.
+    Current,
+    /// `WFHOST_PROTOCOL=2` and no `WFHOST_PROTOCOL_MAX`: a supervisor of
+    /// version 2.
+    Version2,
 }
 
 impl Launcher {
@@ -74,6 +90,7 @@ impl Launcher {
         command: &[OsString],
         extra_env: Vec<(OsString, OsString)>,
         key: SigningKey,
+        expect: Option<u32>,
     ) -> Result<Self, String> {
         let Some((program, args)) = command.split_first() else {
             return Err("no command given after --".to_owned());
@@ -90,6 +107,7 @@ impl Launcher {
             env,
             key,
             deployment: "conformance".to_owned(),
+            expect,
         })
     }
 
@@ -103,7 +121,8 @@ impl Launcher {
         &self.deployment
     }
 
-    /// The Welcome a supervisor would send (protocol 2, default limits).
+    /// The Welcome a supervisor would send (default limits; its protocol is
+    /// set to the Hello's by [`Subject::handshake_with`]).
     pub fn welcome(&self) -> Welcome {
         let read_at_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -126,8 +145,8 @@ impl Launcher {
         }
     }
 
-    /// Starts a fresh child with a fresh channel id.
-    pub async fn launch(&self) -> Result<Subject, Failure> {
+    /// Starts a fresh child with a fresh channel id, under `supervisor`.
+    pub async fn launch(&self, supervisor: Supervisor) -> Result<Subject, Failure> {
         let cannot = |why: String| {
             Failure::new(
                 format!("the child {:?} to start", self.program),
@@ -141,7 +160,7 @@ impl Launcher {
             [
                 (ENV_CONTROL_FD, CONTROL_FD.to_string()),
                 (ENV_CHANNEL_ID, channel_id.clone()),
-                (ENV_PROTOCOL, PROTOCOL_VERSION.to_string()),
+                (ENV_PROTOCOL, OLDEST_PROTOCOL.to_string()),
                 (ENV_DEPLOYMENT, self.deployment.clone()),
                 (
                     ENV_SUPERVISOR_KEY,
@@ -150,6 +169,10 @@ impl Launcher {
             ]
             .map(|(k, v)| (OsString::from(k), OsString::from(v))),
         );
+        if supervisor == Supervisor::Current {
+            spec.env
+                .push((ENV_PROTOCOL_MAX.into(), PROTOCOL_VERSION.to_string().into()));
+        }
         let mut spawned = self
             .spawner
             .spawn(spec)
@@ -167,7 +190,12 @@ impl Launcher {
         let stream =
             UnixStream::from_std(std_stream).map_err(|e| cannot(format!("control socket: {e}")))?;
         let (tx, rx) = mpsc::unbounded_channel();
+        let expect = match supervisor {
+            Supervisor::Current => self.expect.map(|v| (v, Expected::Flag)),
+            Supervisor::Version2 => Some((OLDEST_PROTOCOL, Expected::Version2Supervisor)),
+        };
         Ok(Subject {
+            expect,
             pid: spawned.pid,
             end: Some(SupervisorEnd::new(
                 stream,
@@ -181,6 +209,7 @@ impl Launcher {
             tx: Some(tx),
             reader: None,
             events: Events::new(rx),
+            protocol: OLDEST_PROTOCOL,
             sent: 0,
             stdout,
             stderr,
@@ -195,6 +224,9 @@ pub struct Subject {
     pub pid: u32,
     /// The events it sent after its handshake.
     pub events: Events,
+    /// The protocol version it speaks: its Hello's, once the handshake
+    /// is over.
+    pub protocol: u32,
     child: Child,
     exit: Option<ExitStatus>,
     end: Option<SupervisorEnd>,
@@ -202,6 +234,9 @@ pub struct Subject {
     raw: Option<StdUnixStream>,
     tx: Option<mpsc::UnboundedSender<Arrival>>,
     reader: Option<JoinHandle<()>>,
+    /// The protocol version its Hello must say, if only one will do, and
+    /// why.
+    expect: Option<(u32, Expected)>,
     /// Frames sent so far, so raw frames carry the next sequence number.
     sent: u64,
     stdout: Captured,
@@ -212,11 +247,18 @@ impl Subject {
     /// Reads the child's Hello (its first frame, checked against the
     /// channel id minted for it).
     pub async fn read_hello(&mut self) -> Result<Hello, Failure> {
-        let expected = "a Hello as the first frame (seq 1, protocol 2, the minted channel id)";
+        let expected = "a Hello as the first frame (seq 1, protocol 2 or 3, the minted channel id)";
+        let expect = self.expect;
         let end = self.end_mut()?;
         let channel = end.channel_id().to_owned();
         match tokio::time::timeout(START_WITHIN, end.read_hello()).await {
-            Ok(Ok(hello)) => Ok(hello),
+            Ok(Ok(hello)) => match expect {
+                Some((version, why)) if hello.protocol != version => Err(Failure::new(
+                    format!("a Hello of protocol {version} ({})", why.text(version)),
+                    format!("a Hello of protocol {}", hello.protocol),
+                )),
+                _ => Ok(hello),
+            },
             Ok(Err(e)) => Err(Failure::new(
                 expected,
                 format!("{e} (channel id {channel})"),
@@ -260,10 +302,18 @@ impl Subject {
         }
     }
 
-    /// Hello, `welcome`, Ready, then events flow into [`Self::events`].
-    pub async fn handshake_with(&mut self, welcome: Welcome) -> Result<Hello, Failure> {
+    /// Hello, `welcome` (of the Hello's protocol version, as a supervisor
+    /// answers), Ready, then events flow into [`Self::events`].
+    pub async fn handshake_with(&mut self, mut welcome: Welcome) -> Result<Hello, Failure> {
         let hello = self.read_hello().await?;
+        self.protocol = hello.protocol;
+        welcome.protocol = hello.protocol;
+        let max_frame_bytes = welcome.limits.max_frame_bytes;
         self.welcome(welcome).await?;
+        // The child is held to the Welcome's limit, as by a supervisor.
+        self.end_mut()?
+            .reader()
+            .set_max_frame_bytes(max_frame_bytes);
         self.await_ready().await?;
         self.start_reading();
         Ok(hello)
@@ -315,6 +365,32 @@ impl Subject {
             payload: payload.into(),
         })
         .await
+    }
+
+    /// Fails unless the child speaks protocol 3 (for the scenarios of
+    /// version 3).
+    pub fn require_v3(&self) -> Result<(), Failure> {
+        if self.protocol >= 3 {
+            return Ok(());
+        }
+        Err(Failure::new(
+            format!(
+                "a child that speaks protocol 3 (a Hello of protocol 3 under {ENV_PROTOCOL}={OLDEST_PROTOCOL}, {ENV_PROTOCOL_MAX}={PROTOCOL_VERSION})"
+            ),
+            format!(
+                "a Hello of protocol {} (a child of version 2 fails every scenario of version 3; run the kit with --protocol 2 to test it as one)",
+                self.protocol
+            ),
+        ))
+    }
+
+    /// The event that ends an item in the version the child speaks.
+    pub fn done_word(&self) -> &'static str {
+        if self.protocol >= 3 {
+            "MailDone"
+        } else {
+            "MailAck"
+        }
     }
 
     /// The sequence number the next frame must carry.
@@ -391,6 +467,27 @@ impl Subject {
         self.end
             .as_mut()
             .ok_or_else(|| Failure::new("the handshake", "the kit already finished it"))
+    }
+}
+
+/// Why a child must speak one version.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Expected {
+    /// `--protocol` says it speaks only that one.
+    Flag,
+    /// It runs under a supervisor of version 2.
+    Version2Supervisor,
+}
+
+impl Expected {
+    /// The reason, as a failure names it.
+    fn text(self, version: u32) -> String {
+        match self {
+            Self::Flag => format!("the kit was told --protocol {version}"),
+            Self::Version2Supervisor => format!(
+                "{ENV_PROTOCOL}={OLDEST_PROTOCOL} without {ENV_PROTOCOL_MAX}: a supervisor of version 2"
+            ),
+        }
     }
 }
 

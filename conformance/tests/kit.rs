@@ -84,9 +84,119 @@ fn the_list_names_every_scenario_of_the_brief_once() {
         "eof",
         "oversize-frame",
         "undecodable-frame",
-    ] {
+    ]
+    .into_iter()
+    .chain(V3)
+    .chain(["handshake-v2-supervisor"])
+    {
         assert!(names.iter().any(|n| n == name), "{name} missing: {names:?}");
     }
+}
+
+/// The scenarios only a child that speaks protocol 3 passes.
+const V3: [&str; 8] = [
+    "handshake-v3",
+    "mail-started-and-done",
+    "result-too-large",
+    "cancel-mail-acknowledged",
+    "cancel-mail-not-supported",
+    "cancel-mail-unknown-item",
+    "cancel-mail-forged",
+    "redelivery-done-again",
+];
+
+#[test]
+fn with_protocol_2_the_list_leaves_out_the_scenarios_of_version_3() {
+    let all = scenarios();
+    let out = kit(&["--protocol", "2", "--list"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v2: Vec<String> = text(&out.stdout).lines().map(str::to_owned).collect();
+    let expected: Vec<String> = all
+        .iter()
+        .filter(|n| !V3.contains(&n.as_str()))
+        .cloned()
+        .collect();
+    assert_eq!(v2, expected);
+    assert!(v2.iter().any(|n| n == "handshake-v2-supervisor"), "{v2:?}");
+    let out = kit(&["--protocol", "4", "--list"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stdout));
+}
+
+/// The Rust child held to protocol 2 (`--protocol 2`, what stands in for
+/// a child deployed before version 3) passes the kit told so, under an
+/// environment that offers 3; and fails the scenarios of version 3, by
+/// name, when the kit is not told.
+#[test]
+fn the_rust_child_held_to_protocol_2_passes_as_a_child_of_version_2() {
+    let child = wfhost_child();
+    let child = child.to_str().expect("utf-8 path");
+    let out = kit(&[
+        "--protocol",
+        "2",
+        "--",
+        child,
+        "conformance",
+        "--protocol",
+        "2",
+    ]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+    let count = scenarios().len() - V3.len();
+    assert!(
+        stdout.ends_with(&format!("{count} passed, 0 failed\n")),
+        "{stdout}"
+    );
+
+    let out = kit(&[
+        "--only",
+        "handshake-v3",
+        "--only",
+        "mail-started-and-done",
+        "--only",
+        "handshake-v2-supervisor",
+        "--",
+        child,
+        "conformance",
+        "--protocol",
+        "2",
+    ]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    let lines: Vec<&str> = stdout.lines().filter(|l| !l.starts_with(' ')).collect();
+    assert!(
+        lines[0].starts_with("FAIL handshake-v3: expected a Hello of protocol 3")
+            && lines[0].ends_with("got a Hello of protocol 2"),
+        "{stdout}"
+    );
+    // In the kit's order, not --only's.
+    assert!(
+        lines[1].starts_with("PASS handshake-v2-supervisor ("),
+        "{stdout}"
+    );
+    assert!(
+        lines[2].starts_with("FAIL mail-started-and-done: expected a child that speaks protocol 3"),
+        "{stdout}"
+    );
+    assert_eq!(lines[3], "1 passed, 2 failed");
+
+    // A child of version 3 fails where the kit was told to expect 2.
+    let out = kit(&[
+        "--protocol",
+        "2",
+        "--only",
+        "handshake",
+        "--",
+        child,
+        "conformance",
+    ]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.starts_with(
+            "FAIL handshake: expected a Hello of protocol 2 (the kit was told --protocol 2), got a Hello of protocol 3"
+        ),
+        "{stdout}"
+    );
 }
 
 #[test]

@@ -4,21 +4,27 @@
 //! each item's JSON payload says, every item on a task of its own so a
 //! second item is taken while the first one's steps run:
 //!
+//! 0. the item is started as the payload says (`"cancellable": false`
+//!    declares a handler that cannot be cancelled; its run is `run`, default
+//!    `mail-<id>`): in protocol 3 the runtime sends `MailStarted`;
 //! 1. `Custom { kind: "conformance.took", bytes: {"id":"<id>","attempt":N} }`;
 //! 2. the payload's `custom` event, if any;
-//! 3. its `steps` in order, as steps of run `run` (default `mail-<id>`),
-//!    each waiting `ms` or until its token fires; after a cancelled step the
-//!    rest are not run;
-//! 4. `RunTerminal` and `MailAck` with one outcome: `Cancelled` if a step was
-//!    cancelled, else `Failed(fail)` with `fail`, else `Succeeded`; a payload
-//!    that is not such JSON is acknowledged `Failed("bad payload: …")`;
+//! 3. its `steps` in order, as steps of its run, each waiting `ms` or until
+//!    its token fires; after a cancelled step the rest are not run;
+//! 4. `RunTerminal` and the item's end with one outcome: `Cancelled` if a
+//!    step was cancelled or the item's own cancel fired, else `Failed(fail)`
+//!    with `fail`, else `Succeeded`; in protocol 3 `MailDone` with the
+//!    handler's result (`result_hex`, or `result_size` bytes of `r`, or
+//!    nothing), in protocol 2 `MailAck`; a payload that is not such JSON
+//!    ends `Failed("bad payload: …")`;
 //! 5. `RecycleRequest { reason: recycle }` with `recycle`.
 //!
 //! After a drain or a lease expiry the runtime hands out no more mail; the
 //! items in hand finish and the child stays connected until `Shutdown`
 //! (exit 0) or the end of the channel (exit 0). A broken channel (an
 //! oversized or undecodable frame, a Welcome of another protocol) is exit 1
-//! with one line on stderr.
+//! with one line on stderr. `--protocol 2` holds it to protocol 2 whatever
+//! the supervisor offers.
 
 use std::convert::Infallible;
 use std::time::Duration;
@@ -26,7 +32,9 @@ use std::time::Duration;
 use serde::Deserialize;
 use tokio::task::JoinSet;
 use tokio::time::sleep;
-use wfhost_child::{CloseReason, DrainBehavior, Mail, Outcome, Runtime, StepError};
+use wfhost_child::{
+    CloseReason, DrainBehavior, Mail, Options, Outcome, Runtime, RuntimeError, Start, StepError,
+};
 
 /// The `Custom` kind that reports each item taken.
 const TOOK: &str = "conformance.took";
@@ -44,6 +52,9 @@ struct Plan {
     fail: Option<String>,
     recycle: Option<String>,
     custom: Option<CustomPlan>,
+    result_hex: Option<String>,
+    result_size: Option<usize>,
+    cancellable: Option<bool>,
 }
 
 /// One step: its name, drain behaviour and duration.
@@ -82,10 +93,15 @@ struct CustomPlan {
     hex: String,
 }
 
-/// A parsed payload: the plan, with the custom event's bytes decoded.
+/// The most `result_size` may ask for: more than any frame holds.
+const MAX_RESULT_SIZE: usize = 128 << 20;
+
+/// A parsed payload: the plan, with the custom event's and the result's
+/// bytes decoded.
 struct Item {
     plan: Plan,
     custom: Option<(String, Vec<u8>)>,
+    result: Vec<u8>,
 }
 
 /// Reads a payload, or says why it is not one.
@@ -98,12 +114,40 @@ fn parse(payload: &[u8]) -> Result<Item, String> {
         }
         None => None,
     };
-    Ok(Item { plan, custom })
+    let result = match (plan.result_hex.take(), plan.result_size) {
+        (Some(text), _) => hex::decode(&text).map_err(|e| format!("result_hex {text:?}: {e}"))?,
+        (None, Some(size)) if size > MAX_RESULT_SIZE => {
+            return Err(format!("result_size {size} is above {MAX_RESULT_SIZE}"));
+        }
+        (None, Some(size)) => vec![b'r'; size],
+        (None, None) => Vec::new(),
+    };
+    Ok(Item {
+        plan,
+        custom,
+        result,
+    })
 }
 
-/// Runs `wfhost-child conformance` and returns the exit code.
-pub async fn run() -> u8 {
-    let rt = match Runtime::connect().await {
+/// How an item is started: its run and whether it can be cancelled, as
+/// its payload says (a payload that does not parse: the defaults; it ends
+/// `Failed` at once).
+fn start_of(mail: &Mail) -> Start {
+    let Ok(plan) = serde_json::from_slice::<Plan>(mail.payload()) else {
+        return Start::new();
+    };
+    let start = Start::new().cancellable(plan.cancellable.unwrap_or(true));
+    match plan.run {
+        Some(run) => start.run(run),
+        None => start,
+    }
+}
+
+/// Runs `wfhost-child conformance`, speaking at most protocol `newest`,
+/// and returns the exit code.
+pub async fn run(newest: u32) -> u8 {
+    let options = Options::default().speaking_at_most(newest);
+    let rt = match Runtime::connect_as(options).await {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("wfhost-child conformance: cannot connect to the supervisor: {e}");
@@ -117,7 +161,7 @@ pub async fn run() -> u8 {
     // Kept until exit: dropping the set would abort the items in hand.
     let mut items = JoinSet::new();
     let mut inbox = rt.mail();
-    while let Some(mail) = inbox.next().await {
+    while let Some(mail) = inbox.next_with(start_of).await {
         items.spawn(process(rt.clone(), mail));
         while items.try_join_next().is_some() {}
     }
@@ -135,13 +179,17 @@ pub async fn run() -> u8 {
     }
 }
 
-/// Does what one item's payload says, then acknowledges it.
+/// Does what one item's payload says, then ends it.
 async fn process(rt: Runtime, mail: Mail) {
     let id = mail.id();
     let took = format!(r#"{{"id":"{id}","attempt":{}}}"#, mail.attempt());
     // A failed send is the runtime's closure, which `run` sees.
     let _ = rt.custom(TOOK, took.into_bytes()).await;
-    let Item { plan, custom } = match parse(mail.payload()) {
+    let Item {
+        plan,
+        custom,
+        result,
+    } = match parse(mail.payload()) {
         Ok(item) => item,
         Err(reason) => {
             let _ = mail
@@ -153,21 +201,25 @@ async fn process(rt: Runtime, mail: Mail) {
     if let Some((kind, bytes)) = custom {
         let _ = rt.custom(&kind, bytes).await;
     }
-    let run = plan.run.unwrap_or_else(|| format!("mail-{id}"));
+    let run = mail.run().to_owned();
     let mut cancelled = false;
     for step in &plan.steps {
-        if !run_step(&rt, &run, step).await {
+        if mail.token().is_cancelled() || !run_step(&rt, &run, step).await {
             cancelled = true;
             break;
         }
     }
-    let outcome = match (cancelled, plan.fail) {
+    let outcome = match (cancelled || mail.token().is_cancelled(), plan.fail) {
         (true, _) => Outcome::Cancelled,
         (false, Some(reason)) => Outcome::Failed(reason),
         (false, None) => Outcome::Succeeded,
     };
     let _ = rt.run_terminal(&run, outcome.clone()).await;
-    let _ = mail.ack(outcome).await;
+    match mail.done(outcome, result).await {
+        Ok(()) | Err(RuntimeError::Closed(_)) => {}
+        // Told to the application: reported Failed instead.
+        Err(e) => eprintln!("wfhost-child conformance: mail {id}: {e}"),
+    }
     if let Some(reason) = plan.recycle {
         let _ = rt.request_recycle(&reason).await;
     }
@@ -216,6 +268,12 @@ mod tests {
         assert!(matches!(item.plan.steps[0].drain, Drain::Cancel));
         assert!(item.plan.steps[1].ignore_cancel);
         assert_eq!(item.custom, Some(("progress".into(), vec![1, 2])));
+        assert!(item.result.is_empty());
+        let item =
+            parse(br#"{"result_hex":"00ff800a","result_size":3,"cancellable":false}"#).unwrap();
+        assert_eq!(item.result, [0x00, 0xff, 0x80, 0x0a], "result_hex wins");
+        assert_eq!(item.plan.cancellable, Some(false));
+        assert_eq!(parse(br#"{"result_size":3}"#).unwrap().result, b"rrr");
     }
 
     #[test]
@@ -229,6 +287,9 @@ mod tests {
                 "unknown variant",
             ),
             (br#"{"custom":{"kind":"k","hex":"zz"}}"#, "custom.hex"),
+            (br#"{"result_hex":"0"}"#, "result_hex"),
+            (br#"{"result_size":999999999999}"#, "result_size"),
+            (br#"{"cancellable":"no"}"#, "expected a boolean"),
             (b"\xff", "expected"),
         ] {
             let err = parse(payload).err().expect("refused");

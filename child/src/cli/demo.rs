@@ -23,6 +23,10 @@
 //! | drain (a cancel-behaviour step stopped, or not started) | `Cancelled` | none: the work was lost, not refused, so the mail goes back to the inbox and the next child runs it again |
 //! | `Shutdown` or the supervisor gone | `Cancelled` (if it can still be sent) | none, for the same reason |
 //!
+//! In protocol 3 each item starts with `MailStarted` (cancellable) and ends
+//! with `MailDone` (empty result) in place of `MailAck`; a verified cancel
+//! of the item (`CancelMail`) ends it like a signed cancel of its run.
+//!
 //! After every `--recycle-every N` acknowledged items (0: never) the child
 //! sends one `RecycleRequest` ("processed N items"), unless it is draining.
 //!

@@ -10,7 +10,9 @@
 //! | `Shutdown` | SIGTERM to its process group |
 //! | SIGTERM / SIGINT to wfhost-child | forwarded to its process group |
 //! | control channel EOF | SIGTERM, SIGKILL 5 s later |
-//! | `Mail` | acknowledged `Failed` at once: a plain command takes no mail (during a drain it is not taken at all: the next child gets it) |
+//! | `Mail` | acknowledged `Failed` at once (`MailAck`; in protocol 3 `MailDone` with no result, never started): a plain command takes no mail (during a drain it is not taken at all: the next child gets it) |
+//! | `CancelMail` (protocol 3) | `MailCancelVerdict` `Refused`: exec holds no mail |
+//! | `Answer` (protocol 3) | logged and ignored |
 //!
 //! When the command exits: whatever it left behind outside its process
 //! group (adopted by wfhost-child, a child subreaper) is killed, then
@@ -46,7 +48,7 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 use wfhost_child::{CancelCause, ChildEnv, ConnectError, Options};
-use wfhost_ipc::{Control, Event, Outcome, SignedCancel};
+use wfhost_ipc::{CancelVerdict, Control, Event, Outcome, SignedCancel, SignedMailCancel};
 
 use super::ExecArgs;
 use super::command::{
@@ -340,10 +342,7 @@ impl Shim {
                                 "wfhost-child: mail {id} redelivered after its ack; acknowledging again"
                             );
                         }
-                        out.push(Event::MailAck {
-                            id,
-                            outcome: Outcome::Failed(NO_MAIL.to_owned()),
-                        });
+                        out.push(self.no_mail(id));
                     }
                     MailDecision::Declined => eprintln!(
                         "wfhost-child: mail {id} arrived after Drain, a lease expiry or Shutdown; not taken, left for redelivery to the next child"
@@ -369,6 +368,24 @@ impl Shim {
                     self.ledger.close(CancelCause::Disconnected);
                     break;
                 }
+                // A child of protocol 2 cannot decode these: a broken frame.
+                ref v3 @ (Control::CancelMail(_) | Control::Answer { .. })
+                    if self.env.protocol < v3.since() =>
+                {
+                    eprintln!(
+                        "wfhost-child: protocol violation: {} is a protocol-{} message, and this child speaks protocol {}; closing",
+                        v3.name(),
+                        v3.since(),
+                        self.env.protocol
+                    );
+                    self.open = false;
+                    self.ledger.close(CancelCause::Disconnected);
+                    break;
+                }
+                Control::CancelMail(cancel) => out.push(self.cancel_mail(&cancel)),
+                Control::Answer { id, key, .. } => eprintln!(
+                    "wfhost-child: answer to question {key:?} of mail {id} ignored: a plain command asks none"
+                ),
             }
         }
         self.post(&out);
@@ -400,6 +417,47 @@ impl Shim {
                 );
                 Vec::new()
             }
+        }
+    }
+
+    /// The end of mail item `id`, which a plain command never takes:
+    /// `Failed` at once, never started (`MailDone` with no result in
+    /// protocol 3, `MailAck` in protocol 2).
+    fn no_mail(&self, id: u64) -> Event {
+        let outcome = Outcome::Failed(NO_MAIL.to_owned());
+        if self.env.protocol >= 3 {
+            Event::MailDone {
+                id,
+                outcome,
+                result: Vec::new(),
+            }
+        } else {
+            Event::MailAck { id, outcome }
+        }
+    }
+
+    /// Protocol 3: a cancel of one mail item, which exec never holds: the
+    /// verdict is the refusal of the first check it fails (the signature,
+    /// the deployment, or the item it does not hold).
+    fn cancel_mail(&self, cancel: &SignedMailCancel) -> Event {
+        let record = &cancel.record;
+        let refused =
+            match cancel.verify_for(&self.env.supervisor_key, &self.env.deployment, |_| false) {
+                Err(refused) => refused.to_string(),
+                Ok(()) => format!(
+                    "cancel is for mail item {}, which this child does not hold",
+                    record.id
+                ),
+            };
+        eprintln!(
+            "wfhost-child: refused cancel of mail {} for deployment {:?} (origin {}): {refused}",
+            record.id,
+            record.deployment,
+            record.origin.as_str()
+        );
+        Event::MailCancelVerdict {
+            id: record.id,
+            verdict: CancelVerdict::Refused(refused),
         }
     }
 

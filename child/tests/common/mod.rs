@@ -18,7 +18,8 @@ use tokio::net::UnixStream;
 use tokio::process::{Child, Command};
 use tokio::task::JoinHandle;
 use wfhost_ipc::handshake::{
-    ENV_CHANNEL_ID, ENV_CONTROL_FD, ENV_DEPLOYMENT, ENV_PROTOCOL, ENV_SUPERVISOR_KEY,
+    ENV_CHANNEL_ID, ENV_CONTROL_FD, ENV_DEPLOYMENT, ENV_PROTOCOL, ENV_PROTOCOL_MAX,
+    ENV_SUPERVISOR_KEY,
 };
 use wfhost_ipc::{
     CancelOrigin, CancelRequested, Control, DEFAULT_MAX_FRAME_BYTES, DrainBehavior, Event,
@@ -30,10 +31,16 @@ pub const WAIT: Duration = Duration::from_secs(10);
 /// The deployment every test child serves.
 pub const DEPLOYMENT: &str = "billing";
 
-/// A Welcome for `deployment` with the given frame and mail limits.
-pub fn welcome(deployment: &str, max_frame_bytes: u32, max_mail_bytes: u32) -> Control {
+/// A Welcome of `protocol` for `deployment` with the given frame and mail
+/// limits.
+pub fn welcome(
+    protocol: u32,
+    deployment: &str,
+    max_frame_bytes: u32,
+    max_mail_bytes: u32,
+) -> Control {
     Control::Welcome(Welcome {
-        protocol: wfhost_ipc::PROTOCOL_VERSION,
+        protocol,
         deployment: deployment.into(),
         grants_snapshot: Grants::default(),
         limits: Limits {
@@ -102,10 +109,15 @@ impl Channel {
 
     /// Expects the child's Hello on `channel`; returns the pid it gives.
     pub async fn expect_hello(&mut self, channel: &str) -> u32 {
+        self.expect_hello_of(channel).await.pid
+    }
+
+    /// Expects the child's Hello on `channel` and returns it.
+    pub async fn expect_hello_of(&mut self, channel: &str) -> wfhost_ipc::Hello {
         match self.next().await {
             Event::Hello(hello) => {
                 hello.check(channel).unwrap();
-                hello.pid
+                hello
             }
             other => panic!("expected Hello, got {other:?}"),
         }
@@ -246,8 +258,20 @@ fn collect(mut pipe: impl AsyncRead + Unpin + Send + 'static) -> JoinHandle<Stri
 }
 
 /// Spawns `wfhost-child ARGS` with the control channel at fd 3 and the
-/// `WFHOST_*` environment, checks its Hello and answers Welcome.
+/// `WFHOST_*` environment of a supervisor of version 2, checks its Hello
+/// (of protocol 2) and answers Welcome.
 pub async fn start(args: &[&str]) -> Supervised {
+    start_under(args, None).await
+}
+
+/// [`start`] under a supervisor of version 3 (`WFHOST_PROTOCOL_MAX=3`):
+/// the child speaks the version of its Hello, which is answered.
+pub async fn start_v3(args: &[&str]) -> Supervised {
+    start_under(args, Some(wfhost_ipc::PROTOCOL_VERSION)).await
+}
+
+/// [`start`] with `WFHOST_PROTOCOL_MAX=max` (none when `None`).
+pub async fn start_under(args: &[&str], max: Option<u32>) -> Supervised {
     let (ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
     let key = key::generate().unwrap();
     let channel = wfhost_ipc::new_channel_id().unwrap();
@@ -259,13 +283,16 @@ pub async fn start(args: &[&str]) -> Supervised {
         .env("PATH", std::env::var("PATH").unwrap_or_default())
         .env(ENV_CONTROL_FD, "3")
         .env(ENV_CHANNEL_ID, &channel)
-        .env(ENV_PROTOCOL, wfhost_ipc::PROTOCOL_VERSION.to_string())
+        .env(ENV_PROTOCOL, wfhost_ipc::OLDEST_PROTOCOL.to_string())
         .env(ENV_DEPLOYMENT, DEPLOYMENT)
         .env(ENV_SUPERVISOR_KEY, key::public_hex(&key.verifying_key()))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);
+    if let Some(max) = max {
+        cmd.env(ENV_PROTOCOL_MAX, max.to_string());
+    }
     // SAFETY: only dup2 and fcntl between fork and exec.
     unsafe {
         cmd.pre_exec(move || {
@@ -293,9 +320,16 @@ pub async fn start(args: &[&str]) -> Supervised {
         stdout: Some(stdout),
         stderr: Some(stderr),
     };
-    assert_eq!(s.expect_hello(&channel).await, pid);
-    s.send(welcome(DEPLOYMENT, DEFAULT_MAX_FRAME_BYTES, 256 << 10))
-        .await;
+    let hello = s.expect_hello_of(&channel).await;
+    assert_eq!(hello.pid, pid);
+    assert_eq!(hello.protocol, max.unwrap_or(wfhost_ipc::OLDEST_PROTOCOL));
+    s.send(welcome(
+        hello.protocol,
+        DEPLOYMENT,
+        DEFAULT_MAX_FRAME_BYTES,
+        256 << 10,
+    ))
+    .await;
     s
 }
 

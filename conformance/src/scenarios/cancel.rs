@@ -17,7 +17,7 @@ const GUARDED_MS: u64 = 1500;
 
 /// Waits for the event `wanted` matches and fails unless it carries
 /// `outcome`.
-async fn expect_outcome(
+pub(super) async fn expect_outcome(
     s: &mut Subject,
     what: &str,
     within: Duration,
@@ -34,7 +34,7 @@ async fn expect_outcome(
 
 /// Expects the whole end of an item's run: its step, its run and its mail,
 /// all with `outcome`.
-async fn expect_item_end(
+pub(super) async fn expect_item_end(
     s: &mut Subject,
     id: u64,
     run: &str,
@@ -58,14 +58,8 @@ async fn expect_item_end(
         outcome,
     )
     .await?;
-    expect_outcome(
-        s,
-        &format!("MailAck({id})"),
-        EVENT_WITHIN,
-        acked(id),
-        outcome,
-    )
-    .await
+    let done = format!("{}({id})", s.done_word());
+    expect_outcome(s, &done, EVENT_WITHIN, acked(id), outcome).await
 }
 
 /// A valid signed cancel of the run in flight cancels it (its step, then

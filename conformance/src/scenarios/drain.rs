@@ -9,7 +9,7 @@ use tokio::time::Instant;
 use wfhost_ipc::{Control, DrainBehavior, Event, Outcome};
 
 use super::{EVENT_WITHIN, QUIET_FOR, one_step, payload};
-use crate::events::{Seen, acked, describe, finished, outcome_of, started, took};
+use crate::events::{Seen, acked, describe, finished, mail_started, outcome_of, started, took};
 use crate::failure::{Failure, ensure};
 use crate::subject::{Launcher, Subject};
 
@@ -43,6 +43,11 @@ fn with_outcome(seen: &Seen, outcome: &Outcome) -> Result<(), Failure> {
         Event::MailAck { id, .. } => Event::MailAck {
             id: *id,
             outcome: outcome.clone(),
+        },
+        Event::MailDone { id, result, .. } => Event::MailDone {
+            id: *id,
+            outcome: outcome.clone(),
+            result: result.clone(),
         },
         other => other.clone(),
     });
@@ -122,14 +127,15 @@ pub async fn drain(s: &mut Subject, l: &Launcher) -> Result<(), Failure> {
         format!("the wait step to run its {WAIT_STEP_MS} ms despite the Drain"),
         || format!("it finished after {} ms", ran.as_millis()),
     )?;
+    let done = s.done_word();
     let ack_c = s
         .events
-        .wait_for("MailAck(1)", EVENT_WITHIN, acked(1))
+        .wait_for(&format!("{done}(1)"), EVENT_WITHIN, acked(1))
         .await?;
     with_outcome(&ack_c, &Outcome::Cancelled)?;
     let ack_w = s
         .events
-        .wait_for("MailAck(2)", EVENT_WITHIN, acked(2))
+        .wait_for(&format!("{done}(2)"), EVENT_WITHIN, acked(2))
         .await?;
     with_outcome(&ack_w, &Outcome::Succeeded)?;
     s.events
@@ -149,7 +155,7 @@ pub async fn drain(s: &mut Subject, l: &Launcher) -> Result<(), Failure> {
     .flatten();
     ensure(
         drained > last_needed,
-        "Drained only after StepFinished(drain-w/approve), MailAck(1) and MailAck(2)",
+        format!("Drained only after StepFinished(drain-w/approve), {done}(1) and {done}(2)"),
         || s.events.summary(),
     )?;
     ensure(
@@ -158,8 +164,12 @@ pub async fn drain(s: &mut Subject, l: &Launcher) -> Result<(), Failure> {
         || s.events.summary(),
     )?;
     ensure(
-        s.events.count(took(3)) == 0 && s.events.count(acked(3)) == 0,
-        "mail 3, sent after the Drain, not taken (no conformance.took, no MailAck)",
+        s.events.count(took(3)) == 0
+            && s.events.count(acked(3)) == 0
+            && s.events.count(mail_started(3)) == 0,
+        format!(
+            "mail 3, sent after the Drain, not taken (no MailStarted, no conformance.took, no {done})"
+        ),
         || s.events.summary(),
     )
 }
@@ -219,8 +229,13 @@ pub async fn lease_expiry(s: &mut Subject, l: &Launcher) -> Result<(), Failure> 
     s.mail(2, 1, payload(json!({"run": "after-lease"}))).await?;
     s.events.settle(QUIET_FOR).await;
     ensure(
-        s.events.count(took(2)) == 0 && s.events.count(acked(2)) == 0,
-        "mail 2, sent after the lease ran out, not taken (no conformance.took, no MailAck)",
+        s.events.count(took(2)) == 0
+            && s.events.count(acked(2)) == 0
+            && s.events.count(mail_started(2)) == 0,
+        format!(
+            "mail 2, sent after the lease ran out, not taken (no MailStarted, no conformance.took, no {})",
+            s.done_word()
+        ),
         || s.events.summary(),
     )
 }

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use wfhost_ipc::PROTOCOL_VERSION;
+use wfhost_ipc::OLDEST_PROTOCOL;
 use wfhost_ipc::handshake::MAX_IMPLEMENTATION_BYTES;
 
 use super::refuses;
@@ -12,9 +12,10 @@ use crate::subject::{Launcher, Subject};
 /// How long a child that refused a Welcome may take to exit.
 const EXIT_WITHIN: Duration = Duration::from_secs(5);
 
-/// Hello is the first frame (seq 1) with protocol 2, the minted channel id
-/// (both checked by the supervisor end), the child's real pid, `takes_mail`
-/// and an implementation of 1–128 bytes; Ready follows the Welcome.
+/// Hello is the first frame (seq 1) with protocol 2 or 3 (the one
+/// `--protocol` names, if it does), the minted channel id (both checked by
+/// the supervisor end), the child's real pid, `takes_mail` and an
+/// implementation of 1–128 bytes; Ready follows a Welcome of its version.
 pub async fn handshake(s: &mut Subject, l: &Launcher) -> Result<(), Failure> {
     let hello = s.read_hello().await?;
     ensure(
@@ -38,31 +39,33 @@ pub async fn handshake(s: &mut Subject, l: &Launcher) -> Result<(), Failure> {
         format!("an implementation of 1–{MAX_IMPLEMENTATION_BYTES} bytes in the Hello"),
         || format!("{len} bytes ({:?})", hello.implementation),
     )?;
-    s.welcome(l.welcome()).await?;
+    let mut welcome = l.welcome();
+    welcome.protocol = hello.protocol;
+    s.welcome(welcome).await?;
     s.await_ready().await
 }
 
-/// A Welcome of another protocol makes the child exit non-zero, with a
-/// message on stderr, without sending Ready.
+/// A Welcome of another protocol than the Hello's makes the child exit
+/// non-zero, with a message on stderr, without sending Ready. The other
+/// version is one the child may well speak too (2 for a Hello of 3, 3 for a
+/// Hello of 2): the Welcome must be of the Hello's version exactly.
 pub async fn wrong_version_welcome(s: &mut Subject, l: &Launcher) -> Result<(), Failure> {
-    s.read_hello().await?;
+    let hello = s.read_hello().await?;
+    let other = if hello.protocol > OLDEST_PROTOCOL {
+        hello.protocol - 1
+    } else {
+        hello.protocol + 1
+    };
     let mut welcome = l.welcome();
-    welcome.protocol = PROTOCOL_VERSION + 1;
+    welcome.protocol = other;
     s.welcome(welcome).await?;
+    let what = format!(
+        "a Welcome of protocol {other} (the Hello said {})",
+        hello.protocol
+    );
     // `await_ready` fails on whatever is not Ready, or on the end.
     if let Ok(Ok(())) = tokio::time::timeout(EXIT_WITHIN, s.await_ready()).await {
-        return Err(Failure::new(
-            format!(
-                "no Ready after a Welcome of protocol {}",
-                PROTOCOL_VERSION + 1
-            ),
-            "Ready",
-        ));
+        return Err(Failure::new(format!("no Ready after {what}"), "Ready"));
     }
-    refuses(
-        s,
-        &format!("a Welcome of protocol {}", PROTOCOL_VERSION + 1),
-        EXIT_WITHIN,
-    )
-    .await
+    refuses(s, &what, EXIT_WITHIN).await
 }

@@ -9,9 +9,10 @@ use crate::failure::{Failure, ensure};
 use crate::subject::{Launcher, Subject};
 
 /// A succeeding item gives StepStarted, StepFinished(Succeeded),
-/// RunTerminal(Succeeded), MailAck(Succeeded), each once and in that order;
-/// an item with `fail` is acknowledged `Failed(reason)`; a payload that is
-/// not JSON is acknowledged `Failed`.
+/// RunTerminal(Succeeded), MailAck(Succeeded), each once and in that order
+/// (in protocol 3: MailStarted first, and MailDone with an empty result in
+/// place of MailAck); an item with `fail` is acknowledged
+/// `Failed(reason)`; a payload that is not JSON is acknowledged `Failed`.
 pub async fn acked_once(s: &mut Subject, l: &Launcher) -> Result<(), Failure> {
     s.handshake_with(l.welcome()).await?;
     s.mail(1, 1, one_step("ok-1", "work", DrainBehavior::Cancel, 50))
@@ -19,9 +20,10 @@ pub async fn acked_once(s: &mut Subject, l: &Launcher) -> Result<(), Failure> {
     s.mail(2, 1, payload(json!({"run": "fail-2", "fail": "it broke"})))
         .await?;
     s.mail(3, 1, &b"this is not JSON {"[..]).await?;
+    let done = s.done_word();
     for id in 1..=3 {
         s.events
-            .wait_for(&format!("MailAck({id})"), EVENT_WITHIN, acked(id))
+            .wait_for(&format!("{done}({id})"), EVENT_WITHIN, acked(id))
             .await?;
     }
     s.events.settle(QUIET_FOR).await;
@@ -35,12 +37,22 @@ pub async fn acked_once(s: &mut Subject, l: &Launcher) -> Result<(), Failure> {
             Event::StepStarted { run, .. }
             | Event::StepFinished { run, .. }
             | Event::RunTerminal { run, .. } => run == "ok-1",
-            Event::MailAck { id, .. } => *id == 1,
+            Event::MailAck { id, .. }
+            | Event::MailDone { id, .. }
+            | Event::MailStarted { id, .. } => *id == 1,
             _ => false,
         })
         .cloned()
         .collect();
-    let expected = vec![
+    let v3 = s.protocol >= 3;
+    let mut expected = Vec::new();
+    if v3 {
+        expected.push(Event::MailStarted {
+            id: 1,
+            cancellable: true,
+        });
+    }
+    expected.extend([
         Event::StepStarted {
             run: "ok-1".into(),
             step: "work".into(),
@@ -55,11 +67,19 @@ pub async fn acked_once(s: &mut Subject, l: &Launcher) -> Result<(), Failure> {
             run: "ok-1".into(),
             outcome: Outcome::Succeeded,
         },
+    ]);
+    expected.push(if v3 {
+        Event::MailDone {
+            id: 1,
+            outcome: Outcome::Succeeded,
+            result: Vec::new(),
+        }
+    } else {
         Event::MailAck {
             id: 1,
             outcome: Outcome::Succeeded,
-        },
-    ];
+        }
+    });
     ensure(
         of_item_1 == expected,
         format!(
@@ -101,10 +121,14 @@ fn only_ack(
         .filter(|e| acked(id)(e))
         .collect();
     let ok = acks.len() == 1 && outcome_of(acks[0]).is_some_and(&fits);
-    ensure(ok, format!("one MailAck({id}, {expected})"), || {
-        let got: Vec<String> = acks.iter().map(|e| describe(e)).collect();
-        format!("[{}]", got.join(", "))
-    })
+    ensure(
+        ok,
+        format!("one {}({id}, {expected})", s.done_word()),
+        || {
+            let got: Vec<String> = acks.iter().map(|e| describe(e)).collect();
+            format!("[{}]", got.join(", "))
+        },
+    )
 }
 
 /// The same id delivered again after its ack is acknowledged again but not
@@ -113,13 +137,14 @@ pub async fn redelivery_processed_once(s: &mut Subject, l: &Launcher) -> Result<
     s.handshake_with(l.welcome()).await?;
     let item = one_step("once", "work", DrainBehavior::Cancel, 20);
     s.mail(7, 1, item.clone()).await?;
+    let done = s.done_word();
     let first = s
         .events
-        .wait_for("MailAck(7)", EVENT_WITHIN, acked(7))
+        .wait_for(&format!("{done}(7)"), EVENT_WITHIN, acked(7))
         .await?;
     ensure(
         outcome_of(&first.event) == Some(&Outcome::Succeeded),
-        "MailAck(7, Succeeded)",
+        format!("{done}(7, Succeeded)"),
         || describe(&first.event),
     )?;
     let after_first = s.events.seen().len();
@@ -127,7 +152,7 @@ pub async fn redelivery_processed_once(s: &mut Subject, l: &Launcher) -> Result<
     s.events
         .wait_from(
             after_first,
-            "a second MailAck(7) for the redelivery",
+            &format!("a second {done}(7) for the redelivery"),
             EVENT_WITHIN,
             acked(7),
         )
@@ -164,8 +189,9 @@ pub async fn attempt_visible(s: &mut Subject, l: &Launcher) -> Result<(), Failur
         "conformance.took of {\"id\":\"9\",\"attempt\":3}",
         || describe(&seen.event),
     )?;
+    let done = format!("{}(9)", s.done_word());
     s.events
-        .wait_for("MailAck(9)", EVENT_WITHIN, acked(9))
+        .wait_for(&done, EVENT_WITHIN, acked(9))
         .await
         .map(|_| ())
 }

@@ -343,7 +343,13 @@ async fn well_behaved(ready_after: Duration, after_ready: Vec<Event>) -> Result<
             }
             Ok(Some(Control::Drain { .. })) => send(&mut writer, Event::Drained).await?,
             Ok(Some(Control::Shutdown)) | Ok(None) => return Ok(()),
-            Ok(Some(Control::Cancel(_) | Control::Welcome(_) | Control::Lease { .. })) => {}
+            Ok(Some(
+                Control::Cancel(_)
+                | Control::Welcome(_)
+                | Control::Lease { .. }
+                | Control::CancelMail(_)
+                | Control::Answer { .. },
+            )) => {}
             Err(e) => return Err(format!("control channel: {e}")),
         }
     }
@@ -410,7 +416,13 @@ async fn worker() -> Result<(), Failure> {
                     }
                 }
                 Ok(Some(Control::Shutdown)) | Ok(None) => return Ok(()),
-                Ok(Some(Control::Cancel(_) | Control::Welcome(_) | Control::Lease { .. })) => {}
+                Ok(Some(
+                Control::Cancel(_)
+                | Control::Welcome(_)
+                | Control::Lease { .. }
+                | Control::CancelMail(_)
+                | Control::Answer { .. },
+            )) => {}
                 Err(e) => return Err(format!("control channel: {e}")),
             },
         }
@@ -454,7 +466,13 @@ async fn poison() -> Result<(), Failure> {
             }
             Ok(Some(Control::Drain { .. })) => send(&mut writer, Event::Drained).await?,
             Ok(Some(Control::Shutdown)) | Ok(None) => return Ok(()),
-            Ok(Some(Control::Cancel(_) | Control::Welcome(_) | Control::Lease { .. })) => {}
+            Ok(Some(
+                Control::Cancel(_)
+                | Control::Welcome(_)
+                | Control::Lease { .. }
+                | Control::CancelMail(_)
+                | Control::Answer { .. },
+            )) => {}
             Err(e) => return Err(format!("control channel: {e}")),
         }
     }

@@ -10,8 +10,8 @@ use std::os::unix::net::UnixStream;
 use bytes::BytesMut;
 use wfhost_child::{ChildEnv, ConnectError};
 use wfhost_ipc::{
-    Control, Event, Frame, FrameDecoder, HandshakeError, Hello, MAX_FRAME_LIMIT, PROTOCOL_VERSION,
-    SeqTracker, TransportError, Welcome, encode_frame,
+    Control, Event, Frame, FrameDecoder, HandshakeError, Hello, MAX_FRAME_LIMIT, SeqTracker,
+    TransportError, Welcome, encode_frame,
 };
 
 /// Bytes asked of the socket per read: a Ping is 3, a Cancel about 130.
@@ -97,7 +97,7 @@ impl Wire {
             .map_err(|e| ConnectError::Handshake(HandshakeError::Transport(e)))
     }
 
-    /// Waits for the `Welcome`: of this protocol version, for
+    /// Waits for the `Welcome`: of the Hello's protocol version, for
     /// `env.deployment`; from then on frames both ways are held to its
     /// `max_frame_bytes`.
     pub fn welcome(&mut self, env: &ChildEnv) -> Result<Welcome, ConnectError> {
@@ -132,9 +132,10 @@ impl Wire {
                 }));
             }
         };
-        if welcome.protocol != PROTOCOL_VERSION {
+        if welcome.protocol != env.protocol {
             return Err(handshake(HandshakeError::SupervisorProtocol {
                 got: welcome.protocol,
+                asked: env.protocol,
             }));
         }
         if welcome.deployment != env.deployment {

@@ -164,6 +164,16 @@ class Peer:
         signature = self.key.sign(cancel.signing_bytes(record))
         return m.Cancel(cancel.SignedCancel(record, self.key_id, signature))
 
+    def mail_cancel(
+        self, mail_id: int, reason: str = "test", origin: str = "operator"
+    ) -> m.CancelMail:
+        """A cancel of one mail item (protocol 3), signed with this peer's key."""
+        record = cancel.MailCancelRequested(
+            origin, self.deployment, mail_id, reason, int(time.time() * 1000)
+        )
+        signature = self.key.sign(cancel.mail_signing_bytes(record))
+        return m.CancelMail(cancel.SignedMailCancel(record, self.key_id, signature))
+
     def finish(self, timeout: float = 10.0) -> tuple[int, str, str]:
         """Closes the channel and waits for the child: (code, stdout, stderr)."""
         try:

@@ -9,6 +9,7 @@ import json
 import socket
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -128,7 +129,8 @@ def test_an_unreachable_supervisor_is_code_3_and_says_what_to_check():
 class FakeSupervisor:
     """A control socket in a thread that reads one request (and a send's
     payload) per connection and answers the next of ``answers``: a dict is
-    written as the answer, None hangs up without one."""
+    written as the answer, None hangs up without one, a pair (seconds,
+    dict) is written after that pause."""
 
     def __init__(self, answers: list) -> None:
         self.dir = tempfile.TemporaryDirectory(dir="/tmp")
@@ -147,8 +149,11 @@ class FakeSupervisor:
             with conn:
                 n = int.from_bytes(conn.recv(4, socket.MSG_WAITALL), "big")
                 request = json.loads(conn.recv(n, socket.MSG_WAITALL))
-                payload = conn.recv(request["payload_bytes"], socket.MSG_WAITALL)
+                payload = conn.recv(request.get("payload_bytes", 0), socket.MSG_WAITALL)
                 self.seen.append((request, payload))
+                if isinstance(answer, tuple):
+                    pause, answer = answer
+                    time.sleep(pause)
                 if answer is not None:
                     data = json.dumps(answer).encode()
                     conn.sendall(len(data).to_bytes(4, "big") + data)
@@ -267,3 +272,164 @@ def test_a_plain_refusal_is_not_repeated():
         fake.close()
     assert len(fake.seen) == 1
     assert e.value.outcome_unknown is False and str(e.value) == refusal["error"]
+
+
+# --- mail-result and call ------------------------------------------------------
+
+
+def result(ended: bool = True, **kw) -> dict:
+    data = {
+        "id": 17,
+        "deployment": "orders",
+        "ended": ended,
+        "state": "done" if ended else "processing",
+        "outcome": "succeeded" if ended else None,
+        "reason": None,
+        "result": "AP+ACg==" if ended else None,
+        "result_bytes": 4 if ended else None,
+    }
+    data.update(kw)
+    return {"ok": True, "data": data}
+
+
+def test_mail_result_asks_with_its_wait_and_decodes_the_result():
+    fake = FakeSupervisor([result(), result()])
+    try:
+        client = wfhost.Client(socket=fake.path)
+        got = client.mail_result(17, wait=30)
+        now = client.mail_result(17)
+    finally:
+        fake.close()
+    assert got == wfhost.MailResult(
+        17, "orders", True, "done", "succeeded", None, bytes.fromhex("00ff800a"), 4
+    )
+    assert got.new is None and now == got
+    (first, body), (second, _) = fake.seen
+    assert first == {"v": 2, "cmd": "mail-result", "id": 17, "wait_ms": 30000} and body == b""
+    assert second == {"v": 2, "cmd": "mail-result", "id": 17}, "no wait: answered at once"
+
+
+def test_mail_result_of_an_item_not_ended_and_of_a_failed_one():
+    fake = FakeSupervisor(
+        [
+            result(ended=False, state="inbox"),
+            result(outcome="failed", reason="card declined", result=None, result_bytes=0),
+            result(outcome="dead", reason="3 attempts", result=""),
+        ]
+    )
+    try:
+        client = wfhost.Client(socket=fake.path)
+        waiting = client.mail_result(17, wait=0.001)
+        failed = client.mail_result(17)
+        dead = client.mail_result(17)
+    finally:
+        fake.close()
+    assert (waiting.ended, waiting.state, waiting.outcome, waiting.result) == (
+        False,
+        "inbox",
+        None,
+        None,
+    )
+    assert fake.seen[0][0]["wait_ms"] == 1, "a wait is rounded up to whole milliseconds"
+    assert (failed.outcome, failed.reason, failed.result) == ("failed", "card declined", None)
+    assert (dead.outcome, dead.result) == ("dead", b"")
+
+
+def test_a_long_wait_is_not_cut_short_by_the_clients_timeout():
+    fake = FakeSupervisor([(0.5, result())])
+    try:
+        got = wfhost.Client(socket=fake.path, timeout=0.3).mail_result(17, wait=0.5)
+    finally:
+        fake.close()
+    assert got.ended
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {
+            "id": "17",
+            "deployment": "orders",
+            "ended": True,
+            "state": "done",
+            "outcome": "succeeded",
+        },
+        {"id": 17, "deployment": "orders", "ended": True, "state": "done"},
+        {
+            "id": 17,
+            "deployment": "orders",
+            "ended": True,
+            "state": "done",
+            "outcome": "succeeded",
+            "result": "%%%",
+        },
+        [17],
+    ],
+)
+def test_a_malformed_mail_result_answer_is_an_error_naming_it(bad):
+    fake = FakeSupervisor([{"ok": True, "data": bad}])
+    try:
+        with pytest.raises(wfhost.ClientError) as e:
+            wfhost.Client(socket=fake.path).mail_result(17)
+    finally:
+        fake.close()
+    assert e.value.code == 1 and "mail-result" in str(e.value)
+
+
+def test_an_unknown_item_is_the_supervisors_refusal():
+    refusal = {"ok": False, "code": 1, "error": "no mail item 99"}
+    fake = FakeSupervisor([refusal])
+    try:
+        with pytest.raises(wfhost.ClientError) as e:
+            wfhost.Client(socket=fake.path).mail_result(99)
+    finally:
+        fake.close()
+    assert str(e.value) == "no mail item 99"
+    with pytest.raises(wfhost.ClientError) as e:
+        wfhost.Client(socket=fake.path).mail_result(-1)
+    assert e.value.code == 2
+
+
+def test_call_sends_then_waits_for_the_result_for_the_rest_of_its_timeout():
+    fake = FakeSupervisor([accepted(True), result()])
+    try:
+        got = wfhost.Client(socket=fake.path).call("orders", b"hello", key="k-1", timeout=30)
+    finally:
+        fake.close()
+    assert got.new is True and got.ended and got.result == bytes.fromhex("00ff800a")
+    (send, payload), (ask, _) = fake.seen
+    assert send["cmd"] == "send" and send["key"] == "k-1" and payload == b"hello"
+    assert ask["cmd"] == "mail-result" and ask["id"] == 17
+    assert 29_000 < ask["wait_ms"] <= 30_000, "the rest of the timeout"
+
+
+def test_call_repeats_a_send_of_unknown_outcome_then_waits():
+    fake = FakeSupervisor([UNKNOWN, accepted(False), result(outcome="cancelled", result="")])
+    try:
+        got = wfhost.Client(socket=fake.path).call("orders", b"hello")
+    finally:
+        fake.close()
+    assert (got.new, got.outcome, got.result) == (True, "cancelled", b""), "its own key: new"
+    assert fake.seen[0][0]["key"] == fake.seen[1][0]["key"]
+
+
+def test_call_without_a_timeout_asks_again_until_the_item_ends(monkeypatch):
+    monkeypatch.setattr(wfhost.client, "CALL_POLL", 0.05)
+    fake = FakeSupervisor(
+        [accepted(True), result(ended=False, state="inbox"), result(ended=False), result()]
+    )
+    try:
+        got = wfhost.Client(socket=fake.path).call("orders", b"x")
+    finally:
+        fake.close()
+    assert got.ended and [r["wait_ms"] for r, _ in fake.seen[1:]] == [50, 50, 50]
+
+
+def test_call_whose_timeout_passes_returns_the_item_not_ended():
+    fake = FakeSupervisor([accepted(False), (0.25, result(ended=False))])
+    try:
+        got = wfhost.Client(socket=fake.path).call("orders", b"x", key="k-2", timeout=0.2)
+    finally:
+        fake.close()
+    assert (got.ended, got.state, got.new, got.outcome) == (False, "processing", False, None)
+    assert len(fake.seen) == 2

@@ -17,10 +17,55 @@ with VECTORS.open() as _f:
     _V = json.load(_f)
 
 
-def test_vectors_speak_protocol_2(vectors):
-    assert vectors["protocol"] == 2
+def test_vectors_speak_protocols_2_to_3(vectors):
+    assert (vectors["oldest_protocol"], vectors["protocol"]) == (2, 3)
     assert vectors["max_frame_bytes"] == frame.DEFAULT_MAX_FRAME_BYTES
-    assert len(vectors["frames"]) >= 70 and len(vectors["invalid_frames"]) >= 15
+    assert len(vectors["frames"]) == 91 and len(vectors["invalid_frames"]) >= 15
+
+
+def test_every_message_of_protocol_3_has_a_vector(vectors):
+    """Each Control and Event variant, the three verdicts, the three origins
+    and a Hello of each version appear among the frames."""
+    got = {f["message"]["type"] for f in vectors["frames"]}
+    assert got == {t.__name__ for t in messages.CONTROL + messages.EVENT}
+    verdicts = {
+        f["message"]["verdict"]["kind"]
+        for f in vectors["frames"]
+        if f["message"]["type"] == "MailCancelVerdict"
+    }
+    assert verdicts == {"Acknowledged", "NotSupported", "Refused"}
+    hellos = {
+        f["message"]["protocol"] for f in vectors["frames"] if f["message"]["type"] == "Hello"
+    }
+    assert {2, 3} <= hellos
+    origins = {
+        f["message"]["cancel"]["origin"]
+        for f in vectors["frames"]
+        if f["message"]["type"] in ("Cancel", "CancelMail")
+    } | {c["cancel"]["origin"] for c in vectors["signing"]["cancels"]}
+    assert origins == {"SupervisorDrain", "Operator", "Deadline"}
+    assert messages.SINCE_3 == {
+        messages.CancelMail,
+        messages.Answer,
+        messages.MailStarted,
+        messages.MailDone,
+        messages.MailCancelVerdict,
+        messages.Ask,
+        messages.Progress,
+        messages.GiveBack,
+    }
+
+
+def test_the_first_discriminant_after_giveback_names_no_event(vectors):
+    v = next(f for f in vectors["invalid_frames"] if f["name"] == "unknown Event variant")
+    assert v["hex"] == "000000020110"
+    with pytest.raises(ProtocolViolation) as e:
+        frame.decode_one(bytes.fromhex(v["hex"]), "up")
+    assert e.value.kind == "undecodable" and "discriminant 16 (there are 16)" in str(e.value)
+    # Control 9 (one past Answer) is refused the same way.
+    with pytest.raises(ProtocolViolation) as e:
+        frame.decode_one(bytes.fromhex("000000020109"), "down")
+    assert "discriminant 9 (there are 9)" in str(e.value)
 
 
 @pytest.mark.parametrize("v", _V["frames"], ids=[f["name"] for f in _V["frames"]])
@@ -104,6 +149,18 @@ def test_non_minimal_varints_decode_as_bincode_does():
     body = bytes([1, 4, 251, 5, 0])
     data = len(body).to_bytes(4, "big") + body
     assert frame.decode_one(data, "down") == (1, messages.Ping(5))
+
+
+def test_a_verdict_or_bool_of_another_value_is_refused():
+    # MailCancelVerdict with verdict 3; MailStarted with cancellable 2.
+    with pytest.raises(ProtocolViolation) as e:
+        frame.decode_one(bytes.fromhex("000000040c0c1103"), "up")
+    assert "cancel verdict discriminant 3" in str(e.value)
+    with pytest.raises(ProtocolViolation) as e:
+        frame.decode_one(bytes.fromhex("000000040a0a1102"), "up")
+    assert "bool byte 2" in str(e.value)
+    with pytest.raises(ValueError):
+        frame.encode_frame(1, messages.MailCancelVerdict(1, "maybe"))
 
 
 def test_values_outside_their_width_are_refused_when_encoding():

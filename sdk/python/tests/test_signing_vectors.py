@@ -10,7 +10,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from conftest import VECTORS
-from vectors import signed_cancel
+from vectors import signed_cancel, signed_mail_cancel
 from wfhost import cancel, frame, messages, signing
 from wfhost.errors import CancelRefused
 
@@ -32,6 +32,63 @@ def test_cancel_vector(v):
         with pytest.raises(CancelRefused) as e:
             cancel.verify_for(signed, trusted, _S["deployment"], known.__contains__)
         assert e.value.kind == v["refusal"], str(e.value)
+
+
+@pytest.mark.parametrize("v", _S["mail_cancels"], ids=[c["name"] for c in _S["mail_cancels"]])
+def test_mail_cancel_vector(v):
+    """Each cancel of one item against a child of deployment billing that
+    holds item 17, with the exact refusal class."""
+    signed = signed_mail_cancel(v["cancel"])
+    assert cancel.mail_signing_bytes(signed.record).hex() == v["signing_bytes"]
+    assert frame.decode_one(bytes.fromhex(v["frame"]), "down") == (1, messages.CancelMail(signed))
+    assert frame.encode_frame(1, messages.CancelMail(signed)).hex() == v["frame"]
+    assert "trusted_key" not in v, "mail cancels are always checked with public_key"
+    trusted = signing.TrustedKey.from_hex(_S["public_key"])
+    held = {int(i) for i in _S["held_items"]}
+    if v["verdict"] == "accept":
+        assert v["refusal"] is None
+        cancel.verify_mail_for(signed, trusted, _S["deployment"], held.__contains__)
+    else:
+        with pytest.raises(CancelRefused) as e:
+            cancel.verify_mail_for(signed, trusted, _S["deployment"], held.__contains__)
+        assert e.value.kind == v["refusal"], str(e.value)
+
+
+def test_the_mail_cancel_vectors_cover_every_refusal_a_mail_cancel_can_meet():
+    assert _S["mail_domain"] == cancel.MAIL_DOMAIN and _S["held_items"] == ["17"]
+    kinds = {c["refusal"] for c in _S["mail_cancels"]}
+    assert kinds == {
+        None,
+        "unknown_key",
+        "invalid_signature",
+        "wrong_deployment",
+        "unknown_item",
+    }
+    refused = next(c for c in _S["mail_cancels"] if c["refusal"] == "unknown_item")
+    with pytest.raises(CancelRefused) as e:
+        cancel.verify_mail_for(
+            signed_mail_cancel(refused["cancel"]),
+            signing.TrustedKey.from_hex(_S["public_key"]),
+            "billing",
+            lambda item: item == 17,
+        )
+    # The text the child sends as its Refused verdict (vector "MailCancelVerdict, refused").
+    assert str(e.value) == "cancel is for mail item 9, which this child does not hold"
+
+
+def test_a_run_cancel_and_an_item_cancel_never_pass_as_each_other():
+    private = Ed25519PrivateKey.from_private_bytes(bytes.fromhex(_S["seed"]))
+    trusted = signing.TrustedKey.from_hex(_S["public_key"])
+    item = cancel.MailCancelRequested("operator", "billing", 17, "r", 5)
+    signed = cancel.SignedMailCancel(
+        item, trusted.key_id, private.sign(cancel.mail_signing_bytes(item))
+    )
+    cancel.verify_mail_for(signed, trusted, "billing", lambda i: True)
+    run = cancel.CancelRequested("operator", "billing", None, "r", 5)
+    forged = cancel.SignedMailCancel(item, trusted.key_id, private.sign(cancel.signing_bytes(run)))
+    with pytest.raises(CancelRefused) as e:
+        cancel.verify_mail_for(forged, trusted, "billing", lambda i: True)
+    assert e.value.kind == "invalid_signature"
 
 
 def test_the_fixed_test_key_is_the_one_the_vectors_name():

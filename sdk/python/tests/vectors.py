@@ -4,10 +4,10 @@ message values, so a decoded frame can be compared with what it must be."""
 from __future__ import annotations
 
 from wfhost import messages as m
-from wfhost.cancel import CancelRequested, SignedCancel
+from wfhost.cancel import CancelRequested, MailCancelRequested, SignedCancel, SignedMailCancel
 from wfhost.outcome import CANCELLED, SUCCEEDED, Failed
 
-ORIGIN = {"SupervisorDrain": "supervisor-drain", "Operator": "operator"}
+ORIGIN = {"SupervisorDrain": "supervisor-drain", "Operator": "operator", "Deadline": "deadline"}
 
 
 def outcome(o: dict):
@@ -25,6 +25,23 @@ def signed_cancel(c: dict) -> SignedCancel:
         ORIGIN[c["origin"]], c["deployment"], c["run"], c["reason"], int(c["at_ms"])
     )
     return SignedCancel(record, bytes.fromhex(c["key_id"]), bytes.fromhex(c["signature"]))
+
+
+def signed_mail_cancel(c: dict) -> SignedMailCancel:
+    record = MailCancelRequested(
+        ORIGIN[c["origin"]], c["deployment"], int(c["id"]), c["reason"], int(c["at_ms"])
+    )
+    return SignedMailCancel(record, bytes.fromhex(c["key_id"]), bytes.fromhex(c["signature"]))
+
+
+def verdict(v: dict):
+    kind = v["kind"]
+    if kind == "Acknowledged":
+        return m.ACKNOWLEDGED
+    if kind == "NotSupported":
+        return m.NOT_SUPPORTED
+    assert kind == "Refused", v
+    return m.Refused(v["reason"])
 
 
 def message(j: dict):
@@ -63,5 +80,13 @@ def message(j: dict):
         "Drained": lambda: m.Drained(),
         "RecycleRequest": lambda: m.RecycleRequest(j["reason"]),
         "Custom": lambda: m.Custom(j["kind"], hx("bytes")),
+        "CancelMail": lambda: m.CancelMail(signed_mail_cancel(j["cancel"])),
+        "Answer": lambda: m.Answer(u64("id"), j["key"], hx("value")),
+        "MailStarted": lambda: m.MailStarted(u64("id"), j["cancellable"]),
+        "MailDone": lambda: m.MailDone(u64("id"), outcome(j["outcome"]), hx("result")),
+        "MailCancelVerdict": lambda: m.MailCancelVerdict(u64("id"), verdict(j["verdict"])),
+        "Ask": lambda: m.Ask(u64("id"), j["key"], hx("prompt")),
+        "Progress": lambda: m.Progress(u64("id"), hx("data")),
+        "GiveBack": lambda: m.GiveBack(u64("id"), j["awaiting_answer"]),
     }
     return simple[t]()

@@ -23,6 +23,15 @@ cancels signed by its supervisor::
         mail.ack("succeeded")
     raise SystemExit(rt.wait_closed().exit_code)
 
+Or, one handler call per item, whose return value is the item's result
+(protocol 3), a few items at once::
+
+    def handle(mail):
+        with rt.step(f"order-{mail.id}", "fetch", drain="cancel") as step:
+            return fetch(mail.json(), step.cancelled)
+
+    rt.serve(handle, workers=4)       # cancellable=False: a cancel of one item is not supported
+
 The asyncio surface is :mod:`wfhost.aio`; the producer client for the
 control socket is :class:`wfhost.Client`.
 """
@@ -59,6 +68,7 @@ __all__ = [
     "Failed",
     "Mail",
     "MailIterator",
+    "MailResult",
     "MailSettled",
     "NotReady",
     "ProtocolViolation",
@@ -74,10 +84,10 @@ __all__ = [
 
 
 def __getattr__(name: str) -> object:
-    """``wfhost.Client`` and ``wfhost.Sent`` are imported on first use: a
-    workflow child rarely needs them, and their imports (tomllib, secrets,
-    pathlib, dataclasses) slow start-up."""
-    if name in ("Client", "Sent"):
+    """``wfhost.Client``, ``wfhost.Sent`` and ``wfhost.MailResult`` are
+    imported on first use: a workflow child rarely needs them, and their
+    imports (tomllib, secrets, pathlib, dataclasses) slow start-up."""
+    if name in ("Client", "Sent", "MailResult"):
         from . import client
 
         return getattr(client, name)

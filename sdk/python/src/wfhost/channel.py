@@ -10,7 +10,7 @@ import threading
 
 from . import frame
 from . import messages as m
-from .env import PROTOCOL_VERSION, ChildEnv
+from .env import ChildEnv
 from .errors import ChannelClosed, ConnectError, ProtocolViolation, TooLarge
 from .outcome import Failed
 
@@ -62,7 +62,8 @@ def take_control_fd(fd: int) -> socket.socket:
 def handshake(
     sock: socket.socket, env: ChildEnv, takes_mail: bool, implementation: str
 ) -> tuple[m.Welcome, frame.FrameBuffer, list]:
-    """Sends Hello and waits for Welcome. Returns the Welcome, the frame
+    """Sends Hello (in the protocol version ``env`` negotiated) and waits for
+    a Welcome of that version. Returns the Welcome, the frame
     buffer (now limited to the Welcome's ``max_frame_bytes``) and any
     messages that arrived right behind the Welcome."""
     if len(implementation.encode()) > MAX_IMPLEMENTATION_BYTES:
@@ -70,7 +71,7 @@ def handshake(
             f"implementation name {implementation[:40]!r}… is longer than "
             f"{MAX_IMPLEMENTATION_BYTES} bytes; the supervisor refuses it"
         )
-    hello = m.Hello(PROTOCOL_VERSION, env.channel_id, os.getpid(), takes_mail, implementation)
+    hello = m.Hello(env.protocol, env.channel_id, os.getpid(), takes_mail, implementation)
     try:
         sock.sendall(frame.encode_frame(1, hello))
     except OSError as e:
@@ -100,10 +101,10 @@ def handshake(
         raise ConnectError(
             f"handshake with the supervisor failed: expected Welcome, got {m.name(welcome)}"
         )
-    if welcome.protocol != PROTOCOL_VERSION:
+    if welcome.protocol != env.protocol:
         raise ConnectError(
             f"handshake with the supervisor failed: Welcome speaks protocol {welcome.protocol} "
-            f"but this SDK speaks {PROTOCOL_VERSION}; use a wfhost SDK matching the supervisor"
+            f"but this child's Hello said {env.protocol}; use a wfhost SDK matching the supervisor"
         )
     if welcome.deployment != env.deployment:
         raise ConnectError(
@@ -122,9 +123,10 @@ class Outbox:
     too. Writing happens outside that lock, under ``write_lock``, by
     whichever thread flushes first: it writes everything queued so far."""
 
-    def __init__(self, sock: socket.socket, max_frame_bytes: int) -> None:
+    def __init__(self, sock: socket.socket, max_frame_bytes: int, protocol: int = 2) -> None:
         self.sock = sock
         self.max_frame_bytes = max_frame_bytes
+        self.protocol = protocol
         self.next_seq = 2  # Hello was 1
         self.pending = bytearray()
         self.write_lock = threading.Lock()
@@ -142,7 +144,14 @@ class Outbox:
 
     def encode(self, event: object) -> bytes:
         """The frame of ``event`` with the next sequence number, not yet
-        queued; raises ``TooLarge`` for an event the supervisor would refuse."""
+        queued; raises ``TooLarge`` for an event the supervisor would refuse.
+        A protocol-3 event on a channel of protocol 2 is a bug of the
+        runtime's (the supervisor would kill the child for it): refused."""
+        if self.protocol < 3 and type(event) in m.SINCE_3:
+            raise AssertionError(
+                f"{m.name(event)} is a protocol-3 message, and this channel speaks protocol "
+                f"{self.protocol}; please report this bug of the wfhost runtime"
+            )
         try:
             return frame.encode_frame(self.next_seq, event, self.max_frame_bytes)
         except ProtocolViolation as e:

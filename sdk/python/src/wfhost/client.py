@@ -5,13 +5,15 @@ bytes of UTF-8 JSON; a ``send`` carries its payload raw after the JSON."""
 
 from __future__ import annotations
 
+import base64
 import json
+import math
 import os
 import secrets
 import socket
 import time
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -29,6 +31,13 @@ DEFAULT_STATE_DIR = "/var/lib/wfhost"
 SEND_TRIES = 5
 SEND_RETRY_PAUSE = 0.1
 
+# How long one mail-result request of a call() without a timeout waits
+# before it asks again (seconds).
+CALL_POLL = 60.0
+
+MAIL_STATES = ("inbox", "processing", "done")
+MAIL_OUTCOMES = ("succeeded", "failed", "cancelled", "dead")
+
 
 @dataclass(frozen=True, slots=True)
 class Sent:
@@ -38,6 +47,76 @@ class Sent:
 
     id: int
     new: bool
+
+
+@dataclass(frozen=True, slots=True)
+class MailResult:
+    """Where a mail item is, and how it ended (``Client.mail_result``,
+    ``Client.call``). ``ended``: whether it is done; ``state``: ``"inbox"``,
+    ``"processing"`` or ``"done"``; once ended, ``outcome`` is
+    ``"succeeded"``, ``"failed"``, ``"cancelled"`` or ``"dead"``, ``reason``
+    says why when there is one, and ``result`` is what the child's handler
+    returned (bytes; None when the supervisor kept none), ``result_bytes``
+    its size. ``new`` is set by ``call``: whether that call enqueued the
+    item (False: an earlier send with the same key had)."""
+
+    id: int
+    deployment: str
+    ended: bool
+    state: str
+    outcome: str | None = None
+    reason: str | None = None
+    result: bytes | None = None
+    result_bytes: int | None = None
+    new: bool | None = None
+
+    def json(self) -> Any:
+        """The result parsed as JSON (``ValueError`` if there is none, or it
+        is not JSON)."""
+        if self.result is None:
+            raise ValueError(f"mail {self.id} has no result ({self.state}, {self.outcome})")
+        return json.loads(self.result)
+
+
+def _mail_result(data: Any) -> MailResult:
+    """The answer to ``mail-result``, checked field by field."""
+
+    def bad(why: str) -> ClientError:
+        return ClientError(f"the supervisor's answer to mail-result {why}: {data!r}", 1)
+
+    if not isinstance(data, dict):
+        raise bad("is not an object")
+    mail_id, deployment, ended, state = (
+        data.get("id"),
+        data.get("deployment"),
+        data.get("ended"),
+        data.get("state"),
+    )
+    if not isinstance(mail_id, int) or isinstance(mail_id, bool):
+        raise bad("has no mail id")
+    if not isinstance(deployment, str) or not isinstance(ended, bool):
+        raise bad("has no deployment and ended flag")
+    if not isinstance(state, str):
+        raise bad("has no state")
+    outcome, reason = data.get("outcome"), data.get("reason")
+    if outcome is not None and not isinstance(outcome, str):
+        raise bad("has an outcome that is not a string")
+    if ended and outcome is None:
+        raise bad("says the item ended but not how")
+    if reason is not None and not isinstance(reason, str):
+        raise bad("has a reason that is not a string")
+    encoded, size = data.get("result"), data.get("result_bytes")
+    result = None
+    if encoded is not None:
+        if not isinstance(encoded, str):
+            raise bad("has a result that is not base64 text")
+        try:
+            result = base64.b64decode(encoded, validate=True)
+        except ValueError:
+            raise bad("has a result that is not base64") from None
+    if size is not None and (not isinstance(size, int) or isinstance(size, bool)):
+        raise bad("has a result_bytes that is not a number")
+    return MailResult(mail_id, deployment, ended, state, outcome, reason, result, size)
 
 
 def socket_of_config(config: str | os.PathLike[str]) -> Path:
@@ -177,6 +256,49 @@ class Client:
             new = True
         return Sent(mail_id, new)
 
+    def mail_result(self, id: int, wait: float | None = None) -> MailResult:
+        """Where mail item ``id`` is and, once it is done, how it ended and
+        its result. With ``wait`` (seconds), the supervisor answers as soon
+        as the item ends, or after ``wait`` with ``ended=False`` (0 or None:
+        at once)."""
+        if isinstance(id, bool) or not isinstance(id, int) or id < 0:
+            raise ClientError(f"a mail id is a whole number, not {id!r}", 2)
+        request: dict = {"cmd": "mail-result", "id": id}
+        read_timeout = self.timeout
+        if wait is not None and wait > 0:
+            wait_ms = math.ceil(wait * 1000)
+            request["wait_ms"] = wait_ms
+            if read_timeout is not None:
+                read_timeout += wait_ms / 1000  # the supervisor holds the answer that long
+        try:
+            data = self._call(request, b"", read_timeout)
+        except _LostAnswer as e:
+            raise Unreachable(str(e), answer_lost=True) from None
+        return _mail_result(data)
+
+    def call(
+        self,
+        deployment: str,
+        payload: bytes | str,
+        key: str | None = None,
+        timeout: float | None = None,
+    ) -> MailResult:
+        """Sends mail (as :meth:`send`, with its repeats under one
+        idempotency key) and waits for the item to end: returns its
+        :class:`MailResult` (``new`` as ``send`` said; ``outcome``,
+        ``reason`` and ``result`` once ended). With ``timeout`` (seconds, from
+        the call), an item not ended by then is returned with
+        ``ended=False``: it is still in the inbox or being processed, and
+        ``mail_result(r.id, wait=...)`` asks again. A failed, cancelled or
+        dead item is returned, not raised: look at ``outcome``."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        sent = self.send(deployment, payload, key)
+        while True:
+            left = CALL_POLL if deadline is None else max(0.0, deadline - time.monotonic())
+            got = self.mail_result(sent.id, wait=left)
+            if got.ended or (deadline is not None and time.monotonic() >= deadline):
+                return _with_new(got, sent.new)
+
     def status(self) -> dict:
         """``{"deployments": [...]}``: every deployment's status, as
         ``wfhost status --json`` prints it."""
@@ -230,7 +352,9 @@ class Client:
         except _LostAnswer as e:
             raise Unreachable(str(e), answer_lost=True) from None
 
-    def _call(self, request: dict, body: bytes) -> Any:
+    def _call(self, request: dict, body: bytes, read_timeout: Any = ...) -> Any:
+        if read_timeout is ...:
+            read_timeout = self.timeout
         sock = self._connect()
         try:
             wrote: OSError | None = None
@@ -241,7 +365,7 @@ class Client:
                 # written without reading the whole request).
                 wrote = e
             try:
-                return self._answer(sock, read_timeout=self.timeout)
+                return self._answer(sock, read_timeout=read_timeout)
             except _LostAnswer:
                 if wrote is not None:
                     raise _LostAnswer(
@@ -292,6 +416,10 @@ class Client:
                 code if isinstance(code, int) else 1,
             )
         return response.get("data")
+
+
+def _with_new(got: MailResult, new: bool) -> MailResult:
+    return replace(got, new=new)
 
 
 def _read_exact(sock: socket.socket, n: int, path: Path, eof_ok: bool) -> bytes | None:

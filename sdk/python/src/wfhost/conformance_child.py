@@ -1,57 +1,78 @@
 """The blocking surface's conformance child (``python -m
-wfhost.conformance_child``, docs/conformance.md): each mail item on its own
-thread, each step a ``with rt.step(...)`` block that waits on
-``step.cancelled``."""
+wfhost.conformance_child``, docs/conformance.md): ``rt.serve`` with a
+thread per item in hand, each step a ``with rt.step(...)`` block that waits
+on ``step.cancelled``; the handler returns the item's result and declares
+itself not cancellable when the payload says so."""
 
 from __future__ import annotations
 
 import sys
-import threading
 import time
 
 import wfhost
 
-from .conformance_payload import BadPayload, parse, took
+from .conformance_payload import BadPayload, cancellable, parse, took
+
+# The supervisor sends at most this many items unacknowledged at once.
+IN_FLIGHT = 32
 
 
 def complain(line: str) -> None:
     print(f"wfhost.conformance_child: {line}", file=sys.stderr, flush=True)
 
 
-def process(rt: wfhost.Runtime, mail: wfhost.Mail) -> None:
+def process(rt: wfhost.Runtime, mail: wfhost.Mail) -> object:
     rt.custom("conformance.took", took(mail.id, mail.attempt))
     try:
         plan = parse(mail.payload)
     except BadPayload as e:
-        mail.ack(wfhost.Failed(f"bad payload: {e}"))
-        return
+        return wfhost.Failed(f"bad payload: {e}")
     if plan.custom is not None:
         rt.custom(*plan.custom)
     run = plan.run if plan.run is not None else f"mail-{mail.id}"
-    outcome: object = wfhost.SUCCEEDED
+    cancelled: wfhost.Cancelled | None = None
     for planned in plan.steps:
+        if mail.cancelled.is_set():
+            cancelled = wfhost.Cancelled("cancel", mail.cancel_reason or "cancelled")
+            break
         try:
             with rt.step(run, planned.name, planned.drain) as step:
                 if planned.ignore_cancel:
                     time.sleep(planned.ms / 1000)
                 else:
                     step.cancelled.wait(planned.ms / 1000)
-        except wfhost.Cancelled:
-            outcome = wfhost.CANCELLED
+        except wfhost.Cancelled as e:
+            cancelled = e
             break
-    if outcome != wfhost.CANCELLED and plan.fail is not None:
+    if cancelled is None and mail.cancelled.is_set():
+        cancelled = wfhost.Cancelled("cancel", mail.cancel_reason or "cancelled")
+    if cancelled is not None:
+        outcome: object = wfhost.CANCELLED
+    elif plan.fail is not None:
         outcome = wfhost.Failed(plan.fail)
+    else:
+        outcome = wfhost.SUCCEEDED
     rt.run_terminal(run, outcome)  # type: ignore[arg-type]
-    mail.ack(outcome)  # type: ignore[arg-type]
     if plan.recycle is not None:
+        # Ended here, so the recycle request follows the item's end.
+        try:
+            mail.ack(outcome, plan.result if outcome == wfhost.SUCCEEDED else None)  # type: ignore[arg-type]
+        except wfhost.TooLarge:
+            pass  # ended Failed, said on stderr
         rt.request_recycle(plan.recycle)
+        return None
+    if cancelled is not None:
+        raise cancelled
+    if outcome != wfhost.SUCCEEDED:
+        return outcome
+    return plan.result
 
 
-def guarded(rt: wfhost.Runtime, mail: wfhost.Mail) -> None:
+def guarded(rt: wfhost.Runtime, mail: wfhost.Mail) -> object:
     try:
-        process(rt, mail)
+        return process(rt, mail)
     except wfhost.ChannelClosed:
-        pass  # the runtime closed under the item; main() reports why
+        return None  # the runtime closed under the item; main() reports why
 
 
 def main() -> int:
@@ -61,13 +82,13 @@ def main() -> int:
     except wfhost.WfhostError as e:
         complain(f"cannot connect to the supervisor: {e}")
         return 2
-    for mail in rt.mail():
-        threading.Thread(
-            target=guarded, args=(rt, mail), name=f"mail-{mail.id}", daemon=True
-        ).start()
-        del mail  # the thread holds it now
-    # A drain ended the loop: the items in hand finish on their threads
-    # meanwhile. Shutdown or the end of the channel ends the child at once.
+    rt.serve(
+        lambda mail: guarded(rt, mail),
+        cancellable=lambda mail: cancellable(mail.payload),
+        workers=IN_FLIGHT,
+    )
+    # A drain ended serve once the items in hand finished. Shutdown or the
+    # end of the channel ends the child at once.
     reason = rt.wait_closed()
     assert reason is not None
     if reason.kind == "failed":

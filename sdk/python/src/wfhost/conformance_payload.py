@@ -24,7 +24,10 @@ class PlannedStep(Record):
 
 
 class Plan(Record):
-    __slots__ = ("run", "steps", "fail", "recycle", "custom")
+    """What one item asks for; ``result`` is what its handler returns (None:
+    nothing), ``cancellable`` what the handler declares."""
+
+    __slots__ = ("run", "steps", "fail", "recycle", "custom", "result", "cancellable")
 
     def __init__(
         self,
@@ -33,12 +36,16 @@ class Plan(Record):
         fail: str | None,
         recycle: str | None,
         custom: tuple[str, bytes] | None,
+        result: bytes | None = None,
+        cancellable: bool = True,
     ) -> None:
         self.run = run
         self.steps = steps
         self.fail = fail
         self.recycle = recycle
         self.custom = custom
+        self.result = result
+        self.cancellable = cancellable
 
 
 def _text(obj: dict, key: str, where: str) -> str | None:
@@ -88,13 +95,39 @@ def parse(payload: bytes) -> Plan:
         except ValueError:
             raise BadPayload("custom.hex is not hex") from None
         pair = (kind, data)
+    result = None
+    result_hex = _text(doc, "result_hex", "")
+    size = doc.get("result_size")
+    if result_hex is not None:  # the first wins when both are given
+        try:
+            result = bytes.fromhex(result_hex)
+        except ValueError:
+            raise BadPayload("result_hex is not hex") from None
+    elif size is not None:
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            raise BadPayload("result_size must be a whole number of bytes")
+        result = b"r" * size
+    cancellable = doc.get("cancellable", True)
+    if not isinstance(cancellable, bool):
+        raise BadPayload("cancellable must be true or false")
     return Plan(
         run=_text(doc, "run", ""),
         steps=steps,
         fail=_text(doc, "fail", ""),
         recycle=_text(doc, "recycle", ""),
         custom=pair,
+        result=result,
+        cancellable=cancellable,
     )
+
+
+def cancellable(payload: bytes) -> bool:
+    """What the item's handler declares: False only when the payload says
+    ``"cancellable": false`` (a bad payload's handler is cancellable)."""
+    try:
+        return parse(payload).cancellable
+    except BadPayload:
+        return True
 
 
 def took(mail_id: int, attempt: int) -> bytes:

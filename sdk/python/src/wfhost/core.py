@@ -9,7 +9,16 @@ go on, no more mail taken, ``Drained`` once nothing is left to wait for),
 signed ``Cancel`` (verified strictly, then the cascade over the run),
 ``Mail`` (each id handed out once; redeliveries of acknowledged mail
 acknowledged again), ``Lease`` (its expiry acts as a drain), ``Shutdown``
-and end of stream (the runtime closes; every step's token fires).
+and end of stream (the runtime closes; every step's token fires), and in
+protocol 3 a signed ``CancelMail`` (verified strictly, answered with a
+``MailCancelVerdict`` at once) and ``Answer`` (logged and ignored: this SDK
+asks no questions yet).
+
+An item's life in protocol 3: received (queued), taken (handed to the
+application), started (``MailStarted``, as its handler is called: the
+iterator starts an item as it hands it out, ``serve`` just before it calls
+the handler), done (``MailDone`` with the handler's result). In protocol 2
+nothing is sent until the ``MailAck``.
 
 One lock guards the ledgers and the order of outgoing events; writing
 happens outside it. Every application call that reports something returns
@@ -17,6 +26,7 @@ once the event is written to the socket (or raises ``ChannelClosed``)."""
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import os
 import queue
@@ -32,10 +42,17 @@ from . import messages as m
 from . import token as t
 from .channel import RECV_BYTES, Outbox
 from .env import ChildEnv
-from .errors import CancelRefused, ChannelClosed, MailSettled, NotReady, ProtocolViolation
+from .errors import (
+    CancelRefused,
+    ChannelClosed,
+    MailSettled,
+    NotReady,
+    ProtocolViolation,
+    TooLarge,
+)
 from .frame import FrameBuffer, truncation
 from .mail_ledger import DECLINED, DELIVER, DUPLICATE, REACK, MailLedger
-from .outcome import Outcome
+from .outcome import CANCELLED, Failed, Outcome
 from .record import Record
 from .signing import warm_up
 from .token import CancelToken
@@ -72,15 +89,33 @@ class CloseReason(Record):
         return 1 if self.kind == "failed" else 0
 
 
-class Delivery(Record):
-    """A mail item as the supervisor delivered it."""
+class Delivery:
+    """A mail item as the supervisor delivered it, and what the runtime
+    knows of it while the child holds it: whether its handler started it
+    (and declared it ``cancellable``), the token a verified cancel of the
+    item fires, and the runs its handler's steps belong to."""
 
-    __slots__ = ("id", "attempt", "payload")
+    __slots__ = ("id", "attempt", "payload", "started", "cancellable", "token", "runs")
 
     def __init__(self, id: int, attempt: int, payload: bytes) -> None:
         self.id = id
         self.attempt = attempt
         self.payload = payload
+        self.started = False
+        self.cancellable = True
+        self.token = CancelToken()
+        self.runs: set[str] = set()
+
+    def __repr__(self) -> str:
+        return f"Delivery(id={self.id}, attempt={self.attempt}, started={self.started})"
+
+
+# The mail item whose handler runs in this thread or task (set by the
+# surfaces' serve): the steps started there belong to its runs, which a
+# verified cancel of the item cancels.
+CURRENT_ITEM: contextvars.ContextVar[int | None] = contextvars.ContextVar(
+    "wfhost_current_item", default=None
+)
 
 
 # What next_mail returns once no more mail is handed out.
@@ -103,13 +138,17 @@ class Core:
         self.sock = sock
         self.frames = frames
         self.welcome = welcome
+        # The version both sides speak (the Hello's, which the Welcome
+        # repeated): 3 adds MailStarted, MailDone, CancelMail and verdicts.
+        self.protocol = welcome.protocol
+        self.v3 = welcome.protocol >= 3
         self.lock = threading.Lock()
         self.changed = threading.Condition(self.lock)
-        self.outbox = Outbox(sock, welcome.limits.max_frame_bytes)
+        self.outbox = Outbox(sock, welcome.limits.max_frame_bytes, welcome.protocol)
         self.work = Work()
         self.ledger = MailLedger()
         self.queue: deque[Delivery] = deque()
-        self.held: set[int] = set()
+        self.held: dict[int, Delivery] = {}
         self.ready_sent = False
         self.draining = threading.Event()
         self.closed = threading.Event()
@@ -181,12 +220,20 @@ class Core:
             raise ValueError(f'unknown drain behaviour {drain!r}: use "cancel" or "wait"')
         if not isinstance(run, str) or not isinstance(name, str):
             raise TypeError("a step's run and name are str")
+        item_id = CURRENT_ITEM.get()
         with self.lock:
             self._require_ready(f"step {name!r} of run {run!r} started")
             data = self.outbox.encode(m.StepStarted(run, name, drain))
             self.outbox.check_open()
             sid, token, _ = self.work.start(run, name, drain)
             self.outbox.append(data)
+            item = self.held.get(item_id) if item_id is not None else None
+            if item is not None:
+                # A step of an item's handler: its run is the item's, and
+                # a run begun after the item's cancel starts cancelled.
+                item.runs.add(run)
+                if item.token.event.is_set():
+                    self._queue_quietly(self.work.cancel(run, item.token.reason or "cancelled"))
             if on_fire is not None:
                 token.on_fire(on_fire)
         self.flush()
@@ -205,17 +252,41 @@ class Core:
             self._queue_quietly(self.work.run_terminal(run, outcome))
         self.flush()
 
-    def ack(self, mail_id: int, outcome: Outcome) -> None:
+    def ack(self, mail_id: int, outcome: Outcome, result: bytes = b"") -> str | None:
+        """Ends a held item: ``MailDone`` with ``result`` in protocol 3,
+        ``MailAck`` in protocol 2 (no result). Returns None, or why the
+        item ended ``Failed`` instead: a result whose ``MailDone`` would not
+        fit in a frame of ``max_frame_bytes``."""
+        note = None
         with self.lock:
             if mail_id not in self.held:
                 raise MailSettled(f"mail {mail_id} was already acknowledged or released")
             self.outbox.check_open()
-            self.held.discard(mail_id)
+            if self.v3:
+                event = m.MailDone(mail_id, outcome, result)
+                try:
+                    data: bytes | None = self.outbox.encode(event)
+                except TooLarge:
+                    data = None
+                    if result:
+                        note = (
+                            f"result of {len(result)} bytes does not fit in a frame of "
+                            f"max_frame_bytes {self.outbox.max_frame_bytes}"
+                        )
+                        outcome = Failed(note)
+                        event = m.MailDone(mail_id, outcome, b"")
+                if data is None:
+                    self.outbox.queue(event)  # a failure reason too long is cut to fit
+                else:
+                    self.outbox.append(data)
+            else:
+                self.outbox.queue(m.MailAck(mail_id, outcome))
+            del self.held[mail_id]
             self.ledger.ack(mail_id, outcome)
-            self.outbox.queue(m.MailAck(mail_id, outcome))
             self._queue_quietly(self.work.settle_mail())
             self._notify()
         self.flush()
+        return note
 
     def release(self, mail_id: int, quiet: bool = False) -> None:
         """Leaves a held item unacknowledged, for the supervisor to deliver
@@ -225,7 +296,7 @@ class Core:
                 if quiet:
                     return
                 raise MailSettled(f"mail {mail_id} was already acknowledged or released")
-            self.held.discard(mail_id)
+            del self.held[mail_id]
             self.ledger.abandon(mail_id)
             self._queue_quietly(self.work.settle_mail())
             self._notify()
@@ -256,9 +327,13 @@ class Core:
             except OSError:
                 pass  # already gone: the supervisor sees the end either way
 
-    def next_mail(self, timeout: float | None = None) -> object:
+    def next_mail(
+        self, timeout: float | None = None, start: bool = True, cancellable: bool = True
+    ) -> object:
         """The next item (now held), ``STOPPED`` once no more mail is handed
-        out, or None when ``timeout`` (0: do not wait) passes first."""
+        out, or None when ``timeout`` (0: do not wait) passes first. With
+        ``start`` the item is started as it is handed out (``MailStarted``
+        in protocol 3); without, the caller starts it with :meth:`start`."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self.lock:
             while True:
@@ -268,8 +343,10 @@ class Core:
                 if self.queue:
                     delivery = self.queue.popleft()
                     if self.work.take_mail():
-                        self.held.add(delivery.id)
-                        return delivery
+                        self.held[delivery.id] = delivery
+                        if start:
+                            self._start(delivery, cancellable)
+                        break
                     self.ledger.abandon(delivery.id)
                     continue
                 if deadline is None:
@@ -279,6 +356,34 @@ class Core:
                     if left <= 0:
                         return None
                     self.changed.wait(left)
+        if start and self.v3:
+            self._flush_quietly()
+        return delivery
+
+    def start(self, delivery: Delivery, cancellable: bool) -> bool:
+        """Starts an item taken with ``next_mail(start=False)`` as its
+        handler is about to be called; False when it must not be: a
+        verified cancel ended it meanwhile, or a drain, a lease expiry or
+        the channel's end came (it is then released unacknowledged, never
+        started, for the next child)."""
+        with self.lock:
+            if self.held.get(delivery.id) is not delivery:
+                return False  # cancelled while taken: its MailDone is sent
+            if not self.work.takes_mail():
+                del self.held[delivery.id]
+                self.ledger.abandon(delivery.id)
+                self._queue_quietly(self.work.settle_mail())
+                self._notify()
+                started = False
+                log(
+                    f"not starting mail {delivery.id} (draining or closed); left for redelivery "
+                    f"to the next child"
+                )
+            else:
+                self._start(delivery, cancellable)
+                started = True
+        self._flush_quietly()
+        return started
 
     def mail_dropped(self, mail_id: int) -> None:
         """Called from a Mail's finaliser (any thread, any moment; a
@@ -380,6 +485,19 @@ class Core:
         elif kind is m.Shutdown:
             # Pings and cancels are still answered until the channel ends.
             self.close("shutdown", "the supervisor sent Shutdown")
+        elif kind in m.SINCE_3 and not self.v3:
+            self._fail(
+                f"protocol violation: {m.name(message)} is a protocol-3 message, and this child "
+                f"speaks protocol {self.protocol}"
+            )
+            return False
+        elif kind is m.CancelMail:
+            self._cancel_mail(message.cancel)  # type: ignore[attr-defined]
+        elif kind is m.Answer:
+            log(
+                f"ignored an Answer for mail {message.id}, key {message.key!r}: this SDK asks "  # type: ignore[attr-defined]
+                f"no questions yet"
+            )
         else:
             self._fail(f"protocol violation: unexpected {m.name(message)} after the handshake")
             return False
@@ -393,7 +511,11 @@ class Core:
                 self._notify()
             elif decision == REACK:
                 log(f"mail {mail.id} redelivered after its ack; acknowledging again")
-                self._queue_quietly([m.MailAck(mail.id, outcome)])  # type: ignore[arg-type]
+                # The result is not kept: the supervisor kept the first one.
+                again = (
+                    m.MailDone(mail.id, outcome, b"") if self.v3 else m.MailAck(mail.id, outcome)
+                )
+                self._queue_quietly([again])
             elif decision == DUPLICATE:
                 log(f"mail {mail.id} delivered again while still in progress; ignored")
             else:
@@ -453,6 +575,66 @@ class Core:
             self._queue_quietly(self.work.cancel(record.run, reason))
         self._flush_quietly()
 
+    def _cancel_mail(self, signed: cancel_mod.SignedMailCancel) -> None:
+        """A cancel of one item: verified (§5.3, an item not held refused as
+        ``unknown_item``), then answered with exactly one verdict, at once."""
+        record = signed.record
+        with self.lock:
+            try:
+                cancel_mod.verify_mail_for(
+                    signed, self.env.supervisor_key, self.env.deployment, self._holds
+                )
+            except CancelRefused as e:
+                log(
+                    f"refused cancel of mail {record.id} for deployment {record.deployment!r} "
+                    f"(origin {record.origin}): {e}"
+                )
+                self._queue_quietly([m.MailCancelVerdict(record.id, m.Refused(str(e)))])
+            else:
+                self._queue_quietly(self._cancel_item(record))
+        self._flush_quietly()
+
+    def _holds(self, mail_id: int) -> bool:
+        """Whether the child holds the item: delivered and not yet done."""
+        return mail_id in self.held or any(d.id == mail_id for d in self.queue)
+
+    def _cancel_item(self, record: cancel_mod.MailCancelRequested) -> list:
+        """The verdict on a verified cancel of a held item, and what it does."""
+        mail_id = record.id
+        said = f"origin {record.origin}, reason {record.reason!r}"
+        reason = (
+            f"cancelled by a verified {record.origin} cancel of mail {mail_id}: {record.reason}"
+        )
+        item = self.held.get(mail_id)
+        if item is None or not item.started:
+            # Received but never started: it never will be.
+            events: list = [m.MailCancelVerdict(mail_id, m.ACKNOWLEDGED)]
+            events.append(m.MailDone(mail_id, CANCELLED, b""))
+            if item is None:
+                self.queue = deque(d for d in self.queue if d.id != mail_id)
+            else:
+                del self.held[mail_id]
+                item.token.fire(t.CANCEL, reason)
+                events += self.work.settle_mail()
+            self.ledger.ack(mail_id, CANCELLED)
+            self._notify()
+            log(f"cancel of mail {mail_id} accepted ({said}); not started, so it ends cancelled")
+            return events
+        if not item.cancellable:
+            log(
+                f"cancel of mail {mail_id} not supported ({said}): its handler declared it cannot "
+                f"be cancelled, so it runs to its end"
+            )
+            return [m.MailCancelVerdict(mail_id, m.NOT_SUPPORTED)]
+        log(f"cancel of mail {mail_id} accepted ({said})")
+        events = [m.MailCancelVerdict(mail_id, m.ACKNOWLEDGED)]
+        # The runs first, then the item's own token: an asyncio handler
+        # whose step is being cancelled is not cancelled a second time.
+        for run in sorted(item.runs):
+            events += self.work.cancel(run, reason)
+        item.token.fire(t.CANCEL, reason)
+        return events
+
     # --- closing ------------------------------------------------------------
 
     def close(self, kind: str, message: str) -> None:
@@ -482,6 +664,12 @@ class Core:
             self.flush()
         except ChannelClosed:
             pass
+
+    def _start(self, delivery: Delivery, cancellable: bool) -> None:
+        delivery.started = True
+        delivery.cancellable = cancellable
+        if self.v3:
+            self._queue_quietly([m.MailStarted(delivery.id, cancellable)])
 
     def _discard_queue(self) -> None:
         """Drops mail queued but not handed out (left unacknowledged, so the

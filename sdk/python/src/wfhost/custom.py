@@ -45,3 +45,34 @@ def custom_bytes(kind: str, data: object) -> bytes:
         f"custom event {kind!r}: data must be {ACCEPTED}, not {type(data).__name__}; "
         f"nothing was sent"
     )
+
+
+def result_bytes(value: object) -> bytes:
+    """The bytes of a mail item's result (``MailDone.result``) from what its
+    handler returned: bytes-like as is, ``str`` as UTF-8, None as nothing,
+    anything else as its compact JSON (non-ASCII kept as UTF-8). A value
+    json cannot encode raises ``TypeError`` saying so."""
+    if value is None:
+        return b""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value)
+    if isinstance(value, str):
+        try:
+            return value.encode()
+        except UnicodeEncodeError as e:
+            raise TypeError(
+                f"the result is a str that UTF-8 cannot encode ({e.reason} at index {e.start})"
+            ) from None
+    import json  # here: only results that are objects need it
+
+    try:
+        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError, RecursionError) as e:
+        raise TypeError(
+            f"the result is a {type(value).__name__} that json cannot encode ({e}); return "
+            f"bytes, str, None or a value json can encode"
+        ) from None
+    try:
+        return text.encode()
+    except UnicodeEncodeError:  # a lone surrogate in a string: escape it
+        return json.dumps(value, separators=(",", ":"), allow_nan=False).encode()

@@ -13,23 +13,44 @@ TYPE_CHECKING = False  # typing is not imported at run time: it costs start-up
 if TYPE_CHECKING:
     from typing import Mapping
 
-PROTOCOL_VERSION = 2
+# The newest and the oldest protocol version this SDK speaks.
+PROTOCOL_VERSION = 3
+OLDEST_PROTOCOL = 2
 
 ENV_CONTROL_FD = "WFHOST_CONTROL_FD"
 ENV_CHANNEL_ID = "WFHOST_CHANNEL_ID"
 ENV_PROTOCOL = "WFHOST_PROTOCOL"
+ENV_PROTOCOL_MAX = "WFHOST_PROTOCOL_MAX"
 ENV_DEPLOYMENT = "WFHOST_DEPLOYMENT"
 ENV_SUPERVISOR_KEY = "WFHOST_SUPERVISOR_KEY"
 
 # Every variable of the contract: what a child must not pass on to the
 # programs it starts (connect() removes them from os.environ).
-ENV_ALL = (ENV_CONTROL_FD, ENV_CHANNEL_ID, ENV_PROTOCOL, ENV_DEPLOYMENT, ENV_SUPERVISOR_KEY)
+ENV_ALL = (
+    ENV_CONTROL_FD,
+    ENV_CHANNEL_ID,
+    ENV_PROTOCOL,
+    ENV_PROTOCOL_MAX,
+    ENV_DEPLOYMENT,
+    ENV_SUPERVISOR_KEY,
+)
+
+
+def negotiate(oldest: int, newest: int) -> int | None:
+    """The newest version this SDK speaks within the supervisor's
+    ``[oldest, newest]``, or None when they share none."""
+    for version in range(PROTOCOL_VERSION, OLDEST_PROTOCOL - 1, -1):
+        if oldest <= version <= newest:
+            return version
+    return None
+
 
 _HEX = frozenset(string.hexdigits)
 
 
 class ChildEnv(Record):
-    """Everything a child learns from its ``WFHOST_*`` environment."""
+    """Everything a child learns from its ``WFHOST_*`` environment;
+    ``protocol`` is the version it speaks: the newest both sides know."""
 
     __slots__ = ("control_fd", "channel_id", "protocol", "deployment", "supervisor_key")
 
@@ -82,15 +103,28 @@ class ChildEnv(Record):
 
         proto_text = get(ENV_PROTOCOL)
         try:
-            protocol = int(proto_text.strip())
+            oldest = int(proto_text.strip())
         except ValueError:
             raise invalid(ENV_PROTOCOL, proto_text, "not a version number") from None
-        if protocol != PROTOCOL_VERSION:
-            raise invalid(
-                ENV_PROTOCOL,
-                proto_text,
-                f"this SDK speaks protocol {PROTOCOL_VERSION}; upgrade the SDK or the "
-                f"supervisor so they match",
+        max_text = env.get(ENV_PROTOCOL_MAX)
+        if max_text is None:
+            newest = oldest  # a supervisor of version 2 speaks only that
+        else:
+            try:
+                newest = int(max_text.strip())
+            except ValueError:
+                raise invalid(ENV_PROTOCOL_MAX, max_text, "not a version number") from None
+        protocol = negotiate(oldest, newest)
+        if protocol is None:
+            said = (
+                f"{ENV_PROTOCOL_MAX} is not set"
+                if max_text is None
+                else f"{ENV_PROTOCOL_MAX}={max_text!r}"
+            )
+            raise ConnectError(
+                f"{ENV_PROTOCOL}={proto_text!r} and {said}: the supervisor speaks protocol "
+                f"{oldest} to {newest}, this SDK speaks {OLDEST_PROTOCOL} to {PROTOCOL_VERSION}; "
+                f"upgrade the SDK or the supervisor so they share a version"
             )
 
         deployment = get(ENV_DEPLOYMENT)

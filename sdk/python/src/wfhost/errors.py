@@ -53,7 +53,8 @@ class Cancelled(WfhostError):
 class CancelRefused(WfhostError):
     """A signed cancel that must not be obeyed. ``kind`` is one of
     ``unknown_key``, ``malformed_signature``, ``invalid_signature``,
-    ``wrong_deployment``, ``unknown_run`` (the golden vectors' names)."""
+    ``wrong_deployment``, ``unknown_run`` or, for a cancel of one mail
+    item, ``unknown_item`` (the golden vectors' names)."""
 
     def __init__(self, kind: str, message: str) -> None:
         super().__init__(message)

@@ -1,12 +1,15 @@
 """What the blocking and the asyncio surface's mail items and steps share:
-the item's fields and how it is settled, the step's token and how its end
-is reported. Each surface adds its own ``ack``/``release`` and its own way
-of entering and leaving a step."""
+the item's fields and how it is settled, how a handler's return or raise
+becomes the item's end (``serve``), the step's token and how its end is
+reported. Each surface adds its own ``ack``/``release``, its own way of
+calling a handler and of entering and leaving a step."""
 
 from __future__ import annotations
 
-from .core import Core, Delivery
-from .errors import Cancelled, ChannelClosed
+from . import token as t
+from .core import Core, Delivery, log
+from .custom import result_bytes
+from .errors import Cancelled, ChannelClosed, MailSettled, TooLarge
 from .outcome import CANCELLED, SUCCEEDED, Failed, Outcome, check
 from .token import CancelToken
 
@@ -21,16 +24,36 @@ class MailItem:
     or was recycled without acknowledging it, so work already done can be
     finalized instead of re-run. Settle it with ``ack`` (done) or
     ``release`` (not done: delivered again, to the next child); an item
-    dropped unsettled is released."""
+    dropped unsettled is released. In protocol 3 a verified cancel of the
+    item fires its ``cancelled`` (unless it was declared not cancellable)."""
 
-    __slots__ = ("_core", "id", "attempt", "payload", "_settled", "__weakref__")
+    __slots__ = ("_core", "_delivery", "id", "attempt", "payload", "_settled", "__weakref__")
 
     def __init__(self, core: Core, delivery: Delivery) -> None:
         self._core = core
+        self._delivery = delivery
         self.id: int = delivery.id
         self.attempt: int = delivery.attempt
         self.payload: bytes = delivery.payload
         self._settled = False
+
+    @property
+    def cancellable(self) -> bool:
+        """Whether a cancel of this item can stop it (declared when it was
+        started: ``cancellable=`` of ``rt.serve`` or ``rt.mail``)."""
+        return self._delivery.cancellable
+
+    @property
+    def cancel_reason(self) -> str | None:
+        """Why the item was cancelled (a verified cancel of it), or None."""
+        return self._delivery.token.reason
+
+    def check(self) -> None:
+        """Raises ``wfhost.Cancelled`` (cause ``cancel``) if a verified
+        cancel of this item has come."""
+        token = self._delivery.token
+        if token.event.is_set():
+            raise Cancelled(t.CANCEL, token.reason or "cancelled")
 
     def text(self, encoding: str = "utf-8") -> str:
         """The payload as text."""
@@ -46,9 +69,19 @@ class MailItem:
     def settled(self) -> bool:
         return self._settled
 
-    def _ack(self, outcome: Outcome) -> None:
-        self._core.ack(self.id, check(outcome))
+    def _ack(self, outcome: Outcome, result: object = None) -> None:
+        outcome = check(outcome)
+        data = result_bytes(result)  # a result that cannot be sent raises here, before anything
+        note = self._core.ack(self.id, outcome, data)
         self._settled = True
+        if note is not None:
+            log(f"mail {self.id}: {note}; it ended Failed")
+            raise TooLarge(f"mail {self.id} ended Failed: {note}; return or send a smaller result")
+
+    def _release_quietly(self) -> None:
+        if not self._settled:
+            self._settled = True
+            self._core.release(self.id, quiet=True)
 
     def _release(self) -> None:
         self._settled = True
@@ -60,6 +93,80 @@ class MailItem:
 
     def __repr__(self) -> str:
         return f"<{type(self).__module__}.Mail id={self.id} attempt={self.attempt} {len(self.payload)} bytes>"
+
+
+# --- serve: a handler per item ------------------------------------------------
+
+
+def check_serve_args(handler: object, cancellable: object, workers: object) -> None:
+    if not callable(handler):
+        raise TypeError(f"the handler must be callable, not {type(handler).__name__}")
+    if not isinstance(cancellable, bool) and not callable(cancellable):
+        raise TypeError(
+            f"cancellable is True, False or a function of the item, not {type(cancellable).__name__}"
+        )
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers is a whole number of at least 1, not {workers!r}")
+
+
+def cancellable_of(cancellable: Any, mail: MailItem) -> bool:
+    """What ``cancellable=`` declares for ``mail``: the bool itself, or
+    what the function of the item says (if it raises, the item is taken as
+    cancellable, with a line on stderr)."""
+    if cancellable is True or cancellable is False:
+        return cancellable
+    try:
+        return bool(cancellable(mail))
+    except Exception as e:
+        log(f"mail {mail.id}: cancellable(mail) raised {e!r}; taking the item as cancellable")
+        return True
+
+
+def handler_returned(mail_id: int, value: object) -> tuple[Outcome, bytes]:
+    """The end of an item whose handler returned ``value``: a
+    ``wfhost.Failed`` is its outcome (no result); anything else is the
+    result of a success, as bytes (a value that cannot be turned into bytes
+    fails the item, with a line on stderr)."""
+    if isinstance(value, Failed):
+        return check(value), b""
+    try:
+        return SUCCEEDED, result_bytes(value)
+    except TypeError as e:
+        log(f"mail {mail_id}: {e}; it ends Failed")
+        return Failed(f"the result could not be sent: {e}"), b""
+
+
+def handler_raised(mail_id: int, exc: Exception) -> Outcome:
+    """The end of an item whose handler raised ``exc``: ``Cancelled`` ends
+    it cancelled; another exception fails it with ``str(exc)`` (and its
+    traceback on stderr)."""
+    if isinstance(exc, Cancelled):
+        return CANCELLED
+    reason = str(exc) or type(exc).__name__
+    if isinstance(exc, ChannelClosed):
+        return Failed(reason)  # the runtime's closure, seen through rt.closed
+    import traceback  # here: only a failing handler needs it
+
+    trace = "".join(traceback.format_exception(exc)).rstrip()
+    log(
+        f"mail {mail_id}: the handler raised {type(exc).__name__}: {reason}; it ends Failed\n{trace}"
+    )
+    return Failed(reason)
+
+
+def end_item(mail: MailItem, outcome: Outcome, result: bytes) -> None:
+    """Ends the item as its handler left it, unless the handler settled it
+    itself (``ack`` or ``release``); a result too large for a frame ends it
+    ``Failed``, with a line on stderr."""
+    if mail._settled:
+        return
+    try:
+        note = mail._core.ack(mail.id, outcome, result)
+    except (MailSettled, ChannelClosed):
+        note = None  # settled meanwhile, or the runtime closed: nothing to send
+    mail._settled = True
+    if note is not None:
+        log(f"mail {mail.id}: {note}; it ended Failed")
 
 
 def outcome_of_exit(exc: BaseException | None, token: CancelToken) -> Outcome:

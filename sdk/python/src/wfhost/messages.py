@@ -1,11 +1,19 @@
 """The messages of the control protocol (``ipc/src/message.rs``), with their
 body encoding: ``Control`` flows down from the supervisor to a child,
 ``Event`` flows up. Variants are listed in wire (discriminant) order, and
-every struct's fields in wire order."""
+every struct's fields in wire order. Protocol 3 adds ``CancelMail`` and
+``Answer`` down, ``MailStarted`` to ``GiveBack`` up; the codec always knows
+them, and the runtime sends them only to a supervisor that speaks 3."""
 
 from __future__ import annotations
 
-from .cancel import ORIGINS, CancelRequested, SignedCancel
+from .cancel import (
+    ORIGINS,
+    CancelRequested,
+    MailCancelRequested,
+    SignedCancel,
+    SignedMailCancel,
+)
 from .codec import Reader, Writer
 from .outcome import CANCELLED, SUCCEEDED, Failed, Outcome
 from .record import Record
@@ -50,6 +58,22 @@ class Limits(Record):
         self.max_mail_bytes = max_mail_bytes
         self.drain_timeout_ms = drain_timeout_ms
         self.liveness_timeout_ms = liveness_timeout_ms
+
+
+# A child's answer to a CancelMail (protocol 3): "acknowledged" (the item's
+# handler was told to stop), "not_supported" (it declared it cannot be
+# cancelled) or Refused(reason).
+ACKNOWLEDGED = "acknowledged"
+NOT_SUPPORTED = "not_supported"
+
+
+class Refused(Record):
+    """The verdict on a cancel of one item the child refused, in its words."""
+
+    __slots__ = ("reason",)
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
 
 
 # --- down: supervisor to child --------------------------------------------
@@ -108,7 +132,27 @@ class Lease(Record):
         self.valid_ms = valid_ms
 
 
-CONTROL = (Welcome, Drain, Cancel, Mail, Ping, Shutdown, Lease)
+class CancelMail(Record):
+    """Protocol 3: a signed cancel of one mail item."""
+
+    __slots__ = ("cancel",)
+
+    def __init__(self, cancel: SignedMailCancel) -> None:
+        self.cancel = cancel
+
+
+class Answer(Record):
+    """Protocol 3: the answer (JSON bytes) to an item's question ``key``."""
+
+    __slots__ = ("id", "key", "value")
+
+    def __init__(self, id: int, key: str, value: bytes) -> None:
+        self.id = id
+        self.key = key
+        self.value = value
+
+
+CONTROL = (Welcome, Drain, Cancel, Mail, Ping, Shutdown, Lease, CancelMail, Answer)
 
 
 # --- up: child to supervisor ----------------------------------------------
@@ -193,6 +237,70 @@ class Custom(Record):
         self.data = data
 
 
+class MailStarted(Record):
+    """Protocol 3: an item's handler took it (``cancellable``: whether a
+    cancel of the item can stop it)."""
+
+    __slots__ = ("id", "cancellable")
+
+    def __init__(self, id: int, cancellable: bool) -> None:
+        self.id = id
+        self.cancellable = cancellable
+
+
+class MailDone(Record):
+    """Protocol 3: an item is finished with, with what its handler returned."""
+
+    __slots__ = ("id", "outcome", "result")
+
+    def __init__(self, id: int, outcome: Outcome, result: bytes) -> None:
+        self.id = id
+        self.outcome = outcome
+        self.result = result
+
+
+class MailCancelVerdict(Record):
+    """Protocol 3: the answer to a ``CancelMail``: ``ACKNOWLEDGED``,
+    ``NOT_SUPPORTED`` or ``Refused(reason)``."""
+
+    __slots__ = ("id", "verdict")
+
+    def __init__(self, id: int, verdict: object) -> None:
+        self.id = id
+        self.verdict = verdict
+
+
+class Ask(Record):
+    """Protocol 3: an item's handler asks a question (``prompt``: JSON)."""
+
+    __slots__ = ("id", "key", "prompt")
+
+    def __init__(self, id: int, key: str, prompt: bytes) -> None:
+        self.id = id
+        self.key = key
+        self.prompt = prompt
+
+
+class Progress(Record):
+    """Protocol 3: an item's progress (``data``: JSON)."""
+
+    __slots__ = ("id", "data")
+
+    def __init__(self, id: int, data: bytes) -> None:
+        self.id = id
+        self.data = data
+
+
+class GiveBack(Record):
+    """Protocol 3: the child gives an item back unfinished."""
+
+    __slots__ = ("id", "awaiting_answer")
+
+    def __init__(self, id: int, awaiting_answer: bool) -> None:
+        self.id = id
+        self.awaiting_answer = awaiting_answer
+
+
 EVENT = (
     Hello,
     Ready,
@@ -204,7 +312,16 @@ EVENT = (
     Drained,
     RecycleRequest,
     Custom,
+    MailStarted,
+    MailDone,
+    MailCancelVerdict,
+    Ask,
+    Progress,
+    GiveBack,
 )
+
+# Messages of protocol 3: never sent to or by a peer that speaks 2.
+SINCE_3 = frozenset(CONTROL[7:] + EVENT[10:])
 
 
 # --- encoding ---------------------------------------------------------------
@@ -240,6 +357,29 @@ def _signed_cancel(w: Writer, c: SignedCancel) -> None:
     w.u64(r.at_ms)
     w.fixed(c.key_id, 8)
     w.bytes(c.signature)
+
+
+def _signed_mail_cancel(w: Writer, c: SignedMailCancel) -> None:
+    r = c.record
+    w.varint(ORIGINS.index(r.origin))
+    w.str(r.deployment)
+    w.u64(r.id)
+    w.str(r.reason)
+    w.u64(r.at_ms)
+    w.fixed(c.key_id, 8)
+    w.bytes(c.signature)
+
+
+def _verdict(w: Writer, verdict: object) -> None:
+    if verdict == ACKNOWLEDGED:
+        w.buf.append(0)
+    elif verdict == NOT_SUPPORTED:
+        w.buf.append(1)
+    elif isinstance(verdict, Refused):
+        w.buf.append(2)
+        w.str(verdict.reason)
+    else:
+        raise ValueError(f"unknown cancel verdict {verdict!r}")
 
 
 def _enc_welcome(w: Writer, m: Welcome) -> None:
@@ -297,6 +437,44 @@ def _enc_custom(w: Writer, m: Custom) -> None:
     w.bytes(m.data)
 
 
+def _enc_answer(w: Writer, m: Answer) -> None:
+    w.u64(m.id)
+    w.str(m.key)
+    w.bytes(m.value)
+
+
+def _enc_mail_started(w: Writer, m: MailStarted) -> None:
+    w.u64(m.id)
+    w.bool(m.cancellable)
+
+
+def _enc_mail_done(w: Writer, m: MailDone) -> None:
+    w.u64(m.id)
+    _outcome(w, m.outcome)
+    w.bytes(m.result)
+
+
+def _enc_verdict(w: Writer, m: MailCancelVerdict) -> None:
+    w.u64(m.id)
+    _verdict(w, m.verdict)
+
+
+def _enc_ask(w: Writer, m: Ask) -> None:
+    w.u64(m.id)
+    w.str(m.key)
+    w.bytes(m.prompt)
+
+
+def _enc_progress(w: Writer, m: Progress) -> None:
+    w.u64(m.id)
+    w.bytes(m.data)
+
+
+def _enc_give_back(w: Writer, m: GiveBack) -> None:
+    w.u64(m.id)
+    w.bool(m.awaiting_answer)
+
+
 def _nothing(w: Writer, m: object) -> None:
     pass
 
@@ -310,6 +488,8 @@ _ENCODERS = {
     Ping: (4, lambda w, m: w.u64(m.nonce)),
     Shutdown: (5, _nothing),
     Lease: (6, lambda w, m: w.u64(m.valid_ms)),
+    CancelMail: (7, lambda w, m: _signed_mail_cancel(w, m.cancel)),
+    Answer: (8, _enc_answer),
     Hello: (0, _enc_hello),
     Ready: (1, _nothing),
     StepStarted: (2, _enc_step_started),
@@ -320,6 +500,12 @@ _ENCODERS = {
     Drained: (7, _nothing),
     RecycleRequest: (8, lambda w, m: w.str(m.reason)),
     Custom: (9, _enc_custom),
+    MailStarted: (10, _enc_mail_started),
+    MailDone: (11, _enc_mail_done),
+    MailCancelVerdict: (12, _enc_verdict),
+    Ask: (13, _enc_ask),
+    Progress: (14, _enc_progress),
+    GiveBack: (15, _enc_give_back),
 }
 
 
@@ -357,6 +543,27 @@ def _dec_signed_cancel(r: Reader) -> SignedCancel:
     return SignedCancel(CancelRequested(origin, deployment, run, reason, at_ms), key_id, signature)
 
 
+def _dec_signed_mail_cancel(r: Reader) -> SignedMailCancel:
+    origin = ORIGINS[r.variant(len(ORIGINS), "cancel origin")]
+    deployment = r.str("the cancel's deployment")
+    mail_id = r.u64("the cancel's mail id")
+    reason = r.str("the cancel's reason")
+    at_ms = r.u64("the cancel's at_ms")
+    key_id = r.fixed(8, "the cancel's key id")
+    signature = r.bytes("the cancel's signature")
+    record = MailCancelRequested(origin, deployment, mail_id, reason, at_ms)
+    return SignedMailCancel(record, key_id, signature)
+
+
+def _dec_verdict(r: Reader) -> object:
+    i = r.variant(3, "cancel verdict")
+    if i == 0:
+        return ACKNOWLEDGED
+    if i == 1:
+        return NOT_SUPPORTED
+    return Refused(r.str("a refusal reason"))
+
+
 def _dec_welcome(r: Reader) -> Welcome:
     protocol = r.u32("Welcome.protocol")
     deployment = r.str("Welcome.deployment")
@@ -392,7 +599,11 @@ def decode_control(r: Reader) -> object:
         return Cancel(_dec_signed_cancel(r))
     if i == 5:
         return _SHUTDOWN
-    return Lease(r.u64("Lease.valid_ms"))
+    if i == 6:
+        return Lease(r.u64("Lease.valid_ms"))
+    if i == 7:
+        return CancelMail(_dec_signed_mail_cancel(r))
+    return Answer(r.u64("Answer.id"), r.str("Answer.key"), r.bytes("Answer.value"))
 
 
 def decode_event(r: Reader) -> object:
@@ -424,7 +635,19 @@ def decode_event(r: Reader) -> object:
         return _DRAINED
     if i == 8:
         return RecycleRequest(r.str("RecycleRequest.reason"))
-    return Custom(r.str("Custom.kind"), r.bytes("Custom.bytes"))
+    if i == 9:
+        return Custom(r.str("Custom.kind"), r.bytes("Custom.bytes"))
+    if i == 10:
+        return MailStarted(r.u64("MailStarted.id"), r.bool("MailStarted.cancellable"))
+    if i == 11:
+        return MailDone(r.u64("MailDone.id"), _dec_outcome(r), r.bytes("MailDone.result"))
+    if i == 12:
+        return MailCancelVerdict(r.u64("MailCancelVerdict.id"), _dec_verdict(r))
+    if i == 13:
+        return Ask(r.u64("Ask.id"), r.str("Ask.key"), r.bytes("Ask.prompt"))
+    if i == 14:
+        return Progress(r.u64("Progress.id"), r.bytes("Progress.data"))
+    return GiveBack(r.u64("GiveBack.id"), r.bool("GiveBack.awaiting_answer"))
 
 
 def name(message: object) -> str:

@@ -11,11 +11,20 @@ import threading
 
 from ._version import __version__
 from .channel import already_taken, handshake, take_control_fd
-from .core import STOPPED, CloseReason, Core
+from .core import CURRENT_ITEM, STOPPED, CloseReason, Core
 from .custom import custom_bytes
 from .env import ENV_ALL, ChildEnv
 from .errors import ConnectError
-from .handles import MailItem, StepState, outcome_of_exit
+from .handles import (
+    MailItem,
+    StepState,
+    cancellable_of,
+    check_serve_args,
+    end_item,
+    handler_raised,
+    handler_returned,
+    outcome_of_exit,
+)
 from .messages import Custom, Grants, Limits, RecycleRequest, Welcome
 from .outcome import CANCELLED, SUCCEEDED, Outcome, check
 
@@ -93,6 +102,7 @@ class Runtime:
         self.grants: Grants = welcome.grants_snapshot
         self.limits: Limits = welcome.limits
         self.channel_id: str = core.env.channel_id
+        self.protocol: int = core.protocol
         self.draining: threading.Event = core.draining
         self.closed: threading.Event = core.closed
 
@@ -102,13 +112,80 @@ class Runtime:
         nothing."""
         self._core.ready()
 
-    def mail(self) -> "MailIterator":
+    def mail(self, cancellable: bool = True) -> "MailIterator":
         """The mail, as an iterator that blocks for the next item and ends
         when a drain starts (or the lease runs out, or the runtime closes).
         Every iterator shares one queue, so threads may take from it in
         turn. An item is held until acknowledged or released; a drain does
-        not report ``Drained`` while any is held."""
-        return MailIterator(self._core)
+        not report ``Drained`` while any is held. In protocol 3 each item is
+        started as it is handed out (``MailStarted``, with ``cancellable``:
+        False declares that the loop's body cannot be cancelled, so a cancel
+        of an item is answered ``NotSupported``)."""
+        if not isinstance(cancellable, bool):
+            raise TypeError(f"cancellable is True or False, not {type(cancellable).__name__}")
+        return MailIterator(self._core, cancellable)
+
+    def serve(
+        self,
+        handler: Callable[["Mail"], object],
+        *,
+        cancellable: bool | Callable[["Mail"], bool] = True,
+        workers: int = 1,
+    ) -> None:
+        """Calls ``handler(mail)`` for each item, on ``workers`` threads (this
+        one and ``workers - 1`` more), until a drain starts (or the lease
+        runs out, or the runtime closes); returns once the items in hand
+        are done (at once when the runtime closes: the process is expected
+        to exit, and the steps in flight are cancelled). Calling the handler
+        starts the item (``MailStarted`` in protocol 3); what it returns is
+        the item's result (``MailDone``):
+        bytes, bytearray or memoryview as they are, str as UTF-8, None as
+        nothing, anything else as its JSON. Returning ``wfhost.Failed(reason)``
+        ends it failed; raising ``wfhost.Cancelled`` ends it cancelled; another
+        exception fails it with ``str(e)`` (traceback on stderr). A handler
+        may also settle its item itself (``mail.ack``, ``mail.release``).
+
+        A verified cancel of the item (protocol 3) sets ``mail.cancelled``
+        and cancels the runs of the steps the handler started (on this
+        thread), every step whatever its drain behaviour, so the step in
+        flight raises ``wfhost.Cancelled``. ``cancellable=False`` declares
+        that the handler cannot be cancelled: such a cancel is answered
+        ``NotSupported`` and the item runs to its end (a drain still cancels
+        its cancel-behaviour steps). ``cancellable`` may also be a function
+        of the item, called before the handler, to decide item by item."""
+        check_serve_args(handler, cancellable, workers)
+        core = self._core
+        wake = threading.Event()  # set by every change of the core's, and by a worker's end
+        busy = [workers]
+
+        def work() -> None:
+            try:
+                while True:
+                    got = core.next_mail(start=False)
+                    if got is STOPPED or got is None:
+                        return
+                    _handle(core, Mail(core, got), handler, cancellable)  # type: ignore[arg-type]
+            finally:
+                with core.lock:
+                    busy[0] -= 1
+                wake.set()
+
+        with core.lock:
+            core.listeners.append(wake.set)
+        try:
+            for i in range(1, workers):
+                threading.Thread(target=work, name=f"wfhost-serve-{i}", daemon=True).start()
+            work()
+            # The other workers finish their items; a closed runtime (the
+            # process is about to exit) is not waited for.
+            while True:
+                wake.clear()
+                if busy[0] == 0 or core.closed.is_set():
+                    return
+                wake.wait()
+        finally:
+            with core.lock:
+                core.listeners.remove(wake.set)
 
     def step(
         self,
@@ -176,17 +253,40 @@ class Runtime:
         self._core.close_channel()
 
 
+def _handle(
+    core: Core, mail: "Mail", handler: Callable[["Mail"], object], cancellable: Any
+) -> None:
+    """One item of ``serve``: started, handled on this thread, ended."""
+    if not core.start(mail._delivery, cancellable_of(cancellable, mail)):
+        mail._settled = True  # cancelled or released before it started
+        return
+    context = CURRENT_ITEM.set(mail.id)
+    try:
+        value = handler(mail)
+    except Exception as e:
+        outcome, result = handler_raised(mail.id, e), b""
+    except BaseException:
+        mail._release_quietly()  # SystemExit, KeyboardInterrupt: not done
+        raise
+    else:
+        outcome, result = handler_returned(mail.id, value)
+    finally:
+        CURRENT_ITEM.reset(context)
+    end_item(mail, outcome, result)
+
+
 class MailIterator:
     """``for mail in rt.mail():`` ends when no more mail is handed out."""
 
-    def __init__(self, core: Core) -> None:
+    def __init__(self, core: Core, cancellable: bool = True) -> None:
         self._core = core
+        self._cancellable = cancellable
 
     def __iter__(self) -> "MailIterator":
         return self
 
     def __next__(self) -> "Mail":
-        got = self._core.next_mail()
+        got = self._core.next_mail(cancellable=self._cancellable)
         if got is STOPPED or got is None:
             raise StopIteration
         return Mail(self._core, got)  # type: ignore[arg-type]
@@ -194,7 +294,7 @@ class MailIterator:
     def next(self, timeout: float | None = None) -> "Mail | None":
         """The next item, or None when no more mail is handed out or
         ``timeout`` seconds pass first (``rt.draining`` tells which)."""
-        got = self._core.next_mail(timeout)
+        got = self._core.next_mail(timeout, cancellable=self._cancellable)
         if got is STOPPED or got is None:
             return None
         return Mail(self._core, got)  # type: ignore[arg-type]
@@ -203,15 +303,25 @@ class MailIterator:
 class Mail(MailItem):
     """One mail item (``id``, ``attempt``, ``payload``, ``text()``,
     ``json()``), settled with :meth:`ack` or :meth:`release`; as a context
-    manager, released on exit unless acknowledged."""
+    manager, released on exit unless acknowledged. ``cancelled`` is a
+    ``threading.Event`` set by a verified cancel of the item (protocol 3);
+    ``check()`` raises ``wfhost.Cancelled`` once it is."""
 
-    __slots__ = ()
+    __slots__ = ("cancelled",)
 
-    def ack(self, outcome: Outcome = SUCCEEDED) -> None:
-        """Reports how processing ended (``MailAck``): ``"succeeded"``,
-        ``"cancelled"`` or ``wfhost.Failed(reason)``; returns once written.
-        The supervisor moves the item to done whatever the outcome."""
-        self._ack(outcome)
+    def __init__(self, core: Core, delivery: Any) -> None:
+        super().__init__(core, delivery)
+        self.cancelled: threading.Event = delivery.token.event
+
+    def ack(self, outcome: Outcome = SUCCEEDED, result: object = None) -> None:
+        """Reports how processing ended: ``"succeeded"``, ``"cancelled"`` or
+        ``wfhost.Failed(reason)``, with the item's ``result`` (protocol 3's
+        ``MailDone``: bytes-like as is, str as UTF-8, None as nothing,
+        another value as its JSON; protocol 2's ``MailAck`` carries none);
+        returns once written. The supervisor moves the item to done
+        whatever the outcome. A result too large for a frame ends the item
+        ``Failed`` (saying so) and raises ``TooLarge``."""
+        self._ack(outcome, result)
 
     def release(self) -> None:
         """Leaves the item unacknowledged: the supervisor delivers it again

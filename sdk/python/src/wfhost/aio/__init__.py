@@ -28,16 +28,31 @@ drain for a cancel-behaviour step, on a verified cancel of its run for any
 step, and on a lease expiry, ``Shutdown`` or the loss of the channel; the
 ``asyncio.CancelledError`` is turned into ``wfhost.Cancelled`` (with
 ``cause`` and ``reason``) as it leaves the step.
+
+``await rt.serve(handler)`` calls ``await handler(mail)`` for each item on a
+task of its own; a verified cancel of the item (protocol 3) cancels the
+runs of the steps that task started and, when no step of it is being
+cancelled already, the task itself.
 """
 
 from __future__ import annotations
 
 import asyncio
+import weakref
 
 from .._version import __version__
-from ..core import STOPPED, CloseReason, Core, Delivery
+from ..core import CURRENT_ITEM, STOPPED, CloseReason, Core, Delivery
 from ..custom import custom_bytes
-from ..handles import MailItem, StepState, outcome_of_exit
+from ..handles import (
+    MailItem,
+    StepState,
+    cancellable_of,
+    check_serve_args,
+    end_item,
+    handler_raised,
+    handler_returned,
+    outcome_of_exit,
+)
 from ..messages import Custom, Grants, Limits, RecycleRequest
 from ..outcome import CANCELLED, SUCCEEDED, Outcome, check
 from ..runtime import DEFAULT_IMPLEMENTATION, install_sigterm_exit, open_core
@@ -75,6 +90,7 @@ class Runtime:
         self.grants: Grants = core.welcome.grants_snapshot
         self.limits: Limits = core.welcome.limits
         self.channel_id: str = core.env.channel_id
+        self.protocol: int = core.protocol
         self.draining = asyncio.Event()
         self.closed = asyncio.Event()
         self._changed = asyncio.Event()
@@ -99,20 +115,128 @@ class Runtime:
     async def ready(self) -> None:
         self._core.ready()
 
-    def mail(self) -> "MailIterator":
-        """``async for mail in rt.mail():`` ends when a drain starts (or the
-        lease runs out, or the runtime closes)."""
-        return MailIterator(self)
+    def _call_soon(self, callback: Callable[[], None]) -> None:
+        """From any thread: run ``callback`` on the loop."""
+        try:
+            self._loop.call_soon_threadsafe(callback)
+        except RuntimeError:
+            pass  # the loop is closed: nobody is waiting
 
-    async def _next_mail(self) -> Delivery | None:
+    def mail(self, cancellable: bool = True) -> "MailIterator":
+        """``async for mail in rt.mail():`` ends when a drain starts (or the
+        lease runs out, or the runtime closes). In protocol 3 each item is
+        started as it is handed out, ``cancellable`` as declared (see
+        ``wfhost.Runtime.mail``)."""
+        if not isinstance(cancellable, bool):
+            raise TypeError(f"cancellable is True or False, not {type(cancellable).__name__}")
+        return MailIterator(self, cancellable)
+
+    async def _next_mail(self, start: bool = True, cancellable: bool = True) -> Delivery | None:
         while True:
             self._changed.clear()
-            got = self._core.next_mail(0)
+            got = self._core.next_mail(0, start, cancellable)
             if got is STOPPED:
                 return None
             if got is not None:
                 return got  # type: ignore[return-value]
             await self._changed.wait()
+
+    async def serve(
+        self,
+        handler: Callable[["Mail"], Awaitable[object]],
+        *,
+        cancellable: bool | Callable[["Mail"], bool] = True,
+        workers: int = 1,
+    ) -> None:
+        """Calls ``await handler(mail)`` for each item, each on a task of its
+        own, at most ``workers`` at once, until a drain starts (or the
+        lease runs out, or the runtime closes); returns once the items in
+        hand are done (at once when the runtime closes). The item's start,
+        result and outcome are as in ``wfhost.Runtime.serve``. A verified cancel of the item (protocol 3)
+        sets ``mail.cancelled``, cancels the runs of the steps its task
+        started (each step's task is cancelled and ``wfhost.Cancelled``
+        leaves the step) and, when no step of it is being cancelled
+        already, cancels its task: an ``asyncio.CancelledError`` the handler
+        lets through ends the item cancelled. ``cancellable=False`` (or a
+        function of the item saying False) declares that the handler cannot
+        be cancelled: such a cancel is answered ``NotSupported``. Cancelling
+        ``serve`` itself cancels the handlers' tasks and leaves their items
+        unacknowledged."""
+        check_serve_args(handler, cancellable, workers)
+        slots = asyncio.Semaphore(workers)
+        tasks: set[asyncio.Task] = set()
+
+        def finished(task: asyncio.Task) -> None:
+            tasks.discard(task)
+            slots.release()
+
+        try:
+            while True:
+                await slots.acquire()
+                got = await self._next_mail(start=False)
+                if got is None:
+                    slots.release()
+                    break
+                task = asyncio.create_task(
+                    self._handle(Mail(self, got), handler, cancellable),
+                    name=f"wfhost-mail-{got.id}",
+                )
+                tasks.add(task)
+                task.add_done_callback(finished)
+            # The items in hand finish; a closed runtime (the process is
+            # about to exit) is not waited for.
+            closed = asyncio.ensure_future(self.closed.wait())
+            try:
+                while tasks and not closed.done():
+                    await asyncio.wait(tasks | {closed}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                closed.cancel()
+        except asyncio.CancelledError:
+            for task in tasks:
+                task.cancel()
+            raise
+
+    async def _handle(
+        self, mail: "Mail", handler: Callable[["Mail"], Awaitable[object]], cancellable: Any
+    ) -> None:
+        """One item of ``serve``, on its own task (so its own context)."""
+        core = self._core
+        if not core.start(mail._delivery, cancellable_of(cancellable, mail)):
+            mail._settled = True  # cancelled or released before it started
+            return
+        CURRENT_ITEM.set(mail.id)
+        task = asyncio.current_task()
+        assert task is not None
+        ours = False
+
+        def cancel_task() -> None:
+            # On the loop. A step of this task being cancelled (the item's
+            # cancel cancels its runs first) turns into wfhost.Cancelled as
+            # it leaves the step: the task is not cancelled a second time.
+            nonlocal ours
+            if not task.done() and not ours and task.cancelling() == 0:
+                ours = True
+                task.cancel(f"wfhost: {mail.cancel_reason}")
+
+        with core.lock:  # tokens are fired under it
+            mail._delivery.token.on_fire(lambda cause, reason: self._call_soon(cancel_task))
+        try:
+            value = await handler(mail)
+        except asyncio.CancelledError:
+            if not ours:
+                mail._release_quietly()  # cancelled from outside: not done
+                raise
+            outcome, result = CANCELLED, b""
+        except Exception as e:
+            outcome, result = handler_raised(mail.id, e), b""
+        except BaseException:
+            mail._release_quietly()
+            raise
+        else:
+            outcome, result = handler_returned(mail.id, value)  # it may have finished anyway
+        if ours and task.cancelling():
+            task.uncancel()  # the item's cancel is over: the task is not being cancelled
+        end_item(mail, outcome, result)
 
     def step(
         self,
@@ -164,27 +288,44 @@ async def _run_step(step: "Step", fn: Callable[["Step"], Awaitable[T]]) -> T:
 
 
 class MailIterator:
-    def __init__(self, rt: Runtime) -> None:
+    def __init__(self, rt: Runtime, cancellable: bool = True) -> None:
         self._rt = rt
+        self._cancellable = cancellable
 
     def __aiter__(self) -> "MailIterator":
         return self
 
     async def __anext__(self) -> "Mail":
-        got = await self._rt._next_mail()
+        got = await self._rt._next_mail(True, self._cancellable)
         if got is None:
             raise StopAsyncIteration
-        return Mail(self._rt._core, got)
+        return Mail(self._rt, got)
 
 
 class Mail(MailItem):
     """One mail item (see ``wfhost.Mail``); ``ack`` and ``release`` are
-    coroutines."""
+    coroutines, ``cancelled`` an ``asyncio.Event``."""
 
-    __slots__ = ()
+    __slots__ = ("cancelled",)
 
-    async def ack(self, outcome: Outcome = SUCCEEDED) -> None:
-        self._ack(outcome)
+    def __init__(self, rt: Runtime, delivery: Delivery) -> None:
+        super().__init__(rt._core, delivery)
+        self.cancelled = asyncio.Event()
+        # A weak reference: the token lives as long as the item is held, and
+        # an item dropped unsettled must still be collected (and released).
+        ref = weakref.ref(self)
+
+        def fired(cause: str, reason: str) -> None:
+            mail = ref()
+            if mail is not None:
+                rt._call_soon(mail.cancelled.set)
+
+        with rt._core.lock:  # tokens are fired under it
+            delivery.token.on_fire(fired)
+
+    async def ack(self, outcome: Outcome = SUCCEEDED, result: object = None) -> None:
+        """See ``wfhost.Mail.ack``."""
+        self._ack(outcome, result)
 
     async def release(self) -> None:
         self._release()

@@ -1,7 +1,9 @@
 """The asyncio surface's conformance child (``python -m
-wfhost.aio.conformance_child``, docs/conformance.md): each mail item on its
-own task, each step an ``await rt.step(run, name, drain, body)`` whose task
-is cancelled when the step must stop."""
+wfhost.aio.conformance_child``, docs/conformance.md): ``rt.serve`` with
+each item on its own task, each step an ``await rt.step(run, name, drain,
+body)`` whose task is cancelled when the step must stop; the handler
+returns the item's result and declares itself not cancellable when the
+payload says so."""
 
 from __future__ import annotations
 
@@ -11,43 +13,70 @@ import sys
 import wfhost
 import wfhost.aio
 
-from ..conformance_payload import BadPayload, parse, took
+from ..conformance_payload import BadPayload, cancellable, parse, took
+
+# The supervisor sends at most this many items unacknowledged at once.
+IN_FLIGHT = 32
 
 
 def complain(line: str) -> None:
     print(f"wfhost.aio.conformance_child: {line}", file=sys.stderr, flush=True)
 
 
-async def process(rt: wfhost.aio.Runtime, mail: wfhost.aio.Mail) -> None:
+async def process(rt: wfhost.aio.Runtime, mail: wfhost.aio.Mail) -> object:
     await rt.custom("conformance.took", took(mail.id, mail.attempt))
     try:
         plan = parse(mail.payload)
     except BadPayload as e:
-        await mail.ack(wfhost.Failed(f"bad payload: {e}"))
-        return
+        return wfhost.Failed(f"bad payload: {e}")
     if plan.custom is not None:
         await rt.custom(*plan.custom)
     run = plan.run if plan.run is not None else f"mail-{mail.id}"
-    outcome: object = wfhost.SUCCEEDED
-    for planned in plan.steps:
+    cancelled: BaseException | None = None
+    try:
+        for planned in plan.steps:
+            if mail.cancelled.is_set():
+                cancelled = wfhost.Cancelled("cancel", mail.cancel_reason or "cancelled")
+                break
 
-        async def body(step: wfhost.aio.Step, ms: int = planned.ms) -> None:
-            await asyncio.sleep(ms / 1000)
+            async def body(step: wfhost.aio.Step, ms: int = planned.ms) -> None:
+                await asyncio.sleep(ms / 1000)
 
-        try:
-            if planned.ignore_cancel:
-                await _deaf_step(rt, run, planned.name, planned.drain, planned.ms)
-            else:
-                await rt.step(run, planned.name, planned.drain, body)
-        except wfhost.Cancelled:
-            outcome = wfhost.CANCELLED
-            break
-    if outcome != wfhost.CANCELLED and plan.fail is not None:
+            try:
+                if planned.ignore_cancel:
+                    await _deaf_step(rt, run, planned.name, planned.drain, planned.ms)
+                else:
+                    await rt.step(run, planned.name, planned.drain, body)
+            except wfhost.Cancelled as e:
+                cancelled = e
+                break
+    except asyncio.CancelledError as e:
+        # The item's own cancel, between steps: its task was cancelled.
+        if not mail.cancelled.is_set():
+            raise
+        cancelled = e
+    if cancelled is None and mail.cancelled.is_set():
+        cancelled = wfhost.Cancelled("cancel", mail.cancel_reason or "cancelled")
+    if cancelled is not None:
+        outcome: object = wfhost.CANCELLED
+    elif plan.fail is not None:
         outcome = wfhost.Failed(plan.fail)
+    else:
+        outcome = wfhost.SUCCEEDED
     await rt.run_terminal(run, outcome)  # type: ignore[arg-type]
-    await mail.ack(outcome)  # type: ignore[arg-type]
     if plan.recycle is not None:
+        # Ended here, so the recycle request follows the item's end.
+        try:
+            await mail.ack(outcome, plan.result if outcome == wfhost.SUCCEEDED else None)  # type: ignore[arg-type]
+        except wfhost.TooLarge:
+            pass  # ended Failed, said on stderr
         await rt.request_recycle(plan.recycle)
+        return None
+    if cancelled is not None:
+        raise cancelled
+    if outcome != wfhost.SUCCEEDED:
+        return outcome
+    return plan.result
 
 
 async def _deaf_step(rt: wfhost.aio.Runtime, run: str, name: str, drain: str, ms: int) -> None:
@@ -64,11 +93,11 @@ async def _deaf_step(rt: wfhost.aio.Runtime, run: str, name: str, drain: str, ms
                 continue
 
 
-async def guarded(rt: wfhost.aio.Runtime, mail: wfhost.aio.Mail) -> None:
+async def guarded(rt: wfhost.aio.Runtime, mail: wfhost.aio.Mail) -> object:
     try:
-        await process(rt, mail)
+        return await process(rt, mail)
     except wfhost.ChannelClosed:
-        pass  # the runtime closed under the item; main() reports why
+        return None  # the runtime closed under the item; main() reports why
 
 
 async def main() -> int:
@@ -78,14 +107,13 @@ async def main() -> int:
     except wfhost.WfhostError as e:
         complain(f"cannot connect to the supervisor: {e}")
         return 2
-    tasks = set()
-    async for mail in rt.mail():
-        task = asyncio.create_task(guarded(rt, mail))
-        tasks.add(task)  # a strong reference, as asyncio asks
-        task.add_done_callback(tasks.discard)
-        del mail
-    # A drain ended the loop: the items in hand finish on their tasks
-    # meanwhile. Shutdown or the end of the channel ends the child at once.
+    await rt.serve(
+        lambda mail: guarded(rt, mail),
+        cancellable=lambda mail: cancellable(mail.payload),
+        workers=IN_FLIGHT,
+    )
+    # A drain ended serve once the items in hand finished. Shutdown or the
+    # end of the channel ends the child at once.
     reason = await rt.wait_closed()
     if reason.kind == "failed":
         complain(f"control channel failed: {reason.message}")

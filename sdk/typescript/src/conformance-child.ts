@@ -1,16 +1,24 @@
 #!/usr/bin/env node
 /**
  * The conformance child of `@wfhost/child` (docs/conformance.md): connects
- * with this package's runtime, sends Ready, and processes each mail item as
- * its JSON payload says, concurrently, so `wfhost-conformance` can play its
- * scenarios against the runtime:
+ * with this package's runtime, sends Ready, and handles each mail item as
+ * its JSON payload says, concurrently (`rt.handleMail`), so
+ * `wfhost-conformance` can play its scenarios against the runtime:
  *
  *     wfhost-conformance -- node dist/conformance-child.js
+ *     wfhost-conformance --protocol 2 -- node dist/conformance-child.js --protocol 2
+ *
+ * (`--protocol 2` makes it a child of version 2 whatever the supervisor
+ * offers, as `connect({ protocol: 2 })` does.)
+ *
+ * The handler's return value is the item's result (`result_hex`,
+ * `result_size`), and `"cancellable": false` declares its handler one that
+ * cannot be cancelled, through `handleMail`'s `cancellable` option.
  */
 
 import { setTimeout as sleep } from "node:timers/promises";
 
-import { Cancelled, connect, type AckOutcome, type Mail, type Runtime, type StepBehavior } from "./index.js";
+import { Cancelled, connect, type AckOutcome, type Mail, type MailResult, type Runtime, type StepBehavior } from "./index.js";
 
 interface PlannedStep {
   name: string;
@@ -25,6 +33,8 @@ interface Plan {
   fail: string | null;
   recycle: string | null;
   custom: { kind: string; bytes: Uint8Array } | null;
+  result: Uint8Array | null;
+  cancellable: boolean;
 }
 
 function say(line: string): void {
@@ -63,42 +73,93 @@ function parsePlan(mail: Mail): Plan {
     if (!/^([0-9a-fA-F]{2})*$/.test(c["hex"])) throw new TypeError(`"custom.hex" must be hex`);
     custom = { kind: c["kind"], bytes: new Uint8Array(Buffer.from(c["hex"], "hex")) };
   }
-  return { run: optString("run"), steps, fail: optString("fail"), recycle: optString("recycle"), custom };
+  let result: Uint8Array | null = null;
+  const resultHex = optString("result_hex");
+  const resultSize = v["result_size"];
+  if (resultHex !== null) {
+    if (!/^([0-9a-fA-F]{2})*$/.test(resultHex)) throw new TypeError(`"result_hex" must be hex`);
+    result = new Uint8Array(Buffer.from(resultHex, "hex"));
+  } else if (resultSize !== undefined) {
+    if (typeof resultSize !== "number" || !Number.isSafeInteger(resultSize) || resultSize < 0) {
+      throw new TypeError(`"result_size" must be a number of bytes`);
+    }
+    result = new Uint8Array(resultSize).fill(0x72);
+  }
+  const cancellable = v["cancellable"] ?? true;
+  if (typeof cancellable !== "boolean") throw new TypeError(`"cancellable" must be a boolean`);
+  return {
+    run: optString("run"),
+    steps,
+    fail: optString("fail"),
+    recycle: optString("recycle"),
+    custom,
+    result,
+    cancellable,
+  };
 }
 
-async function handle(rt: Runtime, mail: Mail): Promise<void> {
+/** Whether the item's handler can be cancelled: false only when the payload says `"cancellable": false`. */
+function cancellable(mail: Mail): boolean {
+  try {
+    return parsePlan(mail).cancellable;
+  } catch {
+    return true;
+  }
+}
+
+async function handle(rt: Runtime, mail: Mail): Promise<MailResult> {
   await rt.custom("conformance.took", JSON.stringify({ id: mail.id.toString(), attempt: mail.attempt }));
   let plan: Plan;
   try {
     plan = parsePlan(mail);
   } catch (e) {
-    await mail.ack({ failed: `bad payload: ${(e as Error).message}` });
-    return;
+    // Ends the item Failed with this reason.
+    throw new Error(`bad payload: ${(e as Error).message}`);
   }
   if (plan.custom) await rt.custom(plan.custom.kind, plan.custom.bytes);
   const run = plan.run ?? `mail-${mail.id}`;
-  let cancelled = false;
+  let cancelled: Cancelled | null = null;
   for (const s of plan.steps) {
     try {
       await rt.step(run, s.name, s.drain, (signal) => (s.ignoreCancel ? sleep(s.ms) : sleep(s.ms, undefined, { signal })));
     } catch (e) {
       if (!(e instanceof Cancelled)) throw e;
       say(`mail ${mail.id}: step ${s.name} ${e.message}`);
-      cancelled = true;
+      cancelled = e;
       break;
     }
   }
+  // The item's own cancel fired (between steps, say).
+  if (cancelled === null && mail.signal.aborted) cancelled = mail.signal.reason as Cancelled;
   const outcome: AckOutcome = cancelled ? "cancelled" : plan.fail !== null ? { failed: plan.fail } : "succeeded";
   await rt.runTerminal(run, outcome);
-  await mail.ack(outcome);
-  if (plan.recycle !== null) await rt.requestRecycle(plan.recycle);
+  const result = outcome === "succeeded" ? plan.result : null;
+  if (plan.recycle !== null) {
+    // End the item first, so the RecycleRequest follows its MailDone.
+    await mail.ack(outcome, result);
+    await rt.requestRecycle(plan.recycle);
+    return;
+  }
+  if (cancelled !== null) throw cancelled;
+  if (plan.fail !== null) throw new Error(plan.fail);
+  return result;
+}
+
+/** `--protocol 2` or `--protocol 3` from the command line, if given. */
+function protocolArg(): 2 | 3 | undefined {
+  const args = process.argv.slice(2);
+  if (args.length === 0) return undefined;
+  if (args.length === 2 && args[0] === "--protocol" && (args[1] === "2" || args[1] === "3")) return Number(args[1]) as 2 | 3;
+  say(`usage: conformance-child.js [--protocol 2|3], got ${JSON.stringify(args.join(" "))}`);
+  process.exit(2);
 }
 
 async function main(): Promise<void> {
   process.on("SIGTERM", () => process.exit(0));
+  const protocol = protocolArg();
   let rt: Runtime;
   try {
-    rt = await connect();
+    rt = await connect(protocol === undefined ? {} : { protocol });
   } catch (e) {
     say(`cannot connect: ${(e as Error).message}`);
     process.exit(1);
@@ -117,9 +178,7 @@ async function main(): Promise<void> {
     say(`cannot report Ready: ${(e as Error).message}`);
     process.exit(1);
   }
-  for await (const mail of rt.mail()) {
-    handle(rt, mail).catch((e: unknown) => say(`mail ${mail.id}: ${(e as Error).message}`));
-  }
+  await rt.handleMail((mail) => handle(rt, mail), { cancellable });
   // Drained (or the lease ran out): stay connected until Shutdown or end of stream.
 }
 

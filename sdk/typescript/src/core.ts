@@ -1,7 +1,7 @@
 /**
  * State shared by the runtime's handles (Runtime, Mail, Step) and the
- * dispatcher: the work ledger, the mail ledger and inbox, the outbox, the
- * drain signal, and how the runtime closed.
+ * dispatcher: the protocol version spoken, the work ledger, the mail ledger
+ * and inbox, the outbox, the drain signal, and how the runtime closed.
  */
 
 import type { Socket } from "node:net";
@@ -52,6 +52,11 @@ export class Core {
     this.closed = new Promise((resolve) => (this.resolveClosed = resolve));
   }
 
+  /** The protocol version this child speaks (the Welcome's, equal to the Hello's). */
+  get protocol(): number {
+    return this.env.protocol;
+  }
+
   /** Queues events in order; a closed channel drops them (the closure is reported through `closed`). */
   postAll(events: Event[]): void {
     for (const e of events) {
@@ -80,8 +85,9 @@ export class Core {
    * signal with the reason's cause, and ends the mail iterators.
    */
   close(reason: CloseReason): void {
-    this.work.close(new Cancelled(closeCause(reason.kind)));
-    this.inbox.stop();
+    const cause = new Cancelled(closeCause(reason.kind));
+    this.work.close(cause);
+    this.inbox.close(cause);
     if (this.closeReason !== null) return;
     this.closeReason = reason;
     for (const f of this.onClose.splice(0)) f();

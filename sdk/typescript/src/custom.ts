@@ -38,8 +38,18 @@ function what(v: unknown): string {
   return `an object (${(v as object).constructor?.name ?? "no prototype"})`;
 }
 
-function refuse(got: string, where: string): TypeError {
-  return new TypeError(`rt.custom(kind, data): data must be ${ACCEPTED}; got ${got}${where}; nothing was sent`);
+/** Who is refusing, for the messages: `rt.custom`'s data, or a mail item's result. */
+interface Subject {
+  /** The start of the message, e.g. `rt.custom(kind, data): data`. */
+  what: string;
+  /** The end of the message, e.g. `nothing was sent`. */
+  after: string;
+}
+
+const CUSTOM: Subject = { what: "rt.custom(kind, data): data", after: "nothing was sent" };
+
+function refuse(got: string, where: string, subject: Subject): TypeError {
+  return new TypeError(`${subject.what} must be ${ACCEPTED}; got ${got}${where}; ${subject.after}`);
 }
 
 /** Whether JSON cannot carry `v` as a value (inside an object or array). */
@@ -69,29 +79,55 @@ function unencodable(v: unknown): boolean {
  * numbers, typed arrays, Maps and Sets, undefined array elements).
  * Properties whose value is undefined are left out, as JSON does.
  */
-export function customBytes(data: unknown): Uint8Array {
+export function customBytes(data: unknown, subject: Subject = CUSTOM): Uint8Array {
   if (data instanceof Uint8Array) return data;
   if (typeof data === "string") {
-    if (!data.isWellFormed()) throw refuse(what(data), "");
+    if (!data.isWellFormed()) throw refuse(what(data), "", subject);
     return new TextEncoder().encode(data);
   }
-  if (data === undefined || unencodable(data)) throw refuse(what(data), "");
+  if (data === undefined || unencodable(data)) throw refuse(what(data), "", subject);
   let text: string | undefined;
   try {
     text = JSON.stringify(data, function (this: unknown, key: string, value: unknown) {
       if (key === "") return value;
       if (unencodable(value) || (value === undefined && Array.isArray(this))) {
-        throw refuse(what(value), ` at ${Array.isArray(this) ? `index ${key}` : `key ${JSON.stringify(key)}`}`);
+        throw new Refusal(refuse(what(value), ` at ${Array.isArray(this) ? `index ${key}` : `key ${JSON.stringify(key)}`}`, subject));
       }
       return value;
     });
   } catch (e) {
-    if (e instanceof TypeError && e.message.startsWith("rt.custom(")) throw e;
+    if (e instanceof Refusal) throw e.error;
     // A cycle, or a toJSON that threw.
     const why = e instanceof Error ? (e.message.split("\n")[0] ?? "") : String(e);
-    throw refuse(/circular/i.test(why) ? "a cyclic object" : `an object JSON cannot encode (${why})`, "");
+    throw refuse(/circular/i.test(why) ? "a cyclic object" : `an object JSON cannot encode (${why})`, "", subject);
   }
   // A toJSON that returns undefined, a function or a symbol.
-  if (text === undefined) throw refuse("an object whose toJSON() returns no JSON value", "");
+  if (text === undefined) throw refuse("an object whose toJSON() returns no JSON value", "", subject);
   return new TextEncoder().encode(text);
+}
+
+/** Carries a refusal out of JSON.stringify's replacer, apart from errors a toJSON throws. */
+class Refusal {
+  constructor(readonly error: TypeError) {}
+}
+
+/**
+ * What a mail handler may return as the item's result: bytes (sent as
+ * they are), a string (UTF-8), `undefined` or `null` (no bytes), or any
+ * other JSON value (sent JSON-encoded).
+ */
+export type MailResult = Uint8Array | string | number | boolean | null | undefined | object;
+
+/**
+ * The bytes of a mail item's result: bytes as they are, a string as UTF-8,
+ * `undefined` and `null` as nothing, any other JSON value JSON-encoded.
+ * Throws a TypeError naming the accepted types for anything JSON cannot
+ * carry faithfully (as `rt.custom` refuses it).
+ */
+export function resultBytes(value: unknown, id: bigint): Uint8Array {
+  if (value === undefined || value === null) return new Uint8Array(0);
+  return customBytes(value, {
+    what: `the result of mail ${id}`,
+    after: "return bytes, a string or a JSON value, or nothing",
+  });
 }

@@ -6,8 +6,8 @@
 
 import type { Core } from "./core.js";
 import { Cancelled } from "./errors.js";
-import { originName, verifyCancel } from "./protocol/cancel.js";
-import type { Control, SignedCancel } from "./protocol/messages.js";
+import { originName, verifyCancel, verifyMailCancel } from "./protocol/cancel.js";
+import { controlSince, type Control, type SignedCancel, type SignedMailCancel } from "./protocol/messages.js";
 
 /** setTimeout's longest delay; longer leases are waited for in pieces. */
 const MAX_TIMER_MS = 2 ** 31 - 1;
@@ -22,6 +22,11 @@ export class Dispatcher {
 
   handle(message: Control): void {
     const core = this.core;
+    const since = controlSince(message.type);
+    if (since > core.protocol) {
+      // A child of the older version would not know the discriminant: a broken frame (§4.9).
+      return this.violation(`${message.type} is a protocol-${since} message, and this child speaks protocol ${core.protocol}`);
+    }
     switch (message.type) {
       case "Ping":
         core.postAll([{ type: "Pong", nonce: message.nonce }]);
@@ -44,14 +49,28 @@ export class Dispatcher {
         // no longer keeps it alive: with nothing else to do it exits.
         core.socket.unref();
         return;
-      case "Welcome": {
-        const reason = "protocol violation: unexpected Welcome after the handshake";
-        core.log(`${reason}; closing`);
-        core.close({ kind: "failed", message: reason });
-        core.socket.destroy();
+      case "CancelMail":
+        this.cancelMail(message.cancel);
         return;
-      }
+      case "Answer":
+        // Version 3 carries answers, but this library asks no questions yet (§4.12).
+        core.log(
+          `Answer for mail ${message.id} (key ${JSON.stringify(message.key)}, ${message.value.length} bytes) ignored: this library asks no questions`,
+        );
+        return;
+      case "Welcome":
+        return this.violation("unexpected Welcome after the handshake");
     }
+  }
+
+  /** The supervisor broke the protocol: the channel ends, and the runtime closes as failed. */
+  private violation(what: string): void {
+    const core = this.core;
+    const reason = `protocol violation: ${what}`;
+    core.log(`${reason}; closing`);
+    core.outbox.fail(reason);
+    core.close({ kind: "failed", message: reason });
+    core.socket.destroy();
   }
 
   /** Cancel-behaviour steps are aborted, wait-behaviour steps go on, mail stops; `Drained` once nothing is left. */
@@ -78,6 +97,33 @@ export class Dispatcher {
     }
     core.log(`cancel of run ${run} accepted (origin ${origin}, reason ${JSON.stringify(r.reason)})`);
     core.postAll(core.work.cancel(r.run, new Cancelled("cancel", { reason: r.reason, origin })));
+  }
+
+  /**
+   * Verifies a cancel of one mail item (key, signature, deployment, an item
+   * this child holds) and answers it with exactly one `MailCancelVerdict`:
+   * `Refused` with the refusal's text, else whatever the inbox did.
+   */
+  private cancelMail(cancel: SignedMailCancel): void {
+    const core = this.core;
+    const r = cancel.record;
+    const origin = originName(r.origin);
+    const refused = verifyMailCancel(cancel, core.env.supervisorKey, core.env.deployment, (id) => core.inbox.holds(id));
+    if (refused !== null) {
+      core.log(
+        `refused cancel of mail ${r.id} for deployment ${JSON.stringify(r.deployment)} (origin ${origin}): ${refused.message}`,
+      );
+      core.postAll([{ type: "MailCancelVerdict", id: r.id, verdict: { kind: "Refused", reason: refused.message } }]);
+      return;
+    }
+    const verdict = core.inbox.cancel(r.id, new Cancelled("cancel", { reason: r.reason, origin }));
+    const said =
+      verdict.kind === "Acknowledged"
+        ? "acknowledged"
+        : verdict.kind === "NotSupported"
+          ? "not supported: its handler cannot be cancelled"
+          : `refused: ${verdict.reason}`;
+    core.log(`cancel of mail ${r.id} ${said} (origin ${origin}, reason ${JSON.stringify(r.reason)})`);
   }
 
   /** A fresh lease: the deadline moves to `validMs` from now. */

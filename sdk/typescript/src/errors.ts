@@ -14,8 +14,8 @@ export function moreSevere(a: CancelCause, b: CancelCause): boolean {
   return SEVERITY[a] > SEVERITY[b];
 }
 
-/** Who asked for a verified cancel. */
-export type CancelOriginName = "supervisor-drain" | "operator";
+/** Who asked for a verified cancel (`deadline`: an item's deadline passed, version 3). */
+export type CancelOriginName = "supervisor-drain" | "operator" | "deadline";
 
 /**
  * A step was stopped: the `signal.reason` of an aborted step, and what
@@ -66,4 +66,11 @@ export class ChannelClosed extends Error {
 /** An event was not sent: the wire cannot carry it (too large, bad text, out of range), or Ready was not sent yet. */
 export class InvalidEvent extends Error {
   override name = "InvalidEvent";
+  constructor(
+    message: string,
+    /** Whether the event's frame was above `max_frame_bytes` (and would otherwise have gone). */
+    readonly tooLarge = false,
+  ) {
+    super(message);
+  }
 }

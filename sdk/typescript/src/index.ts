@@ -5,22 +5,30 @@
  * import { connect } from "@wfhost/child";
  * const rt = await connect();
  * await rt.ready();
- * for await (const mail of rt.mail()) {
+ * await rt.handleMail(async (mail) => {
  *   const run = `mail-${mail.id}`;
- *   await rt.step(run, "fetch", "cancel", (signal) => fetch(url, { signal }));
+ *   const body = await rt.step(run, "fetch", "cancel", (signal) => fetch(url, { signal }).then((r) => r.json()));
  *   await rt.runTerminal(run, "succeeded");
- *   await mail.ack("succeeded");
- * }
+ *   return body; // the item's result (protocol 3)
+ * });
  * ```
  */
 
-export { connect, Runtime, type ConnectOptions, type GrantsSnapshot, type RuntimeLimits } from "./runtime.js";
+export {
+  connect,
+  Runtime,
+  type ConnectOptions,
+  type GrantsSnapshot,
+  type HandleMailOptions,
+  type MailHandler,
+  type RuntimeLimits,
+} from "./runtime.js";
 export type { CloseReason } from "./core.js";
-export type { CustomData } from "./custom.js";
-export { Mail } from "./inbox.js";
+export type { CustomData, MailResult } from "./custom.js";
+export { Mail, type Cancellable, type MailOptions } from "./inbox.js";
 export type { AckOutcome } from "./mail.js";
 export { Step, type StepBehavior, type StepOptions } from "./step.js";
 export { Cancelled, ChannelClosed, ConnectError, InvalidEvent, type CancelCause, type CancelOriginName } from "./errors.js";
 export { readChildEnv, ENV_VARS, type ChildEnv } from "./env.js";
 export { VERSION, DEFAULT_IMPLEMENTATION } from "./version.js";
-export { PROTOCOL_VERSION } from "./protocol/messages.js";
+export { OLDEST_PROTOCOL, PROTOCOL_VERSION } from "./protocol/messages.js";

@@ -11,7 +11,7 @@ import type { Socket } from "node:net";
 import { ChannelClosed, InvalidEvent } from "./errors.js";
 import { EncodeError, Writer } from "./protocol/bincode.js";
 import { ProtocolViolation, appendEventFrame } from "./protocol/frame.js";
-import type { Event } from "./protocol/messages.js";
+import { eventSince, type Event } from "./protocol/messages.js";
 
 /** A burst is written once it holds this much, without waiting for the microtask. */
 const BATCH_BYTES = 64 * 1024;
@@ -25,15 +25,26 @@ export class Outbox {
   private scheduled = false;
   private failure: string | null = null;
   private ended = false;
+  private protocol = 2;
 
   constructor(
     private readonly socket: Socket,
     private maxFrameBytes: number,
   ) {}
 
+  /** The protocol version this child speaks: a newer version's events are refused locally. */
+  setProtocol(version: number): void {
+    this.protocol = version;
+  }
+
   /** The supervisor's limit, known from Welcome. */
   setMaxFrameBytes(n: number): void {
     this.maxFrameBytes = n;
+  }
+
+  /** The limit in force for events. */
+  get frameLimit(): number {
+    return this.maxFrameBytes;
   }
 
   /** Why nothing can be sent any more, or null while the channel is open. */
@@ -46,33 +57,58 @@ export class Outbox {
    * cannot carry it and `ChannelClosed` when the channel is closed.
    */
   post(event: Event): void {
+    this.append(event);
+    this.schedule();
+  }
+
+  /**
+   * Queues `event` and returns a promise of its write; throws at once, as
+   * `post` does, when it cannot be queued.
+   */
+  enqueue(event: Event): Promise<void> {
+    this.append(event);
+    const written = new Promise<void>((resolve, reject) => this.waiters.push({ resolve, reject }));
+    this.schedule();
+    return written;
+  }
+
+  /** Queues `event` and resolves once it is handed to the kernel. */
+  send(event: Event): Promise<void> {
+    try {
+      return this.enqueue(event);
+    } catch (e) {
+      return Promise.reject(e);
+    }
+  }
+
+  /** Encodes `event` into the burst with the next sequence number. */
+  private append(event: Event): void {
     const closed = this.closedReason;
     if (closed !== null) throw new ChannelClosed(`control channel is closed (${closed}); the supervisor is gone or asked this child to stop`);
+    const since = eventSince(event.type);
+    if (since > this.protocol) {
+      throw new InvalidEvent(`${event.type} event not sent: it is a protocol-${since} message, and this child speaks protocol ${this.protocol}`);
+    }
     try {
       appendEventFrame(this.batch, { seq: this.nextSeq, body: event }, this.maxFrameBytes);
     } catch (e) {
       if (e instanceof EncodeError || e instanceof ProtocolViolation || e instanceof RangeError) {
-        throw new InvalidEvent(`${event.type} event not sent: ${e.message}; send less data per event, or well-formed text`);
+        const tooLarge = e instanceof ProtocolViolation && e.kind === "too_large";
+        throw new InvalidEvent(`${event.type} event not sent: ${e.message}; send less data per event, or well-formed text`, tooLarge);
       }
       throw e;
     }
     this.nextSeq += 1n;
+  }
+
+  /** Writes a large burst now, else once the current task ends. */
+  private schedule(): void {
     if (this.batch.length >= BATCH_BYTES) {
       this.flush();
     } else if (!this.scheduled) {
       this.scheduled = true;
       queueMicrotask(() => this.flush());
     }
-  }
-
-  /** Queues `event` and resolves once it is handed to the kernel. */
-  send(event: Event): Promise<void> {
-    try {
-      this.post(event);
-    } catch (e) {
-      return Promise.reject(e);
-    }
-    return new Promise((resolve, reject) => this.waiters.push({ resolve, reject }));
   }
 
   /** Resolves once everything posted so far is written. */

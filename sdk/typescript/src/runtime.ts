@@ -2,22 +2,24 @@
  * The runtime: the handle a workflow child holds to talk to its
  * supervisor. `connect()` does the handshake from the environment; the
  * dispatcher then answers the supervisor on the event loop (Ping, Drain,
- * Cancel, Mail, Lease, Shutdown) while the application runs steps.
+ * Cancel, CancelMail, Mail, Lease, Shutdown) while the application runs
+ * steps.
  */
 
+import { AsyncLocalStorage } from "node:async_hooks";
 import type { Socket } from "node:net";
 
 import { openControlFd, FrameReader, type EndOfChannel } from "./channel.js";
 import { Core, type CloseReason } from "./core.js";
-import { customBytes, type CustomData } from "./custom.js";
+import { customBytes, type CustomData, type MailResult } from "./custom.js";
 import { Dispatcher } from "./dispatch.js";
 import { readChildEnv, ENV_VARS, type ChildEnv } from "./env.js";
 import { Cancelled, ChannelClosed, ConnectError, InvalidEvent } from "./errors.js";
-import type { Mail } from "./inbox.js";
+import type { Cancellable, Mail, MailOptions } from "./inbox.js";
 import { toOutcome, type AckOutcome } from "./mail.js";
 import { Outbox } from "./outbox.js";
 import { MAX_FRAME_LIMIT } from "./protocol/frame.js";
-import { MAX_IMPLEMENTATION_BYTES, PROTOCOL_VERSION, type Control, type Welcome } from "./protocol/messages.js";
+import { MAX_IMPLEMENTATION_BYTES, type Control, type Welcome } from "./protocol/messages.js";
 import { Step, type StepBehavior, type StepOptions } from "./step.js";
 import { DEFAULT_IMPLEMENTATION } from "./version.js";
 
@@ -35,6 +37,12 @@ export interface ConnectOptions {
   log?: (line: string) => void;
   /** How long to wait for the supervisor's Welcome (default 30 000 ms). */
   handshakeTimeoutMs?: number;
+  /**
+   * The newest protocol version to speak (default 3, the newest this
+   * package knows): `2` makes this a child of version 2 whatever the
+   * supervisor offers (MailAck, no results, no cancel of one item).
+   */
+  protocol?: 2 | 3;
 }
 
 /** The grants the supervisor read for this child's life. */
@@ -57,6 +65,36 @@ export interface RuntimeLimits {
   livenessTimeoutMs: number;
 }
 
+/**
+ * A mail handler (`rt.handleMail`): called with each item as it is
+ * started; what it returns (or resolves with) is the item's result, and
+ * how it ends is the item's outcome.
+ */
+export type MailHandler = (mail: Mail) => MailResult | Promise<MailResult>;
+
+/** Options of `rt.handleMail`. */
+export interface HandleMailOptions extends MailOptions {
+  /**
+   * The most items handled at once (default: no limit; the supervisor sends
+   * at most 32 unacknowledged items). Items beyond it wait in the inbox,
+   * not started: a cancel of one ends it at once, and a drain leaves it for
+   * the next child with the same `attempt`.
+   */
+  concurrency?: number;
+}
+
+/** The item whose handler is running, so the steps it starts are the item's (a cancel of the item cancels them). */
+const currentMail = new AsyncLocalStorage<Mail>();
+
+/** The outcome of an item, from how its handler ended. */
+function handlerOutcome(mail: Mail, threw: boolean, error: unknown): AckOutcome {
+  if (!threw) return "succeeded";
+  if (error instanceof Cancelled || mail.signal.aborted) return "cancelled";
+  // An AbortError of a signal aborted with a Cancelled (a step's, say).
+  if (error instanceof Error && error.name === "AbortError" && error.cause instanceof Cancelled) return "cancelled";
+  return { failed: error instanceof Error ? error.message : String(error) };
+}
+
 const toNumber = (v: bigint): number => (v > BigInt(Number.MAX_SAFE_INTEGER) ? Number.MAX_SAFE_INTEGER : Number(v));
 
 function defaultLog(line: string): void {
@@ -69,7 +107,10 @@ function defaultLog(line: string): void {
  */
 export async function connect(options: ConnectOptions = {}): Promise<Runtime> {
   const usesProcessEnv = options.env === undefined;
-  const env = readChildEnv(options.env ?? process.env);
+  if (options.protocol !== undefined && options.protocol !== 2 && options.protocol !== 3) {
+    throw new ConnectError(`connect({ protocol }) is 2 or 3, got ${JSON.stringify(options.protocol)}`);
+  }
+  const env = readChildEnv(options.env ?? process.env, options.protocol);
   const implementation = options.implementation ?? DEFAULT_IMPLEMENTATION;
   const implBytes = Buffer.byteLength(implementation, "utf8");
   if (implementation === "" || implBytes > MAX_IMPLEMENTATION_BYTES) {
@@ -84,6 +125,7 @@ export async function connect(options: ConnectOptions = {}): Promise<Runtime> {
   }
   const log = options.log ?? defaultLog;
   const outbox = new Outbox(socket, MAX_FRAME_LIMIT);
+  outbox.setProtocol(env.protocol);
   const timeoutMs = options.handshakeTimeoutMs ?? 30_000;
 
   return new Promise<Runtime>((resolve, reject) => {
@@ -112,9 +154,9 @@ export async function connect(options: ConnectOptions = {}): Promise<Runtime> {
     const reader = new FrameReader(socket, (first: Control) => {
       if (settled) return;
       if (first.type !== "Welcome") return fail(`expected Welcome, got ${first.type}`);
-      if (first.protocol !== PROTOCOL_VERSION) {
+      if (first.protocol !== env.protocol) {
         return fail(
-          `Welcome speaks protocol ${first.protocol} but this child speaks ${PROTOCOL_VERSION}; use a @wfhost/child matching the supervisor`,
+          `Welcome speaks protocol ${first.protocol} but this child speaks ${env.protocol} (its Hello said so); use a @wfhost/child matching the supervisor`,
         );
       }
       if (first.deployment !== env.deployment) {
@@ -158,6 +200,15 @@ export class Runtime {
     this.dispatcher = new Dispatcher(core);
     reader.handler = (m) => this.dispatcher.handle(m);
     this.reader = reader;
+    // A violation found by the dispatcher ends the stream of frames too.
+    core.whenClosed(() => {
+      if (core.closeReason?.kind === "failed") reader.stop();
+    });
+  }
+
+  /** The protocol version spoken with the supervisor: 3, or 2 under a supervisor of version 2. */
+  get protocol(): number {
+    return this.core.protocol;
   }
 
   /** The deployment this child serves. */
@@ -227,14 +278,89 @@ export class Runtime {
 
   /**
    * The mail, one item at a time, each held (delaying `Drained`) until
-   * acknowledged or released. Ends when a drain starts, the lease runs out
-   * or the runtime closes. Every iterator shares one queue.
+   * acknowledged or released. An item is started as it is handed out (in
+   * protocol 3 the runtime sends `MailStarted` then); end it with
+   * `mail.ack(outcome, result)`. Ends when a drain starts, the lease runs
+   * out or the runtime closes. Every iterator shares one queue.
    */
-  async *mail(): AsyncGenerator<Mail, void, undefined> {
+  async *mail(options: MailOptions = {}): AsyncGenerator<Mail, void, undefined> {
+    const cancellable = checkCancellable(options.cancellable);
     for (;;) {
-      const mail = await this.core.inbox.take();
+      const mail = await this.core.inbox.take(cancellable);
       if (mail === null) return;
       yield mail;
+    }
+  }
+
+  /**
+   * Handles the mail with `handler`, each item as it comes, concurrently
+   * (up to `concurrency` at once), and resolves once no more mail is taken
+   * (a drain, the lease running out, the runtime closing) and every
+   * running handler has ended.
+   *
+   * Each item is started as its handler is called (`MailStarted` in
+   * protocol 3, with `cancellable` from the options: `false`, or a function
+   * returning false for the item, makes a cancel of it `NotSupported`). How
+   * the handler ends is how the item ends (`MailDone` in protocol 3,
+   * `MailAck` in protocol 2):
+   *
+   * - it returns (or resolves with) a value: `Succeeded`, and the value is
+   *   the result: bytes as they are, a string as UTF-8, `undefined`/`null`
+   *   as nothing, any other JSON value JSON-encoded;
+   * - it throws a `Cancelled` (a step of the item was cancelled), or throws
+   *   after the item's `signal` aborted: `Cancelled`;
+   * - it throws anything else: `Failed(message)`.
+   *
+   * A handler that settles its item itself (`mail.ack`, `mail.release`)
+   * is taken at its word. A result that cannot be sent (JSON cannot carry
+   * it, or it does not fit in a frame) ends the item `Failed`, naming the
+   * problem, and is logged. Steps the handler starts with `rt.step` or
+   * `rt.startStep` belong to its item: a verified cancel of the item aborts
+   * `mail.signal` and cancels their runs.
+   */
+  async handleMail(handler: MailHandler, options: HandleMailOptions = {}): Promise<void> {
+    if (typeof handler !== "function") throw new TypeError(`rt.handleMail(handler): handler must be a function, got ${typeof handler}`);
+    const cancellable = checkCancellable(options.cancellable);
+    const limit = options.concurrency ?? Infinity;
+    if (!(limit === Infinity || (Number.isSafeInteger(limit) && limit >= 1))) {
+      throw new TypeError(`rt.handleMail: concurrency must be a whole number of at least 1, got ${String(limit)}`);
+    }
+    const running = new Set<Promise<void>>();
+    for (;;) {
+      while (running.size >= limit) await Promise.race(running);
+      const mail = await this.core.inbox.take(cancellable);
+      if (mail === null) break;
+      const p: Promise<void> = this.runHandler(handler, mail).finally(() => running.delete(p));
+      running.add(p);
+    }
+    await Promise.all(running);
+  }
+
+  /** Runs one item's handler in its context and ends the item as the handler ended. */
+  private async runHandler(handler: MailHandler, mail: Mail): Promise<void> {
+    const core = this.core;
+    let value: MailResult = undefined;
+    let threw = false;
+    let error: unknown = undefined;
+    try {
+      value = await currentMail.run(mail, () => handler(mail));
+    } catch (e) {
+      threw = true;
+      error = e;
+    }
+    if (mail.settled) return;
+    const outcome = handlerOutcome(mail, threw, error);
+    try {
+      await mail.ack(outcome, threw ? undefined : value);
+    } catch (e) {
+      if (e instanceof TypeError && !mail.settled) {
+        core.log(`mail ${mail.id}: ${e.message}; ending it failed`);
+        await mail.ack({ failed: e.message }).catch(() => undefined);
+      } else if (e instanceof InvalidEvent) {
+        core.log(e.message);
+      } else if (!(e instanceof ChannelClosed)) {
+        core.log(`mail ${mail.id}: cannot end it: ${(e as Error).message}`);
+      }
     }
   }
 
@@ -251,6 +377,7 @@ export class Runtime {
     if (options.onDrain !== undefined && options.onDrain !== "abort" && !windDown) {
       throw new TypeError(`onDrain is 'abort' or 'wind-down', got ${JSON.stringify(options.onDrain)}`);
     }
+    const mail = options.mail === undefined ? (currentMail.getStore() ?? null) : options.mail;
     this.requireReady("StepStarted");
     const core = this.core;
     const started = core.work.start(run, name, drain, windDown);
@@ -264,6 +391,7 @@ export class Runtime {
       // A closed channel already aborted the signal (the runtime closed).
       if (!(e instanceof ChannelClosed)) throw e;
     }
+    if (mail !== null) core.inbox.linkRun(mail, run);
     return new Step(core, started.id, run, name, started.signal);
   }
 
@@ -421,6 +549,15 @@ export class Runtime {
     }
     core.socket.destroy();
   }
+}
+
+/** Checks the `cancellable` option of `rt.mail` and `rt.handleMail`. */
+function checkCancellable(c: Cancellable | undefined): Cancellable {
+  if (c === undefined) return true;
+  if (typeof c !== "boolean" && typeof c !== "function") {
+    throw new TypeError(`cancellable must be a boolean or a function (mail) => boolean, got ${typeof c}`);
+  }
+  return c;
 }
 
 export type { ChildEnv };

@@ -1,6 +1,7 @@
 /** A step started by hand: its signal, and the report of how it ended. */
 
 import type { Core } from "./core.js";
+import type { Mail } from "./inbox.js";
 import { toOutcome, type AckOutcome } from "./mail.js";
 
 /** What a step does when its child is drained. */
@@ -15,6 +16,13 @@ export interface StepOptions {
    * budget runs; a verified cancel, lease expiry or close still aborts it.
    */
   onDrain?: "abort" | "wind-down";
+  /**
+   * The mail item this step works for (default: the item whose
+   * `rt.handleMail` handler is running, if any; `null`: none). A verified
+   * cancel of the item (protocol 3) cancels the step's run, as a cancel of
+   * the run does; a step started after it starts cancelled.
+   */
+  mail?: Mail | null;
 }
 
 /**

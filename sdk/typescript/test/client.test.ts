@@ -245,6 +245,130 @@ describe("send", () => {
   });
 });
 
+describe("mail-result and call", () => {
+  const done = (over: Record<string, unknown> = {}) => ({
+    ok: true,
+    data: {
+      id: 17,
+      deployment: "billing",
+      ended: true,
+      state: "done",
+      outcome: "succeeded",
+      reason: null,
+      result: Buffer.from([0, 255, 128, 10]).toString("base64"),
+      result_bytes: 4,
+      ...over,
+    },
+  });
+
+  test("mailResult asks with wait_ms and decodes the base64 result; without waitMs it asks to answer at once", async () => {
+    const seen: Record<string, unknown>[] = [];
+    const path = await server((r) => {
+      seen.push(r.request);
+      r.socket.end(frame(done()));
+    });
+    const client = new Client({ socket: path });
+    const r = await client.mailResult(17, { waitMs: 30_000 });
+    assert.deepEqual(seen[0], { v: 2, cmd: "mail-result", id: 17, wait_ms: 30_000 });
+    assert.deepEqual(r, {
+      id: 17,
+      deployment: "billing",
+      ended: true,
+      state: "done",
+      outcome: "succeeded",
+      reason: null,
+      result: Uint8Array.of(0, 255, 128, 10),
+      resultBytes: 4,
+    });
+    await client.mailResult(17n);
+    assert.deepEqual(seen[1], { v: 2, cmd: "mail-result", id: 17 }, "a bigint id is sent as a number; no wait_ms");
+    await client.mailResult(17, { waitMs: 2.2 });
+    assert.equal(seen[2]!["wait_ms"], 3, "fractions round up");
+  });
+
+  test("an item not ended in time: ended false, its state, no outcome or result; failures and deaths carry their reason", async () => {
+    const answers = [
+      done({ ended: false, state: "processing", outcome: null, result: null, result_bytes: null }),
+      done({ outcome: "failed", reason: "card declined", result: "", result_bytes: 0 }),
+      done({ state: "dead", outcome: "dead", reason: "exited unexpectedly: exit status 3", result: null, result_bytes: 0 }),
+    ];
+    const path = await server((r, n) => r.socket.end(frame(answers[n - 1])));
+    const client = new Client({ socket: path });
+    const pending = await client.mailResult(17, { waitMs: 10 });
+    assert.equal(pending.ended, false);
+    assert.equal(pending.state, "processing");
+    assert.equal(pending.outcome, null);
+    assert.equal(pending.result, null);
+    const failed = await client.mailResult(17);
+    assert.deepEqual([failed.outcome, failed.reason, [...failed.result!]], ["failed", "card declined", []]);
+    const dead = await client.mailResult(17);
+    assert.deepEqual([dead.state, dead.outcome, dead.reason, dead.result], ["dead", "dead", "exited unexpectedly: exit status 3", null]);
+  });
+
+  test("bad ids, waits and answers are refused with clear errors", async () => {
+    const path = await server((r) => r.socket.end(frame(done({ result: "not base64!", result_bytes: 4 }))));
+    const client = new Client({ socket: path });
+    await assert.rejects(client.mailResult(-1), (e: unknown) => e instanceof WfhostError && e.code === 2 && /a mail id is a whole number/.test(e.message));
+    await assert.rejects(client.mailResult(2n ** 60n), (e: unknown) => e instanceof WfhostError && e.code === 2);
+    await assert.rejects(client.mailResult(1, { waitMs: -5 }), (e: unknown) => e instanceof WfhostError && /waitMs is a number of milliseconds/.test(e.message));
+    await assert.rejects(client.mailResult(17), (e: unknown) => e instanceof WfhostError && /has a result that is not base64/.test(e.message));
+    const refusing = await server((r) => r.socket.end(frame({ ok: false, code: 1, error: "no mail 99 in the store" })));
+    await assert.rejects(new Client({ socket: refusing }).mailResult(99), (e: unknown) => e instanceof WfhostError && e.message === "no mail 99 in the store");
+  });
+
+  test("call sends under the key (repeating an unknown outcome), then waits for the result with the time left", async () => {
+    const seen: Received[] = [];
+    const path = await server((r, n) => {
+      seen.push(r);
+      if (n === 1) r.socket.end(frame({ ok: false, code: 1, outcome: "unknown", error: "commit failed" }));
+      else if (n === 2) r.socket.end(frame({ ok: true, data: { deployment: "billing", id: 17, new: true } }));
+      else r.socket.end(frame(done()));
+    });
+    const t0 = Date.now();
+    const called = await new Client({ socket: path }).call("billing", "hi", { key: "order-17", timeoutMs: 5000 });
+    assert.deepEqual(called, {
+      id: 17,
+      new: true,
+      ended: true,
+      outcome: "succeeded",
+      reason: null,
+      result: Uint8Array.of(0, 255, 128, 10),
+    });
+    assert.deepEqual(
+      seen.map((r) => r.request["cmd"]),
+      ["send", "send", "mail-result"],
+    );
+    assert.equal(seen[0]!.request["key"], "order-17");
+    assert.equal(seen[1]!.request["key"], "order-17");
+    assert.equal(seen[1]!.payload.toString(), "hi");
+    assert.equal(seen[2]!.request["id"], 17);
+    const wait = seen[2]!.request["wait_ms"] as number;
+    assert.ok(wait <= 5000 - 90 && wait >= 5000 - (Date.now() - t0) - 5, `wait_ms ${wait}: the timeout less the send's time (one 100 ms pause)`);
+  });
+
+  test("call: not ended in time is ended false; a lost mail-result answer is asked again; a refusal names the id to ask with", async () => {
+    let results = 0;
+    const path = await server((r) => {
+      if (r.request["cmd"] === "send") return r.socket.end(frame({ ok: true, data: { deployment: "billing", id: 8, new: false } }));
+      results++;
+      if (results === 1) return r.socket.destroy();
+      r.socket.end(frame(done({ id: 8, ended: false, state: "inbox", outcome: null, result: null, result_bytes: null })));
+    });
+    const called = await new Client({ socket: path }).call("billing", "x", { timeoutMs: 0 });
+    assert.deepEqual(called, { id: 8, new: false, ended: false, outcome: null, reason: null, result: null });
+    const refusing = await server((r) => {
+      if (r.request["cmd"] === "send") return r.socket.end(frame({ ok: true, data: { deployment: "billing", id: 9, new: true } }));
+      r.socket.end(frame({ ok: false, code: 2, error: "unknown command \"mail-result\"" }));
+    });
+    await assert.rejects(new Client({ socket: refusing }).call("billing", "x"), (e: unknown) => {
+      assert.ok(e instanceof WfhostError);
+      assert.equal(e.code, 2);
+      assert.match(e.message, /^mail 9 was enqueued, but its result could not be read: unknown command "mail-result"; ask again with mailResult\(9\)/);
+      return true;
+    });
+  });
+});
+
 describe("status and events", () => {
   test("status returns the deployments", async () => {
     const path = await server((r) => {

@@ -18,6 +18,10 @@ import {
   decodeOne,
   encodeControlFrame,
   encodeEventFrame,
+  OLDEST_PROTOCOL,
+  PROTOCOL_VERSION,
+  controlSince,
+  eventSince,
   type Control,
   type Event,
 } from "../dist/protocol/index.js";
@@ -25,9 +29,47 @@ import { hex, loadVectors, messageFromJson, messageToJson, unhex } from "./vecto
 
 const v = loadVectors();
 
+const CONTROLS: Control["type"][] = ["Welcome", "Drain", "Cancel", "Mail", "Ping", "Shutdown", "Lease", "CancelMail", "Answer"];
+const EVENTS: Event["type"][] = [
+  "Hello",
+  "Ready",
+  "StepStarted",
+  "StepFinished",
+  "MailAck",
+  "Pong",
+  "RunTerminal",
+  "Drained",
+  "RecycleRequest",
+  "Custom",
+  "MailStarted",
+  "MailDone",
+  "MailCancelVerdict",
+  "Ask",
+  "Progress",
+  "GiveBack",
+];
+
 describe("golden frames", () => {
-  assert.equal(v.protocol, 2);
-  assert.ok(v.frames.length >= 70, `only ${v.frames.length} frames in the vectors`);
+  test("the vectors are of protocol 3 (oldest 2), with 91 frames covering every message", () => {
+    assert.equal(v.protocol, PROTOCOL_VERSION);
+    assert.equal(v.oldest_protocol, OLDEST_PROTOCOL);
+    assert.ok(v.frames.length >= 91, `only ${v.frames.length} frames in the vectors`);
+    const seen = (dir: string) => new Set(v.frames.filter((f) => f.direction === dir).map((f) => f.message["type"]));
+    assert.deepEqual([...seen("down")].sort(), [...CONTROLS].sort(), "every Control variant, and no other");
+    assert.deepEqual([...seen("up")].sort(), [...EVENTS].sort(), "every Event variant, and no other");
+    for (const t of CONTROLS) assert.equal(controlSince(t), ["CancelMail", "Answer"].includes(t) ? 3 : 2, t);
+    for (const t of EVENTS) assert.equal(eventSince(t), EVENTS.indexOf(t) >= 10 ? 3 : 2, t);
+    const origins = new Set(
+      [...v.frames.map((f) => f.message), ...v.signing.cancels, ...v.signing.mail_cancels].flatMap((m) => {
+        const c = m["cancel"] as { origin?: string } | undefined;
+        return c?.origin === undefined ? [] : [c.origin];
+      }),
+    );
+    assert.deepEqual([...origins].sort(), ["Deadline", "Operator", "SupervisorDrain"]);
+    const verdicts = new Set(v.frames.flatMap((f) => (f.message["type"] === "MailCancelVerdict" ? [(f.message["verdict"] as { kind: string }).kind] : [])));
+    assert.deepEqual([...verdicts].sort(), ["Acknowledged", "NotSupported", "Refused"]);
+  });
+
   for (const f of v.frames) {
     test(`${f.direction} ${f.name}: decodes to its message`, () => {
       const bytes = unhex(f.hex);
@@ -65,6 +107,10 @@ describe("golden frames", () => {
 
 describe("invalid frames", () => {
   assert.ok(v.invalid_frames.length >= 15);
+  assert.ok(
+    v.invalid_frames.some((f) => f.name === "unknown Event variant" && f.hex === "000000020110"),
+    "the unknown Event variant is discriminant 16",
+  );
   for (const f of v.invalid_frames) {
     test(`${f.direction} ${f.name}: refused as ${f.error}`, () => {
       const d = f.direction === "down" ? FrameDecoder.control(v.max_frame_bytes) : FrameDecoder.event(v.max_frame_bytes);
@@ -78,6 +124,22 @@ describe("invalid frames", () => {
       );
     });
   }
+
+  test("Event 16 and Control 9 name no variant; 15 and 8 are the last of protocol 3", () => {
+    assert.throws(() => decodeOne(FrameDecoder.event(), unhex("000000020110")), /Event: variant 16 names none \(there are 16\)/);
+    assert.throws(() => decodeOne(FrameDecoder.control(), unhex("000000020109")), /Control: variant 9 names none \(there are 9\)/);
+    assert.deepEqual(decodeOne(FrameDecoder.event(), unhex("00000004010f0700")).body, { type: "GiveBack", id: 7n, awaiting_answer: false });
+    assert.deepEqual(decodeOne(FrameDecoder.control(), unhex("000000050108070000")).body, {
+      type: "Answer",
+      id: 7n,
+      key: "",
+      value: new Uint8Array(0),
+    });
+    // A verdict and a cancel origin beyond the last are refused too.
+    assert.throws(() => decodeOne(FrameDecoder.event(), unhex("00000004010c0703")), /CancelVerdict: variant 3 names none/);
+    assert.throws(() => decodeOne(FrameDecoder.control(), unhex("00000004010703" + "00")), /CancelOrigin: variant 3 names none/);
+    assert.throws(() => decodeOne(FrameDecoder.event(), unhex("00000004010a0702")), /cancellable: 2 is not a bool/);
+  });
 
   test("a too-large header is refused before the body arrives", () => {
     const d = FrameDecoder.control(1024);

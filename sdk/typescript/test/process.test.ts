@@ -10,8 +10,9 @@ import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterEach, describe, test } from "node:test";
 
+import type { Event } from "../dist/protocol/index.js";
 import { Spawned } from "./support/spawned.js";
-import { welcome } from "./support/supervisor.js";
+import { signMailCancel, welcome } from "./support/supervisor.js";
 
 const here = dirname(fileURLToPath(import.meta.url));
 const CONFORMANCE_CHILD = join(here, "../dist/conformance-child.js");
@@ -22,15 +23,34 @@ afterEach(() => {
   for (const s of started.splice(0)) s.kill();
 });
 
-async function ready(args = [CONFORMANCE_CHILD]): Promise<Spawned> {
-  const s = new Spawned(args);
+/** A child started as the supervisor starts one (of protocol 2, or 2 to 3 with `v3`), Hello and Welcome exchanged, Ready read. */
+async function ready(
+  args = [CONFORMANCE_CHILD],
+  v3 = false,
+  limits: Parameters<typeof welcome>[1] = {},
+  offered: string | undefined = v3 ? "3" : undefined,
+): Promise<Spawned> {
+  const s = new Spawned(args, "billing", offered);
   started.push(s);
   const hello = await s.expect("Hello");
   assert.equal(hello.channel_id, s.env["WFHOST_CHANNEL_ID"]);
   assert.equal(hello.pid, s.child.pid);
-  s.send(welcome());
+  assert.equal(hello.protocol, v3 ? 3 : 2);
+  s.send(welcome("billing", limits, "", v3 ? 3 : 2));
   await s.expect("Ready");
   return s;
+}
+
+const json = (v: unknown) => new TextEncoder().encode(JSON.stringify(v));
+
+/** Events until the MailDone (or MailAck) of `id`. */
+async function untilDone(s: Spawned, id: bigint): Promise<Event[]> {
+  const seen: Event[] = [];
+  for (;;) {
+    const e = await s.next();
+    seen.push(e);
+    if ((e.type === "MailDone" || e.type === "MailAck") && e.id === id) return seen;
+  }
 }
 
 describe("the conformance child as a process", () => {
@@ -85,6 +105,63 @@ describe("the conformance child as a process", () => {
     assert.equal(r.status, 1);
     assert.match(r.stderr, /WFHOST_CONTROL_FD is not set: this process must be started by the wfhost supervisor/);
   });
+});
+
+describe("the conformance child in protocol 3", () => {
+  test("MailStarted first, then took; the result is the payload's result_hex; no MailAck", async () => {
+    const s = await ready([CONFORMANCE_CHILD], true);
+    s.send({ type: "Mail", id: 17n, attempt: 1, payload: json({ steps: [{ name: "a", drain: "cancel", ms: 10 }], result_hex: "00ff800a" }) });
+    const events = await untilDone(s, 17n);
+    assert.deepEqual(
+      events.map((e) => e.type),
+      ["MailStarted", "Custom", "StepStarted", "StepFinished", "RunTerminal", "MailDone"],
+    );
+    assert.deepEqual(events[0], { type: "MailStarted", id: 17n, cancellable: true });
+    assert.deepEqual(events.at(-1), { type: "MailDone", id: 17n, outcome: { kind: "Succeeded" }, result: Uint8Array.of(0, 0xff, 0x80, 0x0a) });
+  });
+
+  test("result_size beyond max_frame_bytes: MailDone Failed naming it; cancellable false: NotSupported; a cancel of a running item: Cancelled", async () => {
+    const s = await ready([CONFORMANCE_CHILD], true, { max_frame_bytes: 65_536 });
+    s.send({ type: "Mail", id: 1n, attempt: 1, payload: json({ result_size: 100_000 }) });
+    const big = (await untilDone(s, 1n)).at(-1);
+    assert.ok(big?.type === "MailDone" && big.outcome.kind === "Failed" && /max_frame_bytes 65536/.test(big.outcome.reason), JSON.stringify(big?.type));
+    // The application is told: the runtime logs it on stderr (once the MailDone is written).
+    const told = /result of 100000 bytes does not fit in a frame of max_frame_bytes 65536/;
+    for (const deadline = Date.now() + 2000; !told.test(s.stderr) && Date.now() < deadline; ) await new Promise((r) => setTimeout(r, 10));
+    assert.match(s.stderr, told);
+
+    s.send({ type: "Mail", id: 2n, attempt: 1, payload: json({ steps: [{ name: "a", drain: "cancel", ms: 300 }], cancellable: false, result_size: 3 }) });
+    assert.deepEqual(await s.next(), { type: "MailStarted", id: 2n, cancellable: false });
+    const record = { origin: "Operator" as const, deployment: "billing", reason: "stop", at_ms: 1n };
+    s.send({ type: "CancelMail", cancel: signMailCancel({ ...record, id: 2n }) });
+    const two = await untilDone(s, 2n);
+    assert.ok(two.some((e) => e.type === "MailCancelVerdict" && e.verdict.kind === "NotSupported"));
+    assert.deepEqual(two.at(-1), { type: "MailDone", id: 2n, outcome: { kind: "Succeeded" }, result: new TextEncoder().encode("rrr") });
+
+    s.send({ type: "Mail", id: 3n, attempt: 1, payload: json({ steps: [{ name: "a", drain: "wait", ms: 5000 }] }) });
+    for (let e = await s.next(); e.type !== "StepStarted"; e = await s.next());
+    s.send({ type: "CancelMail", cancel: signMailCancel({ ...record, id: 3n }) });
+    const three = await untilDone(s, 3n);
+    assert.deepEqual(three.map((e) => e.type), ["MailCancelVerdict", "StepFinished", "RunTerminal", "MailDone"]);
+    assert.deepEqual(three.at(-1), { type: "MailDone", id: 3n, outcome: { kind: "Cancelled" }, result: new Uint8Array(0) });
+  });
+
+  test("under a supervisor of version 2, or told --protocol 2: MailAck, and no version-3 message", async () => {
+    for (const s of [await ready([CONFORMANCE_CHILD], false), await ready([CONFORMANCE_CHILD, "--protocol", "2"], false, {}, "3")]) {
+      s.send({ type: "Mail", id: 4n, attempt: 1, payload: json({ result_hex: "00" }) });
+      const events = await untilDone(s, 4n);
+      assert.deepEqual(events.map((e) => e.type), ["Custom", "RunTerminal", "MailAck"]);
+    }
+  });
+});
+
+test("a child's own programs inherit neither fd 3 nor WFHOST_*, WFHOST_PROTOCOL_MAX included (protocol 3)", async () => {
+  const s = await ready([PROBE_CHILD], true);
+  assert.equal(s.env["WFHOST_PROTOCOL_MAX"], "3");
+  const probe = await s.expect("Custom");
+  const seen = JSON.parse(Buffer.from(probe.bytes).toString()) as { control: string; fds: string[]; env: string[] };
+  assert.ok(!seen.fds.includes(seen.control), `the control socket ${seen.control} leaked into ${JSON.stringify(seen.fds)}`);
+  assert.deepEqual(seen.env, []);
 });
 
 test("a child's own programs inherit neither fd 3 nor WFHOST_*", async () => {

@@ -16,9 +16,12 @@ import {
   decodeOne,
   isCanonicalScalar,
   isSmallOrder,
+  mailCancelSigningBytes,
+  MAIL_CANCEL_DOMAIN,
   verifyCancel,
+  verifyMailCancel,
 } from "../dist/protocol/index.js";
-import { cancelFromJson, hex, loadVectors, unhex } from "./vectors.js";
+import { cancelFromJson, hex, loadVectors, mailCancelFromJson, unhex } from "./vectors.js";
 
 const v = loadVectors();
 const s = v.signing;
@@ -68,6 +71,53 @@ describe("cancel vectors", () => {
       }
       assert.equal(plain, true, `${name}: node:crypto alone accepts it (if this fails, OpenSSL became strict)`);
     }
+  });
+});
+
+describe("mail cancel vectors (protocol 3)", () => {
+  assert.ok(s.mail_cancels.length >= 8, `only ${s.mail_cancels.length} mail cancel vectors`);
+  const held = new Set(s.held_items.map((x) => BigInt(x)));
+  const trusted = PublicKey.fromHex(s.public_key);
+
+  test("the domain and the item held", () => {
+    assert.equal(s.mail_domain, MAIL_CANCEL_DOMAIN);
+    assert.deepEqual(s.held_items, ["17"]);
+  });
+
+  for (const c of s.mail_cancels) {
+    test(`${c.name}: ${c.verdict}${c.refusal ? ` (${c.refusal})` : ""}`, () => {
+      const cancel = mailCancelFromJson(c.cancel);
+      assert.equal(hex(mailCancelSigningBytes(cancel.record)), c.signing_bytes, "signing bytes");
+      const frame = decodeOne(FrameDecoder.control(), unhex(c.frame));
+      assert.equal(frame.body.type, "CancelMail");
+      assert.deepEqual(frame.body.type === "CancelMail" && frame.body.cancel, cancel, "the frame carries the cancel");
+      const verdict = verifyMailCancel(cancel, trusted, s.deployment, (id) => held.has(id));
+      if (c.verdict === "accept") {
+        assert.equal(verdict, null, c.why);
+      } else {
+        assert.ok(verdict, `refused: ${c.why}`);
+        assert.equal(verdict.refusal, c.refusal, `${c.why}: ${verdict.message}`);
+      }
+    });
+  }
+
+  test("every refusal class of a mail cancel is covered, and unknown_item names the item", () => {
+    const classes = new Set(s.mail_cancels.map((c) => c.refusal));
+    for (const r of [null, "invalid_signature", "unknown_key", "wrong_deployment", "unknown_item"]) assert.ok(classes.has(r), String(r));
+    const c = s.mail_cancels.find((x) => x.refusal === "unknown_item")!;
+    const verdict = verifyMailCancel(mailCancelFromJson(c.cancel), trusted, s.deployment, (id) => held.has(id));
+    assert.equal(verdict?.message, "cancel is for mail item 9, which this child does not hold");
+  });
+
+  test("a run cancel's signature and a mail cancel's do not pass as each other", () => {
+    const mail = mailCancelFromJson(s.mail_cancels.find((x) => x.verdict === "accept")!.cancel);
+    const run = cancelFromJson(s.cancels.find((x) => x.verdict === "accept")!.cancel);
+    assert.equal(trusted.verifyStrict(cancelSigningBytes(run.record), mail.signature), false);
+    assert.equal(trusted.verifyStrict(mailCancelSigningBytes(mail.record), run.signature), false);
+    const small = new Uint8Array(mail.signature);
+    small.set(unhex(s.small_order_encodings[0]!), 0);
+    assert.equal(verifyMailCancel({ ...mail, signature: small }, trusted, s.deployment, () => true)?.refusal, "invalid_signature");
+    assert.equal(verifyMailCancel({ ...mail, signature: mail.signature.subarray(0, 63) }, trusted, s.deployment, () => true)?.refusal, "malformed_signature");
   });
 });
 

@@ -8,7 +8,7 @@ import { readFileSync } from "node:fs";
 import { dirname, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 
-import type { Control, Event, SignedCancel } from "../dist/protocol/index.js";
+import type { Control, Event, SignedCancel, SignedMailCancel } from "../dist/protocol/index.js";
 
 const here = dirname(fileURLToPath(import.meta.url));
 
@@ -44,8 +44,19 @@ export interface CancelVector {
   why: string;
 }
 
+export interface MailCancelVector {
+  name: string;
+  cancel: { [k: string]: Json };
+  frame: string;
+  signing_bytes: string;
+  verdict: "accept" | "refuse";
+  refusal: string | null;
+  why: string;
+}
+
 export interface Vectors {
   protocol: number;
+  oldest_protocol: number;
   max_frame_bytes: number;
   frames: FrameVector[];
   invalid_frames: InvalidVector[];
@@ -59,6 +70,9 @@ export interface Vectors {
     seed: string;
     small_order_encodings: string[];
     cancels: CancelVector[];
+    mail_domain: string;
+    held_items: string[];
+    mail_cancels: MailCancelVector[];
   };
 }
 
@@ -69,7 +83,7 @@ export function loadVectors(): Vectors {
 export const unhex = (s: string): Uint8Array => new Uint8Array(Buffer.from(s, "hex"));
 export const hex = (b: Uint8Array): string => Buffer.from(b).toString("hex");
 
-const BYTE_FIELDS = new Set(["payload", "body", "digest", "key_id", "signature", "bytes"]);
+const BYTE_FIELDS = new Set(["payload", "body", "digest", "key_id", "signature", "bytes", "result", "prompt", "data", "value"]);
 const U64_FIELDS = new Set([
   "nonce",
   "budget_ms",
@@ -115,19 +129,38 @@ export function cancelFromJson(c: { [k: string]: Json }): SignedCancel {
   };
 }
 
+/** A vector's flattened cancel of one mail item as this package's SignedMailCancel. */
+export function mailCancelFromJson(c: { [k: string]: Json }): SignedMailCancel {
+  const f = fromJson("", c) as Record<string, unknown>;
+  return {
+    record: {
+      origin: f["origin"] as SignedMailCancel["record"]["origin"],
+      deployment: f["deployment"] as string,
+      id: f["id"] as bigint,
+      reason: f["reason"] as string,
+      at_ms: f["at_ms"] as bigint,
+    },
+    key_id: f["key_id"] as Uint8Array,
+    signature: f["signature"] as Uint8Array,
+  };
+}
+
 /** A vector's message as this package's Control or Event. */
 export function messageFromJson(m: { [k: string]: Json }): Control | Event {
   if (m["type"] === "Cancel") {
     return { type: "Cancel", cancel: cancelFromJson(m["cancel"] as { [k: string]: Json }) };
+  }
+  if (m["type"] === "CancelMail") {
+    return { type: "CancelMail", cancel: mailCancelFromJson(m["cancel"] as { [k: string]: Json }) };
   }
   return fromJson("", m) as Control | Event;
 }
 
 /** This package's message in the vectors' JSON form, for comparison. */
 export function messageToJson(m: Control | Event): Json {
-  if (m.type === "Cancel") {
+  if (m.type === "Cancel" || m.type === "CancelMail") {
     const { record, key_id, signature } = m.cancel;
-    return { type: "Cancel", cancel: toJson({ ...record, key_id, signature }) };
+    return { type: m.type, cancel: toJson({ ...record, key_id, signature }) };
   }
   return toJson(m);
 }

@@ -1,12 +1,14 @@
 /**
  * `@wfhost/child/client`: a producer's client for the supervisor's control
- * socket (`docs/control.md`, protocol 2): send mail exactly once, read
- * status, follow the event stream, and the operator commands.
+ * socket (`docs/control.md`, protocol 2): send mail exactly once, wait for
+ * an item's result, call a deployment (send, then wait for the result),
+ * read status, follow the event stream, and the operator commands.
  *
  * ```ts
  * import { Client } from "@wfhost/child/client";
  * const client = new Client({ config: "/etc/wfhost/wfhost.toml" });
  * const { id } = await client.send("orders", JSON.stringify({ order: 9 }), { key: "order-9" });
+ * const { ended, outcome, result } = await client.call("pricing", JSON.stringify({ sku: 4 }), { key: "price-4", timeoutMs: 10_000 });
  * ```
  */
 
@@ -83,6 +85,97 @@ function mailId(id: unknown, text: string): number {
   );
 }
 
+/** How a mail item ended, as the store keeps it. */
+export type MailOutcome = "succeeded" | "failed" | "cancelled" | "dead";
+
+/** What `mailResult` answers: where the item is, and once it ended, how and with what result. */
+export interface MailResultAnswer {
+  id: number;
+  deployment: string;
+  /** Whether the item ended (done or dead); false when it did not within `waitMs`. */
+  ended: boolean;
+  /** `"inbox"` or `"processing"` while it has not ended; `"done"` or `"dead"` once it has. */
+  state: string;
+  /** How it ended, or null while it has not. */
+  outcome: MailOutcome | null;
+  /** The failure's (or the cancel's, or the death's) reason, or null. */
+  reason: string | null;
+  /** The result the handler returned (protocol 3), or null while the item has not ended. */
+  result: Uint8Array | null;
+  /** The result's size in bytes, or null when the supervisor did not say. */
+  resultBytes: number | null;
+}
+
+/** What `call` answers: the mail `send` enqueued (or found under the key), and its result if it ended in time. */
+export interface Called {
+  id: number;
+  /** As `send`'s `new`: false when the key named mail accepted before. */
+  new: boolean;
+  /** Whether the item ended within the timeout. */
+  ended: boolean;
+  outcome: MailOutcome | null;
+  reason: string | null;
+  result: Uint8Array | null;
+}
+
+const MAIL_OUTCOMES: readonly string[] = ["succeeded", "failed", "cancelled", "dead"];
+
+/** A mail id for a request: a safe integer (a bigint is converted when it is one). */
+function requestId(id: number | bigint): number {
+  const n = typeof id === "bigint" ? Number(id) : id;
+  if (typeof n !== "number" || !Number.isSafeInteger(n) || n < 0 || (typeof id === "bigint" && BigInt(n) !== id)) {
+    throw new WfhostError(EXIT.usage, `a mail id is a whole number from 0 to 2^53 - 1, got ${String(id)}`);
+  }
+  return n;
+}
+
+/** A wait in milliseconds for a request: a whole number, 0 or more (fractions rounded up). */
+function waitOf(ms: number, what: string): number {
+  if (typeof ms !== "number" || Number.isNaN(ms) || ms < 0) {
+    throw new WfhostError(EXIT.usage, `${what} is a number of milliseconds, 0 or more, got ${String(ms)}`);
+  }
+  return Math.min(Math.ceil(ms), Number.MAX_SAFE_INTEGER);
+}
+
+/** The answer of `mail-result`, checked field by field. */
+function parseMailResult(data: unknown, text: string): MailResultAnswer {
+  const bad = (why: string) => new WfhostError(EXIT.failed, `the supervisor's mail-result answer ${why}: ${text}`);
+  if (data === null || typeof data !== "object") throw bad("holds no object");
+  const d = data as Record<string, unknown>;
+  const id = mailId(d["id"], text);
+  if (typeof d["deployment"] !== "string") throw bad("has no deployment");
+  if (typeof d["ended"] !== "boolean") throw bad("does not say whether the item ended");
+  if (typeof d["state"] !== "string") throw bad("has no state");
+  const outcome = d["outcome"] ?? null;
+  if (outcome !== null && (typeof outcome !== "string" || !MAIL_OUTCOMES.includes(outcome))) {
+    throw bad(`has an unknown outcome ${JSON.stringify(outcome)}`);
+  }
+  const reason = d["reason"] ?? null;
+  if (reason !== null && typeof reason !== "string") throw bad("has a reason that is not a string");
+  const encoded = d["result"] ?? null;
+  let result: Uint8Array | null = null;
+  if (encoded !== null) {
+    if (typeof encoded !== "string" || !/^[A-Za-z0-9+/]*={0,2}$/.test(encoded) || encoded.length % 4 !== 0) {
+      throw bad("has a result that is not base64");
+    }
+    result = new Uint8Array(Buffer.from(encoded, "base64"));
+  }
+  const size = d["result_bytes"] ?? null;
+  if (size !== null && (typeof size !== "number" || !Number.isSafeInteger(size) || size < 0)) {
+    throw bad("has a result size that is not a whole number");
+  }
+  return {
+    id,
+    deployment: d["deployment"],
+    ended: d["ended"],
+    state: d["state"],
+    outcome: outcome as MailOutcome | null,
+    reason,
+    result,
+    resultBytes: size,
+  };
+}
+
 /** One event of the supervisor's durable stream. */
 export interface WfhostEvent {
   seq: number;
@@ -98,6 +191,9 @@ export interface WfhostEvent {
  */
 const SEND_TRIES = 5;
 const SEND_RETRY_PAUSE_MS = 100;
+
+/** How long `call` waits for a result unless told. */
+const DEFAULT_CALL_TIMEOUT_MS = 30_000;
 
 export class Client {
   /** The control socket's path. */
@@ -155,6 +251,61 @@ export class Client {
                 false,
                 true,
               );
+        }
+        await new Promise((r) => setTimeout(r, pause));
+        pause *= 2;
+      }
+    }
+  }
+
+  /**
+   * Where mail item `id` is and, once it ended, its outcome and result
+   * (`mail-result`). With `waitMs` the supervisor waits up to that long for
+   * the item to end before it answers (0, the default, answers at once);
+   * `ended: false` then means it had not ended in time.
+   */
+  async mailResult(id: number | bigint, options: { waitMs?: number } = {}): Promise<MailResultAnswer> {
+    const request: Record<string, unknown> = { cmd: "mail-result", id: requestId(id) };
+    if (options.waitMs !== undefined) request["wait_ms"] = waitOf(options.waitMs, "waitMs");
+    const { data, text } = await this.exchange(request);
+    return parseMailResult(data, text);
+  }
+
+  /**
+   * Sends mail and waits for its result: `send` (the same idempotency key
+   * and the same repeats of a lost answer or an unknown outcome), then
+   * `mail-result` waiting what is left of `timeoutMs` (default 30 000).
+   * Resolves `{ id, new, ended, outcome, reason, result }`; `ended: false`
+   * when the item did not end in time (it stays in the inbox: wait again
+   * with `mailResult(id, { waitMs })`). Give a `key` to make a retried
+   * call find the same item rather than enqueue another.
+   */
+  async call(
+    deployment: string,
+    payload: Uint8Array | string,
+    options: { key?: string; timeoutMs?: number } = {},
+  ): Promise<Called> {
+    const timeoutMs = waitOf(options.timeoutMs ?? DEFAULT_CALL_TIMEOUT_MS, "timeoutMs");
+    const start = performance.now();
+    const sent = await this.send(deployment, payload, options.key === undefined ? {} : { key: options.key });
+    let pause = SEND_RETRY_PAUSE_MS;
+    for (let tries = 1; ; tries++) {
+      const left = Math.max(0, timeoutMs - (performance.now() - start));
+      try {
+        const r = await this.mailResult(sent.id, { waitMs: left });
+        return { id: sent.id, new: sent.new, ended: r.ended, outcome: r.outcome, reason: r.reason, result: r.result };
+      } catch (e) {
+        // Reading a result changes nothing: a lost answer is asked again (with what is left of the time, maybe none).
+        if (!(e instanceof WfhostError) || !e.answerLost || tries >= SEND_TRIES) {
+          if (e instanceof WfhostError) {
+            throw new WfhostError(
+              e.code,
+              `mail ${sent.id} was ${sent.new ? "enqueued" : "found under its key"}, but its result could not be read: ${e.message}; ask again with mailResult(${sent.id})`,
+              e.answerLost,
+              false,
+            );
+          }
+          throw e;
         }
         await new Promise((r) => setTimeout(r, pause));
         pause *= 2;

@@ -20,4 +20,14 @@ export {
   type ViolationKind,
 } from "./frame.js";
 export { PublicKey, SMALL_ORDER_ENCODINGS, isCanonicalScalar, isSmallOrder } from "./ed25519.js";
-export { CANCEL_DOMAIN, cancelSigningBytes, originName, verifyCancel, type CancelRefusal, type Refused } from "./cancel.js";
+export {
+  CANCEL_DOMAIN,
+  MAIL_CANCEL_DOMAIN,
+  cancelSigningBytes,
+  mailCancelSigningBytes,
+  originName,
+  verifyCancel,
+  verifyMailCancel,
+  type CancelRefusal,
+  type Refused,
+} from "./cancel.js";

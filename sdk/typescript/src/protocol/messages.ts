@@ -1,15 +1,26 @@
 /**
- * The messages of the control protocol (protocol version 2), field by field
+ * The messages of the control protocol (versions 2 and 3), field by field
  * in wire order, as `ipc/src/message.rs` defines them: `Control` flows down
  * from the supervisor to a child, `Event` up from a child. Variant and
  * field names are the Rust ones, so a message reads the same in both
- * languages and in `docs/protocol-vectors.json`.
+ * languages and in `docs/protocol-vectors.json`. Version 3 only adds
+ * variants (after version 2's) and the origin `Deadline`: the codec reads
+ * and writes both, and `controlSince`/`eventSince` say which version a
+ * message needs.
  */
 
 import { type Reader, type Writer } from "./bincode.js";
 
-/** The protocol version this package speaks. */
-export const PROTOCOL_VERSION = 2;
+/** The newest protocol version this package speaks. */
+export const PROTOCOL_VERSION = 3;
+
+/** The oldest protocol version this package still speaks. */
+export const OLDEST_PROTOCOL = 2;
+
+/** Whether this package speaks protocol `version`. */
+export function speaks(version: number): boolean {
+  return version >= OLDEST_PROTOCOL && version <= PROTOCOL_VERSION;
+}
 
 /** Longest `implementation` a Hello may carry, in bytes. */
 export const MAX_IMPLEMENTATION_BYTES = 128;
@@ -21,9 +32,12 @@ const DRAIN_BEHAVIORS: readonly DrainBehavior[] = ["Cancel", "Wait"];
 /** How a step, a run or a piece of mail ended. */
 export type Outcome = { kind: "Succeeded" } | { kind: "Failed"; reason: string } | { kind: "Cancelled" };
 
-/** Who asked for a cancel. */
-export type CancelOrigin = "SupervisorDrain" | "Operator";
-const ORIGINS: readonly CancelOrigin[] = ["SupervisorDrain", "Operator"];
+/** Who asked for a cancel (`Deadline`: version 3, only in `CancelMail`). */
+export type CancelOrigin = "SupervisorDrain" | "Operator" | "Deadline";
+const ORIGINS: readonly CancelOrigin[] = ["SupervisorDrain", "Operator", "Deadline"];
+
+/** A child's answer to `CancelMail` (version 3). */
+export type CancelVerdict = { kind: "Acknowledged" } | { kind: "NotSupported" } | { kind: "Refused"; reason: string };
 
 /** The grants file as the supervisor read it for this child. */
 export interface Grants {
@@ -69,6 +83,25 @@ export interface SignedCancel {
   signature: Uint8Array;
 }
 
+/** Version 3: a request to cancel one mail item of one deployment. */
+export interface MailCancelRequested {
+  origin: CancelOrigin;
+  deployment: string;
+  /** The item to cancel. */
+  id: bigint;
+  reason: string;
+  at_ms: bigint;
+}
+
+/** Version 3: a cancel of one mail item as it travels, signed by the supervisor. */
+export interface SignedMailCancel {
+  record: MailCancelRequested;
+  /** First 8 bytes of the SHA-256 of the signing public key. */
+  key_id: Uint8Array;
+  /** 64-byte ed25519 signature over the canonical signing bytes (domain `wfhost/cancel-mail/v1`). */
+  signature: Uint8Array;
+}
+
 /** The child's first frame. */
 export interface Hello {
   protocol: number;
@@ -86,7 +119,9 @@ export type Control =
   | { type: "Mail"; id: bigint; attempt: number; payload: Uint8Array }
   | { type: "Ping"; nonce: bigint }
   | { type: "Shutdown" }
-  | { type: "Lease"; valid_ms: bigint };
+  | { type: "Lease"; valid_ms: bigint }
+  | { type: "CancelMail"; cancel: SignedMailCancel }
+  | { type: "Answer"; id: bigint; key: string; value: Uint8Array };
 
 /** Child → supervisor. */
 export type Event =
@@ -99,9 +134,25 @@ export type Event =
   | { type: "RunTerminal"; run: string; outcome: Outcome }
   | { type: "Drained" }
   | { type: "RecycleRequest"; reason: string }
-  | { type: "Custom"; kind: string; bytes: Uint8Array };
+  | { type: "Custom"; kind: string; bytes: Uint8Array }
+  | { type: "MailStarted"; id: bigint; cancellable: boolean }
+  | { type: "MailDone"; id: bigint; outcome: Outcome; result: Uint8Array }
+  | { type: "MailCancelVerdict"; id: bigint; verdict: CancelVerdict }
+  | { type: "Ask"; id: bigint; key: string; prompt: Uint8Array }
+  | { type: "Progress"; id: bigint; data: Uint8Array }
+  | { type: "GiveBack"; id: bigint; awaiting_answer: boolean };
 
-const CONTROL_VARIANTS = ["Welcome", "Drain", "Cancel", "Mail", "Ping", "Shutdown", "Lease"] as const;
+const CONTROL_VARIANTS = [
+  "Welcome",
+  "Drain",
+  "Cancel",
+  "Mail",
+  "Ping",
+  "Shutdown",
+  "Lease",
+  "CancelMail",
+  "Answer",
+] as const;
 const EVENT_VARIANTS = [
   "Hello",
   "Ready",
@@ -113,7 +164,26 @@ const EVENT_VARIANTS = [
   "Drained",
   "RecycleRequest",
   "Custom",
+  "MailStarted",
+  "MailDone",
+  "MailCancelVerdict",
+  "Ask",
+  "Progress",
+  "GiveBack",
 ] as const;
+
+const V3_CONTROLS: ReadonlySet<Control["type"]> = new Set(["CancelMail", "Answer"]);
+const V3_EVENTS: ReadonlySet<Event["type"]> = new Set(["MailStarted", "MailDone", "MailCancelVerdict", "Ask", "Progress", "GiveBack"]);
+
+/** The oldest protocol version that has this Control message: a supervisor never sends it to a child of an older one. */
+export function controlSince(type: Control["type"]): number {
+  return V3_CONTROLS.has(type) ? 3 : 2;
+}
+
+/** The oldest protocol version that has this Event message: a child of an older version must not send it. */
+export function eventSince(type: Event["type"]): number {
+  return V3_EVENTS.has(type) ? 3 : 2;
+}
 
 // --- encoding -------------------------------------------------------------
 
@@ -133,13 +203,44 @@ function writeOutcome(w: Writer, o: Outcome): void {
 
 function writeSignedCancel(w: Writer, c: SignedCancel): void {
   const r = c.record;
-  w.variant(ORIGINS.indexOf(r.origin))
+  w.variant(originIndex(r.origin))
     .str(r.deployment, "the cancel's deployment")
     .option(r.run, (run) => w.str(run, "the cancel's run"))
     .str(r.reason, "the cancel's reason")
     .u64(r.at_ms, "at_ms");
   fixed(w, c.key_id, 8, "key_id");
   w.bytesField(c.signature);
+}
+
+function writeSignedMailCancel(w: Writer, c: SignedMailCancel): void {
+  const r = c.record;
+  w.variant(originIndex(r.origin))
+    .str(r.deployment, "the cancel's deployment")
+    .u64(r.id, "the cancel's mail id")
+    .str(r.reason, "the cancel's reason")
+    .u64(r.at_ms, "at_ms");
+  fixed(w, c.key_id, 8, "key_id");
+  w.bytesField(c.signature);
+}
+
+function originIndex(origin: CancelOrigin): number {
+  const i = ORIGINS.indexOf(origin);
+  if (i < 0) throw new RangeError(`a cancel origin is ${ORIGINS.join(", ")}, got ${JSON.stringify(origin)}`);
+  return i;
+}
+
+function writeVerdict(w: Writer, v: CancelVerdict): void {
+  switch (v.kind) {
+    case "Acknowledged":
+      w.variant(0);
+      return;
+    case "NotSupported":
+      w.variant(1);
+      return;
+    case "Refused":
+      w.variant(2).str(v.reason, "the refusal's reason");
+      return;
+  }
 }
 
 function fixed(w: Writer, b: Uint8Array, n: number, what: string): void {
@@ -178,6 +279,13 @@ export function writeControl(w: Writer, m: Control): void {
       return;
     case "Lease":
       w.variant(6).u64(m.valid_ms, "valid_ms");
+      return;
+    case "CancelMail":
+      w.variant(7);
+      writeSignedMailCancel(w, m.cancel);
+      return;
+    case "Answer":
+      w.variant(8).u64(m.id, "mail id").str(m.key, "the answer's key").bytesField(m.value);
       return;
   }
 }
@@ -223,6 +331,27 @@ export function writeEvent(w: Writer, m: Event): void {
     case "Custom":
       w.variant(9).str(m.kind, "the custom event's kind").bytesField(m.bytes);
       return;
+    case "MailStarted":
+      w.variant(10).u64(m.id, "mail id").bool(m.cancellable);
+      return;
+    case "MailDone":
+      w.variant(11).u64(m.id, "mail id");
+      writeOutcome(w, m.outcome);
+      w.bytesField(m.result);
+      return;
+    case "MailCancelVerdict":
+      w.variant(12).u64(m.id, "mail id");
+      writeVerdict(w, m.verdict);
+      return;
+    case "Ask":
+      w.variant(13).u64(m.id, "mail id").str(m.key, "the question's key").bytesField(m.prompt);
+      return;
+    case "Progress":
+      w.variant(14).u64(m.id, "mail id").bytesField(m.data);
+      return;
+    case "GiveBack":
+      w.variant(15).u64(m.id, "mail id").bool(m.awaiting_answer);
+      return;
   }
 }
 
@@ -248,6 +377,28 @@ function readSignedCancel(r: Reader): SignedCancel {
   const key_id = r.raw(8, "key_id");
   const signature = r.bytesField("the signature");
   return { record: { origin, deployment, run, reason, at_ms }, key_id, signature };
+}
+
+function readSignedMailCancel(r: Reader): SignedMailCancel {
+  const origin = ORIGINS[r.variant("CancelOrigin", ORIGINS.length)] as CancelOrigin;
+  const deployment = r.str("the cancel's deployment");
+  const id = r.u64("the cancel's mail id");
+  const reason = r.str("the cancel's reason");
+  const at_ms = r.u64("at_ms");
+  const key_id = r.raw(8, "key_id");
+  const signature = r.bytesField("the signature");
+  return { record: { origin, deployment, id, reason, at_ms }, key_id, signature };
+}
+
+function readVerdict(r: Reader): CancelVerdict {
+  switch (r.variant("CancelVerdict", 3)) {
+    case 0:
+      return { kind: "Acknowledged" };
+    case 1:
+      return { kind: "NotSupported" };
+    default:
+      return { kind: "Refused", reason: r.str("the refusal's reason") };
+  }
 }
 
 /** Reads one Control message body. */
@@ -285,8 +436,15 @@ export function readControl(r: Reader): Control {
       return { type: "Ping", nonce: r.u64("nonce") };
     case 5:
       return { type: "Shutdown" };
-    default:
+    case 6:
       return { type: "Lease", valid_ms: r.u64("valid_ms") };
+    case 7:
+      return { type: "CancelMail", cancel: readSignedMailCancel(r) };
+    default: {
+      const id = r.u64("mail id");
+      const key = r.str("the answer's key");
+      return { type: "Answer", id, key, value: r.bytesField("the answer's value") };
+    }
   }
 }
 
@@ -328,9 +486,35 @@ export function readEvent(r: Reader): Event {
       return { type: "Drained" };
     case 8:
       return { type: "RecycleRequest", reason: r.str("the recycle reason") };
-    default: {
+    case 9: {
       const kind = r.str("the custom event's kind");
       return { type: "Custom", kind, bytes: r.bytesField("the custom event's bytes") };
+    }
+    case 10: {
+      const id = r.u64("mail id");
+      return { type: "MailStarted", id, cancellable: r.bool("cancellable") };
+    }
+    case 11: {
+      const id = r.u64("mail id");
+      const outcome = readOutcome(r);
+      return { type: "MailDone", id, outcome, result: r.bytesField("the mail's result") };
+    }
+    case 12: {
+      const id = r.u64("mail id");
+      return { type: "MailCancelVerdict", id, verdict: readVerdict(r) };
+    }
+    case 13: {
+      const id = r.u64("mail id");
+      const key = r.str("the question's key");
+      return { type: "Ask", id, key, prompt: r.bytesField("the question's prompt") };
+    }
+    case 14: {
+      const id = r.u64("mail id");
+      return { type: "Progress", id, data: r.bytesField("the progress data") };
+    }
+    default: {
+      const id = r.u64("mail id");
+      return { type: "GiveBack", id, awaiting_answer: r.bool("awaiting_answer") };
     }
   }
 }

@@ -21,8 +21,8 @@ export class Spawned {
   private readonly events: EventStream;
   readonly exited: Promise<{ code: number | null; signal: NodeJS.Signals | null; atMs: number }>;
 
-  constructor(args: string[], deployment = "billing") {
-    this.env = childEnv(deployment);
+  constructor(args: string[], deployment = "billing", protocolMax?: string) {
+    this.env = childEnv(deployment, protocolMax);
     this.child = spawn(process.execPath, args, {
       env: { ...this.env, PATH: process.env["PATH"] ?? "/usr/bin:/bin" },
       stdio: ["ignore", "pipe", "pipe", "pipe"],

@@ -16,10 +16,13 @@ import {
   PublicKey,
   cancelSigningBytes,
   encodeControlFrame,
+  mailCancelSigningBytes,
   type CancelRequested,
   type Control,
   type Event,
+  type MailCancelRequested,
   type SignedCancel,
+  type SignedMailCancel,
   type Welcome,
 } from "../../dist/protocol/index.js";
 
@@ -38,23 +41,33 @@ export function signCancel(record: CancelRequested): SignedCancel {
   return { record, key_id: PublicKey.fromHex(PUBLIC_HEX).keyId, signature };
 }
 
-/** A `WFHOST_*` environment for deployment `deployment`. */
-export function childEnv(deployment = "billing"): Record<string, string> {
+/** Signs a cancel of one mail item with the test key. */
+export function signMailCancel(record: MailCancelRequested): SignedMailCancel {
+  const signature = new Uint8Array(sign(null, mailCancelSigningBytes(record), PRIVATE));
+  return { record, key_id: PublicKey.fromHex(PUBLIC_HEX).keyId, signature };
+}
+
+/**
+ * A `WFHOST_*` environment for deployment `deployment`: a supervisor of
+ * version 2 (no `WFHOST_PROTOCOL_MAX`) unless `protocolMax` is given.
+ */
+export function childEnv(deployment = "billing", protocolMax?: string): Record<string, string> {
   return {
     WFHOST_CONTROL_FD: "3",
     WFHOST_CHANNEL_ID: randomBytes(16).toString("hex"),
     WFHOST_PROTOCOL: "2",
+    ...(protocolMax === undefined ? {} : { WFHOST_PROTOCOL_MAX: protocolMax }),
     WFHOST_DEPLOYMENT: deployment,
     WFHOST_SUPERVISOR_KEY: PUBLIC_HEX,
   };
 }
 
-/** A Welcome for `deployment` with the given limits. */
-export function welcome(deployment = "billing", over: Partial<Welcome["limits"]> = {}, grants = ""): Control {
+/** A Welcome for `deployment` with the given limits (of protocol `protocol`, 2 unless told). */
+export function welcome(deployment = "billing", over: Partial<Welcome["limits"]> = {}, grants = "", protocol = 2): Control {
   const body = new TextEncoder().encode(grants);
   return {
     type: "Welcome",
-    protocol: 2,
+    protocol,
     deployment,
     grants_snapshot: { read_at_ms: 1_700_000_000_000n, digest: new Uint8Array(32).fill(7), body },
     limits: {

@@ -39,6 +39,7 @@
 pub mod backoff;
 pub mod clock;
 pub mod crew;
+pub mod deadline;
 pub mod drain;
 pub mod exit;
 pub mod fact;

@@ -56,11 +56,14 @@ pub enum RecycleReason {
     MaxMail,
     /// The child's scheduled time (`recycle.at`, jittered) came.
     Schedule,
+    /// An item it held outlived its deadline and its cancel
+    /// (`mail_deadline` or the item's own).
+    MailDeadline,
 }
 
 impl RecycleReason {
     /// The name used in the journal, logs and status: `max_uptime`,
-    /// `max_rss`, `max_grants_age`, `max_mail`, `schedule`.
+    /// `max_rss`, `max_grants_age`, `max_mail`, `schedule`, `mail_deadline`.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::MaxUptime => "max_uptime",
@@ -68,6 +71,7 @@ impl RecycleReason {
             Self::MaxGrantsAge => "max_grants_age",
             Self::MaxMail => "max_mail",
             Self::Schedule => "schedule",
+            Self::MailDeadline => "mail_deadline",
         }
     }
 }

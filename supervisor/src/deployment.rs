@@ -22,6 +22,7 @@
 
 mod cancel;
 mod child;
+mod deadlines;
 mod driver;
 pub mod grants;
 mod mail;

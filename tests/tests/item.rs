@@ -19,12 +19,7 @@ fn conformance(id: &str, protocol: u32, extra: &str) -> String {
     let protocol = protocol.to_string();
     deployment(
         id,
-        &command(&[
-            "{bin}/wfhost-child",
-            "conformance",
-            "--protocol",
-            &protocol,
-        ]),
+        &command(&["{bin}/wfhost-child", "conformance", "--protocol", &protocol]),
         extra,
     )
 }
@@ -78,7 +73,11 @@ fn a_call_prints_the_result_byte_for_byte_and_a_key_returns_the_one_item() {
     let shown = item(&sup, id);
     assert_eq!(shown["attempts"], 1, "run once: {shown}");
     assert_eq!(shown["result_bytes"], 5, "{shown}");
-    assert_eq!(shown["history"].as_array().map(Vec::len), Some(1), "{shown}");
+    assert_eq!(
+        shown["history"].as_array().map(Vec::len),
+        Some(1),
+        "{shown}"
+    );
     // `mail result` prints it the same way.
     let result = sup.client(&["mail", "result", &id.to_string()]);
     assert_eq!(result.stdout, [0x00, 0xff, 0x80, 0x0a, 0x7a]);
@@ -109,8 +108,8 @@ fn a_call_prints_the_result_byte_for_byte_and_a_key_returns_the_one_item() {
 
 #[test]
 fn a_result_over_the_bound_fails_its_item_and_a_protocol_2_child_gets_empty_results() {
-    let body = conformance("bounded", 3, "max_result_bytes = \"1KiB\"")
-        + &conformance("older", 2, "");
+    let body =
+        conformance("bounded", 3, "max_result_bytes = \"1KiB\"") + &conformance("older", 2, "");
     let sup = Supervisor::start(&body);
     sup.ready_pid("bounded", LONG);
     sup.ready_pid("older", LONG);
@@ -176,7 +175,10 @@ fn a_cancel_stops_a_queued_item_and_a_running_one_with_the_childs_verdict() {
     let said = stdout(&out);
     assert_eq!(out.status.code(), Some(0), "{said}{}", stderr(&out));
     assert!(said.contains(": acknowledged (journal record "), "{said}");
-    assert!(said.contains(&format!("mail {running} ended: cancelled")), "{said}");
+    assert!(
+        said.contains(&format!("mail {running} ended: cancelled")),
+        "{said}"
+    );
     let n = sup.client(&["mail", "result", &neighbour.to_string(), "--wait"]);
     assert_eq!(n.stdout, b"ok", "{}", stderr(&n));
     // Not supported: the handler runs to its end.
@@ -190,7 +192,12 @@ fn a_cancel_stops_a_queued_item_and_a_running_one_with_the_childs_verdict() {
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains(": not-supported"), "{}", stderr(&out));
     let end = sup.client(&["mail", "result", &stubborn.to_string(), "--wait"]);
-    assert_eq!(end.status.code(), Some(0), "it ran to its end: {}", stderr(&end));
+    assert_eq!(
+        end.status.code(),
+        Some(0),
+        "it ran to its end: {}",
+        stderr(&end)
+    );
     // A protocol-2 child has no such message: not acknowledged.
     let old = send(&sup, "older", long);
     wait_started(&sup, old);
@@ -215,7 +222,10 @@ fn a_cancel_stops_a_queued_item_and_a_running_one_with_the_childs_verdict() {
         .iter()
         .filter(|r| r["kind"] == "cancel_committed" && r["body"]["mail"].is_u64())
         .count();
-    assert_eq!(mail_cancels, 2, "acknowledged and not-supported: {journal:?}");
+    assert_eq!(
+        mail_cancels, 2,
+        "acknowledged and not-supported: {journal:?}"
+    );
     ok("journal verify", &sup.client(&["journal", "verify"]));
 }
 
@@ -241,7 +251,11 @@ fn a_queued_item_is_never_delivered_and_a_cancel_outlives_a_killed_child() {
     let json: Value = serde_json::from_str(&stdout(&end)).expect("json");
     assert_eq!(json["outcome"], "cancelled", "not run again: {json}");
     let shown = item(&sup, held);
-    assert_eq!(shown["history"].as_array().map(Vec::len), Some(1), "{shown}");
+    assert_eq!(
+        shown["history"].as_array().map(Vec::len),
+        Some(1),
+        "{shown}"
+    );
     // A queued item, cancelled, never reaches a child.
     let new_pid = sup.ready_pid("one", LONG);
     assert_ne!(new_pid, pid);
@@ -265,5 +279,67 @@ fn a_queued_item_is_never_delivered_and_a_cancel_outlives_a_killed_child() {
         shown["history"][0]["attempt"],
         Value::Null,
         "never delivered: {shown}"
+    );
+}
+
+#[test]
+fn a_hung_item_is_cancelled_at_its_deadline_then_failed_and_its_neighbours_go_back_uncounted() {
+    let sup = Supervisor::start(&conformance(
+        "hangs",
+        3,
+        "drain_timeout = \"1s\"\ndrain_deadline = \"2s\"",
+    ));
+    let first = sup.ready_pid("hangs", LONG);
+    // A handler that cannot be cancelled and keeps answering pings, and a
+    // neighbour on the same child whose wait step outlasts any drain.
+    let stuck = r#"{"cancellable":false,"steps":[{"name":"stuck","drain":"wait","ms":60000}]}"#;
+    let started = std::time::Instant::now();
+    let out = sup.client(&["send", "hangs", stuck, "--deadline", "1s"]);
+    let hung: u64 = stdout(&out)
+        .split_whitespace()
+        .nth(2)
+        .and_then(|w| w.parse().ok())
+        .expect("id");
+    let neighbour = send(
+        &sup,
+        "hangs",
+        r#"{"steps":[{"name":"long","drain":"wait","ms":60000}]}"#,
+    );
+    let end = sup.client(&["mail", "result", &hung.to_string(), "--wait", "--json"]);
+    let took = started.elapsed();
+    let json: Value = serde_json::from_str(&stdout(&end)).expect("json");
+    assert_eq!(json["outcome"], "failed", "{json}");
+    assert_eq!(json["reason"], "deadline of 1s passed", "{json}");
+    // About its deadline plus drain_timeout (1 s + 1 s), far from the
+    // minute its handler would take.
+    assert!(took < std::time::Duration::from_secs(20), "took {took:?}");
+    // Its cancel was signed and journaled with origin deadline.
+    let journal = sup.journal_so_far();
+    assert!(
+        journal.iter().any(|r| r["kind"] == "cancel_committed"
+            && r["body"]["mail"] == hung
+            && r["body"]["origin"] == "deadline"),
+        "{journal:?}"
+    );
+    // Its child was recycled; the neighbour went back uncounted and runs
+    // on the new child.
+    let second = wfhost_tests::wait_for("a new child", LONG, || {
+        let d = sup.deployment("hangs");
+        d["pid"]
+            .as_u64()
+            .filter(|&p| p != u64::from(first) && d["state"] == "ready")
+    });
+    let shown = wfhost_tests::wait_for("the neighbour redelivered", LONG, || {
+        let shown = item(&sup, neighbour);
+        (shown["holder"]["pid"] == second).then_some(shown)
+    });
+    assert_eq!(shown["failures"], 0, "uncounted: {shown}");
+    let recycles = sup.journal_so_far();
+    assert!(
+        recycles.iter().any(|r| r["kind"] == "recycled"
+            && r["body"]["reason"]
+                .as_str()
+                .is_some_and(|s| s.contains(&format!("mail_deadline: mail {hung}")))),
+        "{recycles:?}"
     );
 }

@@ -34,6 +34,11 @@ pub struct Args {
     /// wait until the item ends.
     #[arg(long, value_name = "DURATION")]
     timeout: Option<String>,
+    /// The item's deadline, counted from its first delivery (as `send
+    /// --deadline`): past it the item is cancelled, and the call ends with
+    /// the item.
+    #[arg(long, value_name = "DURATION")]
+    deadline: Option<String>,
     /// Print one JSON object: id, outcome, reason, result (base64) and
     /// result_text (when it is UTF-8).
     #[arg(long)]
@@ -53,10 +58,14 @@ pub fn run(args: Args) -> u8 {
             return exit::USAGE;
         }
     };
+    let deadline_ms = match crate::commands::send::deadline(args.deadline.as_deref()) {
+        Ok(d) => d,
+        Err(code) => return code,
+    };
     let started = Instant::now();
     let sent = args
         .target
-        .send(&args.deployment, &payload, args.key.as_deref());
+        .send(&args.deployment, &payload, args.key.as_deref(), deadline_ms);
     let sent = match sent {
         Ok(data) => data,
         Err(e) => {

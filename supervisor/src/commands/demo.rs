@@ -197,7 +197,7 @@ impl Tour {
     fn mail_and_recycles(&self, orders: &Value) -> anyhow::Result<()> {
         for i in 1..=7 {
             self.target()
-                .send("orders", format!("order {i}").as_bytes(), None)
+                .send("orders", format!("order {i}").as_bytes(), None, None)
                 .map_err(|e| anyhow::anyhow!(e.message))?;
         }
         self.say(
@@ -226,7 +226,7 @@ impl Tour {
     /// outlasts it without spending any.
     fn wait_step_outlasts_the_drain(&self) -> anyhow::Result<()> {
         self.target()
-            .send("approvals", b"expense report", None)
+            .send("approvals", b"expense report", None, None)
             .map_err(|e| anyhow::anyhow!(e.message))?;
         let in_approval = |d: &Value| {
             d["steps"]
@@ -300,7 +300,7 @@ impl Tour {
     fn gapless(&self) -> anyhow::Result<()> {
         let send = |text: &str| {
             self.target()
-                .send("checkout", text.as_bytes(), None)
+                .send("checkout", text.as_bytes(), None, None)
                 .map_err(|e| anyhow::anyhow!(e.message))
         };
         let old = self.wait("checkout", "ready", |d| d["state"] == "ready")?;

@@ -20,6 +20,12 @@ pub struct Args {
     /// the first item's id and enqueues nothing.
     #[arg(long)]
     key: Option<String>,
+    /// The item's deadline, counted from its first delivery (e.g. `30s`):
+    /// when it passes, the item is cancelled; not ended after the
+    /// deployment's drain_timeout more, it ends failed and its child is
+    /// recycled. Default: the deployment's `mail_deadline`, if any.
+    #[arg(long, value_name = "DURATION")]
+    deadline: Option<String>,
 }
 
 /// Runs the command.
@@ -31,11 +37,16 @@ pub fn run(args: Args) -> u8 {
             return exit::USAGE;
         }
     };
+    let deadline_ms = match deadline(args.deadline.as_deref()) {
+        Ok(d) => d,
+        Err(code) => return code,
+    };
     client::send(
         &args.target,
         &args.deployment,
         &payload,
         args.key.as_deref(),
+        deadline_ms,
         |data| {
             if data["new"] == false {
                 println!(
@@ -55,6 +66,24 @@ pub fn run(args: Args) -> u8 {
 /// at most what the control socket carries in one send): reading stops one
 /// byte past it, so `send @/dev/zero` is refused instead of filling memory.
 const MAX_PAYLOAD: u64 = crate::control::protocol::MAX_SEND_PAYLOAD;
+
+/// A `--deadline` in milliseconds, or the usage error printed.
+pub fn deadline(arg: Option<&str>) -> Result<Option<u64>, u8> {
+    match arg.map(crate::config::parse_duration) {
+        None => Ok(None),
+        Some(Ok(d)) if !d.is_zero() => Ok(Some(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))),
+        Some(Ok(_)) => {
+            eprintln!(
+                "wfhost: --deadline: a deadline of 0 would cancel the item as it starts\n  help: give a positive duration, e.g. 30s"
+            );
+            Err(exit::USAGE)
+        }
+        Some(Err(e)) => {
+            eprintln!("wfhost: --deadline: {}\n  help: {}", e.message, e.hint);
+            Err(exit::USAGE)
+        }
+    }
+}
 
 /// The payload an argument names: itself, `@PATH` a file's bytes, `-`
 /// standard input's.

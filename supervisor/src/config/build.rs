@@ -211,6 +211,7 @@ impl Build<'_> {
             // Checked to be at most MAX_SEND_PAYLOAD (16 MiB) above.
             max_mail_bytes: u32::try_from(limits.max_mail_bytes.value).unwrap_or(u32::MAX),
             max_result_bytes: limits.max_result_bytes.value,
+            mail_deadline: limits.mail_deadline.value,
             max_inbox: limits.max_inbox.value,
             limits: resources,
             // Checked to be at most 1000 above.

@@ -312,6 +312,8 @@ deployment_keys! {
     max_mail_bytes: Spanned<SizeValue>,
     /// Largest result an item may end with.
     max_result_bytes: Spanned<SizeValue>,
+    /// How long an item may run, from its first delivery.
+    mail_deadline: Spanned<DurationValue>,
     /// Most mail waiting in the inbox.
     max_inbox: Spanned<u64>,
     /// How many children share the deployment's inbox.

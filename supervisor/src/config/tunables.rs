@@ -26,6 +26,7 @@ pub(super) struct Tunables {
     pub(super) max_frame_bytes: Setting<u64>,
     pub(super) max_mail_bytes: Setting<u64>,
     pub(super) max_result_bytes: Setting<u64>,
+    pub(super) mail_deadline: Setting<Option<Duration>>,
     pub(super) max_inbox: Setting<u64>,
     pub(super) max_deliveries: Setting<u64>,
     pub(super) max_uptime: Setting<Option<Duration>>,
@@ -125,6 +126,7 @@ impl Tunables {
                 &d.max_result_bytes,
                 defaults::MAX_RESULT_BYTES,
             ),
+            mail_deadline: pick_opt(own.mail_deadline, &d.mail_deadline, dur),
             max_inbox: as_written(own.max_inbox, &d.max_inbox, defaults::MAX_INBOX),
             max_deliveries: as_written(
                 own.max_deliveries,

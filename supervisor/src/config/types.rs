@@ -113,6 +113,11 @@ pub struct DeploymentConfig {
     /// Largest result an item may end with: a larger one ends it failed,
     /// naming this bound (never truncated).
     pub max_result_bytes: u64,
+    /// How long an item may run, counted from its first delivery, when its
+    /// sender gave no deadline of its own: past it the item is cancelled;
+    /// not ended `drain_timeout` later, it ends failed and its child is
+    /// recycled. `None`: no deadline.
+    pub mail_deadline: Option<Duration>,
     /// Most mail waiting in the inbox before senders are told it is full.
     pub max_inbox: u64,
     /// What the child may use.

@@ -96,6 +96,7 @@ impl Target {
         deployment: &str,
         payload: &[u8],
         key: Option<&str>,
+        deadline_ms: Option<u64>,
     ) -> Result<serde_json::Value, CallError> {
         let own_key = key.is_none();
         let key = match key {
@@ -109,6 +110,7 @@ impl Target {
                 deployment: deployment.to_owned(),
                 payload_bytes: payload.len() as u64,
                 key: Some(key.clone()),
+                deadline_ms,
             };
             tries += 1;
             match self.exchange(request, payload, |_| {}) {
@@ -247,9 +249,10 @@ pub fn send(
     deployment: &str,
     payload: &[u8],
     key: Option<&str>,
+    deadline_ms: Option<u64>,
     f: impl FnOnce(serde_json::Value),
 ) -> u8 {
-    report(target.send(deployment, payload, key), f)
+    report(target.send(deployment, payload, key, deadline_ms), f)
 }
 
 /// A random idempotency key for a send whose caller gave none.

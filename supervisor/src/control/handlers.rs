@@ -80,8 +80,16 @@ pub async fn dispatch(
             deployment,
             payload_bytes,
             key,
+            deadline_ms,
         } => match client() {
-            Ok(stream) => send::answer(ctx, stream, &deployment, payload_bytes, key).await,
+            Ok(stream) => {
+                let sending = send::Sending {
+                    payload_bytes,
+                    key,
+                    deadline_ms,
+                };
+                send::answer(ctx, stream, &deployment, sending).await
+            }
             Err(refusal) => Err(refusal),
         },
         Request::Events { .. } | Request::Logs { .. } => Err(Response::failed(

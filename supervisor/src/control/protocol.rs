@@ -108,6 +108,10 @@ pub enum Request {
         /// first item's id and enqueues nothing.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         key: Option<String>,
+        /// The item's deadline, in ms from its first delivery (else the
+        /// deployment's `mail_deadline`, if any).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        deadline_ms: Option<u64>,
     },
     /// A fleet: hand a deployment to another host (drained where it
     /// runs, its lease released for that host only); answered once the

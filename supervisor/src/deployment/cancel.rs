@@ -300,7 +300,10 @@ mod tests {
         assert!(signed.verify(&key().verifying_key()).is_ok());
         let mail = sign_mail(&key(), CancelOrigin::Deadline, "d", 17, "late".into());
         let body = journal_body(&Signed::Mail(mail.clone()));
-        assert_eq!((body["origin"].as_str(), body["mail"].as_u64()), (Some("deadline"), Some(17)));
+        assert_eq!(
+            (body["origin"].as_str(), body["mail"].as_u64()),
+            (Some("deadline"), Some(17))
+        );
         assert!(mail.verify(&key().verifying_key()).is_ok());
     }
 }

@@ -155,6 +155,8 @@ pub fn policy_reason(
             bounds.max_mail.unwrap_or(0)
         ),
         Schedule => planned.map_or_else(|| "schedule".to_owned(), |p| p.reason.clone()),
+        // Asked by the deployment's task with its own words, never a tick.
+        MailDeadline => "mail_deadline".to_owned(),
     }
 }
 

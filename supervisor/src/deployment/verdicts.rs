@@ -55,7 +55,8 @@ impl Verdicts {
             CancelVerdict::Refused(why) => ("refused", format!("the child refused it: {why}")),
         };
         for a in self.by_id.remove(&id).unwrap_or_default() {
-            a.waiter.verdict(answer(word, detail.clone(), a.journal_seq));
+            a.waiter
+                .verdict(answer(word, detail.clone(), a.journal_seq));
         }
     }
 
@@ -107,7 +108,10 @@ fn answer(verdict: &str, detail: String, journal_seq: u64) -> MailCancelAnswer {
 mod tests {
     use super::*;
 
-    fn waiter() -> (Waiter, tokio::sync::oneshot::Receiver<Result<MailCancelAnswer, String>>) {
+    fn waiter() -> (
+        Waiter,
+        tokio::sync::oneshot::Receiver<Result<MailCancelAnswer, String>>,
+    ) {
         let (tx, rx) = tokio::sync::oneshot::channel();
         (Waiter::Verdict(tx), rx)
     }
@@ -123,7 +127,10 @@ mod tests {
         assert_eq!(v.wake(), Some(t0 + VERDICT_WAIT));
         v.heard(1, &CancelVerdict::NotSupported);
         let got = r1.try_recv().unwrap().unwrap();
-        assert_eq!((got.verdict.as_str(), got.journal_seq), ("not-supported", Some(10)));
+        assert_eq!(
+            (got.verdict.as_str(), got.journal_seq),
+            ("not-supported", Some(10))
+        );
         // An unasked verdict changes nothing.
         v.heard(7, &CancelVerdict::Acknowledged);
         v.overdue(t0 + Duration::from_secs(1));

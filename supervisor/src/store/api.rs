@@ -118,6 +118,7 @@ pub trait MailStore {
             key: key.map(str::to_owned),
             payload: payload.to_vec(),
             max_inbox,
+            deadline_ms: None,
             at_ms,
         };
         let mut answers = self.enqueue_mail_many(std::slice::from_ref(&offer))?;
@@ -210,6 +211,19 @@ pub trait MailStore {
         writes: &[Settle],
         at_ms: u64,
     ) -> Result<Vec<bool>, StoreError>;
+
+    /// Item `id`, still held by `holder`, ends `failed` with `reason` (its
+    /// deadline passed and its child did not stop it): taken from the
+    /// holder, whose later ack is then ignored; false when `holder` no
+    /// longer holds it.
+    fn fail_held_mail(
+        &mut self,
+        deployment: &str,
+        holder: &Holder,
+        id: u64,
+        reason: &str,
+        at_ms: u64,
+    ) -> Result<bool, StoreError>;
 
     /// A cancel of item `id` (`by` whom, why), decided in one transaction:
     /// in the inbox it ends `cancelled` at once (with its `mail_done`

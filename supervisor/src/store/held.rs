@@ -206,7 +206,10 @@ pub fn done_how(outcome: &str) -> String {
 /// The history's words for a delivery whose holder ended after a cancel
 /// of the item was committed.
 pub fn cancelled_how(ending: &Ending) -> String {
-    format!("cancelled: its holder ended after the cancel was committed ({})", ending.cause)
+    format!(
+        "cancelled: its holder ended after the cancel was committed ({})",
+        ending.cause
+    )
 }
 
 /// The history's words for a delivery its holder's ending took back.

@@ -26,10 +26,15 @@ pub struct MailItem {
     pub id: u64,
     /// The bytes the sender gave.
     pub payload: Vec<u8>,
-    /// Which delivery this is: 1 the first time (and the first time after
-    /// an operator's retry), counting every earlier child that took it
-    /// without acknowledging it.
+    /// Which start this delivery is, or may become: 1 until a handler
+    /// started it (and after an operator's retry), counting every earlier
+    /// start that did not finish it.
     pub attempt: u32,
+    /// Its own deadline (ms from its first delivery), if its sender gave one.
+    pub deadline_ms: Option<u64>,
+    /// When it was first delivered (Unix ms): deadlines count from here,
+    /// and redeliveries do not reset it.
+    pub first_taken_at_ms: u64,
 }
 
 /// How much of one deployment's mail is in each state, for status output
@@ -59,6 +64,8 @@ pub struct Offer {
     pub payload: Vec<u8>,
     /// The deployment's `max_inbox`.
     pub max_inbox: u64,
+    /// Its own deadline, in ms from its first delivery.
+    pub deadline_ms: Option<u64>,
     /// When it was offered (Unix ms).
     pub at_ms: u64,
 }

@@ -141,6 +141,7 @@ impl Tunables {
         for (key, s) in [
             ("recycle.max_uptime", &self.max_uptime),
             ("recycle.max_grants_age", &self.max_grants_age),
+            ("mail_deadline", &self.mail_deadline),
         ] {
             if let Some(d) = s.value
                 && d < MIN_RECYCLE_BOUND

@@ -41,8 +41,14 @@ pub async fn route(
                 deployment,
                 payload_bytes,
                 key,
+                deadline_ms,
             } if !here(ctx, &deployment) => {
-                let sent = remote_send(ctx, &fleet, stream, &deployment, payload_bytes, key);
+                let sending = send::Sending {
+                    payload_bytes,
+                    key,
+                    deadline_ms,
+                };
+                let sent = remote_send(ctx, &fleet, stream, &deployment, sending);
                 return Ok(whole(sent.await));
             }
             // A move is the fleet's wherever it is asked (`moved`), and a
@@ -198,16 +204,15 @@ async fn remote_send(
     fleet: &Fleet,
     stream: &mut UnixStream,
     deployment: &str,
-    payload_bytes: u64,
-    key: Option<String>,
+    sending: send::Sending,
 ) -> Result<Response, Response> {
     let cfg = fleet
         .config(deployment)
         .ok_or_else(|| unknown(fleet, deployment))?;
     let mut as_known = Status::new(deployment, cfg.drain_timeout);
     as_known.takes_mail = view::takes_mail(fleet, deployment).await;
-    send::admit(&cfg, &as_known, payload_bytes, key.as_deref())?;
-    let accepted = send::accept(ctx, stream, &cfg, payload_bytes, key).await?;
+    send::admit(&cfg, &as_known, &sending)?;
+    let accepted = send::accept(ctx, stream, &cfg, sending).await?;
     Ok(Response::ok(
         json!({ "deployment": deployment, "id": accepted.id, "new": accepted.new }),
     ))

@@ -53,9 +53,7 @@ pub async fn answer(
         )),
         Some(CancelFound::Ended { deployment, how }) => Err(Response::failed(
             exit::FAILED,
-            format!(
-                "mail {id} of {deployment} has already ended ({how}); nothing was cancelled"
-            ),
+            format!("mail {id} of {deployment} has already ended ({how}); nothing was cancelled"),
         )),
         Some(CancelFound::Queued { deployment }) => {
             // Its `mail_done` event was committed with it.

@@ -15,19 +15,29 @@ use crate::status::Status;
 use crate::store::send_batch::Refused;
 use crate::store::{Accepted, Offer};
 
+/// What a `send` asks, besides its deployment.
+#[derive(Debug, Clone)]
+pub struct Sending {
+    /// How many payload bytes follow the request.
+    pub payload_bytes: u64,
+    /// Its idempotency key.
+    pub key: Option<String>,
+    /// Its own deadline, in ms from its first delivery.
+    pub deadline_ms: Option<u64>,
+}
+
 /// Checks the request, reads its payload, and answers once the store has
 /// it (or refuses, having written nothing).
 pub async fn answer(
     ctx: &Context,
     stream: &mut UnixStream,
     deployment: &str,
-    payload_bytes: u64,
-    key: Option<String>,
+    sending: Sending,
 ) -> Result<Response, Response> {
     let handle = lookup(&ctx.registry, deployment)?;
     let cfg = handle.config();
-    handle.with_status(|status| admit(&cfg, status, payload_bytes, key.as_deref()))?;
-    let accepted = accept(ctx, stream, &cfg, payload_bytes, key).await?;
+    handle.with_status(|status| admit(&cfg, status, &sending))?;
+    let accepted = accept(ctx, stream, &cfg, sending).await?;
     if accepted.new {
         handle.tell(Ask::MailArrived).await;
     }
@@ -44,9 +54,13 @@ pub(super) async fn accept(
     ctx: &Context,
     stream: &mut UnixStream,
     cfg: &DeploymentConfig,
-    payload_bytes: u64,
-    key: Option<String>,
+    sending: Sending,
 ) -> Result<Accepted, Response> {
+    let Sending {
+        payload_bytes,
+        key,
+        deadline_ms,
+    } = sending;
     let payload = tokio::time::timeout(
         REQUEST_TIMEOUT,
         budget::read_payload(stream, payload_bytes, &ctx.budget),
@@ -70,6 +84,7 @@ pub(super) async fn accept(
         key,
         payload,
         max_inbox: cfg.max_inbox,
+        deadline_ms,
         at_ms: unix_ms(),
     };
     // Written with whatever other senders offer meanwhile: one commit.
@@ -112,11 +127,17 @@ fn refusal(deployment: &str, refused: Refused) -> Response {
 pub(super) fn admit(
     cfg: &DeploymentConfig,
     status: &Status,
-    payload_bytes: u64,
-    key: Option<&str>,
+    sending: &Sending,
 ) -> Result<(), Response> {
     let id = &cfg.id;
-    if let Some(key) = key
+    let payload_bytes = sending.payload_bytes;
+    if sending.deadline_ms == Some(0) {
+        return Err(Response::failed(
+            exit::USAGE,
+            "a deadline of 0 would cancel the item as it starts; give a positive duration (e.g. 30s); nothing was accepted",
+        ));
+    }
+    if let Some(key) = sending.key.as_deref()
         && (key.is_empty() || key.len() > MAX_KEY_BYTES)
     {
         return Err(Response::failed(

@@ -145,7 +145,10 @@ impl Replica {
                 channel_id: channel_id.clone(),
                 pid: *pid,
             };
-            let ending = mail::ending(cause, self.stopping);
+            let mut ending = mail::ending(cause, self.stopping);
+            if std::mem::take(&mut self.deadline_recycled) {
+                ending.counts = false;
+            }
             self.ended = Some(Replay { holder, ending });
         }
         self.record(fact)

@@ -5,17 +5,22 @@
 use std::time::Instant;
 
 use tracing::{debug, error, info, warn};
-use wfhost_ipc::{Control, DrainBehavior, Event, Outcome};
+use wfhost_ipc::{CancelOrigin, Control, DrainBehavior, Event, Outcome};
+use wfhost_policy::deadline::DeadlineStep;
 use wfhost_policy::drain::MAX_STEPS_IN_FLIGHT;
 use wfhost_policy::life::{Input, Misconduct, RecycleCause};
+use wfhost_policy::recycle::RecycleReason;
 use wfhost_policy::{Fact, format_duration};
 
 use super::MAX_REASON_CHARS;
 use super::replica::{Replica, Told};
+use crate::clock::unix_ms;
 use crate::deployment::child::{self, Arrived, Frame};
+use crate::deployment::deadlines::Due;
 use crate::deployment::throttle::Verdict;
 use crate::deployment::writes::{Ack, Report};
 use crate::deployment::{MailCancelAnswer, Waiter, cancel, mail};
+use crate::store::CancelFound;
 
 impl Replica {
     pub(super) async fn frame(&mut self, arrived: Arrived) {
@@ -156,7 +161,8 @@ impl Replica {
     /// result over `max_result_bytes` ends the item failed, naming the
     /// bound, and is not kept.
     fn mail_done(&mut self, id: u64, outcome: Outcome, result: Vec<u8>) -> Option<Fact> {
-        let w = self.wired.as_ref()?;
+        let w = self.wired.as_mut()?;
+        w.deadlines.ended(id);
         let (outcome, result) = match mail::within_result_bound(&self.cfg, outcome, result) {
             Ok(done) => done,
             Err(failed) => {
@@ -336,6 +342,81 @@ impl Replica {
         }
     }
 
+    /// An item's deadline step: its cancel (recorded in the store, then
+    /// signed, journaled and sent to a protocol-3 child), or, the cancel
+    /// not having ended it, its failure and its child's recycle.
+    async fn deadline_passed(&mut self, due: Due) {
+        let Some(w) = self.wired.as_ref() else {
+            return;
+        };
+        let holder = mail::holder(&w.io);
+        let (id, reason, store) = (due.id, due.reason.clone(), self.shared.store.clone());
+        match due.step {
+            DeadlineStep::Cancel => {
+                let why = reason.clone();
+                let found = match store
+                    .call(move |s| s.cancel_mail(id, &why, "its deadline", unix_ms()))
+                    .await
+                {
+                    Ok(Ok(found)) => found,
+                    Ok(Err(e)) => return self.deadline_unrecorded(id, &e.to_string()),
+                    Err(e) => return self.deadline_unrecorded(id, &e.to_string()),
+                };
+                if let Some(CancelFound::Queued { .. }) = &found {
+                    self.shared.events_written();
+                }
+                let held_here =
+                    matches!(&found, Some(CancelFound::Held { holder: h, .. }) if *h == holder);
+                let Some(w) = self.wired.as_mut() else {
+                    return;
+                };
+                if !held_here {
+                    w.deadlines.ended(id);
+                    return;
+                }
+                info!(deployment = %self.label, pid = w.io.pid, mail = id, reason = %reason, "mail deadline passed; cancelling the item");
+                if w.io.protocol() >= 3 {
+                    let signed = cancel::sign_mail(
+                        &self.shared.key,
+                        CancelOrigin::Deadline,
+                        &self.cfg.id,
+                        id,
+                        reason,
+                    );
+                    w.cancels.push(cancel::Signed::Mail(signed), None);
+                }
+            }
+            DeadlineStep::Fail => {
+                let (deployment, why) = (self.cfg.id.clone(), reason.clone());
+                let failed = store
+                    .call(move |s| s.fail_held_mail(&deployment, &holder, id, &why, unix_ms()))
+                    .await;
+                if !matches!(failed, Ok(Ok(true))) {
+                    return;
+                }
+                self.shared.events_written();
+                let Some(w) = self.wired.as_mut() else {
+                    return;
+                };
+                warn!(deployment = %self.label, pid = w.io.pid, mail = id, reason = %reason,
+                    "mail still not ended a drain budget after its deadline's cancel: failed; recycling its child");
+                w.dispatch.acked();
+                self.deadline_recycled = true;
+                self.told.push(Told::Recycle {
+                    cause: RecycleCause::Bound(RecycleReason::MailDeadline),
+                    reason: format!("mail_deadline: mail {id}: {reason}"),
+                });
+            }
+        }
+    }
+
+    /// The store did not record a deadline's cancel: the deadline's
+    /// failure follows as planned.
+    fn deadline_unrecorded(&self, id: u64, error: &str) {
+        warn!(deployment = %self.label, mail = id, error = %error,
+            "the store did not record the cancel of an item past its deadline; it fails a drain budget later unless it ends");
+    }
+
     /// A deadline passed: the machine's, a ping, a drain budget.
     pub(super) async fn woke(&mut self) {
         let now = Instant::now();
@@ -362,6 +443,14 @@ impl Replica {
         // A child silent on a cancel of one of its items past the bound.
         if let Some(w) = self.wired.as_mut() {
             w.verdicts.overdue(now);
+        }
+        // Items past their deadlines.
+        let due = match self.wired.as_mut() {
+            Some(w) => w.deadlines.due(now, self.cfg.drain_timeout),
+            None => Vec::new(),
+        };
+        for d in due {
+            self.deadline_passed(d).await;
         }
         // The budget ran out: the machine has its runs cancelled.
         if let Some(escalation) = self.wired.as_mut().and_then(|w| w.budget.poll(now)) {

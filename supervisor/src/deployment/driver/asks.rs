@@ -104,11 +104,10 @@ impl Driver {
                 reason,
                 waiter,
             } => {
-                let held_by = self.replicas.iter_mut().find(|r| {
-                    r.wired
-                        .as_ref()
-                        .is_some_and(|w| w.io.channel_id == holder)
-                });
+                let held_by = self
+                    .replicas
+                    .iter_mut()
+                    .find(|r| r.wired.as_ref().is_some_and(|w| w.io.channel_id == holder));
                 match held_by {
                     Some(r) => r.cancel_mail(id, reason, waiter),
                     // Its child ended meanwhile: the store cancels it.

@@ -113,6 +113,7 @@ impl Driver {
             let got = items.len();
             short |= got < asked;
             for item in items {
+                w.deadlines.track(&item, r.cfg.mail_deadline);
                 // A failed send ends the wiring soon; the item is in
                 // processing and goes back to the inbox then.
                 let message = Control::Mail {

@@ -17,11 +17,12 @@ use wfhost_policy::restart::RestartPolicy;
 
 use crate::config::DeploymentConfig;
 use crate::deployment::cancel::{self, CancelQueue, Commit};
-use crate::deployment::verdicts::Verdicts;
 use crate::deployment::child::{Arrived, LiveChild};
+use crate::deployment::deadlines::Deadlines;
 use crate::deployment::mail::Dispatch;
 use crate::deployment::policy_tick::Watchlist;
 use crate::deployment::throttle::Throttle;
+use crate::deployment::verdicts::Verdicts;
 use crate::deployment::writes::{Replay, Report};
 use crate::deployment::{Ask, ConfigSlot, Waiter};
 use crate::shared::Shared;
@@ -37,6 +38,8 @@ pub(super) struct Wired {
     pub(super) cancels: CancelQueue,
     /// Cancels of its mail items awaiting its verdict.
     pub(super) verdicts: Verdicts,
+    /// The deadlines of the mail items it holds.
+    pub(super) deadlines: Deadlines,
     pub(super) commit: Option<Commit>,
     pub(super) dispatch: Dispatch,
     /// What the machine was last told about steps in flight.
@@ -75,6 +78,7 @@ impl Wired {
             budget: DrainBudget::new(),
             cancels: CancelQueue::default(),
             verdicts: Verdicts::default(),
+            deadlines: Deadlines::default(),
             commit: None,
             dispatch: Dispatch::default(),
             steps_told: false,
@@ -143,6 +147,10 @@ pub(super) struct Replica {
     pub(super) told: Vec<Told>,
     /// Acknowledgements to write, in order.
     pub(super) reports: Vec<Report>,
+    /// Its child is being recycled because an item outlived its deadline:
+    /// the other items it holds go back uncounted (the deadline's item
+    /// failed on its own).
+    pub(super) deadline_recycled: bool,
     /// Its gone children's unacknowledged mail, owed back to the inbox.
     pub(super) replays: Vec<Replay>,
     /// How its last child ended (from the `exited` fact its machine
@@ -213,6 +221,7 @@ impl Replica {
             finished: false,
             told: Vec::new(),
             reports: Vec::new(),
+            deadline_recycled: false,
             replays: Vec::new(),
             ended: None,
             stopping: false,
@@ -283,6 +292,7 @@ impl Replica {
             }
             wakes.push(w.throttle.report_at());
             wakes.push(w.verdicts.wake());
+            wakes.push(w.deadlines.wake());
             if w.commit.is_none() {
                 wakes.push(w.cancels.wake());
             }

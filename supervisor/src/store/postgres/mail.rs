@@ -10,8 +10,8 @@ use super::{PostgresStore, col, fence, signed, unsigned};
 use crate::store::held::{self, Fate, Holding};
 use crate::store::mail::{self, Admission, Earlier};
 use crate::store::{
-    Accepted, AckOf, CancelFound, DeadMail, Ending, Holder, MailCounts, MailItem, MailStore, Offer, Replayed,
-    Settle, StoreError,
+    Accepted, AckOf, CancelFound, DeadMail, Ending, Holder, MailCounts, MailItem, MailStore, Offer,
+    Replayed, Settle, StoreError,
 };
 
 impl MailStore for PostgresStore {
@@ -33,7 +33,7 @@ impl MailStore for PostgresStore {
         let pid = i64::from(holder.pid);
         let fenced = self.fence.clone();
         let client = self.client()?;
-        let result = (|| -> Result<Vec<(i64, Vec<u8>, i64)>, postgres::Error> {
+        let result = (|| -> Result<Vec<Taken>, postgres::Error> {
             let mut tx = client.transaction()?;
             fence::check(&mut tx, fenced.as_deref(), deployment)?;
             let holding = tx.query_one(
@@ -46,30 +46,38 @@ impl MailStore for PostgresStore {
                 suspect: holding.try_get(1)?,
             };
             let rows = tx.query(
-                "SELECT id, payload, starts, failures FROM mail
+                "SELECT id, payload, starts, failures, deadline_ms, coalesce(first_taken_at_ms, $3)
+                 FROM mail
                  WHERE deployment = $1 AND state = 'inbox' ORDER BY id LIMIT $2 FOR UPDATE",
-                &[&deployment, &head],
+                &[&deployment, &head, &signed(at_ms)],
             )?;
             let rows = rows
                 .iter()
                 .map(|r| {
                     let failures: i64 = r.try_get(3)?;
-                    Ok(((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?), failures))
+                    let taken = Taken {
+                        id: r.try_get(0)?,
+                        payload: r.try_get(1)?,
+                        starts: r.try_get(2)?,
+                        deadline_ms: r.try_get(4)?,
+                        first_taken_at_ms: r.try_get(5)?,
+                    };
+                    Ok((taken, failures))
                 })
-                .collect::<Result<Vec<((i64, Vec<u8>, i64), i64)>, postgres::Error>>()?;
+                .collect::<Result<Vec<(Taken, i64)>, postgres::Error>>()?;
             let failures = rows
                 .iter()
                 .map(|(_, f)| u32::try_from(*f).unwrap_or(u32::MAX));
             let n = held::takeable(holding, failures, limit);
-            let items: Vec<(i64, Vec<u8>, i64)> =
-                rows.into_iter().take(n).map(|(i, _)| i).collect();
+            let items: Vec<Taken> = rows.into_iter().take(n).map(|(i, _)| i).collect();
             if !items.is_empty() {
                 // Exactly the rows just read and locked: the head of the inbox.
-                let ids: Vec<i64> = items.iter().map(|i| i.0).collect();
+                let ids: Vec<i64> = items.iter().map(|i| i.id).collect();
                 tx.execute(
                     "UPDATE mail SET state = 'processing', deliveries = deliveries + 1,
                          holder_channel = $2, holder_pid = $3, taken_at_ms = $4,
-                         started = $5::boolean, starts = starts + ($5::boolean)::int
+                         started = $5::boolean, starts = starts + ($5::boolean)::int,
+                         first_taken_at_ms = coalesce(first_taken_at_ms, $4)
                      WHERE id = ANY($1) AND state = 'inbox'",
                     &[
                         &ids,
@@ -93,12 +101,14 @@ impl MailStore for PostgresStore {
         let items = result.map_err(|e| self.fail("taking mail from the inbox", &e))?;
         items
             .into_iter()
-            .map(|(id, payload, starts)| {
+            .map(|t| {
                 Ok(MailItem {
-                    id: unsigned("mail", id)?,
-                    payload,
+                    id: unsigned("mail", t.id)?,
+                    payload: t.payload,
                     // The start this delivery is, or may become.
-                    attempt: mail::attempt(starts),
+                    attempt: mail::attempt(t.starts),
+                    deadline_ms: t.deadline_ms.map(|d| unsigned("deadline", d)).transpose()?,
+                    first_taken_at_ms: unsigned("first delivery", t.first_taken_at_ms)?,
                 })
             })
             .collect::<Result<_, String>>()
@@ -158,6 +168,48 @@ impl MailStore for PostgresStore {
             // A connection lost during COMMIT may have committed.
             if committing { e.at_commit() } else { e }
         })
+    }
+
+    /// Item `id`, held by `holder`, ends failed.
+    fn fail_held_mail(
+        &mut self,
+        deployment: &str,
+        holder: &Holder,
+        id: u64,
+        reason: &str,
+        at_ms: u64,
+    ) -> Result<bool, StoreError> {
+        let Ok(row_id) = i64::try_from(id) else {
+            return Ok(false);
+        };
+        let outcome = format!("failed: {reason}");
+        let fenced = self.fence.clone();
+        let client = self.client()?;
+        let result = (|| -> Result<bool, postgres::Error> {
+            let mut tx = client.transaction()?;
+            fence::check(&mut tx, fenced.as_deref(), deployment)?;
+            tx.execute("SELECT pg_advisory_xact_lock($1)", &[&EVENTS_LOCK])?;
+            let changed = tx.execute(
+                "UPDATE mail SET state = 'done', outcome = $4, done_at_ms = $5, payload = ''::bytea,
+                     result = ''::bytea, holder_channel = NULL, holder_pid = NULL
+                 WHERE id = $1 AND deployment = $2 AND state = 'processing' AND holder_channel = $3",
+                &[
+                    &row_id,
+                    &deployment,
+                    &holder.channel_id,
+                    &outcome,
+                    &signed(at_ms),
+                ],
+            )?;
+            if changed != 1 {
+                return Ok(false);
+            }
+            end_delivery(&mut tx, row_id, at_ms, &held::done_how(&outcome))?;
+            insert(&mut tx, &mail::done_event(deployment, id, &outcome, at_ms))?;
+            tx.commit()?;
+            Ok(true)
+        })();
+        result.map_err(|e| self.fail("failing mail past its deadline", &e))
     }
 
     /// A cancel of item `id`, decided in one transaction.
@@ -257,7 +309,10 @@ impl MailStore for PostgresStore {
                 &[&deployment, &holder.channel_id],
             )?;
             let mut replayed = Replayed::default();
-            if rows.iter().any(|r| r.try_get::<_, bool>(3).unwrap_or(false)) {
+            if rows
+                .iter()
+                .any(|r| r.try_get::<_, bool>(3).unwrap_or(false))
+            {
                 tx.execute("SELECT pg_advisory_xact_lock($1)", &[&EVENTS_LOCK])?;
             }
             for r in &rows {
@@ -425,6 +480,15 @@ impl MailStore for PostgresStore {
     }
 }
 
+/// An item read from the inbox's head for a take.
+struct Taken {
+    id: i64,
+    payload: Vec<u8>,
+    starts: i64,
+    deadline_ms: Option<i64>,
+    first_taken_at_ms: i64,
+}
+
 /// A held item whose cancel was committed, its holder gone: done,
 /// cancelled, never run again.
 fn cancel_held(
@@ -551,9 +615,17 @@ fn admit_one(
     let digest = digest.as_ref().map(|d| d.as_slice());
     let id: i64 = tx
         .query_one(
-            "INSERT INTO mail (deployment, state, payload, enqueued_at_ms, idempotency_key, payload_sha256)
-             VALUES ($1, 'inbox', $2, $3, $4, $5) RETURNING id",
-            &[&deployment, &o.payload, &signed(o.at_ms), &key, &digest],
+            "INSERT INTO mail (deployment, state, payload, enqueued_at_ms, idempotency_key, payload_sha256,
+                               deadline_ms)
+             VALUES ($1, 'inbox', $2, $3, $4, $5, $6) RETURNING id",
+            &[
+                &deployment,
+                &o.payload,
+                &signed(o.at_ms),
+                &key,
+                &digest,
+                &o.deadline_ms.map(signed),
+            ],
         )?
         .try_get(0)?;
     let id = u64::try_from(id).unwrap_or(0);

@@ -302,7 +302,8 @@ impl MailAdmin for PostgresStore {
             };
             if !ids.is_empty() {
                 tx.execute(
-                    "UPDATE mail SET state = 'inbox', failures = 0, deliveries = 0, starts = 0, dead_at_ms = NULL
+                    "UPDATE mail SET state = 'inbox', failures = 0, deliveries = 0, starts = 0, dead_at_ms = NULL,
+                         first_taken_at_ms = NULL
                      WHERE id = ANY($1) AND state = 'dead'",
                     &[&ids],
                 )?;

@@ -165,11 +165,15 @@ pub(super) const MIGRATIONS: &[&str] = &[
     // flight was), which `attempt` counts. Every earlier delivery counted
     // as a start. `cancel_reason`: a committed cancel of the item in
     // flight, so its holder's end cancels it instead of returning it.
+    // `deadline_ms`: the item's own deadline, counted from its first
+    // delivery (`first_taken_at_ms`).
     "ALTER TABLE mail
          ADD COLUMN result BYTEA,
          ADD COLUMN starts BIGINT NOT NULL DEFAULT 0,
          ADD COLUMN started BOOLEAN NOT NULL DEFAULT false,
-         ADD COLUMN cancel_reason TEXT;
+         ADD COLUMN cancel_reason TEXT,
+         ADD COLUMN deadline_ms BIGINT,
+         ADD COLUMN first_taken_at_ms BIGINT;
      UPDATE mail SET starts = deliveries, started = (state = 'processing');",
 ];
 

@@ -12,8 +12,8 @@ use super::SqliteStore;
 use crate::store::held::{self, Fate, Holding};
 use crate::store::mail::{self, Admission, Earlier};
 use crate::store::{
-    Accepted, AckOf, CancelFound, DeadMail, Ending, Holder, MailCounts, MailItem, MailStore, NewEvent, Offer,
-    Replayed, Settle, StoreError,
+    Accepted, AckOf, CancelFound, DeadMail, Ending, Holder, MailCounts, MailItem, MailStore,
+    NewEvent, Offer, Replayed, Settle, StoreError,
 };
 
 impl MailStore for SqliteStore {
@@ -80,16 +80,19 @@ impl MailStore for SqliteStore {
                 })?;
             let rows = tx
                 .prepare_cached(
-                    "SELECT id, payload, starts, failures FROM mail
+                    "SELECT id, payload, starts, failures, deadline_ms,
+                         coalesce(first_taken_at_ms, ?3) FROM mail
                      WHERE deployment = ?1 AND state = 'inbox' ORDER BY id LIMIT ?2",
                 )?
-                .query_map(params![deployment, head], |r| {
+                .query_map(params![deployment, head, at_ms], |r| {
                     Ok((
                         MailItem {
                             id: r.get(0)?,
                             payload: r.get(1)?,
                             // The start this delivery is, or may become.
                             attempt: mail::attempt(r.get(2)?),
+                            deadline_ms: r.get(4)?,
+                            first_taken_at_ms: r.get(5)?,
                         },
                         r.get::<_, u32>(3)?,
                     ))
@@ -104,7 +107,8 @@ impl MailStore for SqliteStore {
             tx.prepare_cached(
                 "UPDATE mail SET state = 'processing', deliveries = deliveries + 1,
                      holder_channel = ?3, holder_pid = ?4, taken_at_ms = ?5,
-                     started = ?6, starts = starts + ?6
+                     started = ?6, starts = starts + ?6,
+                     first_taken_at_ms = coalesce(first_taken_at_ms, ?5)
                  WHERE deployment = ?1 AND state = 'inbox' AND id <= ?2",
             )?
             .execute(params![
@@ -159,6 +163,42 @@ impl MailStore for SqliteStore {
             Ok(landed)
         })()
         .map_err(|e| self.fail("acknowledging mail", &e))
+    }
+
+    /// Item `id`, held by `holder`, ends failed.
+    fn fail_held_mail(
+        &mut self,
+        deployment: &str,
+        holder: &Holder,
+        id: u64,
+        reason: &str,
+        at_ms: u64,
+    ) -> Result<bool, StoreError> {
+        if i64::try_from(id).is_err() {
+            return Ok(false);
+        }
+        let outcome = format!("failed: {reason}");
+        (|| -> rusqlite::Result<bool> {
+            let tx = self
+                .conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let changed = tx
+                .prepare_cached(
+                    "UPDATE mail SET state = 'done', outcome = ?4, done_at_ms = ?5, payload = x'',
+                         result = x'', holder_channel = NULL, holder_pid = NULL
+                     WHERE id = ?1 AND deployment = ?2 AND state = 'processing'
+                       AND holder_channel = ?3",
+                )?
+                .execute(params![id, deployment, holder.channel_id, outcome, at_ms])?;
+            if changed != 1 {
+                return Ok(false);
+            }
+            end_delivery(&tx, id, at_ms, &held::done_how(&outcome))?;
+            note(&tx, &mail::done_event(deployment, id, &outcome, at_ms))?;
+            tx.commit()?;
+            Ok(true)
+        })()
+        .map_err(|e| self.fail("failing mail past its deadline", &e))
     }
 
     /// A cancel of item `id`, decided in one transaction.
@@ -433,11 +473,19 @@ fn enqueue_in(
     }
     let id: u64 = tx
         .prepare_cached(
-            "INSERT INTO mail (deployment, state, payload, enqueued_at_ms, idempotency_key, payload_sha256)
-             VALUES (?1, 'inbox', ?2, ?3, ?4, ?5) RETURNING id",
+            "INSERT INTO mail (deployment, state, payload, enqueued_at_ms, idempotency_key, payload_sha256,
+                               deadline_ms)
+             VALUES (?1, 'inbox', ?2, ?3, ?4, ?5, ?6) RETURNING id",
         )?
         .query_row(
-            params![deployment, offer.payload, offer.at_ms, key, digest],
+            params![
+                deployment,
+                offer.payload,
+                offer.at_ms,
+                key,
+                digest,
+                offer.deadline_ms
+            ],
             |r| r.get(0),
         )?;
     note(tx, &mail::accepted_event(deployment, id, offer.at_ms))?;

@@ -238,7 +238,8 @@ impl MailAdmin for SqliteStore {
             let how = mail_admin::retried_how(by);
             for id in &ids {
                 tx.prepare_cached(
-                    "UPDATE mail SET state = 'inbox', failures = 0, deliveries = 0, starts = 0, dead_at_ms = NULL
+                    "UPDATE mail SET state = 'inbox', failures = 0, deliveries = 0, starts = 0, dead_at_ms = NULL,
+                         first_taken_at_ms = NULL
                      WHERE id = ?1 AND state = 'dead'",
                 )?
                 .execute(params![id])?;

@@ -210,10 +210,14 @@ pub const MIGRATIONS: &[&str] = &[
     // flight was), which `attempt` counts. Every earlier delivery counted
     // as a start. `cancel_reason`: a committed cancel of the item in
     // flight, so its holder's end cancels it instead of returning it.
+    // `deadline_ms`: the item's own deadline, counted from its first
+    // delivery (`first_taken_at_ms`).
     "ALTER TABLE mail ADD COLUMN result BLOB;
      ALTER TABLE mail ADD COLUMN starts INTEGER NOT NULL DEFAULT 0;
      ALTER TABLE mail ADD COLUMN started INTEGER NOT NULL DEFAULT 0;
      ALTER TABLE mail ADD COLUMN cancel_reason TEXT;
+     ALTER TABLE mail ADD COLUMN deadline_ms INTEGER;
+     ALTER TABLE mail ADD COLUMN first_taken_at_ms INTEGER;
      UPDATE mail SET starts = deliveries, started = (state = 'processing');",
 ];
 

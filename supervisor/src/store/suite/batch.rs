@@ -8,6 +8,7 @@ use crate::store::{AckOf, CancelFound, Ending, MailCounts, Offer, Settle, StoreE
 
 fn offer(deployment: &str, key: Option<&str>, payload: &str, max_inbox: u64) -> Offer {
     Offer {
+        deadline_ms: None,
         deployment: deployment.into(),
         key: key.map(str::to_owned),
         payload: payload.as_bytes().to_vec(),
@@ -175,7 +176,12 @@ pub fn attempts_count_starts_and_an_unstarted_item_is_never_charged(f: &dyn Fixt
         holder: holder(2),
         id,
     };
-    assert_eq!(store.settle_mail("d", &[start.clone()], 3).unwrap(), [true]);
+    assert_eq!(
+        store
+            .settle_mail("d", std::slice::from_ref(&start), 3)
+            .unwrap(),
+        [true]
+    );
     // A second start report of the same delivery changes nothing.
     assert_eq!(store.settle_mail("d", &[start], 3).unwrap(), [false]);
     store.replay_mail("d", &holder(2), &crash, 5).unwrap();
@@ -228,7 +234,9 @@ pub fn a_cancel_ends_a_queued_item_and_outlives_a_held_ones_holder(f: &dyn Fixtu
         .collect();
     // Take the first two; the last two wait in the inbox.
     store.take_mail_for("d", &holder(1), 2, 1, false).unwrap();
-    let queued = store.cancel_mail(ids[3], "wrong address", "ana", 2).unwrap();
+    let queued = store
+        .cancel_mail(ids[3], "wrong address", "ana", 2)
+        .unwrap();
     assert_eq!(
         queued,
         Some(CancelFound::Queued {
@@ -259,11 +267,16 @@ pub fn a_cancel_ends_a_queued_item_and_outlives_a_held_ones_holder(f: &dyn Fixtu
     let next: Vec<u64> = next.iter().map(|m| m.id).collect();
     assert_eq!(next, [ids[1], ids[2]]);
     // Held when the supervisor died: the next start-up cancels it.
-    store.cancel_mail(ids[2], "changed my mind", "ana", 6).unwrap();
+    store
+        .cancel_mail(ids[2], "changed my mind", "ana", 6)
+        .unwrap();
     store.replay_all_mail(7).unwrap();
     let item = store.mail_item(ids[2]).unwrap().unwrap();
     assert_eq!(item.outcome.as_deref(), Some("cancelled"));
-    assert_eq!(store.mail_item(ids[1]).unwrap().unwrap().state.as_str(), "inbox");
+    assert_eq!(
+        store.mail_item(ids[1]).unwrap().unwrap().state.as_str(),
+        "inbox"
+    );
     // An ended item stays as it was.
     assert_eq!(
         store.cancel_mail(ids[0], "again", "ana", 8).unwrap(),
@@ -272,7 +285,10 @@ pub fn a_cancel_ends_a_queued_item_and_outlives_a_held_ones_holder(f: &dyn Fixtu
             how: "done: cancelled".into()
         })
     );
-    assert_eq!(store.cancel_mail(ids[3] + 100, "x", "ana", 9).unwrap(), None);
+    assert_eq!(
+        store.cancel_mail(ids[3] + 100, "x", "ana", 9).unwrap(),
+        None
+    );
     // One mail_done event per cancelled item.
     let done = f.count("SELECT count(*) FROM events WHERE kind = 'mail_done'");
     assert_eq!(done, 3);

@@ -99,11 +99,15 @@ pub fn mail_is_taken_in_fifo_order_and_moves_to_processing(f: &dyn Fixture) {
                 id: a,
                 payload: b"a".to_vec(),
                 attempt: 1,
+                deadline_ms: None,
+                first_taken_at_ms: 0,
             },
             MailItem {
                 id: b,
                 payload: b"b".to_vec(),
                 attempt: 1,
+                deadline_ms: None,
+                first_taken_at_ms: 0,
             }
         ]
     );

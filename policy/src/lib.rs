@@ -44,6 +44,7 @@ pub mod drain;
 pub mod exit;
 pub mod fact;
 mod format;
+pub mod item;
 pub mod lease;
 pub mod life;
 pub mod liveness;

@@ -137,7 +137,7 @@ pub trait MailStore {
     /// Moves items from the head of `deployment`'s inbox (FIFO, by id) to
     /// processing, held by `holder`, and returns them in that order for
     /// sending to it: at most `limit`, stopping where
-    /// [`super::held::takeable`] says (a suspect goes alone). Each take is
+    /// [`wfhost_policy::item::takeable`] says (a suspect goes alone). Each take is
     /// a delivery: counted, and begun in the item's history at `at_ms`.
     #[cfg(test)]
     fn take_mail(
@@ -241,7 +241,7 @@ pub trait MailStore {
     /// `holder`'s wiring ended: every item it holds in `deployment` goes
     /// back to the head of the inbox in original order, or (a counted
     /// ending that brings its failures to `max_deliveries`) to the dead
-    /// state, as [`super::held::after_ending`] rules; the deliveries end in
+    /// state, as [`wfhost_policy::item::after_ending`] rules; the deliveries end in
     /// the history with the ending's cause. Other holders' items stay.
     fn replay_mail(
         &mut self,

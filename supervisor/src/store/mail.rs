@@ -3,7 +3,7 @@
 //! (quarantined). The rules every backend follows live here and in
 //! [`super::held`]: an item moves inbox → processing (a take, by one
 //! holder), processing → done (that holder's ack), processing → inbox or
-//! dead (its holder's ending: [`super::held::after_ending`]), and dead →
+//! dead (its holder's ending: [`wfhost_policy::item::after_ending`]), and dead →
 //! inbox (an operator's retry), nothing else; the inbox is ordered by id
 //! and a take always removes a prefix of it, so a replay or a retry puts
 //! items back at the head in their original order; how an offered item is

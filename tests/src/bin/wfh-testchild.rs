@@ -1,5 +1,5 @@
 //! `wfh-testchild MODE`: workflow children that misbehave on purpose, for
-//! black-box tests of the supervisor. Each speaks the raw protocol over the
+//! black-box tests of the supervisor. Each speaks the raw protocol, version 2, over the
 //! inherited control fd (`WFHOST_CONTROL_FD`, normally 3).
 //!
 //! Every mode first prints the fds it was started with
@@ -32,7 +32,7 @@ use tokio::net::UnixStream;
 use wfhost_ipc::handshake::{CONTROL_FD, ENV_CHANNEL_ID, ENV_CONTROL_FD};
 use wfhost_ipc::{
     Control, DEFAULT_MAX_FRAME_BYTES, DrainBehavior, Event, FrameReader, FrameWriter, Hello,
-    Outcome, PROTOCOL_VERSION,
+    OLDEST_PROTOCOL, Outcome,
 };
 
 const USAGE: &str = "usage: wfh-testchild garbage|protocol-1|wrong-channel|no-ready|ignore-term|recycle-loop|step-flood|custom-flood|outlive|well-behaved|slow-ready|last-words|worker|poison";
@@ -140,9 +140,12 @@ fn channel_id() -> Result<String, Failure> {
     std::env::var(ENV_CHANNEL_ID).map_err(|_| format!("{ENV_CHANNEL_ID} is not set"))
 }
 
+/// A Hello of protocol 2: these children speak the version deployed
+/// before 3, so every take is a start (and the supervisor's support for
+/// them stays tested).
 fn hello(channel_id: String) -> Event {
     Event::Hello(Hello {
-        protocol: PROTOCOL_VERSION,
+        protocol: OLDEST_PROTOCOL,
         channel_id,
         pid: std::process::id(),
         takes_mail: true,

@@ -7,16 +7,16 @@
 
 use super::events::{EVENTS_LOCK, insert};
 use super::{PostgresStore, col, fence, signed, unsigned};
-use crate::store::held::{self, Fate, Holding};
 use crate::store::mail::{self, Admission, Earlier};
 use crate::store::{
     Accepted, AckOf, CancelFound, DeadMail, Ending, Holder, MailCounts, MailItem, MailStore, Offer,
     Replayed, Settle, StoreError,
 };
+use wfhost_policy::item::{self, Fate, Held, Holding, OnCancel};
 
 impl MailStore for PostgresStore {
     /// Moves items from the head of `deployment`'s inbox to processing, held
-    /// by `holder`, as [`held::takeable`] allows, and returns them in FIFO
+    /// by `holder`, as [`item::takeable`] allows, and returns them in FIFO
     /// order; each take begins a delivery in the history.
     fn take_mail_for(
         &mut self,
@@ -68,7 +68,7 @@ impl MailStore for PostgresStore {
             let failures = rows
                 .iter()
                 .map(|(_, f)| u32::try_from(*f).unwrap_or(u32::MAX));
-            let n = held::takeable(holding, failures, limit);
+            let n = item::takeable(holding, failures, limit);
             let items: Vec<Taken> = rows.into_iter().take(n).map(|(i, _)| i).collect();
             if !items.is_empty() {
                 // Exactly the rows just read and locked: the head of the inbox.
@@ -204,7 +204,7 @@ impl MailStore for PostgresStore {
             if changed != 1 {
                 return Ok(false);
             }
-            end_delivery(&mut tx, row_id, at_ms, &held::done_how(&outcome))?;
+            end_delivery(&mut tx, row_id, at_ms, &item::done_how(&outcome))?;
             insert(&mut tx, &mail::done_event(deployment, id, &outcome, at_ms))?;
             tx.commit()?;
             Ok(true)
@@ -240,29 +240,29 @@ impl MailStore for PostgresStore {
             let channel: Option<String> = row.try_get(2)?;
             let pid: Option<i64> = row.try_get(3)?;
             let outcome: Option<String> = row.try_get(4)?;
-            let found = match (state.as_str(), channel, pid) {
-                ("inbox", _, _) => {
+            let found = match (item::on_cancel(&state), channel, pid) {
+                (OnCancel::EndNow, _, _) => {
                     tx.execute(
                         "UPDATE mail SET state = 'done', outcome = $2, done_at_ms = $3,
                              payload = ''::bytea, result = ''::bytea
                          WHERE id = $1",
-                        &[&row_id, &held::CANCELLED, &signed(at_ms)],
+                        &[&row_id, &item::CANCELLED, &signed(at_ms)],
                     )?;
                     tx.execute(
                         "INSERT INTO mail_history (mail_id, ended_at_ms, how) VALUES ($1, $2, $3)",
                         &[
                             &row_id,
                             &signed(at_ms),
-                            &held::cancelled_queued_how(by, reason),
+                            &item::cancelled_queued_how(by, reason),
                         ],
                     )?;
                     insert(
                         &mut tx,
-                        &mail::done_event(&deployment, id, held::CANCELLED, at_ms),
+                        &mail::done_event(&deployment, id, item::CANCELLED, at_ms),
                     )?;
                     CancelFound::Queued { deployment }
                 }
-                ("processing", Some(channel_id), Some(pid)) => {
+                (OnCancel::Record, Some(channel_id), Some(pid)) => {
                     tx.execute(
                         "UPDATE mail SET cancel_reason = $2 WHERE id = $1",
                         &[&row_id, &reason],
@@ -275,8 +275,8 @@ impl MailStore for PostgresStore {
                         },
                     }
                 }
-                (state, _, _) => CancelFound::Ended {
-                    how: held::ended_as(state, outcome.as_deref()),
+                _ => CancelFound::Ended {
+                    how: item::ended_as(&state, outcome.as_deref()),
                     deployment,
                 },
             };
@@ -287,7 +287,7 @@ impl MailStore for PostgresStore {
     }
 
     /// Returns what `holder` holds in `deployment` after its `ending`: back to
-    /// the inbox, or dead, as [`held::after_ending`] rules.
+    /// the inbox, or dead, as [`item::after_ending`] rules.
     fn replay_mail(
         &mut self,
         deployment: &str,
@@ -318,20 +318,22 @@ impl MailStore for PostgresStore {
             for r in &rows {
                 let (id, failures): (i64, i64) = (r.try_get(0)?, r.try_get(1)?);
                 let started: bool = r.try_get(2)?;
-                if r.try_get::<_, bool>(3)? {
-                    cancel_held(&mut tx, deployment, id, ending)?;
-                    replayed.cancelled += 1;
-                    continue;
-                }
-                let how = held::ended_how(ending, started);
-                let before = u32::try_from(failures).unwrap_or(u32::MAX);
-                let (failures, fate) = held::after_ending(before, started, ending, max_deliveries);
-                if ending.counts && started {
-                    let state = match fate {
-                        Fate::Inbox => "inbox",
-                        Fate::Dead => "dead",
+                let held = Held {
+                    failures: u32::try_from(failures).unwrap_or(u32::MAX),
+                    started,
+                    cancel_asked: r.try_get(3)?,
+                };
+                let fate = item::after_ending(held, ending.counts, max_deliveries);
+                let how = item::ended_how(&ending.cause, fate, ending.counts, started);
+                let counted = ending.counts && started;
+                if fate == Fate::Cancelled {
+                    cancel_held(&mut tx, deployment, id, ending.at_ms)?;
+                } else if counted {
+                    let (state, failures, dead_at) = match fate {
+                        Fate::Dead(f) => ("dead", f, Some(at)),
+                        Fate::Inbox(f) => ("inbox", f, None),
+                        Fate::Cancelled => ("inbox", held.failures, None),
                     };
-                    let dead_at = (fate == Fate::Dead).then_some(at);
                     tx.execute(
                         "UPDATE mail SET state = $2, failures = $3, holder_channel = NULL,
                              holder_pid = NULL, last_cause = $4, last_pid = $5,
@@ -357,8 +359,9 @@ impl MailStore for PostgresStore {
                 }
                 end_delivery(&mut tx, id, ending.at_ms, &how)?;
                 match fate {
-                    Fate::Inbox => replayed.returned += 1,
-                    Fate::Dead => replayed.dead.push(DeadMail {
+                    Fate::Inbox(_) => replayed.returned += 1,
+                    Fate::Cancelled => replayed.cancelled += 1,
+                    Fate::Dead(failures) => replayed.dead.push(DeadMail {
                         id: u64::try_from(id).unwrap_or(0),
                         failures,
                         cause: ending.cause.clone(),
@@ -390,16 +393,22 @@ impl MailStore for PostgresStore {
                  WHERE state = 'processing' AND cancel_reason IS NOT NULL ORDER BY id FOR UPDATE",
                 &[],
             )?;
-            let gone = held::supervisor_gone(at_ms);
+            let how = item::ended_how(
+                "the supervisor that sent it stopped or died",
+                Fate::Cancelled,
+                false,
+                true,
+            );
             for r in &cancelled {
                 let (id, deployment): (i64, String) = (r.try_get(0)?, r.try_get(1)?);
-                cancel_held(&mut tx, &deployment, id, &gone)?;
+                cancel_held(&mut tx, &deployment, id, at_ms)?;
+                end_delivery(&mut tx, id, at_ms, &how)?;
             }
             tx.execute(
                 "UPDATE mail_history SET ended_at_ms = $1, how = $2
                  WHERE ended_at_ms IS NULL AND attempt IS NOT NULL
                    AND mail_id IN (SELECT id FROM mail WHERE state = 'processing')",
-                &[&signed(at_ms), &held::RETURNED_AT_START],
+                &[&signed(at_ms), &item::RETURNED_AT_START],
             )?;
             let changed = tx.execute(
                 "UPDATE mail SET state = 'inbox', holder_channel = NULL, holder_pid = NULL,
@@ -495,19 +504,18 @@ fn cancel_held(
     tx: &mut postgres::Transaction<'_>,
     deployment: &str,
     row_id: i64,
-    ending: &Ending,
+    at_ms: u64,
 ) -> Result<(), postgres::Error> {
     tx.execute(
         "UPDATE mail SET state = 'done', outcome = $2, done_at_ms = $3, payload = ''::bytea,
              result = ''::bytea, holder_channel = NULL, holder_pid = NULL, started = false
          WHERE id = $1",
-        &[&row_id, &held::CANCELLED, &signed(ending.at_ms)],
+        &[&row_id, &item::CANCELLED, &signed(at_ms)],
     )?;
-    end_delivery(tx, row_id, ending.at_ms, &held::cancelled_how(ending))?;
     let id = u64::try_from(row_id).unwrap_or(0);
     insert(
         tx,
-        &mail::done_event(deployment, id, held::CANCELLED, ending.at_ms),
+        &mail::done_event(deployment, id, item::CANCELLED, at_ms),
     )?;
     Ok(())
 }
@@ -560,7 +568,7 @@ fn ack_one(
     if changed != 1 {
         return Ok(false);
     }
-    end_delivery(tx, row_id, at_ms, &held::done_how(&a.outcome))?;
+    end_delivery(tx, row_id, at_ms, &item::done_how(&a.outcome))?;
     insert(tx, &mail::done_event(deployment, a.id, &a.outcome, at_ms))?;
     Ok(true)
 }

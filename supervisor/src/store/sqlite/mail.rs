@@ -9,7 +9,8 @@
 use rusqlite::{OptionalExtension, TransactionBehavior, params};
 
 use super::SqliteStore;
-use crate::store::held::{self, Fate, Holding};
+use wfhost_policy::item::{self, Fate, Held, Holding, OnCancel};
+
 use crate::store::mail::{self, Admission, Earlier};
 use crate::store::{
     Accepted, AckOf, CancelFound, DeadMail, Ending, Holder, MailCounts, MailItem, MailStore,
@@ -49,7 +50,7 @@ impl MailStore for SqliteStore {
     }
 
     /// Moves items from the head of `deployment`'s inbox to processing, held
-    /// by `holder`, as [`held::takeable`] allows, and returns them in FIFO
+    /// by `holder`, as [`item::takeable`] allows, and returns them in FIFO
     /// order; each take begins a delivery in the history.
     fn take_mail_for(
         &mut self,
@@ -98,7 +99,7 @@ impl MailStore for SqliteStore {
                     ))
                 })?
                 .collect::<rusqlite::Result<Vec<_>>>()?;
-            let n = held::takeable(holding, rows.iter().map(|(_, f)| *f), limit);
+            let n = item::takeable(holding, rows.iter().map(|(_, f)| *f), limit);
             let items: Vec<MailItem> = rows.into_iter().take(n).map(|(item, _)| item).collect();
             let Some(last) = items.last() else {
                 return Ok(items);
@@ -193,7 +194,7 @@ impl MailStore for SqliteStore {
             if changed != 1 {
                 return Ok(false);
             }
-            end_delivery(&tx, id, at_ms, &held::done_how(&outcome))?;
+            end_delivery(&tx, id, at_ms, &item::done_how(&outcome))?;
             note(&tx, &mail::done_event(deployment, id, &outcome, at_ms))?;
             tx.commit()?;
             Ok(true)
@@ -228,22 +229,22 @@ impl MailStore for SqliteStore {
             let Some((deployment, state, channel, pid, outcome)) = row else {
                 return Ok(None);
             };
-            let found = match (state.as_str(), channel, pid) {
-                ("inbox", _, _) => {
+            let found = match (item::on_cancel(&state), channel, pid) {
+                (OnCancel::EndNow, _, _) => {
                     tx.prepare_cached(
                         "UPDATE mail SET state = 'done', outcome = ?2, done_at_ms = ?3, payload = x'',
                              result = x''
                          WHERE id = ?1",
                     )?
-                    .execute(params![id, held::CANCELLED, at_ms])?;
+                    .execute(params![id, item::CANCELLED, at_ms])?;
                     tx.prepare_cached(
                         "INSERT INTO mail_history (mail_id, ended_at_ms, how) VALUES (?1, ?2, ?3)",
                     )?
-                    .execute(params![id, at_ms, held::cancelled_queued_how(by, reason)])?;
-                    note(&tx, &mail::done_event(&deployment, id, held::CANCELLED, at_ms))?;
+                    .execute(params![id, at_ms, item::cancelled_queued_how(by, reason)])?;
+                    note(&tx, &mail::done_event(&deployment, id, item::CANCELLED, at_ms))?;
                     CancelFound::Queued { deployment }
                 }
-                ("processing", Some(channel_id), Some(pid)) => {
+                (OnCancel::Record, Some(channel_id), Some(pid)) => {
                     tx.prepare_cached("UPDATE mail SET cancel_reason = ?2 WHERE id = ?1")?
                         .execute(params![id, reason])?;
                     CancelFound::Held {
@@ -251,8 +252,8 @@ impl MailStore for SqliteStore {
                         holder: Holder { channel_id, pid },
                     }
                 }
-                (state, _, _) => CancelFound::Ended {
-                    how: held::ended_as(state, outcome.as_deref()),
+                _ => CancelFound::Ended {
+                    how: item::ended_as(&state, outcome.as_deref()),
                     deployment,
                 },
             };
@@ -263,7 +264,7 @@ impl MailStore for SqliteStore {
     }
 
     /// Returns what `holder` holds in `deployment` after its `ending`: back to
-    /// the inbox, or dead, as [`held::after_ending`] rules.
+    /// the inbox, or dead, as [`item::after_ending`] rules.
     fn replay_mail(
         &mut self,
         deployment: &str,
@@ -291,16 +292,22 @@ impl MailStore for SqliteStore {
                 .collect::<rusqlite::Result<Vec<_>>>()?;
             let mut replayed = Replayed::default();
             for (id, failures, started, cancel_asked) in held_items {
-                if cancel_asked {
-                    cancel_held(&tx, deployment, id, ending)?;
-                    replayed.cancelled += 1;
-                    continue;
-                }
-                let how = held::ended_how(ending, started);
-                let (failures, fate) =
-                    held::after_ending(failures, started, ending, max_deliveries);
-                if ending.counts && started {
-                    let dead_at = (fate == Fate::Dead).then_some(ending.at_ms);
+                let held = Held {
+                    failures,
+                    started,
+                    cancel_asked,
+                };
+                let fate = item::after_ending(held, ending.counts, max_deliveries);
+                let how = item::ended_how(&ending.cause, fate, ending.counts, started);
+                let counted = ending.counts && started;
+                if fate == Fate::Cancelled {
+                    cancel_held(&tx, deployment, id, ending.at_ms)?;
+                } else if counted {
+                    let (state, failures, dead_at) = match fate {
+                        Fate::Dead(f) => ("dead", f, Some(ending.at_ms)),
+                        Fate::Inbox(f) => ("inbox", f, None),
+                        Fate::Cancelled => ("inbox", held.failures, None),
+                    };
                     tx.prepare_cached(
                         "UPDATE mail SET state = ?2, failures = ?3, holder_channel = NULL,
                              holder_pid = NULL, last_cause = ?4, last_pid = ?5,
@@ -309,7 +316,7 @@ impl MailStore for SqliteStore {
                     )?
                     .execute(params![
                         id,
-                        state_of(fate),
+                        state,
                         failures,
                         ending.cause,
                         holder.pid,
@@ -326,8 +333,9 @@ impl MailStore for SqliteStore {
                 }
                 end_delivery(&tx, id, ending.at_ms, &how)?;
                 match fate {
-                    Fate::Inbox => replayed.returned += 1,
-                    Fate::Dead => replayed.dead.push(DeadMail {
+                    Fate::Inbox(_) => replayed.returned += 1,
+                    Fate::Cancelled => replayed.cancelled += 1,
+                    Fate::Dead(failures) => replayed.dead.push(DeadMail {
                         id,
                         failures,
                         cause: ending.cause.clone(),
@@ -356,16 +364,22 @@ impl MailStore for SqliteStore {
                 )?
                 .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
                 .collect::<rusqlite::Result<_>>()?;
-            let gone = held::supervisor_gone(at_ms);
+            let how = item::ended_how(
+                "the supervisor that sent it stopped or died",
+                Fate::Cancelled,
+                false,
+                true,
+            );
             for (id, deployment) in &cancelled {
-                cancel_held(&tx, deployment, *id, &gone)?;
+                cancel_held(&tx, deployment, *id, at_ms)?;
+                end_delivery(&tx, *id, at_ms, &how)?;
             }
             tx.prepare_cached(
                 "UPDATE mail_history SET ended_at_ms = ?1, how = ?2
                  WHERE ended_at_ms IS NULL AND attempt IS NOT NULL
                    AND mail_id IN (SELECT id FROM mail WHERE state = 'processing')",
             )?
-            .execute(params![at_ms, held::RETURNED_AT_START])?;
+            .execute(params![at_ms, item::RETURNED_AT_START])?;
             let changed = tx
                 .prepare_cached(
                     "UPDATE mail SET state = 'inbox', holder_channel = NULL, holder_pid = NULL,
@@ -521,29 +535,28 @@ fn ack_in(
     if changed != 1 {
         return Ok(false);
     }
-    end_delivery(tx, a.id, at_ms, &held::done_how(&a.outcome))?;
+    end_delivery(tx, a.id, at_ms, &item::done_how(&a.outcome))?;
     note(tx, &mail::done_event(deployment, a.id, &a.outcome, at_ms))?;
     Ok(true)
 }
 
-/// A held item whose cancel was committed, its holder gone: done,
-/// cancelled, never run again.
+/// A held item whose cancel was recorded, its holder gone: done,
+/// cancelled, never run again (the caller ends its delivery).
 fn cancel_held(
     tx: &rusqlite::Transaction<'_>,
     deployment: &str,
     id: u64,
-    ending: &Ending,
+    at_ms: u64,
 ) -> rusqlite::Result<()> {
     tx.prepare_cached(
         "UPDATE mail SET state = 'done', outcome = ?2, done_at_ms = ?3, payload = x'',
              result = x'', holder_channel = NULL, holder_pid = NULL, started = 0
          WHERE id = ?1",
     )?
-    .execute(params![id, held::CANCELLED, ending.at_ms])?;
-    end_delivery(tx, id, ending.at_ms, &held::cancelled_how(ending))?;
+    .execute(params![id, item::CANCELLED, at_ms])?;
     note(
         tx,
-        &mail::done_event(deployment, id, held::CANCELLED, ending.at_ms),
+        &mail::done_event(deployment, id, item::CANCELLED, at_ms),
     )
 }
 
@@ -595,14 +608,6 @@ fn note(tx: &rusqlite::Transaction<'_>, event: &NewEvent) -> rusqlite::Result<()
         event.body.to_string()
     ])?;
     Ok(())
-}
-
-/// The stored state of a fate.
-fn state_of(fate: Fate) -> &'static str {
-    match fate {
-        Fate::Inbox => "inbox",
-        Fate::Dead => "dead",
-    }
 }
 
 /// Most rows one prune transaction deletes, so it never holds the write

@@ -106,13 +106,13 @@ fn dead_mail_is_counted_wherever_mail_is_with_the_next_step() {
         .lines()
         .find(|l| l.starts_with("orders "))
         .unwrap_or_default();
-    assert!(row.contains(" 0/0/1/1 "), "{table}");
+    assert!(row.contains(" 0/0/0/1/1 "), "{table}");
     assert!(
-        table.contains("MAIL waiting/in a child/done/dead"),
+        table.contains("MAIL waiting/in a child/working/done/dead"),
         "{table}"
     );
     assert!(
-        table.contains("in a child: sent to it and not yet acknowledged; up to 32 are sent ahead"),
+        table.contains("in a child: sent ahead to it, not started; working: its handler started it; up to 32 are sent"),
         "the legend says what the second number counts: {table}"
     );
     // (Notes fold at 100 columns.)
@@ -125,7 +125,7 @@ fn dead_mail_is_counted_wherever_mail_is_with_the_next_step() {
     let detail = ok("status orders", &sup.client(&["status", "orders"]));
     assert!(
         detail.contains(
-            "mail         0 waiting, 0 in its child (sent, not yet acknowledged), 1 done, 1 dead\n"
+            "mail         0 waiting, 0 in its child (0 being worked on, 0 sent ahead, not started), 1 done, 1 dead\n"
         ) && detail.contains("`wfhost mail retry --dead orders`"),
         "{detail}"
     );

@@ -34,7 +34,7 @@ fn status_of_one_deployment_says_why_it_is_in_its_state() {
         format!("why          its child (pid {pid}) is ready and takes mail\n"),
         "runs         wfhost-child-rust/".to_owned(),
         "drain        none under way; budget 3s (drain_timeout)\n".to_owned(),
-        "mail         0 waiting, 0 in its child (sent, not yet acknowledged), 1 done, 0 dead\n"
+        "mail         0 waiting, 0 in its child (0 being worked on, 0 sent ahead, not started), 1 done, 0 dead\n"
             .to_owned(),
         "last exit    none yet\n".to_owned(),
     ] {

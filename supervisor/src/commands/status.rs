@@ -136,7 +136,7 @@ mod tests {
         assert!(text.contains(" 65/120s! "), "{text}");
         assert!(text.contains(" 512MiB "), "{text}");
         let quiet = table(&status(&["quiet-16-chars-x"]));
-        assert!(quiet.contains(" 0/0/3/0 "), "{quiet}");
+        assert!(quiet.contains(" 0/0/0/3/0 "), "{quiet}");
         assert!(
             quiet.contains("  not a wfhost child\n"),
             "the whole of it: {quiet}"
@@ -145,7 +145,7 @@ mod tests {
             assert!(line.chars().count() <= WIDTH, "{line}");
         }
         assert!(
-            text.contains("MAIL waiting/in a child/done/dead"),
+            text.contains("MAIL waiting/in a child/working/done/dead"),
             "a legend: {text}"
         );
         assert!(

@@ -58,6 +58,7 @@ pub fn remote_json(fleet: &Fleet, id: &str, owner: Option<&Owner>, mail: &MailCo
     d["mail"] = json!({
         "inbox": mail.inbox,
         "processing": mail.processing,
+        "working": mail.working,
         "buffered": if ready { 0 } else { mail.inbox },
         "done": mail.done,
     });

@@ -68,6 +68,7 @@ impl Status {
             "mail": {
                 "inbox": mail.inbox,
                 "processing": mail.processing,
+                "working": mail.working,
                 "buffered": buffered,
                 "done": mail.done,
                 "dead": mail.dead,

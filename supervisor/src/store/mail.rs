@@ -45,6 +45,9 @@ pub struct MailCounts {
     pub inbox: u64,
     /// Sent to a child, not yet acknowledged.
     pub processing: u64,
+    /// Of those, the ones its handler started (protocol 3; a protocol-2
+    /// child's are all started): being worked on, not waiting in it.
+    pub working: u64,
     /// Acknowledged (kept until a retention job prunes them).
     pub done: u64,
     /// Quarantined after `max_deliveries` failed deliveries (kept until an

@@ -143,14 +143,32 @@ fn steps(d: &Value) -> Vec<Line> {
     lines
 }
 
+/// Items in a child its handler started (a supervisor from before
+/// protocol 3 does not say: all it sent were started).
+pub fn working(mail: &Value) -> u64 {
+    let processing = mail["processing"].as_u64().unwrap_or(0);
+    mail["working"].as_u64().unwrap_or(processing)
+}
+
+/// Items in a child its handler has not started: sent ahead of its work.
+pub fn ahead(mail: &Value) -> u64 {
+    let processing = mail["processing"].as_u64().unwrap_or(0);
+    processing.saturating_sub(working(mail))
+}
+
 /// The mail counts, and the next step when some is dead.
 fn mail(d: &Value) -> Vec<Line> {
     let mail = &d["mail"];
     let mut lines = vec![(
         "mail",
         format!(
-            "{} waiting, {} in its child (sent, not yet acknowledged), {} done, {} dead",
-            mail["inbox"], mail["processing"], mail["done"], mail["dead"]
+            "{} waiting, {} in its child ({} being worked on, {} sent ahead, not started), {} done, {} dead",
+            mail["inbox"],
+            mail["processing"],
+            working(mail),
+            ahead(mail),
+            mail["done"],
+            mail["dead"]
         ),
     )];
     if mail["dead"].as_u64().is_some_and(|n| n > 0) {

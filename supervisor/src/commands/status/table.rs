@@ -71,8 +71,12 @@ fn cells(d: &Value) -> Vec<String> {
         or_dash(ms_of(&d["grants_age_ms"])),
         drain_cell(d),
         format!(
-            "{}/{}/{}/{}",
-            mail["inbox"], mail["processing"], mail["done"], mail["dead"]
+            "{}/{}/{}/{}/{}",
+            mail["inbox"],
+            super::detail::ahead(mail),
+            super::detail::working(mail),
+            mail["done"],
+            mail["dead"]
         ),
         format!("{}/{}/{}", r["policy"], r["operator"], r["self"]),
         d["restarts"].as_u64().unwrap_or(0).to_string(),
@@ -150,8 +154,8 @@ fn legend(grants: bool) -> String {
         "DRAIN budget used/budget (! ran out, cancel sent)\n"
     };
     format!(
-        "MAIL waiting/in a child/done/dead   RECYCLES by policy/operator/the child itself\n\
-         (in a child: sent to it and not yet acknowledged; up to 32 are sent ahead of the one it works on)\n\
+        "MAIL waiting/in a child/working/done/dead   RECYCLES by policy/operator/the child itself\n\
+         (in a child: sent ahead to it, not started; working: its handler started it; up to 32 are sent)\n\
          {drain}\
          `wfhost status DEPLOYMENT` tells why it is in its state, its steps, exits and recycles\n"
     )
@@ -255,7 +259,7 @@ fn render(header: &[&str], rows: &[Vec<String>]) -> String {
     let fixed: usize = (0..columns - 1).map(|i| widths[i] + gap(i)).sum();
     let last = WIDTH
         .saturating_sub(fixed)
-        .max(header[columns - 1].len() + 3);
+        .max(header[columns - 1].len() + 1);
     // Left-aligned: the id, the state and the last exit; numbers right.
     let left = |i: usize| i == 0 || i == 1;
     let line = |cells: Vec<String>| {

@@ -229,6 +229,16 @@ fn mail_families(e: &mut Exposition, snapshots: &[(Status, MailCounts)]) {
         }
     }
 
+    let name = "wfhost_mail_working";
+    e.family(
+        name,
+        "gauge",
+        "Mail items a child's handler has started and not finished (the rest of processing waits in the child).",
+    );
+    for (s, mail) in snapshots {
+        e.sample(name, &[("deployment", &s.id)], mail.working);
+    }
+
     let name = "wfhost_mail_dead";
     e.family(
         name,

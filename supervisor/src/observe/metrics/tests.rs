@@ -159,6 +159,7 @@ fn renders_every_family_for_a_deployment() {
     let mail = MailCounts {
         inbox: 5,
         processing: 1,
+        working: 1,
         done: 17,
         dead: 2,
     };
@@ -209,6 +210,9 @@ wfhost_drain_escalations_total{deployment="billing"} 1
 wfhost_mail{deployment="billing",state="inbox"} 5
 wfhost_mail{deployment="billing",state="processing"} 1
 wfhost_mail{deployment="billing",state="done"} 17
+# HELP wfhost_mail_working Mail items a child's handler has started and not finished (the rest of processing waits in the child).
+# TYPE wfhost_mail_working gauge
+wfhost_mail_working{deployment="billing"} 1
 # HELP wfhost_mail_dead Mail quarantined after max_deliveries failed deliveries, waiting for `wfhost mail retry` or `purge`.
 # TYPE wfhost_mail_dead gauge
 wfhost_mail_dead{deployment="billing"} 2
@@ -245,7 +249,7 @@ fn leaves_out_what_cannot_be_measured() {
     assert!(text.contains("wfhost_deployment_state{deployment=\"idle\",state=\"starting\"} 1\n"));
     // With no deployments every family is still described.
     let empty = render(&[], None, now);
-    assert_eq!(empty.lines().count(), 2 * 14, "{empty}");
+    assert_eq!(empty.lines().count(), 2 * 15, "{empty}");
     assert!(empty.lines().all(|l| l.starts_with("# ")));
 }
 

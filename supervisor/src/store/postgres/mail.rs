@@ -456,7 +456,10 @@ impl MailStore for PostgresStore {
     /// How many of `deployment`'s items are in each state.
     fn mail_counts(&mut self, deployment: &str) -> Result<MailCounts, StoreError> {
         let row = self.client()?.query_opt(
-            "SELECT inbox, processing, done, dead FROM mail_counts WHERE deployment = $1",
+            "SELECT c.inbox, c.processing, c.done, c.dead,
+                 (SELECT count(*) FROM mail
+                  WHERE deployment = $1 AND state = 'processing' AND started)
+             FROM mail_counts c WHERE c.deployment = $1",
             &[&deployment],
         );
         let Some(row) = row.map_err(|e| self.fail("counting mail", &e))? else {
@@ -467,6 +470,7 @@ impl MailStore for PostgresStore {
             Ok(MailCounts {
                 inbox: unsigned(what, col(&row, 0)?)?,
                 processing: unsigned(what, col(&row, 1)?)?,
+                working: unsigned(what, col(&row, 4)?)?,
                 done: unsigned(what, col(&row, 2)?)?,
                 dead: unsigned(what, col(&row, 3)?)?,
             })

@@ -417,13 +417,17 @@ impl MailStore for SqliteStore {
     fn mail_counts(&mut self, deployment: &str) -> Result<MailCounts, StoreError> {
         self.conn
             .prepare_cached(
-                "SELECT inbox, processing, done, dead FROM mail_counts WHERE deployment = ?1",
+                "SELECT c.inbox, c.processing, c.done, c.dead,
+                     (SELECT count(*) FROM mail
+                      WHERE deployment = ?1 AND state = 'processing' AND started = 1)
+                 FROM mail_counts c WHERE c.deployment = ?1",
             )
             .and_then(|mut stmt| {
                 stmt.query_row(params![deployment], |r| {
                     Ok(MailCounts {
                         inbox: r.get(0)?,
                         processing: r.get(1)?,
+                        working: r.get(4)?,
                         done: r.get(2)?,
                         dead: r.get(3)?,
                     })

@@ -95,6 +95,7 @@ pub fn acks_in_one_write_each_land_or_not(f: &dyn Fixture) {
         MailCounts {
             inbox: 0,
             processing: 1,
+            working: 1,
             done: 3,
             dead: 0
         }

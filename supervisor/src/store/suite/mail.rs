@@ -43,10 +43,12 @@ pub fn ids(items: &[MailItem]) -> Vec<u64> {
     items.iter().map(|m| m.id).collect()
 }
 
+/// Counts of mail a protocol-2 holder took (each take a start).
 fn counts(inbox: u64, processing: u64, done: u64) -> MailCounts {
     MailCounts {
         inbox,
         processing,
+        working: processing,
         done,
         dead: 0,
     }
@@ -60,8 +62,13 @@ pub fn recount(f: &dyn Fixture, deployment: &str) -> MailCounts {
         );
         f.count(&sql) as u64
     };
+    let working = f.count(&format!(
+        "SELECT count(*) FROM mail WHERE deployment = '{deployment}' AND state = 'processing' \
+         AND started"
+    )) as u64;
     MailCounts {
         dead: n("dead"),
+        working,
         ..counts(n("inbox"), n("processing"), n("done"))
     }
 }

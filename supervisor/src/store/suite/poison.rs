@@ -28,6 +28,7 @@ fn counts(inbox: u64, processing: u64, done: u64, dead: u64) -> MailCounts {
     MailCounts {
         inbox,
         processing,
+        working: processing,
         done,
         dead,
     }

@@ -5,9 +5,35 @@
 //   fetch    cancel behaviour: on drain it is aborted (the next child fetches again)
 //   approve  wait behaviour: a person approving; a drain waits for it (the budget pauses)
 //
+// A payload is JSON `{"order": "A-17"}` (any other payload is an order named
+// by its text); `fetch_ms` and `approve_ms` in it override the flags for
+// that order (`{"order": "B-2", "approve_ms": 20000}`: a slow approval).
+//
 // The run's outcome decides the mail's fate: succeeded, or cancelled by a
-// verified (signed) cancel, is acknowledged; cut short by a drain,
-// shutdown or a lost channel, it is released for the next child.
+// verified (signed) cancel of the run or of the item (`wfhost mail
+// cancel`), is acknowledged; cut short by a drain, shutdown or a lost
+// channel, it is released for the next child.
+//
+// Each acknowledged order ends with a JSON result (protocol 3: stored with
+// its outcome, read by `wfhost call`, `wfhost mail result ID`):
+//
+//   {"order": "A-17", "mail": 7, "status": "approved", "attempt": 1,
+//    "steps": [{"step": "fetch", "attempt": 1, "pid": 4242, "at": "…", "ms": 101, "finalized": false},
+//              {"step": "approve", …}],
+//    "stopped": null}
+//
+// `status` is approved, cancelled (`stopped` then names the step a
+// verified cancel stopped and why) or failed; `steps` lists the steps
+// done, each as its marker records it (`finalized`: this delivery found it
+// done by an earlier child instead of running it), so an order finalized
+// from markers returns a result of the same shape as one run in full.
+//
+// Every order can be cancelled (`wfhost mail cancel ID`: the SDK aborts
+// the step in flight, `approve` too, and the order ends cancelled), since
+// each step hands its signal to the work it waits on. A redelivered order
+// whose markers already prove every step done has nothing left to stop:
+// it is declared not cancellable, so a cancel of it is answered
+// `not-supported` and it ends approved, as it is.
 //
 // Each step that completes leaves a marker file `<id>.<step>` in the
 // markers directory (`--markers DIR`, else $ORDERS_MARKERS, else
@@ -20,13 +46,15 @@
 // gives back the ones it had not started), so it proves no work done. The
 // markers of an order are removed once it is acknowledged.
 //
+// Orders are handled one at a time (`rt.handleMail`, concurrency 1).
 // Every `--recycle-every N` acknowledged items the child asks to be recycled.
 //
 // Hosted by `wfhost supervise` (see wfhost.toml beside this file):
 //   command = ["node", "orders.js", "--recycle-every", "25"]
 
 import { createHash } from "node:crypto";
-import { mkdir, open, readFile, rename, unlink } from "node:fs/promises";
+import { readFileSync } from "node:fs";
+import { mkdir, open, rename, unlink } from "node:fs/promises";
 import { join, resolve } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { parseArgs } from "node:util";
@@ -111,6 +139,21 @@ function describeOrder(mail) {
   }
 }
 
+/** The order, for its result: the payload's `order`, else its text (null when it is not UTF-8). */
+function orderOf(mail) {
+  try {
+    const v = mail.json();
+    if (typeof v === "object" && v !== null && !Array.isArray(v) && "order" in v) return v.order;
+  } catch {
+    // not JSON: the text names the order
+  }
+  try {
+    return mail.text();
+  } catch {
+    return null;
+  }
+}
+
 // --- markers: what this deployment's children have durably done ----------
 
 const markerPath = (id, name) => join(markers, `${id}.${name}`);
@@ -125,13 +168,19 @@ function markerOf(mail, name) {
   };
 }
 
-/** Whether the marker of `name` proves that step of `mail` done. */
-async function provenDone(mail, name) {
+/**
+ * What the marker of `name` says about that step of `mail`: `{ record }`,
+ * the marker's record, when it proves the step done; `{ record: null }`
+ * when there is none; `{ record: null, foreign: true }` when the marker is
+ * another mail's. (A small file read at once: it runs before a step, never
+ * in one.)
+ */
+function markerRecord(mail, name) {
   let text;
   try {
-    text = await readFile(markerPath(mail.id, name), "utf8");
+    text = readFileSync(markerPath(mail.id, name), "utf8");
   } catch (e) {
-    if (e.code === "ENOENT") return false;
+    if (e.code === "ENOENT") return { record: null };
     throw e;
   }
   const want = markerOf(mail, name);
@@ -141,19 +190,28 @@ async function provenDone(mail, name) {
   } catch {
     // Written atomically, so never torn; anything else is not ours.
   }
-  const ok = got !== null && Object.keys(want).every((k) => got[k] === want[k]);
-  if (!ok) say(`mail ${mail.id}: ignoring marker ${markerPath(mail.id, name)}: it is another mail's (another store, or another payload)`);
-  return ok;
+  const ok = got !== null && typeof got === "object" && Object.keys(want).every((k) => got[k] === want[k]);
+  return ok ? { record: got } : { record: null, foreign: true };
 }
 
-/** Records that step `name` of `mail` is done: whole or not at all, and on disk before this resolves. */
-async function mark(mail, name) {
+/** The marker's record when it proves step `name` of `mail` done, else null (saying so when the marker is another mail's). */
+function provenDone(mail, name) {
+  const { record, foreign } = markerRecord(mail, name);
+  if (foreign) say(`mail ${mail.id}: ignoring marker ${markerPath(mail.id, name)}: it is another mail's (another store, or another payload)`);
+  return record;
+}
+
+/**
+ * Records that step `name` of `mail` is done, having taken `ms`: whole or
+ * not at all, and on disk before this resolves. Resolves with the record.
+ */
+async function mark(mail, name, ms) {
   const path = markerPath(mail.id, name);
   const tmp = `${path}.tmp-${process.pid}`;
-  const body = JSON.stringify({ ...markerOf(mail, name), attempt: mail.attempt, pid: process.pid, at: new Date().toISOString() });
+  const record = { ...markerOf(mail, name), attempt: mail.attempt, pid: process.pid, at: new Date().toISOString(), ms };
   const f = await open(tmp, "w");
   try {
-    await f.writeFile(`${body}\n`);
+    await f.writeFile(`${JSON.stringify(record)}\n`);
     await f.sync();
   } finally {
     await f.close();
@@ -165,6 +223,7 @@ async function mark(mail, name) {
   } finally {
     await dir.close();
   }
+  return record;
 }
 
 /** Forgets an acknowledged order's markers (its mail is never delivered again). */
@@ -192,72 +251,128 @@ const STEPS = [
     // With --fetch-ignores-drain the fetch winds down on its own terms (it
     // ignores the drain and keeps going): the drain budget runs out and the
     // supervisor's signed cancel aborts the signal.
-    body: (signal) => sleep(fetchMs, undefined, { signal }),
+    ms: fetchMs,
     options: fetchIgnoresDrain ? { onDrain: "wind-down" } : {},
   },
-  { name: "approve", behavior: "wait", body: (signal) => sleep(approveMs, undefined, { signal }), options: {} },
+  { name: "approve", behavior: "wait", ms: approveMs, options: {} },
 ];
 
-/** Runs one order; returns its ack outcome, or null to leave it for the next child. */
-async function processOrder(mail) {
+/**
+ * How long step `s` takes for `mail`: the order's own `fetch_ms` or
+ * `approve_ms` (`{"order": "B-2", "approve_ms": 20000}`: a slow approval),
+ * else the flag's.
+ */
+function stepMs(mail, s) {
+  try {
+    const v = mail.json()?.[`${s.name}_ms`];
+    if (Number.isSafeInteger(v) && v >= 0) return v;
+  } catch {
+    // not JSON: the flags decide
+  }
+  return s.ms;
+}
+
+// --- results ------------------------------------------------------------------
+
+/** A step done, as the result lists it: from its marker's record, whether this delivery ran it or found it done. */
+function stepDone(name, record, finalized) {
+  const v = (k) => record[k] ?? null; // a marker of an older version may lack one
+  return { step: name, attempt: v("attempt"), pid: v("pid"), at: v("at"), ms: v("ms"), finalized };
+}
+
+/** An order's result: the same shape whatever ended it, and however its steps were done. */
+function resultOf(mail, status, steps, stopped) {
+  return { order: orderOf(mail), mail: Number(mail.id), status, attempt: mail.attempt, steps, stopped };
+}
+
+/** Whether markers prove every step of `mail` done: its handler then has nothing left to stop. */
+function nothingLeftToRun(mail) {
+  try {
+    return STEPS.every((s) => markerRecord(mail, s.name).record !== null);
+  } catch {
+    return false; // an unreadable marker: the order may run a step
+  }
+}
+
+/**
+ * Runs one order, pushing each step done onto `order.steps`; resolves with
+ * `{ outcome, result }`, outcome null to leave the order for the next child.
+ */
+async function processOrder(mail, order) {
   const id = mail.id;
   const run = `order-${id}`;
   say(`mail ${id}: received ${describeOrder(mail)} (attempt ${mail.attempt})`);
-  const proven = [];
-  for (const s of STEPS) if (await provenDone(mail, s.name)) proven.push(s.name);
+  const proven = new Map();
+  for (const s of STEPS) {
+    const record = provenDone(mail, s.name);
+    if (record !== null) proven.set(s.name, record);
+  }
   if (mail.attempt > 1) {
     // Not a sign of work done: the earlier child may never have started it.
     say(
       `mail ${id}: attempt ${mail.attempt}: an earlier child was handed it and did not acknowledge it; ` +
-        (proven.length > 0 ? `markers prove ${proven.join(" and ")} done` : "no marker: no step of it is known done, running it in full"),
+        (proven.size > 0 ? `markers prove ${[...proven.keys()].join(" and ")} done` : "no marker: no step of it is known done, running it in full"),
     );
   }
   for (const s of STEPS) {
-    if (proven.includes(s.name)) {
+    order.current = s.name;
+    if (proven.has(s.name)) {
       say(`mail ${id}: ${s.name} already done (marker ${markerPath(id, s.name)}): finalizing instead of re-running it`);
+      order.steps.push(stepDone(s.name, proven.get(s.name), true));
       continue;
     }
-    const done = await step(run, s.name, s.behavior, s.body, s.options);
-    if (done !== true) return settleStopped(id, run, s.name, done);
-    await mark(mail, s.name);
+    const began = performance.now();
+    const ms = stepMs(mail, s);
+    const done = await step(run, s.name, s.behavior, (signal) => sleep(ms, undefined, { signal }), s.options);
+    if (done !== true) return settleStopped(mail, run, s.name, done, order);
+    const record = await mark(mail, s.name, Math.round(performance.now() - began));
+    order.steps.push(stepDone(s.name, record, false));
     say(`mail ${id}: ${s.name} done`);
   }
+  order.current = null;
   await rt.runTerminal(run, "succeeded");
-  return "succeeded";
+  return { outcome: "succeeded", result: resultOf(mail, "approved", order.steps, null) };
 }
 
 /** A step was stopped: a verified cancel is a decision (ack cancelled); anything else loses the work (release). */
-async function settleStopped(id, run, name, why) {
-  say(`mail ${id}: ${name} stopped: ${why.message}`);
+async function settleStopped(mail, run, name, why, order) {
+  say(`mail ${mail.id}: ${name} stopped: ${why.message}`);
   await rt.runTerminal(run, "cancelled").catch(() => undefined);
-  return why.cause === "cancel" ? "cancelled" : null;
+  if (why.cause !== "cancel") return { outcome: null };
+  return { outcome: "cancelled", result: resultOf(mail, "cancelled", order.steps, { step: name, reason: why.message }) };
 }
 
 let acked = 0;
-for await (const mail of rt.mail()) {
-  let outcome;
+
+/** One order, start to end: it settles its item itself (ack with the result, or release). */
+async function handle(mail) {
+  const order = { steps: [], current: null };
+  let end;
   try {
-    outcome = await processOrder(mail);
+    end = await processOrder(mail, order);
   } catch (e) {
-    outcome = { failed: e.message };
+    end = { outcome: { failed: e.message }, result: resultOf(mail, "failed", order.steps, { step: order.current, reason: e.message }) };
   }
-  if (outcome === null) {
+  if (end.outcome === null) {
     mail.release();
     say(`mail ${mail.id}: not acknowledged: it goes back to the inbox for the next child`);
-    continue;
+    return;
   }
   try {
-    await mail.ack(outcome);
+    await mail.ack(end.outcome, end.result);
   } catch (e) {
     say(`mail ${mail.id}: cannot acknowledge: ${e.message}`);
-    continue;
+    throw e; // unsettled (the result could not be sent): the item ends failed, naming why
   }
   await unmark(mail.id);
   acked++;
-  say(`mail ${mail.id}: acknowledged (${typeof outcome === "string" ? outcome : `failed: ${outcome.failed}`})`);
+  say(`mail ${mail.id}: acknowledged (${typeof end.outcome === "string" ? end.outcome : `failed: ${end.outcome.failed}`})`);
   if (recycleEvery > 0 && acked % recycleEvery === 0 && !rt.draining.aborted) {
     say(`processed ${acked} items: asking to be recycled`);
     await rt.requestRecycle(`processed ${acked} items`).catch((e) => say(`cannot ask for a recycle: ${e.message}`));
   }
 }
+
+// One order at a time; resolves once a drain starts and the order in hand is settled.
+await rt.handleMail(handle, { concurrency: 1, cancellable: (mail) => !nothingLeftToRun(mail) });
 say("draining: taking no more mail; waiting for the supervisor to stop this child");

@@ -1,12 +1,13 @@
 """python-orders: a wfhost workflow child written with the Python SDK's
-blocking API. Every mail item is one order, run ``order-<id>``, of two
-steps, one item at a time:
+blocking API (``rt.serve``). Every mail item is one order, run
+``order-<id>``, of two steps, one item at a time:
 
 | step    | drain behaviour | does                                           |
 |---------|-----------------|------------------------------------------------|
 | fetch   | cancel          | fetches the order (``--fetch-ms``), or computes |
 |         |                 | it (``--crunch N``: N rounds of SHA-256, CPU)  |
-| approve | wait            | a person approves it (``--approve-ms``)        |
+| approve | wait            | a person approves it (``--approve-ms``); a     |
+|         |                 | cancel of the order stops the wait             |
 
 The payload is JSON, e.g. ``{"order": "A-17", "approve_ms": 3000}``
 (``fetch_ms``, ``approve_ms`` and ``crunch`` override the flags for one
@@ -14,19 +15,45 @@ item); any other payload is an order named by its text. ``crunch`` makes
 the example CPU-bound, the case ``replicas`` is for: one Python process
 uses one core.
 
-What ends a run decides its acknowledgement:
+What ends a run decides its acknowledgement, and the item's result:
 
-| run ended by                              | RunTerminal | MailAck                          |
-|-------------------------------------------|-------------|----------------------------------|
-| both steps succeeding                     | succeeded   | succeeded                        |
-| a verified signed cancel                  | cancelled   | cancelled: a decision, so done   |
-| a drain (fetch stopped), Shutdown, EOF    | cancelled   | none: released for the next child |
+| run ended by                              | RunTerminal | the item ends                     |
+|-------------------------------------------|-------------|-----------------------------------|
+| both steps succeeding                     | succeeded   | succeeded, status ``approved``    |
+| a verified signed cancel (of the run, or  | cancelled   | cancelled, status ``cancelled``:  |
+| of the item: ``wfhost mail cancel``)      |             | a decision, so done               |
+| a drain (fetch stopped), Shutdown, EOF    | cancelled   | not at all: released for the next |
+|                                           |             | child                             |
+
+The result (protocol 3: stored with the outcome, read by ``wfhost call``
+and ``wfhost mail result ID``) is JSON::
+
+    {"order": "A-17", "mail": 1, "status": "approved", "attempt": 1,
+     "steps": [{"step": "fetch", "attempt": 1, "pid": 4242, "at": "…", "ms": 201,
+                "rounds": 0, "sha256": null, "finalized": false},
+               {"step": "approve", …}],
+     "stopped": null}
+
+``steps`` lists the steps done, each as its marker records it (``rounds``
+and ``sha256``: the digest ``--crunch`` computed; ``finalized``: this
+delivery found the step done instead of running it), so an order finalized
+from markers returns a result of the same shape as one run in full. ``stopped`` names
+the step a verified cancel stopped, and why (status ``cancelled``), or the
+error that failed the order (status ``failed``).
+
+Every order can be cancelled: each step stops on the order's cancel
+(``fetch`` polls it, ``approve`` waits on it), while a drain still cancels
+only ``fetch`` and waits for ``approve``. A redelivered order whose markers
+already prove both steps done has nothing left to stop, so it is declared
+not cancellable: a cancel of it is answered ``not-supported`` and it ends
+approved, as it is.
 
 Each step that completes leaves a marker file ``<id>.<step>`` in
 ``$ORDERS_MARKERS`` (default ``./markers``), written atomically once the
-step has finished. On every delivery, whatever its ``attempt``, a step
-whose marker exists is finalized (not run again), and every other step
-runs: the markers, not the attempt number, say what was done.
+step has finished: a line of JSON, the step's entry in the result. On
+every delivery, whatever its ``attempt``, a step whose marker exists is
+finalized (not run again), and every other step runs: the markers, not
+the attempt number, say what was done.
 ``attempt > 1`` only means an earlier child was handed the item and did
 not acknowledge it (the supervisor sends up to 32 items ahead, and a
 child that ends gives back every one it held, started or not), and an
@@ -44,9 +71,11 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import os
 import sys
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 import wfhost
@@ -115,31 +144,75 @@ def plan(mail: wfhost.Mail, args: argparse.Namespace) -> tuple[str, int, int, in
     )
 
 
-def crunch(step: wfhost.Step, rounds: int) -> None:
+def crunch(step: wfhost.Step, rounds: int) -> str:
     """CPU-bound work: ``rounds`` chained SHA-256 digests, checking every
-    thousand whether the step must stop (raising ``Cancelled``)."""
+    thousand whether the step must stop (raising ``Cancelled``); returns
+    the last digest, in hex."""
     digest = b"wfhost"
     for i in range(rounds):
         digest = hashlib.sha256(digest).digest()
         if i % 1000 == 0:
             step.check()
+    return digest.hex()
 
 
-def mark(path: Path, text: str) -> None:
+STEP_FIELDS = ("step", "attempt", "pid", "at", "ms", "rounds", "sha256")
+
+
+def mark(path: Path, record: dict) -> None:
     """Writes a marker atomically: it exists whole or not at all."""
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text)
+    tmp.write_text(json.dumps(record) + "\n")
     tmp.replace(path)
+
+
+def marked(path: Path, name: str) -> dict:
+    """The record a marker holds. A marker of an older version of this
+    example (a line of text) still proves its step done; what it does not
+    say is null."""
+    try:
+        record = json.loads(path.read_text())
+    except ValueError:
+        record = None
+    if not isinstance(record, dict):
+        record = {}
+    return {k: record.get(k) for k in STEP_FIELDS} | {"step": name}
+
+
+def result(
+    mail: wfhost.Mail, order: str, status: str, steps: list, stopped: dict | None
+) -> dict:
+    """An order's result: the same shape whatever ended it, and however
+    its steps were done (run now, or finalized from their markers)."""
+    return {
+        "order": order,
+        "mail": mail.id,
+        "status": status,
+        "attempt": mail.attempt,
+        "steps": steps,
+        "stopped": stopped,
+    }
+
+
+STEPS = (("fetch", "cancel"), ("approve", "wait"))
+
+
+def nothing_left_to_run(mail: wfhost.Mail, markers: Path) -> bool:
+    """Whether markers prove every step of the order done: its handler then
+    has nothing left that a cancel could stop."""
+    return all((markers / f"{mail.id}.{name}").exists() for name, _ in STEPS)
 
 
 def process(
     rt: wfhost.Runtime, mail: wfhost.Mail, markers: Path, args: argparse.Namespace
 ) -> bool:
-    """Runs one order and settles its mail; True when it was acknowledged."""
+    """Runs one order and settles its mail, with its result; True when it
+    was acknowledged."""
     run = f"order-{mail.id}"
     order, fetch_ms, approve_ms, rounds = plan(mail, args)
     say(f"mail {mail.id}: order {order} received (attempt {mail.attempt})")
     steps = (("fetch", "cancel", fetch_ms), ("approve", "wait", approve_ms))
+    done_steps: list[dict] = []
     # The markers are checked on every delivery: an attempt above 1 does
     # not say any step ran, and attempt 1 does not say none did (a retried
     # dead item starts over at 1).
@@ -155,29 +228,44 @@ def process(
                 else "no step of it left a marker, so every step runs"
             )
         )
+    current = None
     try:
         for name, drain, ms in steps:
+            current = name
             marker = markers / f"{mail.id}.{name}"
             if marker.exists():
                 say(
                     f"mail {mail.id}: {name} already ran on an earlier attempt; finalizing instead of re-running it"
                 )
+                done_steps.append(marked(marker, name) | {"finalized": True})
                 continue
+            began = time.monotonic()
+            digest = None
             with rt.step(run, name, drain) as step:
                 if drain == "cancel" and rounds:
-                    crunch(step, rounds)
-                elif drain == "cancel":
-                    step.sleep(
-                        ms / 1000
-                    )  # ends early, raising Cancelled, if the step must stop
+                    digest = crunch(step, rounds)
                 else:
-                    time.sleep(ms / 1000)  # a person deciding: a drain waits for it
-            mark(marker, f"{order} {name} done at attempt {mail.attempt}\n")
+                    # Ends early, raising Cancelled, if the step must stop:
+                    # fetch on a drain or a cancel; approve (a person
+                    # deciding, whom a drain waits for) on a cancel only.
+                    step.sleep(ms / 1000)
+            record = {
+                "step": name,
+                "attempt": mail.attempt,
+                "pid": os.getpid(),
+                "at": datetime.now(timezone.utc).isoformat(timespec="milliseconds")[:-6] + "Z",
+                "ms": round((time.monotonic() - began) * 1000),
+                "rounds": rounds if digest is not None else 0,
+                "sha256": digest,
+            }
+            mark(marker, record)
+            done_steps.append(record | {"finalized": False})
             say(f"mail {mail.id}: {name} done")
     except wfhost.Cancelled as e:
         rt.run_terminal(run, "cancelled")
         if e.cause == "cancel":
-            mail.ack("cancelled")
+            stopped = {"step": current, "reason": e.reason}
+            mail.ack("cancelled", result=result(mail, order, "cancelled", done_steps, stopped))
             say(
                 f"mail {mail.id}: cancelled by a verified cancel ({e.reason}); acknowledged cancelled"
             )
@@ -185,11 +273,17 @@ def process(
         mail.release()
         say(f"mail {mail.id}: stopped ({e.cause}); left for the next child")
         return False
+    except OSError as e:  # a marker that cannot be written or read
+        rt.run_terminal(run, wfhost.Failed(str(e)))
+        stopped = {"step": current, "reason": str(e)}
+        mail.ack(wfhost.Failed(str(e)), result=result(mail, order, "failed", done_steps, stopped))
+        say(f"mail {mail.id}: failed: {e}; acknowledged failed")
+        return True
     rt.run_terminal(run, "succeeded")
     # The markers stay: the ack is written to the channel, not yet stored,
     # and if it is lost (the supervisor dies first) the item comes back and
     # finds its steps done.
-    mail.ack("succeeded")
+    mail.ack("succeeded", result=result(mail, order, "approved", done_steps, None))
     say(f"mail {mail.id}: order {order} done (attempt {mail.attempt})")
     return True
 
@@ -217,15 +311,24 @@ def main(argv: list[str]) -> int:
         f"recycle {'every ' + str(every) + ' items' if every else 'never'}, markers in {markers})"
     )
     acked = 0
-    try:
-        for mail in rt.mail():
-            if process(rt, mail, markers, args):
-                acked += 1
-                if every and acked % every == 0 and not rt.draining.is_set():
-                    say(f"served {acked} items: asking to be recycled")
-                    rt.request_recycle(f"served {acked} items")
-    except wfhost.ChannelClosed as e:
-        say(f"the channel closed under an item: {e}")
+
+    def handle(mail: wfhost.Mail) -> None:
+        """One order; it settles its item itself (ack with the result, or release)."""
+        nonlocal acked
+        try:
+            if not process(rt, mail, markers, args):
+                return
+        except wfhost.ChannelClosed as e:
+            say(f"the channel closed under an item: {e}")
+            return
+        acked += 1
+        if every and acked % every == 0 and not rt.draining.is_set():
+            say(f"served {acked} items: asking to be recycled")
+            rt.request_recycle(f"served {acked} items")
+
+    # One order at a time; returns once a drain starts and the order in
+    # hand is settled.
+    rt.serve(handle, cancellable=lambda mail: not nothing_left_to_run(mail, markers))
     if rt.draining.is_set() and rt.close_reason is None:
         say(
             "draining: taking no more mail; waiting for the supervisor to stop this child"

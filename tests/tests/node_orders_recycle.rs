@@ -279,6 +279,71 @@ fn a_busy_node_child_recycled_and_killed_runs_every_order_exactly_once_and_final
         "approvals are waited for by a drain and never finalized here: {finalized:?}"
     );
 
+    // The killed order's result, as a caller reads it: approved, its fetch
+    // finalized from the marker the killed child wrote (and said so), its
+    // approval run by the next child, in the same shape as any order's.
+    let out = sup.client(&["mail", "result", &killed.to_string(), "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let end: Value = serde_json::from_slice(&out.stdout).expect("mail result --json");
+    let result: Value = serde_json::from_str(end["result_text"].as_str().expect("a UTF-8 result"))
+        .unwrap_or_else(|e| panic!("the result is JSON: {e}: {end}"));
+    assert_eq!(
+        (result["mail"].as_u64(), result["status"].as_str()),
+        (Some(killed), Some("approved")),
+        "{result}"
+    );
+    let (fetch, approve) = (&result["steps"][0], &result["steps"][1]);
+    // Started again after the kill (and maybe after the recycle too): the
+    // approval is the last attempt's, the fetch an earlier one's.
+    let attempt = result["attempt"].as_u64().expect("attempt");
+    assert!(attempt >= 2, "{result}");
+    assert_eq!(approve["attempt"], attempt, "{result}");
+    assert!(fetch["attempt"].as_u64() < Some(attempt), "{result}");
+    assert_eq!(
+        (fetch["step"].as_str(), fetch["finalized"].as_bool()),
+        (Some("fetch"), Some(true)),
+        "{result}"
+    );
+    assert_eq!(
+        (approve["step"].as_str(), approve["finalized"].as_bool()),
+        (Some("approve"), Some(false)),
+        "{result}"
+    );
+    let fetched_by = lines
+        .iter()
+        .find(|l| l.id == killed && l.what == "fetch done")
+        .map(|l| l.pid)
+        .expect("a child said it fetched the killed order");
+    assert_eq!(fetch["pid"], fetched_by, "{result}");
+    assert_eq!(
+        approve["pid"], d["pid"],
+        "the third child approved: {result}"
+    );
+    assert_eq!(
+        result["steps"].as_array().map(Vec::len),
+        Some(2),
+        "{result}"
+    );
+    // Every order ends approved with both steps.
+    for row in query(
+        &sup.db(),
+        "SELECT id, CAST(result AS TEXT) FROM mail ORDER BY id",
+    ) {
+        let (id, text): (u64, String) = serde_json::from_value(row).expect("a result row");
+        let r: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("mail {id}: {e}"));
+        let names: Vec<&str> = r["steps"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|s| s["step"].as_str())
+            .collect();
+        assert_eq!(
+            (r["mail"].as_u64(), r["status"].as_str(), names),
+            (Some(id), Some("approved"), vec!["fetch", "approve"]),
+            "{r}"
+        );
+    }
+
     // Acknowledged orders leave no markers behind.
     wait_for("the markers of acknowledged orders removed", LONG, || {
         let left: Vec<_> = std::fs::read_dir(markers.path())

@@ -96,6 +96,48 @@ fn mail_rows(sup: &Supervisor) -> Vec<(u64, String, Option<String>, u64)> {
     serde_json::from_value(Value::Array(rows)).expect("mail rows")
 }
 
+/// `wfhost mail result ID --json`: the item's end (its outcome, state and
+/// reason) and its result parsed as JSON (the example's result).
+fn mail_result(sup: &Supervisor, id: u64) -> (Value, Value) {
+    let out = sup.client(&["mail", "result", &id.to_string(), "--json"]);
+    let end: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("mail result {id} --json: {e}: {}", describe(&out)));
+    let code = if end["outcome"] == "succeeded" { 0 } else { 1 };
+    assert_eq!(out.status.code(), Some(code), "{}", describe(&out));
+    let text = end["result_text"]
+        .as_str()
+        .unwrap_or_else(|| panic!("mail {id} has a UTF-8 result: {end}"));
+    let result = serde_json::from_str(text).unwrap_or_else(|e| panic!("mail {id}: {e}: {text}"));
+    (end, result)
+}
+
+/// Checks that `result` has the example's shape (the same whatever ended
+/// the order and however its steps were done) and returns its steps' names.
+fn result_steps(result: &Value) -> Vec<String> {
+    let keys = |v: &Value| -> Vec<String> {
+        let mut k: Vec<String> = v.as_object().expect("an object").keys().cloned().collect();
+        k.sort_unstable();
+        k
+    };
+    assert_eq!(
+        keys(result),
+        ["attempt", "mail", "order", "status", "steps", "stopped"],
+        "{result}"
+    );
+    let steps = result["steps"].as_array().expect("steps");
+    steps
+        .iter()
+        .map(|s| {
+            assert_eq!(
+                keys(s),
+                ["at", "attempt", "finalized", "ms", "pid", "step"],
+                "{result}"
+            );
+            s["step"].as_str().expect("step").to_owned()
+        })
+        .collect()
+}
+
 // --- the producer ---------------------------------------------------------
 
 /// `node produce.js` (the SDK's producer client) sending `count` orders,
@@ -213,6 +255,45 @@ fn the_node_example_processes_200_orders_exactly_once_across_operator_and_self_r
         .collect();
     assert!(not_succeeded.is_empty(), "{not_succeeded:?}");
 
+    // Each order's result, as the store keeps it: approved, both steps,
+    // the order the producer sent (`order-1` … `order-200`), with the same
+    // shape whether a step ran or was finalized from its marker.
+    let results = query(
+        &sup.db(),
+        "SELECT id, CAST(result AS TEXT) FROM mail ORDER BY id",
+    );
+    let mut orders = std::collections::BTreeSet::new();
+    let mut finalized_in_results = 0;
+    for row in &results {
+        let (id, text): (u64, String) = serde_json::from_value(row.clone()).expect("a result row");
+        let result: Value =
+            serde_json::from_str(&text).unwrap_or_else(|e| panic!("mail {id}: {e}: {text}"));
+        assert_eq!(result_steps(&result), ["fetch", "approve"], "{result}");
+        assert_eq!(result["status"], "approved", "{result}");
+        assert_eq!(result["mail"], id, "{result}");
+        assert!(result["stopped"].is_null(), "{result}");
+        finalized_in_results += result["steps"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|s| s["finalized"] == true)
+            .count();
+        orders.insert(result["order"].as_str().expect("order").to_owned());
+    }
+    assert_eq!(
+        orders,
+        (1..=ITEMS).map(|n| format!("order-{n}")).collect(),
+        "one result per order sent"
+    );
+    // And as a caller reads it.
+    let (end, result) = mail_result(&sup, accepted[0]);
+    assert_eq!(
+        (end["outcome"].as_str(), end["state"].as_str()),
+        (Some("succeeded"), Some("done")),
+        "{end}"
+    );
+    assert_eq!(result["status"], "approved", "{result}");
+
     // The event log: one mail_done per id.
     let events = sup.events();
     let mut done: BTreeMap<u64, u32> = BTreeMap::new();
@@ -284,7 +365,8 @@ fn the_node_example_processes_200_orders_exactly_once_across_operator_and_self_r
     spawn_ready.sort_unstable();
     eprintln!(
         "node-orders: {ITEMS} orders done exactly once in {:.1} s; recycles: operator {}, self {}; \
-         {} redelivered and finalized; spawn→Ready of {} Node children: min {} ms, median {} ms, max {} ms",
+         {} redelivered and finalized ({finalized_in_results} steps finalized in results); \
+         spawn→Ready of {} Node children: min {} ms, median {} ms, max {} ms",
         elapsed.as_secs_f64(),
         r["operator"],
         r["self"],
@@ -361,6 +443,28 @@ fn a_drain_during_a_node_wait_step_pauses_the_budget_until_the_step_ends() {
     assert!(of_kind(&ev, "drain_escalated").is_empty(), "{ev:#?}");
     assert!(of_kind(&sup.journal(), "cancel_committed").is_empty());
     log_with(&sup, "@wfhost/child: drain requested (budget 1000 ms)");
+
+    // The approved order's result, as a caller reads it.
+    let (end, result) = mail_result(&sup, 1);
+    assert_eq!(end["outcome"], "succeeded", "{end}");
+    assert_eq!(result_steps(&result), ["fetch", "approve"], "{result}");
+    assert_eq!(
+        (
+            result["order"].as_str(),
+            result["mail"].as_u64(),
+            result["status"].as_str(),
+            result["attempt"].as_u64()
+        ),
+        (Some("A-1"), Some(1), Some("approved"), Some(1)),
+        "{result}"
+    );
+    let approve = &result["steps"][1];
+    assert_eq!(approve["pid"], pid, "{result}");
+    assert_eq!(approve["finalized"], false, "{result}");
+    assert!(
+        approve["ms"].as_u64().is_some_and(|ms| ms >= 3000),
+        "approve took its 3 s: {result}"
+    );
 }
 
 /// A Node cancel step that ignores the drain outlives the budget: the
@@ -434,6 +538,93 @@ fn a_node_cancel_step_ignoring_the_drain_is_cancelled_by_a_verified_signed_cance
         [(1, "done".to_owned(), Some("cancelled".to_owned()), 1)],
         "{rows:?}"
     );
+    // Its result says so: no step done, fetch stopped by the signed cancel.
+    let (end, result) = mail_result(&sup, 1);
+    assert_eq!(end["outcome"], "cancelled", "{end}");
+    assert_eq!(result_steps(&result), Vec::<String>::new(), "{result}");
+    assert_eq!(
+        (result["order"].as_str(), result["status"].as_str()),
+        (Some("S-1"), Some("cancelled")),
+        "{result}"
+    );
+    assert_eq!(result["stopped"]["step"], "fetch", "{result}");
+    assert!(
+        result["stopped"]["reason"]
+            .as_str()
+            .is_some_and(|r| r.ends_with("drain budget of 1s spent")),
+        "{result}"
+    );
     let out = sup.client(&["journal", "verify"]);
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+}
+
+/// `wfhost call` of an order prints its result; `wfhost mail cancel` of an
+/// order waiting for its approval (a wait step, which a drain waits for)
+/// is acknowledged by the child, stops the approval at once, and the order
+/// ends cancelled with a result naming the step it stopped.
+#[test]
+fn a_node_order_called_returns_its_result_and_one_cancelled_in_approval_ends_cancelled() {
+    let sup = Supervisor::start(&orders(
+        "calls",
+        &["--fetch-ms", "10", "--approve-ms", "10"],
+        "",
+    ));
+    let pid = sup.ready_pid("calls", LONG);
+    let out = sup.client(&["call", "calls", "{\"order\":\"C-1\"}", "--key", "C-1"]);
+    let result: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("wfhost call prints the result: {e}: {}", describe(&out)));
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert_eq!(result_steps(&result), ["fetch", "approve"], "{result}");
+    assert_eq!(
+        (result["order"].as_str(), result["status"].as_str()),
+        (Some("C-1"), Some("approved")),
+        "{result}"
+    );
+    // The same key again: the stored result, not a second order.
+    let again = sup.client(&["call", "calls", "{\"order\":\"C-1\"}", "--key", "C-1"]);
+    assert_eq!(again.stdout, out.stdout, "{}", describe(&again));
+
+    let out = sup.client(&["send", "calls", "{\"order\":\"C-2\",\"approve_ms\":60000}"]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    sup.wait_deployment("calls", "approve in flight", LONG, |d| {
+        steps(d) == [("order-2".into(), "approve".into(), "wait".into())]
+    });
+    let asked = Instant::now();
+    let out = sup.client(&[
+        "mail",
+        "cancel",
+        "2",
+        "--reason",
+        "changed my mind",
+        "--wait",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "stopped: {}", describe(&out));
+    let said = wfhost_tests::stdout(&out) + &wfhost_tests::stderr(&out);
+    assert!(
+        said.contains(": acknowledged ("),
+        "the child's verdict: {}",
+        describe(&out)
+    );
+    assert!(
+        asked.elapsed() < Duration::from_secs(30),
+        "the approval stopped, not waited for: {:?}",
+        asked.elapsed()
+    );
+    let (end, result) = mail_result(&sup, 2);
+    assert_eq!(end["outcome"], "cancelled", "{end}");
+    assert_eq!(result_steps(&result), ["fetch"], "{result}");
+    assert_eq!(result["status"], "cancelled", "{result}");
+    assert_eq!(result["stopped"]["step"], "approve", "{result}");
+    assert!(
+        result["stopped"]["reason"]
+            .as_str()
+            .is_some_and(|r| r.ends_with("changed my mind")),
+        "{result}"
+    );
+    log_with(&sup, "node-orders: mail 2: acknowledged (cancelled)");
+    assert_eq!(
+        sup.deployment("calls")["pid"],
+        pid,
+        "the same child serves on"
+    );
 }

@@ -84,6 +84,57 @@ fn story(sup: &Supervisor) -> Vec<String> {
         .collect()
 }
 
+/// `wfhost mail result ID --json`: the item's end (its outcome, state and
+/// reason) and its result parsed as JSON (the example's result).
+fn mail_result(sup: &Supervisor, id: u64) -> (Value, Value) {
+    let out = sup.client(&["mail", "result", &id.to_string(), "--json"]);
+    let end: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("mail result {id} --json: {e}: {}", describe(&out)));
+    let code = if end["outcome"] == "succeeded" { 0 } else { 1 };
+    assert_eq!(out.status.code(), Some(code), "{}", describe(&out));
+    let text = end["result_text"]
+        .as_str()
+        .unwrap_or_else(|| panic!("mail {id} has a UTF-8 result: {end}"));
+    let result = serde_json::from_str(text).unwrap_or_else(|e| panic!("mail {id}: {e}: {text}"));
+    (end, result)
+}
+
+/// Checks that `result` has the example's shape (the same whatever ended
+/// the order and however its steps were done) and returns its steps' names.
+fn result_steps(result: &Value) -> Vec<String> {
+    let keys = |v: &Value| -> Vec<String> {
+        let mut k: Vec<String> = v.as_object().expect("an object").keys().cloned().collect();
+        k.sort_unstable();
+        k
+    };
+    assert_eq!(
+        keys(result),
+        ["attempt", "mail", "order", "status", "steps", "stopped"],
+        "{result}"
+    );
+    let steps = result["steps"].as_array().expect("steps");
+    steps
+        .iter()
+        .map(|s| {
+            assert_eq!(
+                keys(s),
+                [
+                    "at",
+                    "attempt",
+                    "finalized",
+                    "ms",
+                    "pid",
+                    "rounds",
+                    "sha256",
+                    "step"
+                ],
+                "{result}"
+            );
+            s["step"].as_str().expect("step").to_owned()
+        })
+        .collect()
+}
+
 /// Sends `n` items `item-0` … through `wfhost.Client` in one python
 /// process; returns the ids it printed.
 fn send_with_the_python_client(sup: &Supervisor, id: &str, n: usize) -> Vec<u64> {
@@ -222,22 +273,47 @@ fn the_python_example_serves_200_items_across_5_self_recycles_each_done_once() {
             lines.join("\n")
         );
     }
+    // One ask per self recycle (4 or 5 of them, as above).
+    let self_recycles = d["recycles"]["self"].as_u64().expect("self recycles") as usize;
     let asked = lines
         .iter()
         .filter(|l| l.contains("asking to be recycled"))
         .count();
-    assert_eq!(asked, 5, "{}", lines.join("\n"));
+    assert_eq!(asked, self_recycles, "{}", lines.join("\n"));
     let journal = sup.journal();
     let recycles: Vec<&Value> = of_kind(&journal, "recycled")
         .into_iter()
         .filter(|r| r["body"]["origin"] == "self")
         .collect();
-    assert_eq!(recycles.len(), 5, "{journal:#?}");
+    assert_eq!(recycles.len(), self_recycles, "{journal:#?}");
     assert!(
         recycles
             .iter()
             .all(|r| r["body"]["reason"] == "served 35 items"),
         "{recycles:#?}"
+    );
+    // Each item's result, as the store keeps it: approved, both steps, the
+    // item the client sent (`item-0` … `item-199`).
+    let mut orders = std::collections::BTreeSet::new();
+    for row in wfhost_tests::query(
+        &sup.db(),
+        "SELECT id, CAST(result AS TEXT) FROM mail ORDER BY id",
+    ) {
+        let (id, text): (u64, String) = serde_json::from_value(row).expect("a result row");
+        let result: Value =
+            serde_json::from_str(&text).unwrap_or_else(|e| panic!("mail {id}: {e}: {text}"));
+        assert_eq!(result_steps(&result), ["fetch", "approve"], "{result}");
+        assert_eq!(
+            (result["mail"].as_u64(), result["status"].as_str()),
+            (Some(id), Some("approved")),
+            "{result}"
+        );
+        orders.insert(result["order"].as_str().expect("order").to_owned());
+    }
+    assert_eq!(
+        orders,
+        (0..200).map(|i| format!("item-{i}")).collect(),
+        "one result per item sent"
     );
     ok("journal verify", &sup.client(&["journal", "verify"]));
 }
@@ -311,6 +387,35 @@ fn a_sigkilled_python_child_redelivers_its_item_with_attempt_2_and_the_example_f
     let done = of_kind(&events, "mail_done");
     assert_eq!(done.len(), 1, "{done:#?}");
     assert_eq!(done[0]["body"]["outcome"], "succeeded");
+
+    // The result, as a caller reads it: the fetch finalized from the
+    // killed child's marker (its record: that child's pid, attempt 1), the
+    // approval run by the next child, in the same shape.
+    let (end, result) = mail_result(&sup, 1);
+    assert_eq!(end["outcome"], "succeeded", "{end}");
+    assert_eq!(result_steps(&result), ["fetch", "approve"], "{result}");
+    assert_eq!(
+        (
+            result["order"].as_str(),
+            result["status"].as_str(),
+            result["attempt"].as_u64()
+        ),
+        (Some("K-1"), Some("approved"), Some(2)),
+        "{result}"
+    );
+    let (fetch, approve) = (&result["steps"][0], &result["steps"][1]);
+    assert_eq!(
+        (fetch["finalized"].as_bool(), fetch["attempt"].as_u64()),
+        (Some(true), Some(1)),
+        "{result}"
+    );
+    assert_eq!(fetch["pid"], pid, "{result}");
+    assert_eq!(
+        (approve["finalized"].as_bool(), approve["attempt"].as_u64()),
+        (Some(false), Some(2)),
+        "{result}"
+    );
+    assert_eq!(approve["pid"], d["pid"], "{result}");
 }
 
 /// A drain while a blocking wait-behaviour step runs: the budget stays
@@ -380,6 +485,108 @@ fn a_drain_during_a_blocking_wait_step_keeps_the_budget_paused_until_drained() {
             .iter()
             .any(|l| l.contains("mail 1: order W-1 done (attempt 1)")),
         "{lines:#?}"
+    );
+    let (_, result) = mail_result(&sup, 1);
+    assert_eq!(result_steps(&result), ["fetch", "approve"], "{result}");
+    assert_eq!(
+        (result["order"].as_str(), result["status"].as_str()),
+        (Some("W-1"), Some("approved")),
+        "{result}"
+    );
+}
+
+/// `wfhost call` of an order prints its result (with the digest `crunch`
+/// computed); `wfhost mail cancel` of an order waiting for its approval (a
+/// wait step, which a drain waits for) is acknowledged by the child, stops
+/// the approval at once, and the order ends cancelled with a result naming
+/// the step it stopped.
+#[test]
+fn a_python_order_called_returns_its_result_and_one_cancelled_in_approval_ends_cancelled() {
+    let markers = Markers::new();
+    let sup = Supervisor::start(&orders_deployment(&markers.path(), &[], ""));
+    let pid = sup.ready_pid("orders-py", LONG);
+    let payload = "{\"order\": \"C-1\", \"crunch\": 3000, \"approve_ms\": 10}";
+    let out = sup.client(&["call", "orders-py", payload, "--key", "C-1"]);
+    let result: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("wfhost call prints the result: {e}: {}", describe(&out)));
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert_eq!(result_steps(&result), ["fetch", "approve"], "{result}");
+    assert_eq!(
+        (result["order"].as_str(), result["status"].as_str()),
+        (Some("C-1"), Some("approved")),
+        "{result}"
+    );
+    // 3,000 chained SHA-256 rounds from b"wfhost", by python3's hashlib
+    // (the tests have no hash crate).
+    let hex = ok(
+        "python3 hashlib",
+        &Command::new("python3")
+            .args([
+                "-c",
+                "import hashlib\nd = b'wfhost'\nfor _ in range(3000): d = hashlib.sha256(d).digest()\nprint(d.hex())",
+            ])
+            .output()
+            .expect("run python3"),
+    );
+    let hex = hex.trim();
+    assert_eq!(
+        (
+            result["steps"][0]["rounds"].as_u64(),
+            result["steps"][0]["sha256"].as_str()
+        ),
+        (Some(3000), Some(hex)),
+        "{result}"
+    );
+    // The same key again: the stored result, not a second order.
+    let again = sup.client(&["call", "orders-py", payload, "--key", "C-1"]);
+    assert_eq!(again.stdout, out.stdout, "{}", describe(&again));
+
+    ok(
+        "send",
+        &sup.client(&[
+            "send",
+            "orders-py",
+            "{\"order\": \"C-2\", \"fetch_ms\": 10, \"approve_ms\": 60000}",
+        ]),
+    );
+    sup.wait_deployment("orders-py", "approve in flight", LONG, |d| {
+        has_step(d, "order-2", "approve")
+    });
+    let asked = std::time::Instant::now();
+    let out = sup.client(&[
+        "mail",
+        "cancel",
+        "2",
+        "--reason",
+        "changed my mind",
+        "--wait",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "stopped: {}", describe(&out));
+    assert!(
+        describe(&out).contains(": acknowledged ("),
+        "the child's verdict: {}",
+        describe(&out)
+    );
+    assert!(
+        asked.elapsed() < Duration::from_secs(30),
+        "the approval stopped, not waited for: {:?}",
+        asked.elapsed()
+    );
+    let (end, result) = mail_result(&sup, 2);
+    assert_eq!(end["outcome"], "cancelled", "{end}");
+    assert_eq!(result_steps(&result), ["fetch"], "{result}");
+    assert_eq!(result["status"], "cancelled", "{result}");
+    assert_eq!(result["stopped"]["step"], "approve", "{result}");
+    assert!(
+        result["stopped"]["reason"]
+            .as_str()
+            .is_some_and(|r| r.ends_with("changed my mind")),
+        "{result}"
+    );
+    assert_eq!(
+        sup.deployment("orders-py")["pid"],
+        pid,
+        "the same child serves on"
     );
 }
 

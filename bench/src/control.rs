@@ -1,7 +1,7 @@
 //! Speaking the control socket (control protocol 2) straight from a
 //! benchmark, so figures are the supervisor's and not the CLI's process
 //! start: one request and its answer, mail sent, an `events --follow`
-//! stream.
+//! stream, a call (a keyed `send`, then `mail-result` with a wait).
 
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
@@ -45,6 +45,81 @@ pub fn send(socket: &Path, deployment: &str) -> anyhow::Result<u64> {
     answer["data"]["id"]
         .as_u64()
         .with_context(|| format!("send refused: {answer}"))
+}
+
+/// A keyed `send` of `payload` to `deployment` (what `wfhost send` and
+/// `wfhost call` send); the item's id and whether it is new.
+pub fn send_keyed(
+    socket: &Path,
+    deployment: &str,
+    payload: &[u8],
+    key: &str,
+) -> anyhow::Result<(u64, bool)> {
+    let answer = call(
+        socket,
+        &json!({"v": 2, "cmd": "send", "deployment": deployment, "payload_bytes": payload.len(), "key": key}),
+        payload,
+    )?;
+    let id = answer["data"]["id"]
+        .as_u64()
+        .with_context(|| format!("send refused: {answer}"))?;
+    Ok((id, answer["data"]["new"] == true))
+}
+
+/// `mail-result` of item `id`, answered when it ends or after `wait_ms`;
+/// the answer's `data`.
+pub fn mail_result(socket: &Path, id: u64, wait_ms: u64) -> anyhow::Result<Value> {
+    let answer = call(
+        socket,
+        &json!({"v": 2, "cmd": "mail-result", "id": id, "wait_ms": wait_ms}),
+        &[],
+    )?;
+    if answer["ok"] != true {
+        bail!("mail-result {id} refused: {answer}");
+    }
+    Ok(answer["data"].clone())
+}
+
+/// One call, timed.
+#[derive(Debug, Clone)]
+pub struct Called {
+    /// The item's id.
+    pub id: u64,
+    /// Whether the send made a new item (false: the key named one).
+    pub new: bool,
+    /// From the start to the send's answer (the mail durable).
+    pub sent: Duration,
+    /// From the start to `mail-result`'s answer.
+    pub total: Duration,
+    /// `mail-result`'s `data`: the item's end.
+    pub end: Value,
+}
+
+/// What `wfhost call` does, over the socket: a keyed `send`, then
+/// `mail-result` waiting `wait_ms` at most; fails when the item has not
+/// ended by then.
+pub fn call_item(
+    socket: &Path,
+    deployment: &str,
+    payload: &[u8],
+    key: &str,
+    wait_ms: u64,
+) -> anyhow::Result<Called> {
+    let t = Instant::now();
+    let (id, new) = send_keyed(socket, deployment, payload, key)?;
+    let sent = t.elapsed();
+    let end = mail_result(socket, id, wait_ms)?;
+    let total = t.elapsed();
+    if end["ended"] != true {
+        bail!("mail {id} had not ended after {wait_ms} ms: {end}");
+    }
+    Ok(Called {
+        id,
+        new,
+        sent,
+        total,
+        end,
+    })
 }
 
 /// `status`'s deployments.

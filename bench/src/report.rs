@@ -12,6 +12,8 @@ pub enum Verdict {
     Miss,
     /// The benchmark could not produce the figure (the reason is in the notes).
     Error,
+    /// No target: a figure printed for information (shown as `-`).
+    Info,
 }
 
 impl Verdict {
@@ -25,6 +27,7 @@ impl Verdict {
             Self::Pass => "PASS",
             Self::Miss => "MISS",
             Self::Error => "ERROR",
+            Self::Info => "-",
         }
     }
 }

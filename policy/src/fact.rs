@@ -225,6 +225,16 @@ pub enum Fact {
         /// The last holder's pid.
         pid: u32,
     },
+    /// A started item whose child ended before it did was held for an
+    /// operator (`redeliver = "hold"`) instead of delivered again.
+    MailInterrupted {
+        /// The mail's id.
+        id: u64,
+        /// How its holder ended.
+        cause: String,
+        /// The holder's pid.
+        pid: u32,
+    },
     /// An operator put dead mail back in the inbox (`wfhost mail retry`),
     /// its failures and attempts reset.
     MailRetried {
@@ -331,6 +341,7 @@ impl Fact {
             Self::MailAccepted { .. } => "mail_accepted",
             Self::MailDone { .. } => "mail_done",
             Self::MailDead { .. } => "mail_dead",
+            Self::MailInterrupted { .. } => "mail_interrupted",
             Self::LeaseAcquired { .. } => "lease_acquired",
             Self::LeaseLost { .. } => "lease_lost",
             Self::LeaseReleased { .. } => "lease_released",
@@ -354,6 +365,7 @@ impl Fact {
                 | Self::CancelCommitted { .. }
                 | Self::Recycled { .. }
                 | Self::MailDead { .. }
+                | Self::MailInterrupted { .. }
                 | Self::LeaseAcquired { .. }
                 | Self::LeaseLost { .. }
                 | Self::LeaseReleased { .. }
@@ -451,6 +463,9 @@ impl Fact {
                 cause,
                 pid,
             } => json!({"id": id, "failures": failures, "cause": cause, "pid": pid}),
+            Self::MailInterrupted { id, cause, pid } => {
+                json!({"id": id, "cause": cause, "pid": pid})
+            }
             Self::MailRetried { ids, by } => json!({"ids": ids, "by": by}),
             Self::MailPurged {
                 count,

@@ -10,7 +10,9 @@
 //! | held | its holder's ack | done, with outcome and result |
 //! | held | a cancel | held, cancel recorded (the child is sent a signed cancel) |
 //! | held | its deadline, then a drain budget more ([`crate::deadline`]) | done, `failed: deadline of D passed` |
-//! | held | its holder ends ([`after_ending`]) | a recorded cancel: done, `cancelled`; unstarted, or an ending that does not count: inbox, uncounted; else one more failure: inbox, or dead at `max_deliveries` |
+//! | held | its holder ends ([`after_ending`]) | a recorded cancel: done, `cancelled`; unstarted: inbox, uncounted; started, with `redeliver = "hold"`: interrupted; an ending that does not count: inbox, uncounted; else one more failure: inbox, or dead at `max_deliveries` |
+//! | interrupted | an operator's retry | inbox, its starts kept (the next delivery is the next attempt) |
+//! | interrupted | a cancel | done, `cancelled` |
 //! | done | a cancel | refused, unchanged |
 //! | dead | an operator's retry | inbox, failures and starts reset |
 //! | dead | a cancel | refused, unchanged |
@@ -75,18 +77,29 @@ pub enum Fate {
     Dead(u32),
     /// Done, cancelled: a cancel of it was recorded, so it never runs again.
     Cancelled,
+    /// Held for an operator (`redeliver = "hold"`): its handler started it
+    /// and may have done part of its work, so it is not run again until
+    /// `wfhost mail retry` (or ended by `mail cancel`).
+    Interrupted,
 }
 
 /// Where `held` goes when its holder ends: cancelled if a cancel was
-/// recorded; back uncounted if its handler never started it or the ending
-/// does not `count` (the supervisor's own stop, a drain the child
-/// completed); else with one more failure, dead once failures reach
-/// `max_deliveries` (at least one).
-pub fn after_ending(held: Held, counts: bool, max_deliveries: u32) -> Fate {
+/// recorded; back uncounted if its handler never started it; held for an
+/// operator if it was started and the deployment says `hold`; back
+/// uncounted if the ending does not `count` (the supervisor's own stop, a
+/// drain the child completed); else with one more failure, dead once
+/// failures reach `max_deliveries` (at least one).
+pub fn after_ending(held: Held, counts: bool, max_deliveries: u32, hold: bool) -> Fate {
     if held.cancel_asked {
         return Fate::Cancelled;
     }
-    if !counts || !held.started {
+    if !held.started {
+        return Fate::Inbox(held.failures);
+    }
+    if hold {
+        return Fate::Interrupted;
+    }
+    if !counts {
         return Fate::Inbox(held.failures);
     }
     let failures = held.failures.saturating_add(1);
@@ -110,10 +123,10 @@ pub enum OnCancel {
 }
 
 /// The cancel of an item in stored `state` (`inbox`, `processing`,
-/// `done`, `dead`).
+/// `interrupted`, `done`, `dead`).
 pub fn on_cancel(state: &str) -> OnCancel {
     match state {
-        "inbox" => OnCancel::EndNow,
+        "inbox" | "interrupted" => OnCancel::EndNow,
         "processing" => OnCancel::Record,
         _ => OnCancel::Refuse,
     }
@@ -134,15 +147,19 @@ pub fn ended_how(cause: &str, fate: Fate, counts: bool, started: bool) -> String
         Fate::Cancelled => {
             format!("cancelled: its holder ended after the cancel was committed ({cause})")
         }
+        Fate::Interrupted => format!(
+            "interrupted: held for an operator (redeliver = \"hold\"), not run again: {cause}"
+        ),
         _ if !started => format!("returned unstarted, not counted: {cause}"),
         _ if !counts => format!("returned, not counted: {cause}"),
         _ => cause.to_owned(),
     }
 }
 
-/// The history's words for an item cancelled in the inbox.
+/// The history's words for an item cancelled while it waited (in the
+/// inbox, or interrupted).
 pub fn cancelled_queued_how(by: &str, reason: &str) -> String {
-    format!("cancelled in the inbox by {by} ({reason}): never delivered")
+    format!("cancelled by {by} ({reason}) while it waited: not delivered again")
 }
 
 /// What a cancel found of an item that had ended, from its stored state
@@ -232,20 +249,38 @@ mod tests {
         ];
         for ((failures, started, cancel, counts, max), fate) in rows {
             assert_eq!(
-                after_ending(held(failures, started, cancel), counts, max),
+                after_ending(held(failures, started, cancel), counts, max, false),
                 fate,
                 "{failures} {started} {cancel} {counts} {max}"
             );
         }
         assert_eq!(
-            after_ending(held(u32::MAX, true, false), true, 5),
+            after_ending(held(u32::MAX, true, false), true, 5, false),
             Fate::Dead(u32::MAX)
+        );
+        // `redeliver = "hold"`: a started item waits for an operator,
+        // whatever ended its holder; an unstarted one goes back, a
+        // cancelled one ends.
+        for counts in [true, false] {
+            assert_eq!(
+                after_ending(held(0, true, false), counts, 5, true),
+                Fate::Interrupted
+            );
+        }
+        assert_eq!(
+            after_ending(held(0, false, false), true, 5, true),
+            Fate::Inbox(0)
+        );
+        assert_eq!(
+            after_ending(held(0, true, true), true, 5, true),
+            Fate::Cancelled
         );
     }
 
     #[test]
     fn a_cancel_by_where_the_item_is() {
         assert_eq!(on_cancel("inbox"), OnCancel::EndNow);
+        assert_eq!(on_cancel("interrupted"), OnCancel::EndNow);
         assert_eq!(on_cancel("processing"), OnCancel::Record);
         assert_eq!(on_cancel("done"), OnCancel::Refuse);
         assert_eq!(on_cancel("dead"), OnCancel::Refuse);

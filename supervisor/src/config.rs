@@ -27,6 +27,7 @@
 //! | `max_mail_bytes` | 256KiB | 1 to 16MiB (what the control socket carries in one send) |
 //! | `max_result_bytes` | 1MiB | ≤ 64MiB; a larger result ends its item failed (a result must also fit one frame) |
 //! | `mail_deadline` | none | ≥ 100ms; an item's time from its first delivery: past it the item is cancelled, and `drain_timeout` later failed (its child recycled) |
+//! | `redeliver` | `auto` | `auto` or `hold`: a started item whose child ended first is delivered again, or held (`interrupted`) for an operator |
 //! | `max_inbox` | 10000 | 1 to 10^8 |
 //! | `max_deliveries` | 5 | 1 to 1000; failed deliveries before mail is quarantined as dead |
 //! | `recycle.max_uptime`, `.max_grants_age` | none | ≥ 100ms; grant age needs `grants_file` |

@@ -67,6 +67,11 @@ pub fn log(deployment: &str, fact: &Fact) {
             cause,
             pid,
         } => mail_dead(deployment, *id, *failures, cause, *pid),
+        Fact::MailInterrupted { id, cause, pid } => warn!(
+            deployment, mail = id, pid, cause = %cause,
+            "a started item's child ended before it did: held for an operator (redeliver = \"hold\"); \
+             `wfhost mail show {id}`, then `wfhost mail retry {id}` runs it again or `wfhost mail cancel {id}` ends it"
+        ),
         Fact::MailRetried { ids, by } => mail_retried(deployment, ids.len(), by),
         Fact::MailPurged { count, by, .. } => {
             info!(deployment, items = count, by = %by, "dead mail purged")

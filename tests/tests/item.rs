@@ -268,7 +268,7 @@ fn a_queued_item_is_never_delivered_and_a_cancel_outlives_a_killed_child() {
     let out = sup.client(&["mail", "cancel", &queued.to_string()]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(
-        stdout(&out).contains(": cancelled: it waited in the inbox"),
+        stdout(&out).contains(": cancelled: it waited (in the inbox, or interrupted)"),
         "{}",
         stdout(&out)
     );
@@ -323,15 +323,20 @@ fn a_hung_item_is_cancelled_at_its_deadline_then_failed_and_its_neighbours_go_ba
     );
     // Its child was recycled; the neighbour went back uncounted and runs
     // on the new child.
-    let second = wfhost_tests::wait_for("a new child", LONG, || {
-        let d = sup.deployment("hangs");
-        d["pid"]
-            .as_u64()
-            .filter(|&p| p != u64::from(first) && d["state"] == "ready")
-    });
-    let shown = wfhost_tests::wait_for("the neighbour redelivered", LONG, || {
+    let shown = wfhost_tests::poll(LONG, std::time::Duration::from_millis(100), || {
         let shown = item(&sup, neighbour);
-        (shown["holder"]["pid"] == second).then_some(shown)
+        let pid = shown["holder"]["pid"].as_u64();
+        if pid.is_some_and(|p| p != u64::from(first)) {
+            Ok(shown)
+        } else {
+            Err(shown)
+        }
+    })
+    .unwrap_or_else(|shown| {
+        panic!(
+            "the neighbour was not redelivered to a new child: {shown}\n{}",
+            sup.log()
+        )
     });
     assert_eq!(shown["failures"], 0, "uncounted: {shown}");
     let recycles = sup.journal_so_far();
@@ -341,5 +346,70 @@ fn a_hung_item_is_cancelled_at_its_deadline_then_failed_and_its_neighbours_go_ba
                 .as_str()
                 .is_some_and(|s| s.contains(&format!("mail_deadline: mail {hung}")))),
         "{recycles:?}"
+    );
+}
+
+#[test]
+fn with_redeliver_hold_a_killed_childs_started_item_waits_for_an_operator() {
+    let sup = Supervisor::start(&conformance("pays", 3, "redeliver = \"hold\""));
+    let pid = sup.ready_pid("pays", LONG);
+    let id = send(
+        &sup,
+        "pays",
+        r#"{"steps":[{"name":"charge","drain":"cancel","ms":2500}],"result_hex":"70616964"}"#,
+    );
+    wait_started(&sup, id);
+    signal(pid, Signal::SIGKILL);
+    let shown = wfhost_tests::wait_for("the item interrupted", LONG, || {
+        let shown = item(&sup, id);
+        (shown["state"] == "interrupted").then_some(shown)
+    });
+    assert_eq!(shown["failures"], 0, "{shown}");
+    // Not delivered again: a new child runs, and the item stays put.
+    let second = sup.ready_pid("pays", LONG);
+    assert_ne!(second, pid);
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let still = item(&sup, id);
+    assert_eq!(still["state"], "interrupted", "{still}");
+    assert_eq!(
+        still["history"].as_array().map(Vec::len),
+        Some(1),
+        "{still}"
+    );
+    let d = sup.deployment("pays");
+    assert_eq!(d["mail"]["interrupted"], 1, "{d}");
+    let table = ok("status", &sup.client(&["status"]));
+    assert!(
+        table
+            .replace("\n    ", " ")
+            .contains("pays: 1 interrupted mail item waits for an operator"),
+        "{table}"
+    );
+    let events = sup.events_so_far();
+    assert!(
+        events
+            .iter()
+            .any(|e| e["kind"] == "mail_interrupted" && e["body"]["id"] == id),
+        "{events:?}"
+    );
+    // An operator runs it again: its next attempt.
+    ok(
+        "mail retry",
+        &sup.client(&["mail", "retry", &id.to_string()]),
+    );
+    let end = sup.client(&["mail", "result", &id.to_string(), "--wait"]);
+    assert_eq!(end.stdout, b"paid", "{}", stderr(&end));
+    let shown = item(&sup, id);
+    assert_eq!(shown["attempts"], 2, "{shown}");
+    let attempts: Vec<&Value> = shown["history"]
+        .as_array()
+        .expect("history")
+        .iter()
+        .map(|h| &h["attempt"])
+        .collect();
+    assert_eq!(
+        attempts,
+        [&Value::from(1), &Value::Null, &Value::from(2)],
+        "{shown}"
     );
 }

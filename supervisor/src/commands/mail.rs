@@ -74,7 +74,7 @@ pub struct ListArgs {
     /// Only this deployment's mail.
     deployment: Option<String>,
     /// Only mail in this state.
-    #[arg(long, value_parser = ["inbox", "processing", "done", "dead"])]
+    #[arg(long, value_parser = ["inbox", "processing", "done", "dead", "interrupted"])]
     state: Option<String>,
     /// At most this many items (1 to 10000).
     #[arg(long, default_value_t = 100)]

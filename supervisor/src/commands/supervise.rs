@@ -134,7 +134,13 @@ async fn supervise(config: Config, config_path: &Path) -> anyhow::Result<()> {
     // A store that did not exist holds no children to clean up after, no
     // kept records and no mail: nothing of it precedes the first spawn.
     if !fresh {
-        store_open::recover(&shared, &settings.state_dir).await?;
+        // Deployments that hold their interrupted items for an operator.
+        let hold = config
+            .deployments
+            .iter()
+            .filter(|d| d.hold)
+            .map(|d| d.id.clone());
+        store_open::recover(&shared, &settings.state_dir, hold.collect()).await?;
     }
 
     let signals = serving::Signals::watch()?;

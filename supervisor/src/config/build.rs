@@ -177,6 +177,8 @@ impl Build<'_> {
             t.0.clone()
         });
         let grants_file = self.grants_file(&grants, &table)?;
+        let redeliver = pick_opt(own.redeliver.take(), &defaults.redeliver, |t| t.0.clone());
+        let hold = redeliver_hold(&redeliver, &table)?;
 
         let resources = containment::limits(own.limits.take(), &defaults.limits, &table)?;
         let limits = Tunables::merge(own, defaults);
@@ -212,6 +214,7 @@ impl Build<'_> {
             max_mail_bytes: u32::try_from(limits.max_mail_bytes.value).unwrap_or(u32::MAX),
             max_result_bytes: limits.max_result_bytes.value,
             mail_deadline: limits.mail_deadline.value,
+            hold,
             max_inbox: limits.max_inbox.value,
             limits: resources,
             // Checked to be at most 1000 above.
@@ -451,4 +454,26 @@ fn merge_env(
         ));
     }
     Ok(env)
+}
+
+/// `redeliver`: `"auto"` (the default: a started item whose child ended
+/// before it did is delivered again) or `"hold"` (held for an operator).
+fn redeliver_hold(
+    setting: &Setting<Option<String>>,
+    table: &Range<usize>,
+) -> Result<bool, Problem> {
+    match setting.value.as_deref() {
+        None | Some("auto") => Ok(false),
+        Some("hold") => Ok(true),
+        Some(other) => Err(Problem::new(
+            setting.at(table),
+            format!(
+                "redeliver {:?} is not known",
+                other.chars().take(80).collect::<String>()
+            ),
+            "write \"auto\" (the default: an item whose child ended mid-item is delivered again) or \
+             \"hold\" (it waits as interrupted until `wfhost mail retry ID` or `mail cancel ID`: for work \
+             that must not run twice, such as a payment)",
+        )),
+    }
 }

@@ -314,6 +314,9 @@ deployment_keys! {
     max_result_bytes: Spanned<SizeValue>,
     /// How long an item may run, from its first delivery.
     mail_deadline: Spanned<DurationValue>,
+    /// What becomes of a started item whose child ended before it did:
+    /// `auto` (delivered again) or `hold` (held for an operator).
+    redeliver: Spanned<Text<PATH_MAX>>,
     /// Most mail waiting in the inbox.
     max_inbox: Spanned<u64>,
     /// How many children share the deployment's inbox.

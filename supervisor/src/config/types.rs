@@ -118,6 +118,9 @@ pub struct DeploymentConfig {
     /// not ended `drain_timeout` later, it ends failed and its child is
     /// recycled. `None`: no deadline.
     pub mail_deadline: Option<Duration>,
+    /// `redeliver = "hold"`: a started item whose child ended before it
+    /// did waits as `interrupted` for an operator instead of running again.
+    pub hold: bool,
     /// Most mail waiting in the inbox before senders are told it is full.
     pub max_inbox: u64,
     /// What the child may use.

@@ -99,11 +99,14 @@ pub fn holder(child: &LiveChild) -> Holder {
 /// the child completed (a recycle or an operator drain it honoured: what
 /// it gave back it was asked to give back, so frequent recycles never
 /// quarantine innocent mail).
-pub fn ending(cause: &ExitCause, stopping: bool) -> Ending {
+/// With `hold` (`redeliver = "hold"`), a started item is held for an
+/// operator whatever ended its child.
+pub fn ending(cause: &ExitCause, stopping: bool, hold: bool) -> Ending {
     Ending {
         cause: cause.describe(),
         counts: !stopping && !matches!(cause, ExitCause::Drained(_)),
         at_ms: unix_ms(),
+        hold,
     }
 }
 
@@ -179,6 +182,15 @@ pub async fn replay(
             counted = replay.ending.counts,
             "unacknowledged mail returned to the head of the inbox"
         );
+    }
+    for id in replayed.interrupted {
+        let fact = Fact::MailInterrupted {
+            id,
+            cause: replay.ending.cause.clone(),
+            pid: replay.holder.pid,
+        };
+        record::log(deployment, &fact);
+        shared.record(Some(deployment), &fact);
     }
     for dead in replayed.dead {
         let fact = Fact::MailDead {

@@ -217,6 +217,7 @@ mod tests {
                 cause: "exited unexpectedly: exit status 3".into(),
                 counts: true,
                 at_ms: 1,
+                hold: false,
             },
         }
     }

@@ -61,6 +61,8 @@ pub fn remote_json(fleet: &Fleet, id: &str, owner: Option<&Owner>, mail: &MailCo
         "working": mail.working,
         "buffered": if ready { 0 } else { mail.inbox },
         "done": mail.done,
+        "dead": mail.dead,
+        "interrupted": mail.interrupted,
     });
     d["owner"] = owner_json(owner);
     if fleet.config(id).is_none() {

@@ -72,6 +72,7 @@ impl Status {
                 "buffered": buffered,
                 "done": mail.done,
                 "dead": mail.dead,
+                "interrupted": mail.interrupted,
             },
             "last_exit": self.last_exit,
             "last_exit_brief": self.last_exit_brief,

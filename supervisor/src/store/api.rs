@@ -254,7 +254,16 @@ pub trait MailStore {
     /// Every processing item of every deployment back to the head of its
     /// inbox, not counted (at start-up, after a supervisor stopped or died
     /// with mail in flight: its children are gone); returns how many.
-    fn replay_all_mail(&mut self, at_ms: u64) -> Result<u64, StoreError>;
+    #[cfg(test)]
+    fn replay_all_mail(&mut self, at_ms: u64) -> Result<u64, StoreError> {
+        self.replay_all_mail_holding(at_ms, &[])
+    }
+
+    /// [`MailStore::replay_all_mail`], where the deployments named in
+    /// `hold` (`redeliver = "hold"`) hold each started item for an
+    /// operator (`interrupted`) instead; returns how many went back or
+    /// were held.
+    fn replay_all_mail_holding(&mut self, at_ms: u64, hold: &[String]) -> Result<u64, StoreError>;
 
     /// Deletes done items acknowledged before `done_before_ms` (Unix ms),
     /// and with them their idempotency keys and histories

@@ -228,7 +228,7 @@ pub enum StoreError {
     },
     /// An operator asked to retry mail that is not dead; nothing changed.
     #[error(
-        "mail {id} of {deployment} is {state}, not dead: only dead mail is retried, and nothing was changed\n  help: `wfhost mail show {id}` shows where it is; `wfhost mail list --state dead` lists what can be retried"
+        "mail {id} of {deployment} is {state}, not dead or interrupted: only those are retried, and nothing was changed\n  help: `wfhost mail show {id}` shows where it is; `wfhost mail list --state dead` (or `--state interrupted`) lists what can be retried"
     )]
     NotDead {
         /// The item.

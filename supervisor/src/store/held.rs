@@ -56,6 +56,9 @@ pub struct Ending {
     pub counts: bool,
     /// When it ended (Unix ms).
     pub at_ms: u64,
+    /// The deployment holds a started item for an operator instead of
+    /// running it again (`redeliver = "hold"`).
+    pub hold: bool,
 }
 
 /// An item quarantined by a replay.
@@ -80,13 +83,16 @@ pub struct Replayed {
     pub dead: Vec<DeadMail>,
     /// Items done, cancelled: a cancel of them had been committed.
     pub cancelled: u64,
+    /// Items held for an operator (`redeliver = "hold"`), in id order.
+    pub interrupted: Vec<u64>,
 }
 
 /// What a cancel of one item found, and did, in one transaction
 /// ([`MailStore::cancel_mail`](super::MailStore::cancel_mail)).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CancelFound {
-    /// It waited in the inbox: now done, cancelled, never delivered.
+    /// It waited (in the inbox, or interrupted): now done, cancelled, not
+    /// delivered again.
     Queued {
         /// Its deployment.
         deployment: String,

@@ -53,6 +53,9 @@ pub struct MailCounts {
     /// Quarantined after `max_deliveries` failed deliveries (kept until an
     /// operator retries or purges them).
     pub dead: u64,
+    /// Held for an operator after their holder ended mid-item (`redeliver
+    /// = "hold"`), until `mail retry` or `mail cancel`.
+    pub interrupted: u64,
 }
 
 /// One item offered by a sender, for

@@ -34,11 +34,20 @@ pub enum MailState {
     Done,
     /// Quarantined after `max_deliveries` failed deliveries.
     Dead,
+    /// Held for an operator: its holder ended mid-item and the deployment
+    /// says `redeliver = "hold"`.
+    Interrupted,
 }
 
 impl MailState {
     /// Every state, in the order mail moves through them.
-    pub const ALL: [Self; 4] = [Self::Inbox, Self::Processing, Self::Done, Self::Dead];
+    pub const ALL: [Self; 5] = [
+        Self::Inbox,
+        Self::Processing,
+        Self::Done,
+        Self::Dead,
+        Self::Interrupted,
+    ];
 
     /// The state's name, as stored and shown.
     pub fn as_str(self) -> &'static str {
@@ -47,6 +56,7 @@ impl MailState {
             Self::Processing => "processing",
             Self::Done => "done",
             Self::Dead => "dead",
+            Self::Interrupted => "interrupted",
         }
     }
 
@@ -163,7 +173,7 @@ pub struct Retried {
 /// only dead mail is (anything else would deliver it twice, or undo an
 /// outcome).
 pub fn check_retry(id: u64, deployment: &str, state: MailState) -> Result<(), StoreError> {
-    if state == MailState::Dead {
+    if matches!(state, MailState::Dead | MailState::Interrupted) {
         Ok(())
     } else {
         Err(StoreError::NotDead {
@@ -174,9 +184,15 @@ pub fn check_retry(id: u64, deployment: &str, state: MailState) -> Result<(), St
     }
 }
 
-/// The history's words for a retry by `by`.
-pub fn retried_how(by: &str) -> String {
-    format!("retried by {by}: back to the inbox with its failures reset")
+/// The history's words for a retry by `by` of an item that was `dead`
+/// (its failures and attempts reset) or interrupted (its next delivery is
+/// its next attempt).
+pub fn retried_how(by: &str, dead: bool) -> String {
+    if dead {
+        format!("retried by {by}: back to the inbox with its failures reset")
+    } else {
+        format!("retried by {by}: back to the inbox, to run as its next attempt")
+    }
 }
 
 /// The page size a query asks for, within `1..=MAX_PAGE`.

@@ -64,6 +64,7 @@ macro_rules! backend_suite {
             batch::a_result_lands_with_its_ack_byte_for_byte,
             batch::attempts_count_starts_and_an_unstarted_item_is_never_charged,
             batch::a_cancel_ends_a_queued_item_and_outlives_a_held_ones_holder,
+            batch::a_held_deployment_keeps_a_started_item_for_an_operator,
             poison::a_child_acknowledges_and_gets_back_only_what_it_holds,
             poison::a_counted_end_charges_each_held_item_and_keeps_its_last_failure,
             poison::the_supervisors_own_stop_charges_nothing,

@@ -181,6 +181,16 @@ fn mail(d: &Value) -> Vec<Line> {
             ),
         ));
     }
+    if let Some(held) = mail["interrupted"].as_u64().filter(|n| *n > 0) {
+        let id = d["id"].as_str().unwrap_or("?");
+        lines.push((
+            "",
+            format!(
+                "{held} interrupted (its child ended mid-item; redeliver = \"hold\"): \
+                 `wfhost mail list {id} --state interrupted` lists them; `wfhost mail retry ID` runs one again as its next attempt, `wfhost mail cancel ID` ends it"
+            ),
+        ));
+    }
     lines
 }
 

@@ -114,6 +114,17 @@ fn notes(d: &Value) -> String {
              `wfhost mail list {id} --state dead` shows why; fix the cause, then `wfhost mail retry --dead {id}`"
         )));
     }
+    if let Some(held) = d["mail"]["interrupted"].as_u64().filter(|n| *n > 0) {
+        let items = if held == 1 {
+            "item waits"
+        } else {
+            "items wait"
+        };
+        notes.push_str(&wrap(&format!(
+            "  {id}: {held} interrupted mail {items} for an operator (redeliver = \"hold\"): \
+             `wfhost mail list {id} --state interrupted` lists them; `wfhost mail retry ID` runs one again as its next attempt, `wfhost mail cancel ID` ends it"
+        )));
+    }
     if let Some(e) = d["journal_error"].as_str() {
         notes.push_str(&wrap(&format!(
             "  {id}: the journal refuses signed cancels ({} waiting): {e}",

@@ -203,13 +203,20 @@ pub(super) fn keep_unwritten(shared: &Shared, state_dir: &Path) -> anyhow::Resul
 /// What a previous supervisor left: its children killed, the records it
 /// kept outside the store written, and the mail it had in processing
 /// returned to the inbox, in that order, before anything is spawned.
-pub(super) async fn recover(shared: &Arc<Shared>, state_dir: &Path) -> anyhow::Result<()> {
+pub(super) async fn recover(
+    shared: &Arc<Shared>,
+    state_dir: &Path,
+    hold: Vec<String>,
+) -> anyhow::Result<()> {
     crate::host::kill_orphans(shared)
         .await
         .context("cannot read the children table")?;
     recover_unwritten(shared, state_dir).await;
     let at = crate::clock::unix_ms();
-    let replayed = shared.store.call(move |s| s.replay_all_mail(at)).await??;
+    let replayed = shared
+        .store
+        .call(move |s| s.replay_all_mail_holding(at, &hold))
+        .await??;
     if replayed > 0 {
         info!(
             items = replayed,

@@ -58,7 +58,7 @@ pub async fn answer(
         Some(CancelFound::Queued { deployment }) => {
             // Its `mail_done` event was committed with it.
             ctx.shared.events_written();
-            let detail = "it waited in the inbox: it ends cancelled and is never delivered";
+            let detail = "it waited (in the inbox, or interrupted): it ends cancelled and is not delivered again";
             Ok(answered(
                 &deployment,
                 MailCancelAnswer {

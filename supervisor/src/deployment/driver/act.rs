@@ -145,7 +145,7 @@ impl Replica {
                 channel_id: channel_id.clone(),
                 pid: *pid,
             };
-            let mut ending = mail::ending(cause, self.stopping);
+            let mut ending = mail::ending(cause, self.stopping, self.cfg.hold);
             if std::mem::take(&mut self.deadline_recycled) {
                 ending.counts = false;
             }

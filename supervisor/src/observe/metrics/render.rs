@@ -217,13 +217,14 @@ fn mail_families(e: &mut Exposition, snapshots: &[(Status, MailCounts)]) {
     e.family(
         name,
         "gauge",
-        "Mail items in the durable store by state (inbox, processing, done).",
+        "Mail items in the durable store by state (inbox, processing, done, interrupted).",
     );
     for (s, mail) in snapshots {
         for (state, n) in [
             ("inbox", mail.inbox),
             ("processing", mail.processing),
             ("done", mail.done),
+            ("interrupted", mail.interrupted),
         ] {
             e.sample(name, &[("deployment", &s.id), ("state", state)], n);
         }

@@ -160,6 +160,7 @@ fn renders_every_family_for_a_deployment() {
         inbox: 5,
         processing: 1,
         working: 1,
+        interrupted: 0,
         done: 17,
         dead: 2,
     };
@@ -205,11 +206,12 @@ wfhost_drain_budget_seconds{deployment="billing"} 60
 # HELP wfhost_drain_escalations_total Drain budgets that ran out and escalated to a signed cancel.
 # TYPE wfhost_drain_escalations_total counter
 wfhost_drain_escalations_total{deployment="billing"} 1
-# HELP wfhost_mail Mail items in the durable store by state (inbox, processing, done).
+# HELP wfhost_mail Mail items in the durable store by state (inbox, processing, done, interrupted).
 # TYPE wfhost_mail gauge
 wfhost_mail{deployment="billing",state="inbox"} 5
 wfhost_mail{deployment="billing",state="processing"} 1
 wfhost_mail{deployment="billing",state="done"} 17
+wfhost_mail{deployment="billing",state="interrupted"} 0
 # HELP wfhost_mail_working Mail items a child's handler has started and not finished (the rest of processing waits in the child).
 # TYPE wfhost_mail_working gauge
 wfhost_mail_working{deployment="billing"} 1

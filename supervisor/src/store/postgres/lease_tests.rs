@@ -52,6 +52,7 @@ fn ending() -> Ending {
         cause: "exited unexpectedly: exit status 3".into(),
         counts: true,
         at_ms: 2,
+        hold: false,
     }
 }
 

@@ -323,16 +323,24 @@ impl MailStore for PostgresStore {
                     started,
                     cancel_asked: r.try_get(3)?,
                 };
-                let fate = item::after_ending(held, ending.counts, max_deliveries);
+                let fate = item::after_ending(held, ending.counts, max_deliveries, ending.hold);
                 let how = item::ended_how(&ending.cause, fate, ending.counts, started);
                 let counted = ending.counts && started;
                 if fate == Fate::Cancelled {
                     cancel_held(&mut tx, deployment, id, ending.at_ms)?;
+                } else if fate == Fate::Interrupted {
+                    tx.execute(
+                        "UPDATE mail SET state = 'interrupted', holder_channel = NULL,
+                             holder_pid = NULL, started = false, last_cause = $2, last_pid = $3,
+                             last_failed_at_ms = $4
+                         WHERE id = $1",
+                        &[&id, &ending.cause, &pid, &at],
+                    )?;
                 } else if counted {
                     let (state, failures, dead_at) = match fate {
                         Fate::Dead(f) => ("dead", f, Some(at)),
                         Fate::Inbox(f) => ("inbox", f, None),
-                        Fate::Cancelled => ("inbox", held.failures, None),
+                        Fate::Cancelled | Fate::Interrupted => ("inbox", held.failures, None),
                     };
                     tx.execute(
                         "UPDATE mail SET state = $2, failures = $3, holder_channel = NULL,
@@ -361,6 +369,7 @@ impl MailStore for PostgresStore {
                 match fate {
                     Fate::Inbox(_) => replayed.returned += 1,
                     Fate::Cancelled => replayed.cancelled += 1,
+                    Fate::Interrupted => replayed.interrupted.push(u64::try_from(id).unwrap_or(0)),
                     Fate::Dead(failures) => replayed.dead.push(DeadMail {
                         id: u64::try_from(id).unwrap_or(0),
                         failures,
@@ -377,7 +386,7 @@ impl MailStore for PostgresStore {
 
     /// Every processing item of every deployment back to the inbox, not
     /// counted; returns how many.
-    fn replay_all_mail(&mut self, at_ms: u64) -> Result<u64, StoreError> {
+    fn replay_all_mail_holding(&mut self, at_ms: u64, hold: &[String]) -> Result<u64, StoreError> {
         // A fleet host returns a deployment's mail when it takes its lease
         // (`takeover.rs`); other hosts' children may be working on the rest.
         if self.fence.is_some() {
@@ -404,6 +413,22 @@ impl MailStore for PostgresStore {
                 cancel_held(&mut tx, &deployment, id, at_ms)?;
                 end_delivery(&mut tx, id, at_ms, &how)?;
             }
+            // A deployment that holds: its started items wait for an operator.
+            let gone = "the supervisor that sent it stopped or died";
+            let held_how = item::ended_how(gone, Fate::Interrupted, false, true);
+            tx.execute(
+                "UPDATE mail_history SET ended_at_ms = $1, how = $2
+                 WHERE ended_at_ms IS NULL AND attempt IS NOT NULL
+                   AND mail_id IN (SELECT id FROM mail WHERE state = 'processing'
+                                   AND started AND deployment = ANY($3))",
+                &[&signed(at_ms), &held_how, &hold],
+            )?;
+            tx.execute(
+                "UPDATE mail SET state = 'interrupted', holder_channel = NULL, holder_pid = NULL,
+                     started = false, last_cause = $2
+                 WHERE state = 'processing' AND started AND deployment = ANY($1)",
+                &[&hold, &gone],
+            )?;
             tx.execute(
                 "UPDATE mail_history SET ended_at_ms = $1, how = $2
                  WHERE ended_at_ms IS NULL AND attempt IS NOT NULL
@@ -458,7 +483,8 @@ impl MailStore for PostgresStore {
         let row = self.client()?.query_opt(
             "SELECT c.inbox, c.processing, c.done, c.dead,
                  (SELECT count(*) FROM mail
-                  WHERE deployment = $1 AND state = 'processing' AND started)
+                  WHERE deployment = $1 AND state = 'processing' AND started),
+                 c.interrupted
              FROM mail_counts c WHERE c.deployment = $1",
             &[&deployment],
         );
@@ -473,6 +499,7 @@ impl MailStore for PostgresStore {
                 working: unsigned(what, col(&row, 4)?)?,
                 done: unsigned(what, col(&row, 2)?)?,
                 dead: unsigned(what, col(&row, 3)?)?,
+                interrupted: unsigned(what, col(&row, 5)?)?,
             })
         })()
         .map_err(|what| self.corrupt(what))

@@ -11,7 +11,7 @@ use super::mail::delete_ids;
 use super::{PostgresStore, col, signed, unsigned};
 use crate::store::held::Holder;
 use crate::store::mail_admin::{
-    self, HistoryEntry, LastFailure, MailPage, MailQuery, MailView, RETRY_BATCH, Retried,
+    self, HistoryEntry, LastFailure, MailPage, MailQuery, MailState, MailView, RETRY_BATCH, Retried,
 };
 use crate::store::{MailAdmin, StoreError};
 
@@ -264,7 +264,7 @@ impl MailAdmin for PostgresStore {
         by: &str,
         at_ms: u64,
     ) -> Result<Retried, StoreError> {
-        let how = mail_admin::retried_how(by);
+        let how = mail_admin::retried_how(by, true);
         let location = self.location.clone();
         let client = self.client()?;
         let result = (|| -> Result<Result<Retried, StoreError>, postgres::Error> {
@@ -284,9 +284,28 @@ impl MailAdmin for PostgresStore {
                             location: location.clone(),
                             what,
                         })
-                        .and_then(|state| mail_admin::check_retry(id, deployment, state));
-                    if let Err(refused) = checked {
-                        return Ok(Err(refused));
+                        .and_then(|state| {
+                            mail_admin::check_retry(id, deployment, state).map(|()| state)
+                        });
+                    match checked {
+                        Err(refused) => return Ok(Err(refused)),
+                        Ok(MailState::Interrupted) => {
+                            // Its starts kept: it runs as its next attempt.
+                            tx.execute(
+                                "UPDATE mail SET state = 'inbox' WHERE id = $1 AND state = 'interrupted'",
+                                &[&signed(id)],
+                            )?;
+                            tx.execute(
+                                "INSERT INTO mail_history (mail_id, ended_at_ms, how) VALUES ($1, $2, $3)",
+                                &[&signed(id), &signed(at_ms), &mail_admin::retried_how(by, false)],
+                            )?;
+                            tx.commit()?;
+                            return Ok(Ok(Retried {
+                                ids: vec![id],
+                                left: 0,
+                            }));
+                        }
+                        Ok(_) => {}
                     }
                     vec![signed(id)]
                 }

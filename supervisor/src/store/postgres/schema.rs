@@ -160,13 +160,14 @@ pub(super) const MIGRATIONS: &[&str] = &[
     // 3: the fleet: hosts, leases with epochs, host keys, forwarded
     // requests, children per host, the fence, notifications.
     super::lease_schema::FLEET,
-    // 4: protocol 3's item: its result, kept with its outcome, and its
-    // starts (a delivery a handler took; `started`: the delivery in
-    // flight was), which `attempt` counts. Every earlier delivery counted
-    // as a start. `cancel_reason`: a committed cancel of the item in
-    // flight, so its holder's end cancels it instead of returning it.
-    // `deadline_ms`: the item's own deadline, counted from its first
-    // delivery (`first_taken_at_ms`).
+    // 4: protocol 3's item: its result, kept with its outcome; its starts
+    // (a delivery a handler took; `started`: the delivery in flight was),
+    // which `attempt` counts (every earlier delivery counted as a start);
+    // `cancel_reason`, a recorded cancel of the item in flight, so its
+    // holder's end cancels it instead of returning it; `deadline_ms`, the
+    // item's own deadline, counted from its first delivery
+    // (`first_taken_at_ms`); and the `interrupted` state (`redeliver =
+    // "hold"`: held for an operator instead of run again), counted.
     "ALTER TABLE mail
          ADD COLUMN result BYTEA,
          ADD COLUMN starts BIGINT NOT NULL DEFAULT 0,
@@ -174,7 +175,36 @@ pub(super) const MIGRATIONS: &[&str] = &[
          ADD COLUMN cancel_reason TEXT,
          ADD COLUMN deadline_ms BIGINT,
          ADD COLUMN first_taken_at_ms BIGINT;
-     UPDATE mail SET starts = deliveries, started = (state = 'processing');",
+     UPDATE mail SET starts = deliveries, started = (state = 'processing');
+     ALTER TABLE mail DROP CONSTRAINT mail_state_check;
+     ALTER TABLE mail ADD CONSTRAINT mail_state_check
+         CHECK (state IN ('inbox', 'processing', 'done', 'dead', 'interrupted'));
+     ALTER TABLE mail_counts ADD COLUMN interrupted BIGINT NOT NULL DEFAULT 0;
+     CREATE OR REPLACE FUNCTION wfhost_mail_counts() RETURNS trigger LANGUAGE plpgsql AS $$
+     BEGIN
+         IF TG_OP IN ('UPDATE', 'DELETE') THEN
+             UPDATE mail_counts SET
+                 inbox = inbox - (OLD.state = 'inbox')::int,
+                 processing = processing - (OLD.state = 'processing')::int,
+                 done = done - (OLD.state = 'done')::int,
+                 dead = dead - (OLD.state = 'dead')::int,
+                 interrupted = interrupted - (OLD.state = 'interrupted')::int
+             WHERE deployment = OLD.deployment;
+         END IF;
+         IF TG_OP IN ('INSERT', 'UPDATE') THEN
+             INSERT INTO mail_counts AS c (deployment, inbox, processing, done, dead, interrupted)
+             VALUES (NEW.deployment, (NEW.state = 'inbox')::int,
+                     (NEW.state = 'processing')::int, (NEW.state = 'done')::int,
+                     (NEW.state = 'dead')::int, (NEW.state = 'interrupted')::int)
+             ON CONFLICT (deployment) DO UPDATE SET
+                 inbox = c.inbox + excluded.inbox,
+                 processing = c.processing + excluded.processing,
+                 done = c.done + excluded.done,
+                 dead = c.dead + excluded.dead,
+                 interrupted = c.interrupted + excluded.interrupted;
+         END IF;
+         RETURN NULL;
+     END $$;",
 ];
 
 /// The schema version this build writes.

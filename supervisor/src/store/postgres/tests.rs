@@ -256,6 +256,7 @@ fn a_version_1_store_gains_holders_and_dead_mail_and_keeps_its_mail() {
                 cause: "hung".into(),
                 counts: true,
                 at_ms: 7,
+                hold: false,
             },
             1,
         )

@@ -297,16 +297,24 @@ impl MailStore for SqliteStore {
                     started,
                     cancel_asked,
                 };
-                let fate = item::after_ending(held, ending.counts, max_deliveries);
+                let fate = item::after_ending(held, ending.counts, max_deliveries, ending.hold);
                 let how = item::ended_how(&ending.cause, fate, ending.counts, started);
                 let counted = ending.counts && started;
                 if fate == Fate::Cancelled {
                     cancel_held(&tx, deployment, id, ending.at_ms)?;
+                } else if fate == Fate::Interrupted {
+                    tx.prepare_cached(
+                        "UPDATE mail SET state = 'interrupted', holder_channel = NULL,
+                             holder_pid = NULL, started = 0, last_cause = ?2, last_pid = ?3,
+                             last_failed_at_ms = ?4
+                         WHERE id = ?1",
+                    )?
+                    .execute(params![id, ending.cause, holder.pid, ending.at_ms])?;
                 } else if counted {
                     let (state, failures, dead_at) = match fate {
                         Fate::Dead(f) => ("dead", f, Some(ending.at_ms)),
                         Fate::Inbox(f) => ("inbox", f, None),
-                        Fate::Cancelled => ("inbox", held.failures, None),
+                        Fate::Cancelled | Fate::Interrupted => ("inbox", held.failures, None),
                     };
                     tx.prepare_cached(
                         "UPDATE mail SET state = ?2, failures = ?3, holder_channel = NULL,
@@ -335,6 +343,7 @@ impl MailStore for SqliteStore {
                 match fate {
                     Fate::Inbox(_) => replayed.returned += 1,
                     Fate::Cancelled => replayed.cancelled += 1,
+                    Fate::Interrupted => replayed.interrupted.push(id),
                     Fate::Dead(failures) => replayed.dead.push(DeadMail {
                         id,
                         failures,
@@ -351,7 +360,7 @@ impl MailStore for SqliteStore {
 
     /// Every processing item of every deployment back to the inbox, not
     /// counted; returns how many.
-    fn replay_all_mail(&mut self, at_ms: u64) -> Result<u64, StoreError> {
+    fn replay_all_mail_holding(&mut self, at_ms: u64, hold: &[String]) -> Result<u64, StoreError> {
         (|| -> rusqlite::Result<u64> {
             let tx = self
                 .conn
@@ -373,6 +382,24 @@ impl MailStore for SqliteStore {
             for (id, deployment) in &cancelled {
                 cancel_held(&tx, deployment, *id, at_ms)?;
                 end_delivery(&tx, *id, at_ms, &how)?;
+            }
+            // A deployment that holds: its started items wait for an operator.
+            let gone = "the supervisor that sent it stopped or died";
+            let held_how = item::ended_how(gone, Fate::Interrupted, false, true);
+            for deployment in hold {
+                tx.prepare_cached(
+                    "UPDATE mail_history SET ended_at_ms = ?1, how = ?2
+                     WHERE ended_at_ms IS NULL AND attempt IS NOT NULL
+                       AND mail_id IN (SELECT id FROM mail WHERE state = 'processing'
+                                       AND started = 1 AND deployment = ?3)",
+                )?
+                .execute(params![at_ms, held_how, deployment])?;
+                tx.prepare_cached(
+                    "UPDATE mail SET state = 'interrupted', holder_channel = NULL,
+                         holder_pid = NULL, started = 0, last_cause = ?2
+                     WHERE state = 'processing' AND started = 1 AND deployment = ?1",
+                )?
+                .execute(params![deployment, gone])?;
             }
             tx.prepare_cached(
                 "UPDATE mail_history SET ended_at_ms = ?1, how = ?2
@@ -419,7 +446,8 @@ impl MailStore for SqliteStore {
             .prepare_cached(
                 "SELECT c.inbox, c.processing, c.done, c.dead,
                      (SELECT count(*) FROM mail
-                      WHERE deployment = ?1 AND state = 'processing' AND started = 1)
+                      WHERE deployment = ?1 AND state = 'processing' AND started = 1),
+                     c.interrupted
                  FROM mail_counts c WHERE c.deployment = ?1",
             )
             .and_then(|mut stmt| {
@@ -430,6 +458,7 @@ impl MailStore for SqliteStore {
                         working: r.get(4)?,
                         done: r.get(2)?,
                         dead: r.get(3)?,
+                        interrupted: r.get(5)?,
                     })
                 })
                 .optional()

@@ -10,7 +10,7 @@ use rusqlite::{OptionalExtension, Row, TransactionBehavior, params};
 use super::SqliteStore;
 use crate::store::held::Holder;
 use crate::store::mail_admin::{
-    self, HistoryEntry, LastFailure, MailPage, MailQuery, MailView, RETRY_BATCH, Retried,
+    self, HistoryEntry, LastFailure, MailPage, MailQuery, MailState, MailView, RETRY_BATCH, Retried,
 };
 use crate::store::{MailAdmin, StoreError};
 
@@ -226,6 +226,22 @@ impl MailAdmin for SqliteStore {
                     if let Err(refused) = mail_admin::check_retry(id, deployment, state) {
                         return Ok(Err(refused));
                     }
+                    if state == MailState::Interrupted {
+                        // Its starts kept: it runs as its next attempt.
+                        tx.prepare_cached(
+                            "UPDATE mail SET state = 'inbox' WHERE id = ?1 AND state = 'interrupted'",
+                        )?
+                        .execute(params![id])?;
+                        tx.prepare_cached(
+                            "INSERT INTO mail_history (mail_id, ended_at_ms, how) VALUES (?1, ?2, ?3)",
+                        )?
+                        .execute(params![id, at_ms, mail_admin::retried_how(by, false)])?;
+                        tx.commit()?;
+                        return Ok(Ok(Retried {
+                            ids: vec![id],
+                            left: 0,
+                        }));
+                    }
                     vec![id]
                 }
                 None => tx
@@ -235,7 +251,7 @@ impl MailAdmin for SqliteStore {
                     .query_map(params![deployment, RETRY_BATCH as i64], |r| r.get(0))?
                     .collect::<rusqlite::Result<_>>()?,
             };
-            let how = mail_admin::retried_how(by);
+            let how = mail_admin::retried_how(by, true);
             for id in &ids {
                 tx.prepare_cached(
                     "UPDATE mail SET state = 'inbox', failures = 0, deliveries = 0, starts = 0, dead_at_ms = NULL,

@@ -205,20 +205,100 @@ pub const MIGRATIONS: &[&str] = &[
          how TEXT
      ) STRICT;
      CREATE INDEX mail_history_by_mail ON mail_history (mail_id, seq);",
-    // 7: protocol 3's item: its result, kept with its outcome, and its
-    // starts (a delivery a handler took; `started`: the delivery in
-    // flight was), which `attempt` counts. Every earlier delivery counted
-    // as a start. `cancel_reason`: a committed cancel of the item in
-    // flight, so its holder's end cancels it instead of returning it.
-    // `deadline_ms`: the item's own deadline, counted from its first
-    // delivery (`first_taken_at_ms`).
-    "ALTER TABLE mail ADD COLUMN result BLOB;
-     ALTER TABLE mail ADD COLUMN starts INTEGER NOT NULL DEFAULT 0;
-     ALTER TABLE mail ADD COLUMN started INTEGER NOT NULL DEFAULT 0;
-     ALTER TABLE mail ADD COLUMN cancel_reason TEXT;
-     ALTER TABLE mail ADD COLUMN deadline_ms INTEGER;
-     ALTER TABLE mail ADD COLUMN first_taken_at_ms INTEGER;
-     UPDATE mail SET starts = deliveries, started = (state = 'processing');",
+    // 7: protocol 3's item: its result, kept with its outcome; its starts
+    // (a delivery a handler took; `started`: the delivery in flight was),
+    // which `attempt` counts (every earlier delivery counted as a start);
+    // `cancel_reason`, a recorded cancel of the item in flight, so its
+    // holder's end cancels it instead of returning it; `deadline_ms`, the
+    // item's own deadline, counted from its first delivery
+    // (`first_taken_at_ms`); and the `interrupted` state (`redeliver =
+    // "hold"`: held for an operator instead of run again), counted. SQLite
+    // cannot change a CHECK, so `mail` is rebuilt as in step 5.
+    "CREATE TABLE mail_next (
+         id INTEGER PRIMARY KEY AUTOINCREMENT,
+         deployment TEXT NOT NULL,
+         state TEXT NOT NULL
+             CHECK (state IN ('inbox', 'processing', 'done', 'dead', 'interrupted')),
+         payload BLOB NOT NULL,
+         enqueued_at_ms INTEGER NOT NULL,
+         deliveries INTEGER NOT NULL DEFAULT 0,
+         outcome TEXT,
+         done_at_ms INTEGER,
+         idempotency_key TEXT,
+         payload_sha256 BLOB,
+         holder_channel TEXT,
+         holder_pid INTEGER,
+         taken_at_ms INTEGER,
+         failures INTEGER NOT NULL DEFAULT 0,
+         last_cause TEXT,
+         last_pid INTEGER,
+         last_failed_at_ms INTEGER,
+         dead_at_ms INTEGER,
+         result BLOB,
+         starts INTEGER NOT NULL DEFAULT 0,
+         started INTEGER NOT NULL DEFAULT 0,
+         cancel_reason TEXT,
+         deadline_ms INTEGER,
+         first_taken_at_ms INTEGER
+     ) STRICT;
+     INSERT INTO mail_next (id, deployment, state, payload, enqueued_at_ms, deliveries, outcome,
+                            done_at_ms, idempotency_key, payload_sha256, holder_channel,
+                            holder_pid, taken_at_ms, failures, last_cause, last_pid,
+                            last_failed_at_ms, dead_at_ms, starts, started)
+     SELECT id, deployment, state, payload, enqueued_at_ms, deliveries, outcome, done_at_ms,
+            idempotency_key, payload_sha256, holder_channel, holder_pid, taken_at_ms, failures,
+            last_cause, last_pid, last_failed_at_ms, dead_at_ms, deliveries, state = 'processing'
+     FROM mail;
+     DELETE FROM sqlite_sequence WHERE name = 'mail_next';
+     INSERT INTO sqlite_sequence (name, seq) SELECT 'mail_next', seq FROM sqlite_sequence WHERE name = 'mail';
+     DROP TABLE mail;
+     ALTER TABLE mail_next RENAME TO mail;
+     CREATE INDEX mail_by_state ON mail (deployment, state, id);
+     CREATE INDEX mail_held ON mail (deployment, holder_channel, id) WHERE state = 'processing';
+     CREATE INDEX mail_done ON mail (done_at_ms) WHERE state = 'done';
+     CREATE INDEX mail_dead ON mail (dead_at_ms) WHERE state = 'dead';
+     CREATE UNIQUE INDEX mail_by_key ON mail (deployment, idempotency_key)
+         WHERE idempotency_key IS NOT NULL;
+     ALTER TABLE mail_counts ADD COLUMN interrupted INTEGER NOT NULL DEFAULT 0;
+     CREATE TRIGGER mail_counts_on_insert AFTER INSERT ON mail BEGIN
+         INSERT INTO mail_counts (deployment, inbox, processing, done, dead, interrupted)
+         VALUES (new.deployment, new.state = 'inbox', new.state = 'processing',
+                 new.state = 'done', new.state = 'dead', new.state = 'interrupted')
+         ON CONFLICT (deployment) DO UPDATE SET
+             inbox = inbox + excluded.inbox,
+             processing = processing + excluded.processing,
+             done = done + excluded.done,
+             dead = dead + excluded.dead,
+             interrupted = interrupted + excluded.interrupted;
+     END;
+     CREATE TRIGGER mail_counts_on_update AFTER UPDATE OF deployment, state ON mail
+     WHEN old.state IS NOT new.state OR old.deployment IS NOT new.deployment BEGIN
+         UPDATE mail_counts SET
+             inbox = inbox - (old.state = 'inbox'),
+             processing = processing - (old.state = 'processing'),
+             done = done - (old.state = 'done'),
+             dead = dead - (old.state = 'dead'),
+             interrupted = interrupted - (old.state = 'interrupted')
+         WHERE deployment = old.deployment;
+         INSERT INTO mail_counts (deployment, inbox, processing, done, dead, interrupted)
+         VALUES (new.deployment, new.state = 'inbox', new.state = 'processing',
+                 new.state = 'done', new.state = 'dead', new.state = 'interrupted')
+         ON CONFLICT (deployment) DO UPDATE SET
+             inbox = inbox + excluded.inbox,
+             processing = processing + excluded.processing,
+             done = done + excluded.done,
+             dead = dead + excluded.dead,
+             interrupted = interrupted + excluded.interrupted;
+     END;
+     CREATE TRIGGER mail_counts_on_delete AFTER DELETE ON mail BEGIN
+         UPDATE mail_counts SET
+             inbox = inbox - (old.state = 'inbox'),
+             processing = processing - (old.state = 'processing'),
+             done = done - (old.state = 'done'),
+             dead = dead - (old.state = 'dead'),
+             interrupted = interrupted - (old.state = 'interrupted')
+         WHERE deployment = old.deployment;
+     END;",
 ];
 
 /// The schema version this build writes.

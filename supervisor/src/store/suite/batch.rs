@@ -97,7 +97,8 @@ pub fn acks_in_one_write_each_land_or_not(f: &dyn Fixture) {
             processing: 1,
             working: 1,
             done: 3,
-            dead: 0
+            dead: 0,
+            interrupted: 0,
         }
     );
     let done = f.count("SELECT count(*) FROM events WHERE kind = 'mail_done'");
@@ -158,6 +159,7 @@ pub fn attempts_count_starts_and_an_unstarted_item_is_never_charged(f: &dyn Fixt
         cause: "exited unexpectedly: exit status 3".into(),
         counts: true,
         at_ms: 5,
+        hold: false,
     };
     let view = |store: &mut Box<dyn crate::store::Store>| store.mail_item(id).unwrap().unwrap();
     // Delivered, never started, its child crashes: no failure, no start.
@@ -258,6 +260,7 @@ pub fn a_cancel_ends_a_queued_item_and_outlives_a_held_ones_holder(f: &dyn Fixtu
         cause: "exited unexpectedly: exit status 3".into(),
         counts: true,
         at_ms: 4,
+        hold: false,
     };
     let replayed = store.replay_mail("d", &holder(1), &crash, 5).unwrap();
     assert_eq!((replayed.returned, replayed.cancelled), (1, 1));
@@ -293,4 +296,78 @@ pub fn a_cancel_ends_a_queued_item_and_outlives_a_held_ones_holder(f: &dyn Fixtu
     // One mail_done event per cancelled item.
     let done = f.count("SELECT count(*) FROM events WHERE kind = 'mail_done'");
     assert_eq!(done, 3);
+}
+
+/// `redeliver = "hold"`: a started item whose holder ends waits as
+/// interrupted (whatever ended it, the supervisor's stop and start-up
+/// included), an unstarted one goes back; a retry runs it again as its
+/// next attempt, a cancel ends it.
+pub fn a_held_deployment_keeps_a_started_item_for_an_operator(f: &dyn Fixture) {
+    let mut store = f.open();
+    let offers: Vec<Offer> = ["a", "b", "c"]
+        .iter()
+        .map(|p| offer("d", None, p, 100))
+        .collect();
+    let ids: Vec<u64> = store
+        .enqueue_mail_many(&offers)
+        .unwrap()
+        .iter()
+        .map(|a| a.as_ref().unwrap().id)
+        .collect();
+    store.take_mail_for("d", &holder(1), 3, 1, false).unwrap();
+    for id in [ids[0], ids[2]] {
+        let start = Settle::Started {
+            holder: holder(1),
+            id,
+        };
+        assert_eq!(store.settle_mail("d", &[start], 2).unwrap(), [true]);
+    }
+    let killed = Ending {
+        cause: "killed by signal 9 (SIGKILL)".into(),
+        counts: true,
+        at_ms: 3,
+        hold: true,
+    };
+    let replayed = store.replay_mail("d", &holder(1), &killed, 5).unwrap();
+    assert_eq!(replayed.interrupted, [ids[0], ids[2]]);
+    assert_eq!(replayed.returned, 1, "the unstarted one");
+    let counts = store.mail_counts("d").unwrap();
+    assert_eq!((counts.inbox, counts.interrupted), (1, 2), "{counts:?}");
+    let item = store.mail_item(ids[0]).unwrap().unwrap();
+    assert_eq!(item.state.as_str(), "interrupted");
+    assert_eq!((item.attempts, item.failures), (1, 0), "{item:?}");
+    assert!(
+        item.history[0]
+            .how
+            .as_deref()
+            .is_some_and(|h| h.starts_with("interrupted: held for an operator")),
+        "{item:?}"
+    );
+    // Only the unstarted item is taken again.
+    let next = store.take_mail_for("d", &holder(2), 10, 4, false).unwrap();
+    assert_eq!(next.iter().map(|m| m.id).collect::<Vec<_>>(), [ids[1]]);
+    // A retry puts it back as its next attempt.
+    let retried = store.retry_dead_mail("d", Some(ids[0]), "ana", 5).unwrap();
+    assert_eq!(retried.ids, [ids[0]]);
+    let again = store.take_mail_for("d", &holder(2), 10, 6, false).unwrap();
+    assert_eq!((again[0].id, again[0].attempt), (ids[0], 2));
+    // A cancel ends the other.
+    assert_eq!(
+        store.cancel_mail(ids[2], "not needed", "ana", 7).unwrap(),
+        Some(CancelFound::Queued {
+            deployment: "d".into()
+        })
+    );
+    assert_eq!(store.mail_counts("d").unwrap().interrupted, 0);
+    // At start-up, a holding deployment's started items are held too.
+    let start = Settle::Started {
+        holder: holder(2),
+        id: ids[1],
+    };
+    assert_eq!(store.settle_mail("d", &[start], 8).unwrap(), [true]);
+    store.replay_all_mail_holding(9, &["d".to_owned()]).unwrap();
+    let started = store.mail_item(ids[1]).unwrap().unwrap();
+    assert_eq!(started.state.as_str(), "interrupted");
+    let taken = store.mail_item(ids[0]).unwrap().unwrap();
+    assert_eq!(taken.state.as_str(), "inbox", "unstarted: back");
 }

@@ -29,6 +29,7 @@ pub fn stopped() -> Ending {
         cause: "stopped: killed by signal 15 (SIGTERM)".into(),
         counts: false,
         at_ms: 1,
+        hold: false,
     }
 }
 
@@ -51,6 +52,7 @@ fn counts(inbox: u64, processing: u64, done: u64) -> MailCounts {
         working: processing,
         done,
         dead: 0,
+        interrupted: 0,
     }
 }
 

@@ -21,6 +21,7 @@ fn crash(at_ms: u64) -> Ending {
         cause: CRASH.into(),
         counts: true,
         at_ms,
+        hold: false,
     }
 }
 
@@ -31,6 +32,7 @@ fn counts(inbox: u64, processing: u64, done: u64, dead: u64) -> MailCounts {
         working: processing,
         done,
         dead,
+        interrupted: 0,
     }
 }
 

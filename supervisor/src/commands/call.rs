@@ -105,16 +105,42 @@ pub fn wait_and_print(target: &Target, id: u64, wait: Option<Duration>, json: bo
             id,
             wait_ms: Some(wait_ms),
         };
-        let data = match target.call(request) {
+        let data = match asked(target, request, id) {
             Ok(data) => data,
-            Err(e) => {
-                eprintln!("wfhost: {}", e.message);
-                return e.code;
-            }
+            Err(code) => return code,
         };
         // Ended, or this request waited out the rest of the caller's wait.
         if data["ended"] == true || left.is_some_and(|l| l <= MAX_WAIT_MS) {
             return print_end(&data, json);
+        }
+    }
+}
+
+/// How many times a wait whose supervisor went away is asked again (a
+/// restarted supervisor answers within a second or two).
+const WAIT_TRIES: u32 = 6;
+
+/// One `mail-result` request, asked again while the supervisor cannot be
+/// reached (it is safe to repeat); on giving up, the error names the
+/// item, which lives on in the store.
+fn asked(target: &Target, request: Request, id: u64) -> Result<Value, u8> {
+    let mut pause = Duration::from_millis(200);
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        match target.call(request.clone()) {
+            Ok(data) => return Ok(data),
+            Err(e) if e.code == exit::UNREACHABLE && tries < WAIT_TRIES => {
+                std::thread::sleep(pause);
+                pause = pause.saturating_mul(2);
+            }
+            Err(e) => {
+                eprintln!(
+                    "wfhost: {}\n  help: mail {id} was accepted and is kept in the store: `wfhost mail result {id} --wait` waits for its end (or call again with the same --key)",
+                    e.message
+                );
+                return Err(e.code);
+            }
         }
     }
 }
@@ -131,13 +157,9 @@ pub fn wait_for_end(target: &Target, id: u64) -> Result<Value, u8> {
             id,
             wait_ms: Some(MAX_WAIT_MS),
         };
-        match target.call(request) {
-            Ok(data) if data["ended"] == true => return Ok(data),
-            Ok(_) => {}
-            Err(e) => {
-                eprintln!("wfhost: {}", e.message);
-                return Err(e.code);
-            }
+        let data = asked(target, request, id)?;
+        if data["ended"] == true {
+            return Ok(data);
         }
     }
 }

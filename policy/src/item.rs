@@ -171,6 +171,9 @@ pub fn ended_as(state: &str, outcome: Option<&str>) -> String {
     }
 }
 
+/// How every holder ended, as the next start-up finds it.
+pub const SUPERVISOR_GONE: &str = "the supervisor that sent it stopped or died";
+
 /// The history's words for a delivery returned at start-up: the
 /// supervisor that sent it stopped or died with it in flight.
 pub const RETURNED_AT_START: &str =

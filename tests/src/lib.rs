@@ -749,6 +749,46 @@ impl Supervisor {
     }
 }
 
+/// `wfhost mail result ID --json`: the item's end (its outcome, state and
+/// reason) and its result parsed as JSON (an example's result); the exit
+/// code is checked against the outcome.
+pub fn mail_result_json(sup: &Supervisor, id: u64) -> (Value, Value) {
+    let out = sup.client(&["mail", "result", &id.to_string(), "--json"]);
+    let end: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("mail result {id} --json: {e}: {}", describe(&out)));
+    let code = if end["outcome"] == "succeeded" { 0 } else { 1 };
+    assert_eq!(out.status.code(), Some(code), "{}", describe(&out));
+    let text = end["result_text"]
+        .as_str()
+        .unwrap_or_else(|| panic!("mail {id} has a UTF-8 result: {end}"));
+    let result = serde_json::from_str(text).unwrap_or_else(|e| panic!("mail {id}: {e}: {text}"));
+    (end, result)
+}
+
+/// Checks that `result` has the orders examples' shape (the same whatever
+/// ended the order and however its steps were done), each step with
+/// `step_keys`, and returns its steps' names.
+pub fn example_steps(result: &Value, step_keys: &[&str]) -> Vec<String> {
+    let keys = |v: &Value| -> Vec<String> {
+        let mut k: Vec<String> = v.as_object().expect("an object").keys().cloned().collect();
+        k.sort_unstable();
+        k
+    };
+    assert_eq!(
+        keys(result),
+        ["attempt", "mail", "order", "status", "steps", "stopped"],
+        "{result}"
+    );
+    let steps = result["steps"].as_array().expect("steps");
+    steps
+        .iter()
+        .map(|s| {
+            assert_eq!(keys(s), step_keys, "{result}");
+            s["step"].as_str().expect("step").to_owned()
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::debug_forms;

@@ -20,9 +20,15 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use wfhost_tests::node::{example_dir, node};
-use wfhost_tests::{LONG, Supervisor, command, deployment, describe, mail_counts, query, wait_for};
+use wfhost_tests::{
+    LONG, Supervisor, command, deployment, describe, example_steps, mail_counts, mail_result_json,
+    query, wait_for,
+};
 
 // --- finding node, the SDK and the example ------------------------------
+
+/// The keys of each step in the example's result.
+const STEP_KEYS: [&str; 6] = ["at", "attempt", "finalized", "ms", "pid", "step"];
 
 /// A deployment running `node orders.js ARGS` in the example's directory,
 /// its step markers in a directory of its own under the temp dir (out of
@@ -94,48 +100,6 @@ fn mail_rows(sup: &Supervisor) -> Vec<(u64, String, Option<String>, u64)> {
         "SELECT id, state, outcome, deliveries FROM mail ORDER BY id",
     );
     serde_json::from_value(Value::Array(rows)).expect("mail rows")
-}
-
-/// `wfhost mail result ID --json`: the item's end (its outcome, state and
-/// reason) and its result parsed as JSON (the example's result).
-fn mail_result(sup: &Supervisor, id: u64) -> (Value, Value) {
-    let out = sup.client(&["mail", "result", &id.to_string(), "--json"]);
-    let end: Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("mail result {id} --json: {e}: {}", describe(&out)));
-    let code = if end["outcome"] == "succeeded" { 0 } else { 1 };
-    assert_eq!(out.status.code(), Some(code), "{}", describe(&out));
-    let text = end["result_text"]
-        .as_str()
-        .unwrap_or_else(|| panic!("mail {id} has a UTF-8 result: {end}"));
-    let result = serde_json::from_str(text).unwrap_or_else(|e| panic!("mail {id}: {e}: {text}"));
-    (end, result)
-}
-
-/// Checks that `result` has the example's shape (the same whatever ended
-/// the order and however its steps were done) and returns its steps' names.
-fn result_steps(result: &Value) -> Vec<String> {
-    let keys = |v: &Value| -> Vec<String> {
-        let mut k: Vec<String> = v.as_object().expect("an object").keys().cloned().collect();
-        k.sort_unstable();
-        k
-    };
-    assert_eq!(
-        keys(result),
-        ["attempt", "mail", "order", "status", "steps", "stopped"],
-        "{result}"
-    );
-    let steps = result["steps"].as_array().expect("steps");
-    steps
-        .iter()
-        .map(|s| {
-            assert_eq!(
-                keys(s),
-                ["at", "attempt", "finalized", "ms", "pid", "step"],
-                "{result}"
-            );
-            s["step"].as_str().expect("step").to_owned()
-        })
-        .collect()
 }
 
 // --- the producer ---------------------------------------------------------
@@ -268,7 +232,11 @@ fn the_node_example_processes_200_orders_exactly_once_across_operator_and_self_r
         let (id, text): (u64, String) = serde_json::from_value(row.clone()).expect("a result row");
         let result: Value =
             serde_json::from_str(&text).unwrap_or_else(|e| panic!("mail {id}: {e}: {text}"));
-        assert_eq!(result_steps(&result), ["fetch", "approve"], "{result}");
+        assert_eq!(
+            example_steps(&result, &STEP_KEYS),
+            ["fetch", "approve"],
+            "{result}"
+        );
         assert_eq!(result["status"], "approved", "{result}");
         assert_eq!(result["mail"], id, "{result}");
         assert!(result["stopped"].is_null(), "{result}");
@@ -286,7 +254,7 @@ fn the_node_example_processes_200_orders_exactly_once_across_operator_and_self_r
         "one result per order sent"
     );
     // And as a caller reads it.
-    let (end, result) = mail_result(&sup, accepted[0]);
+    let (end, result) = mail_result_json(&sup, accepted[0]);
     assert_eq!(
         (end["outcome"].as_str(), end["state"].as_str()),
         (Some("succeeded"), Some("done")),
@@ -445,9 +413,13 @@ fn a_drain_during_a_node_wait_step_pauses_the_budget_until_the_step_ends() {
     log_with(&sup, "@wfhost/child: drain requested (budget 1000 ms)");
 
     // The approved order's result, as a caller reads it.
-    let (end, result) = mail_result(&sup, 1);
+    let (end, result) = mail_result_json(&sup, 1);
     assert_eq!(end["outcome"], "succeeded", "{end}");
-    assert_eq!(result_steps(&result), ["fetch", "approve"], "{result}");
+    assert_eq!(
+        example_steps(&result, &STEP_KEYS),
+        ["fetch", "approve"],
+        "{result}"
+    );
     assert_eq!(
         (
             result["order"].as_str(),
@@ -539,9 +511,13 @@ fn a_node_cancel_step_ignoring_the_drain_is_cancelled_by_a_verified_signed_cance
         "{rows:?}"
     );
     // Its result says so: no step done, fetch stopped by the signed cancel.
-    let (end, result) = mail_result(&sup, 1);
+    let (end, result) = mail_result_json(&sup, 1);
     assert_eq!(end["outcome"], "cancelled", "{end}");
-    assert_eq!(result_steps(&result), Vec::<String>::new(), "{result}");
+    assert_eq!(
+        example_steps(&result, &STEP_KEYS),
+        Vec::<String>::new(),
+        "{result}"
+    );
     assert_eq!(
         (result["order"].as_str(), result["status"].as_str()),
         (Some("S-1"), Some("cancelled")),
@@ -574,7 +550,11 @@ fn a_node_order_called_returns_its_result_and_one_cancelled_in_approval_ends_can
     let result: Value = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("wfhost call prints the result: {e}: {}", describe(&out)));
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
-    assert_eq!(result_steps(&result), ["fetch", "approve"], "{result}");
+    assert_eq!(
+        example_steps(&result, &STEP_KEYS),
+        ["fetch", "approve"],
+        "{result}"
+    );
     assert_eq!(
         (result["order"].as_str(), result["status"].as_str()),
         (Some("C-1"), Some("approved")),
@@ -610,9 +590,9 @@ fn a_node_order_called_returns_its_result_and_one_cancelled_in_approval_ends_can
         "the approval stopped, not waited for: {:?}",
         asked.elapsed()
     );
-    let (end, result) = mail_result(&sup, 2);
+    let (end, result) = mail_result_json(&sup, 2);
     assert_eq!(end["outcome"], "cancelled", "{end}");
-    assert_eq!(result_steps(&result), ["fetch"], "{result}");
+    assert_eq!(example_steps(&result, &STEP_KEYS), ["fetch"], "{result}");
     assert_eq!(result["status"], "cancelled", "{result}");
     assert_eq!(result["stopped"]["step"], "approve", "{result}");
     assert!(

@@ -15,9 +15,24 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 use serde_json::Value;
 use wfhost_ipc::{CancelOrigin, CancelRequested, KeyId, SignedCancel};
-use wfhost_tests::{LONG, Supervisor, alive, command, deployment, describe, ok, signal, unhex};
+use wfhost_tests::{
+    LONG, Supervisor, alive, command, deployment, describe, example_steps, mail_result_json, ok,
+    signal, unhex,
+};
 
 // --- where things are -------------------------------------------------------
+
+/// The keys of each step in the example's result.
+const STEP_KEYS: [&str; 8] = [
+    "at",
+    "attempt",
+    "finalized",
+    "ms",
+    "pid",
+    "rounds",
+    "sha256",
+    "step",
+];
 
 /// The repository root (the tests crate lives in `<repo>/tests`).
 fn repo() -> PathBuf {
@@ -81,57 +96,6 @@ fn story(sup: &Supervisor) -> Vec<String> {
     sup.plain_log()
         .lines()
         .filter_map(|l| l.find("orders: ").map(|i| l[i..].to_owned()))
-        .collect()
-}
-
-/// `wfhost mail result ID --json`: the item's end (its outcome, state and
-/// reason) and its result parsed as JSON (the example's result).
-fn mail_result(sup: &Supervisor, id: u64) -> (Value, Value) {
-    let out = sup.client(&["mail", "result", &id.to_string(), "--json"]);
-    let end: Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("mail result {id} --json: {e}: {}", describe(&out)));
-    let code = if end["outcome"] == "succeeded" { 0 } else { 1 };
-    assert_eq!(out.status.code(), Some(code), "{}", describe(&out));
-    let text = end["result_text"]
-        .as_str()
-        .unwrap_or_else(|| panic!("mail {id} has a UTF-8 result: {end}"));
-    let result = serde_json::from_str(text).unwrap_or_else(|e| panic!("mail {id}: {e}: {text}"));
-    (end, result)
-}
-
-/// Checks that `result` has the example's shape (the same whatever ended
-/// the order and however its steps were done) and returns its steps' names.
-fn result_steps(result: &Value) -> Vec<String> {
-    let keys = |v: &Value| -> Vec<String> {
-        let mut k: Vec<String> = v.as_object().expect("an object").keys().cloned().collect();
-        k.sort_unstable();
-        k
-    };
-    assert_eq!(
-        keys(result),
-        ["attempt", "mail", "order", "status", "steps", "stopped"],
-        "{result}"
-    );
-    let steps = result["steps"].as_array().expect("steps");
-    steps
-        .iter()
-        .map(|s| {
-            assert_eq!(
-                keys(s),
-                [
-                    "at",
-                    "attempt",
-                    "finalized",
-                    "ms",
-                    "pid",
-                    "rounds",
-                    "sha256",
-                    "step"
-                ],
-                "{result}"
-            );
-            s["step"].as_str().expect("step").to_owned()
-        })
         .collect()
 }
 
@@ -302,7 +266,11 @@ fn the_python_example_serves_200_items_across_5_self_recycles_each_done_once() {
         let (id, text): (u64, String) = serde_json::from_value(row).expect("a result row");
         let result: Value =
             serde_json::from_str(&text).unwrap_or_else(|e| panic!("mail {id}: {e}: {text}"));
-        assert_eq!(result_steps(&result), ["fetch", "approve"], "{result}");
+        assert_eq!(
+            example_steps(&result, &STEP_KEYS),
+            ["fetch", "approve"],
+            "{result}"
+        );
         assert_eq!(
             (result["mail"].as_u64(), result["status"].as_str()),
             (Some(id), Some("approved")),
@@ -391,9 +359,13 @@ fn a_sigkilled_python_child_redelivers_its_item_with_attempt_2_and_the_example_f
     // The result, as a caller reads it: the fetch finalized from the
     // killed child's marker (its record: that child's pid, attempt 1), the
     // approval run by the next child, in the same shape.
-    let (end, result) = mail_result(&sup, 1);
+    let (end, result) = mail_result_json(&sup, 1);
     assert_eq!(end["outcome"], "succeeded", "{end}");
-    assert_eq!(result_steps(&result), ["fetch", "approve"], "{result}");
+    assert_eq!(
+        example_steps(&result, &STEP_KEYS),
+        ["fetch", "approve"],
+        "{result}"
+    );
     assert_eq!(
         (
             result["order"].as_str(),
@@ -486,8 +458,12 @@ fn a_drain_during_a_blocking_wait_step_keeps_the_budget_paused_until_drained() {
             .any(|l| l.contains("mail 1: order W-1 done (attempt 1)")),
         "{lines:#?}"
     );
-    let (_, result) = mail_result(&sup, 1);
-    assert_eq!(result_steps(&result), ["fetch", "approve"], "{result}");
+    let (_, result) = mail_result_json(&sup, 1);
+    assert_eq!(
+        example_steps(&result, &STEP_KEYS),
+        ["fetch", "approve"],
+        "{result}"
+    );
     assert_eq!(
         (result["order"].as_str(), result["status"].as_str()),
         (Some("W-1"), Some("approved")),
@@ -510,7 +486,11 @@ fn a_python_order_called_returns_its_result_and_one_cancelled_in_approval_ends_c
     let result: Value = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("wfhost call prints the result: {e}: {}", describe(&out)));
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
-    assert_eq!(result_steps(&result), ["fetch", "approve"], "{result}");
+    assert_eq!(
+        example_steps(&result, &STEP_KEYS),
+        ["fetch", "approve"],
+        "{result}"
+    );
     assert_eq!(
         (result["order"].as_str(), result["status"].as_str()),
         (Some("C-1"), Some("approved")),
@@ -572,9 +552,9 @@ fn a_python_order_called_returns_its_result_and_one_cancelled_in_approval_ends_c
         "the approval stopped, not waited for: {:?}",
         asked.elapsed()
     );
-    let (end, result) = mail_result(&sup, 2);
+    let (end, result) = mail_result_json(&sup, 2);
     assert_eq!(end["outcome"], "cancelled", "{end}");
-    assert_eq!(result_steps(&result), ["fetch"], "{result}");
+    assert_eq!(example_steps(&result, &STEP_KEYS), ["fetch"], "{result}");
     assert_eq!(result["status"], "cancelled", "{result}");
     assert_eq!(result["stopped"]["step"], "approve", "{result}");
     assert!(

@@ -96,6 +96,16 @@ pub fn timeout(arg: Option<&str>) -> Result<Option<Duration>, u8> {
 /// Waits for item `id`'s end (for `wait` at most; `None`: as long as it
 /// takes, one bounded request after another) and prints it.
 pub fn wait_and_print(target: &Target, id: u64, wait: Option<Duration>, json: bool) -> u8 {
+    match wait_for(target, id, wait) {
+        Ok(data) => print_end(&data, json),
+        Err(code) => code,
+    }
+}
+
+/// Item `id` once it has ended, or (after `wait`) where it is; `None`
+/// waits as long as it takes, one bounded request after another. An
+/// error is printed and its exit code returned.
+pub fn wait_for(target: &Target, id: u64, wait: Option<Duration>) -> Result<Value, u8> {
     let started = Instant::now();
     loop {
         let left = wait.map(|w| ms(w.saturating_sub(started.elapsed())));
@@ -105,13 +115,10 @@ pub fn wait_and_print(target: &Target, id: u64, wait: Option<Duration>, json: bo
             id,
             wait_ms: Some(wait_ms),
         };
-        let data = match asked(target, request, id) {
-            Ok(data) => data,
-            Err(code) => return code,
-        };
+        let data = asked(target, request, id)?;
         // Ended, or this request waited out the rest of the caller's wait.
         if data["ended"] == true || left.is_some_and(|l| l <= MAX_WAIT_MS) {
-            return print_end(&data, json);
+            return Ok(data);
         }
     }
 }
@@ -147,21 +154,6 @@ fn asked(target: &Target, request: Request, id: u64) -> Result<Value, u8> {
 
 fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
-
-/// Item `id`'s end, however long it takes (one bounded request after
-/// another), or the exit code of the error printed.
-pub fn wait_for_end(target: &Target, id: u64) -> Result<Value, u8> {
-    loop {
-        let request = Request::MailResult {
-            id,
-            wait_ms: Some(MAX_WAIT_MS),
-        };
-        let data = asked(target, request, id)?;
-        if data["ended"] == true {
-            return Ok(data);
-        }
-    }
 }
 
 /// Prints an item's end as `call` does: a success's result bytes on

@@ -174,7 +174,7 @@ fn cancel(args: &CancelArgs) -> u8 {
     if !args.wait {
         return if stopped { exit::OK } else { exit::FAILED };
     }
-    let end = match call::wait_for_end(&args.target, args.id) {
+    let end = match call::wait_for(&args.target, args.id, None) {
         Ok(end) => end,
         Err(code) => return code,
     };

@@ -69,20 +69,11 @@ impl Dispatch {
     }
 }
 
-/// The outcome and result as given, or why the result cannot be kept: it
-/// is over the deployment's `max_result_bytes`.
-pub fn within_result_bound(
-    cfg: &crate::config::DeploymentConfig,
-    outcome: wfhost_ipc::Outcome,
-    result: Vec<u8>,
-) -> Result<(wfhost_ipc::Outcome, Vec<u8>), String> {
+/// Why a result cannot be kept, if it cannot: it is over the
+/// deployment's `max_result_bytes` (the item then ends failed, naming it).
+pub fn result_too_large(cfg: &crate::config::DeploymentConfig, result: &[u8]) -> Option<String> {
     let (len, max) = (result.len() as u64, cfg.max_result_bytes);
-    if len > max {
-        return Err(format!(
-            "result of {len} bytes exceeds max_result_bytes {max}"
-        ));
-    }
-    Ok((outcome, result))
+    (len > max).then(|| format!("result of {len} bytes exceeds max_result_bytes {max}"))
 }
 
 /// The holder of what `child` is sent: its spawn's channel id and pid.

@@ -163,9 +163,9 @@ impl Replica {
     fn mail_done(&mut self, id: u64, outcome: Outcome, result: Vec<u8>) -> Option<Fact> {
         let w = self.wired.as_mut()?;
         w.deadlines.ended(id);
-        let (outcome, result) = match mail::within_result_bound(&self.cfg, outcome, result) {
-            Ok(done) => done,
-            Err(failed) => {
+        let (outcome, result) = match mail::result_too_large(&self.cfg, &result) {
+            None => (outcome, result),
+            Some(failed) => {
                 warn!(deployment = %self.label, mail = id, reason = %failed, "mail result too large");
                 (Outcome::Failed(failed), Vec::new())
             }

@@ -402,19 +402,14 @@ impl MailStore for PostgresStore {
                  WHERE state = 'processing' AND cancel_reason IS NOT NULL ORDER BY id FOR UPDATE",
                 &[],
             )?;
-            let how = item::ended_how(
-                "the supervisor that sent it stopped or died",
-                Fate::Cancelled,
-                false,
-                true,
-            );
+            let gone = item::SUPERVISOR_GONE;
+            let how = item::ended_how(gone, Fate::Cancelled, false, true);
             for r in &cancelled {
                 let (id, deployment): (i64, String) = (r.try_get(0)?, r.try_get(1)?);
                 cancel_held(&mut tx, &deployment, id, at_ms)?;
                 end_delivery(&mut tx, id, at_ms, &how)?;
             }
             // A deployment that holds: its started items wait for an operator.
-            let gone = "the supervisor that sent it stopped or died";
             let held_how = item::ended_how(gone, Fate::Interrupted, false, true);
             tx.execute(
                 "UPDATE mail_history SET ended_at_ms = $1, how = $2

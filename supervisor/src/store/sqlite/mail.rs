@@ -373,18 +373,13 @@ impl MailStore for SqliteStore {
                 )?
                 .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
                 .collect::<rusqlite::Result<_>>()?;
-            let how = item::ended_how(
-                "the supervisor that sent it stopped or died",
-                Fate::Cancelled,
-                false,
-                true,
-            );
+            let gone = item::SUPERVISOR_GONE;
+            let how = item::ended_how(gone, Fate::Cancelled, false, true);
             for (id, deployment) in &cancelled {
                 cancel_held(&tx, deployment, *id, at_ms)?;
                 end_delivery(&tx, *id, at_ms, &how)?;
             }
             // A deployment that holds: its started items wait for an operator.
-            let gone = "the supervisor that sent it stopped or died";
             let held_how = item::ended_how(gone, Fate::Interrupted, false, true);
             for deployment in hold {
                 tx.prepare_cached(

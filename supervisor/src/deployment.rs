@@ -9,20 +9,17 @@
 //! |---|---|
 //! | `driver/` | the task: its replicas (`replica.rs`), what arrives in (`arrive.rs`), the machine's actions out (`act.rs`), answers gathered from several replicas (`gather.rs`) |
 //! | `child.rs` | the live child's I/O: process, channel, handshake |
-//! | `cancel.rs` | signed cancels (an operator's, a spent drain budget's) on their way through the journal |
-//! | `mail.rs` | mail delivery, acknowledgement and replay |
-//! | `spread.rs` | which replica gets how much of the inbox |
+//! | `cancel.rs` | signed cancels (an operator's, a spent drain budget's, a deadline's; of runs or of one item) on their way through the journal |
+//! | `mail/` | an item's life on this side: spread, window, deadlines, cancel verdicts, the writes owed the store and their settling |
 //! | `recycle.rs` | the recycle sequence and its checks |
 //! | `spawn.rs` | the spawner thread and a child's environment |
 //! | `grants.rs` | the grants file |
 //! | `output.rs` | a child's stdout and stderr into the log |
 //! | `throttle.rs` | how many observational facts a child may publish |
 //! | `timer.rs` | sleeps that end within a fraction of a millisecond |
-//! | `writes.rs` | the mail writes owed to the store, retried in order |
 
 mod cancel;
 mod child;
-mod deadlines;
 mod driver;
 pub mod grants;
 mod mail;
@@ -30,11 +27,8 @@ pub mod output;
 pub mod policy_tick;
 pub mod recycle;
 pub mod spawn;
-mod spread;
 mod throttle;
 mod timer;
-mod verdicts;
-pub mod writes;
 
 use std::sync::{Arc, Mutex};
 

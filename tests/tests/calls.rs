@@ -1,11 +1,13 @@
-//! Calling under stress: `wfhost call` (a keyed send, then a wait for the
-//! item's end) returns each caller its own result byte for byte, the work
-//! done once, while the deployment is recycled; a keyed call survives its
-//! child's SIGKILL and, repeated under the same key, the supervisor's
-//! SIGKILL (one item for the key, one result); and on a fleet, a call
-//! through one host returns the result of the child its owner runs on
-//! another. The children are `wfhost-child conformance` (protocol 3),
-//! whose payloads say what their handlers return (docs/conformance.md).
+//! Calling under stress, on SQLite and on PostgreSQL: `wfhost call` (a
+//! keyed send, then a wait for the item's end) returns each caller its
+//! own result byte for byte, the work done once, while the deployment is
+//! recycled; a keyed call survives its child's SIGKILL and, repeated
+//! under the same key, the supervisor's SIGKILL (one item for the key,
+//! one result); and on a fleet, a call through one host returns the
+//! result of the child its owner runs on another. The children are
+//! `wfhost-child conformance` (protocol 3), whose payloads say what their
+//! handlers return (docs/conformance.md), and, for binary payloads,
+//! `wfh-fleetchild --echo`, whose result is its payload.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -16,9 +18,10 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 use serde_json::Value;
+use wfhost_tests::postgres::PgServer;
 use wfhost_tests::{
-    LONG, Supervisor, alive, bin, children_of, client, command, deployment, describe, json_lines,
-    ok, query, signal, stderr, stdout, wait_for,
+    LONG, Supervisor, TempDir, alive, bin, children_of, client, command, deployment, describe,
+    json_lines, ok, query, signal, stderr, stdout, wait_for,
 };
 
 /// A deployment of the conformance child speaking protocol 3.
@@ -33,6 +36,60 @@ fn conformance(id: &str, extra: &str) -> String {
 /// Lowercase hex of `bytes`.
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Where the supervisor under test keeps its state.
+enum Store {
+    Sqlite,
+    Postgres(PgServer),
+}
+
+impl Store {
+    fn postgres() -> Self {
+        Self::Postgres(PgServer::start())
+    }
+
+    /// The config's `[store]` section (nothing for SQLite, the default).
+    fn section(&self) -> String {
+        match self {
+            Self::Sqlite => String::new(),
+            Self::Postgres(pg) => format!("[store]\nurl = \"{}\"\n\n", pg.url("postgres")),
+        }
+    }
+
+    /// `(idempotency key, id)` of every stored item, by id, read from the
+    /// store itself.
+    fn keyed(&self, sup: &Supervisor) -> Vec<(String, u64)> {
+        const SQL: &str = "SELECT idempotency_key, id FROM mail ORDER BY id";
+        match self {
+            Self::Sqlite => query(&sup.db(), SQL)
+                .iter()
+                .map(|r| {
+                    let key = r[0].as_str().expect("every item has its key");
+                    (key.to_owned(), r[1].as_u64().expect("an id"))
+                })
+                .collect(),
+            Self::Postgres(pg) => pg
+                .psql("postgres", SQL)
+                .lines()
+                .filter(|l| !l.is_empty())
+                .map(|l| {
+                    let (key, id) = l.split_once('|').expect("key|id");
+                    (key.to_owned(), id.parse().expect("an id"))
+                })
+                .collect(),
+        }
+    }
+
+    /// The ids stored under idempotency key `key`.
+    fn ids_for_key(&self, sup: &Supervisor, key: &str) -> Vec<u64> {
+        let keyed = self.keyed(sup);
+        keyed
+            .into_iter()
+            .filter(|(k, _)| k == key)
+            .map(|(_, id)| id)
+            .collect()
+    }
 }
 
 /// A payload whose handler runs one `wait` step (a drain lets it finish)
@@ -105,15 +162,6 @@ fn all_items(sup: &Supervisor) -> Vec<Value> {
     json_lines(&ok("mail list", &out))
 }
 
-/// The ids stored under idempotency key `key` (read from the store).
-fn ids_for_key(db: &Path, key: &str) -> Vec<u64> {
-    let rows = query(
-        db,
-        &format!("SELECT id FROM mail WHERE idempotency_key = '{key}' ORDER BY id"),
-    );
-    rows.iter().map(|r| r[0].as_u64().expect("an id")).collect()
-}
-
 /// How many of an item's deliveries ended with it done (`how`: `done: …`).
 fn done_deliveries(shown: &Value) -> usize {
     shown["history"]
@@ -137,9 +185,9 @@ fn wait_reachable(config: &Path) {
 
 /// Waits until the one item stored under `key` is held by a child whose
 /// handler started it `attempt` times; returns its id and holder's pid.
-fn wait_started(sup: &Supervisor, key: &str, attempt: u64) -> (u64, u32) {
+fn wait_started(store: &Store, sup: &Supervisor, key: &str, attempt: u64) -> (u64, u32) {
     let id = wait_for("the call's item stored", LONG, || {
-        ids_for_key(&sup.db(), key).first().copied()
+        store.ids_for_key(sup, key).first().copied()
     });
     let pid = wait_for("the call's item started", LONG, || {
         let shown = item(sup, id);
@@ -152,42 +200,61 @@ fn wait_started(sup: &Supervisor, key: &str, attempt: u64) -> (u64, u32) {
 
 #[test]
 fn two_hundred_calls_from_eight_callers_during_recycles_each_return_their_result_once() {
+    two_hundred_calls(&Store::Sqlite);
+}
+
+#[test]
+fn two_hundred_calls_on_postgres_each_return_their_result_once() {
+    two_hundred_calls(&Store::postgres());
+}
+
+/// 8 callers × 25 keyed calls with binary payloads, echoed back by the
+/// child, during 5 operator recycles: each call prints its own payload,
+/// and each item was run by one handler, once (the child's record).
+fn two_hundred_calls(store: &Store) {
     const CALLERS: usize = 8;
     const CALLS: usize = 25;
     const TOTAL: usize = CALLERS * CALLS;
     const RECYCLES: usize = 5;
     let started = Instant::now();
-    let sup = Supervisor::start(&conformance("calls", ""));
+    let dir = TempDir::new();
+    let record = dir.join("work.log");
+    let echo = command(&[
+        "{bin}/wfh-fleetchild",
+        "--record",
+        record.to_str().expect("utf-8 path"),
+        "--work-ms",
+        "30",
+        "--drain",
+        "wait",
+        "--echo",
+    ]);
+    let sup = Supervisor::start(&(store.section() + &deployment("calls", &echo, "")));
     let first_pid = sup.ready_pid("calls", LONG);
     let config = sup.config().to_path_buf();
 
     let ended = Arc::new(AtomicUsize::new(0));
     let callers: Vec<_> = (0..CALLERS)
         .map(|t| {
-            let (config, ended) = (config.clone(), ended.clone());
+            let (config, ended, dir) = (config.clone(), ended.clone(), dir.path().to_owned());
             std::thread::spawn(move || {
                 (0..CALLS)
                     .map(|i| {
                         // 8 bytes, unique per call, with NUL, 0xff, a
-                        // newline and bytes that are no UTF-8.
+                        // newline and bytes that are no UTF-8: the
+                        // payload, and so the result.
                         let n = (t * CALLS + i) as u8;
-                        let result = vec![0x00, 0xff, t as u8, i as u8, 0x0a, 0x80, 0x0d, n];
-                        let ms = 20 + ((t * 7 + i * 13) % 61) as u64;
+                        let bytes = vec![0x00, 0xff, t as u8, i as u8, 0x0a, 0x80, 0x0d, n];
+                        let file = dir.join(format!("payload-{t}-{i}"));
+                        std::fs::write(&file, &bytes).expect("payload file");
+                        let at = format!("@{}", file.display());
                         let key = format!("call-{t}-{i}");
                         let out = client(
                             &config,
-                            &[
-                                "call",
-                                "calls",
-                                &payload(&result, ms),
-                                "--key",
-                                &key,
-                                "--timeout",
-                                "45s",
-                            ],
+                            &["call", "calls", &at, "--key", &key, "--timeout", "45s"],
                         );
                         ended.fetch_add(1, Ordering::SeqCst);
-                        (key, result, out)
+                        (key, bytes, out)
                     })
                     .collect::<Vec<_>>()
             })
@@ -254,21 +321,8 @@ fn two_hundred_calls_from_eight_callers_during_recycles_each_return_their_result
     );
 
     // The store: one item per key, each done, succeeded, started once.
-    let rows = query(
-        &sup.db(),
-        "SELECT id, idempotency_key FROM mail ORDER BY id",
-    );
-    let by_key: BTreeMap<String, u64> = rows
-        .iter()
-        .map(|r| {
-            (
-                r[1].as_str()
-                    .expect("every call's item has its key")
-                    .to_owned(),
-                r[0].as_u64().expect("id"),
-            )
-        })
-        .collect();
+    let rows = store.keyed(&sup);
+    let by_key: BTreeMap<String, u64> = rows.iter().cloned().collect();
     assert_eq!(rows.len(), TOTAL, "one stored item per call: {rows:?}");
     assert_eq!(
         by_key.keys().cloned().collect::<BTreeSet<_>>(),
@@ -306,6 +360,17 @@ fn two_hundred_calls_from_eight_callers_during_recycles_each_return_their_result
         RECYCLES + 1,
         "children that worked: {workers:?}"
     );
+    // The child's own record: each item run by one handler, once.
+    let runs = std::fs::read_to_string(&record).expect("the child's record");
+    let mut run_by_id: BTreeMap<u64, usize> = BTreeMap::new();
+    for line in runs.lines() {
+        let id = line.split(' ').nth(2).and_then(|v| v.parse().ok());
+        *run_by_id.entry(id.expect("PID DEP ID …")).or_default() += 1;
+        assert!(line.ends_with(" done"), "every run ran to its end: {line}");
+    }
+    let ids: BTreeSet<u64> = by_key.values().copied().collect();
+    assert_eq!(run_by_id.keys().copied().collect::<BTreeSet<_>>(), ids);
+    assert!(run_by_id.values().all(|n| *n == 1), "{run_by_id:?}");
     let d = sup.deployment("calls");
     assert_eq!(d["recycles"]["operator"], RECYCLES as u64, "{d}");
     assert_ne!(d["pid"].as_u64(), Some(u64::from(first_pid)), "{d}");
@@ -321,8 +386,17 @@ fn two_hundred_calls_from_eight_callers_during_recycles_each_return_their_result
 
 #[test]
 fn a_keyed_call_retried_across_a_child_kill_and_a_supervisor_kill_returns_the_one_result() {
+    keyed_call_across_kills(&Store::Sqlite);
+}
+
+#[test]
+fn a_keyed_call_on_postgres_returns_the_one_result_across_kills() {
+    keyed_call_across_kills(&Store::postgres());
+}
+
+fn keyed_call_across_kills(store: &Store) {
     let started = Instant::now();
-    let sup = Supervisor::start(&conformance("slow", ""));
+    let sup = Supervisor::start(&(store.section() + &conformance("slow", "")));
     sup.ready_pid("slow", LONG);
     let config = sup.config().to_path_buf();
 
@@ -342,7 +416,7 @@ fn a_keyed_call_retried_across_a_child_kill_and_a_supervisor_kill_returns_the_on
         ],
         &config,
     );
-    let (id, pid) = wait_started(&sup, "K-1", 1);
+    let (id, pid) = wait_started(store, &sup, "K-1", 1);
     signal(pid, Signal::SIGKILL);
     let out = call.finish(LONG);
     assert_eq!(
@@ -366,7 +440,7 @@ fn a_keyed_call_retried_across_a_child_kill_and_a_supervisor_kill_returns_the_on
         Some(u64::from(pid)),
         "done by the next child: {shown}"
     );
-    assert_eq!(ids_for_key(&sup.db(), "K-1"), [id]);
+    assert_eq!(store.ids_for_key(&sup, "K-1"), [id]);
     // Called again: the stored result at once, the same item.
     let again = sup.client(&["call", "slow", &first_payload, "--key", "K-1", "--json"]);
     let json: Value = serde_json::from_str(&stdout(&again)).expect("call --json");
@@ -393,7 +467,7 @@ fn a_keyed_call_retried_across_a_child_kill_and_a_supervisor_kill_returns_the_on
         ],
         &config,
     );
-    let (id2, child) = wait_started(&sup, "K-2", 1);
+    let (id2, child) = wait_started(store, &sup, "K-2", 1);
     let (dir, config_path) = sup.into_parts();
     let lost = call.finish(LONG);
     assert_ne!(lost.status.code(), Some(0), "{}", describe(&lost));
@@ -426,7 +500,11 @@ fn a_keyed_call_retried_across_a_child_kill_and_a_supervisor_kill_returns_the_on
     let json: Value = serde_json::from_str(&stdout(&out)).expect("call --json");
     assert_eq!(json["id"].as_u64(), Some(id2), "the one item: {json}");
     assert_eq!(json["outcome"], "succeeded", "{json}");
-    assert_eq!(ids_for_key(&sup.db(), "K-2"), [id2], "one item for the key");
+    assert_eq!(
+        store.ids_for_key(&sup, "K-2"),
+        [id2],
+        "one item for the key"
+    );
     let shown = item(&sup, id2);
     assert_eq!(shown["state"], "done", "{shown}");
     assert_eq!(done_deliveries(&shown), 1, "done once: {shown}");

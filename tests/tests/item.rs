@@ -3,7 +3,10 @@
 //! item, a result over `max_result_bytes` fails its item, a protocol-2
 //! child still works (empty results), and `wfhost mail cancel` stops a
 //! queued item, a running one (with each verdict), and outlives a child
-//! killed before it answers. The children are `wfhost-child conformance`,
+//! killed before it answers; a deadline fails a hung item and
+//! `redeliver = "hold"` keeps an interrupted one for an operator. Cancels,
+//! deadlines and holds run on SQLite and on PostgreSQL. The children are
+//! `wfhost-child conformance`,
 //! whose payloads say what their handlers do (docs/conformance.md).
 
 use std::io::Write;
@@ -11,6 +14,7 @@ use std::process::{Command, Stdio};
 
 use nix::sys::signal::Signal;
 use serde_json::Value;
+use wfhost_tests::postgres::PgServer;
 use wfhost_tests::{LONG, Supervisor, bin, command, deployment, ok, signal, stderr, stdout};
 
 /// A deployment of the conformance child (protocol 3 unless `protocol`
@@ -42,6 +46,11 @@ fn with_stdin(sup: &Supervisor, args: &[&str], stdin: &[u8]) -> std::process::Ou
         .write_all(stdin)
         .expect("payload written");
     child.wait_with_output().expect("wfhost ends")
+}
+
+/// The `[store]` section for `pg` (the tests run without it on SQLite).
+fn on(pg: &PgServer) -> String {
+    format!("[store]\nurl = \"{}\"\n\n", pg.url("postgres"))
 }
 
 fn item(sup: &Supervisor, id: u64) -> Value {
@@ -158,8 +167,18 @@ fn wait_started(sup: &Supervisor, id: u64) {
 
 #[test]
 fn a_cancel_stops_a_queued_item_and_a_running_one_with_the_childs_verdict() {
+    cancel_verdicts("");
+}
+
+#[test]
+fn on_postgres_a_running_items_cancel_names_the_childs_verdict() {
+    let pg = PgServer::start();
+    cancel_verdicts(&on(&pg));
+}
+
+fn cancel_verdicts(store: &str) {
     let body = conformance("work", 3, "") + &conformance("older", 2, "");
-    let sup = Supervisor::start(&body);
+    let sup = Supervisor::start(&(store.to_owned() + &body));
     sup.ready_pid("work", LONG);
     sup.ready_pid("older", LONG);
     let long = r#"{"steps":[{"name":"work","drain":"cancel","ms":20000}]}"#;
@@ -231,7 +250,17 @@ fn a_cancel_stops_a_queued_item_and_a_running_one_with_the_childs_verdict() {
 
 #[test]
 fn a_queued_item_is_never_delivered_and_a_cancel_outlives_a_killed_child() {
-    let sup = Supervisor::start(&conformance("one", 3, ""));
+    cancel_outlives_a_kill("");
+}
+
+#[test]
+fn on_postgres_a_cancel_outlives_a_killed_child_and_a_queued_one_never_runs() {
+    let pg = PgServer::start();
+    cancel_outlives_a_kill(&on(&pg));
+}
+
+fn cancel_outlives_a_kill(store: &str) {
+    let sup = Supervisor::start(&(store.to_owned() + &conformance("one", 3, "")));
     let pid = sup.ready_pid("one", LONG);
     let long = r#"{"steps":[{"name":"work","drain":"cancel","ms":20000}]}"#;
     let held = send(&sup, "one", long);
@@ -284,11 +313,24 @@ fn a_queued_item_is_never_delivered_and_a_cancel_outlives_a_killed_child() {
 
 #[test]
 fn a_hung_item_is_cancelled_at_its_deadline_then_failed_and_its_neighbours_go_back_uncounted() {
-    let sup = Supervisor::start(&conformance(
-        "hangs",
-        3,
-        "drain_timeout = \"1s\"\ndrain_deadline = \"2s\"",
-    ));
+    deadline("");
+}
+
+#[test]
+fn on_postgres_a_hung_item_fails_at_its_deadline() {
+    let pg = PgServer::start();
+    deadline(&on(&pg));
+}
+
+fn deadline(store: &str) {
+    let sup = Supervisor::start(
+        &(store.to_owned()
+            + &conformance(
+                "hangs",
+                3,
+                "drain_timeout = \"1s\"\ndrain_deadline = \"2s\"",
+            )),
+    );
     let first = sup.ready_pid("hangs", LONG);
     // A handler that cannot be cancelled and keeps answering pings, and a
     // neighbour on the same child whose wait step outlasts any drain.
@@ -357,7 +399,18 @@ fn a_hung_item_is_cancelled_at_its_deadline_then_failed_and_its_neighbours_go_ba
 
 #[test]
 fn with_redeliver_hold_a_killed_childs_started_item_waits_for_an_operator() {
-    let sup = Supervisor::start(&conformance("pays", 3, "redeliver = \"hold\""));
+    held("");
+}
+
+#[test]
+fn on_postgres_a_held_item_waits_for_an_operator() {
+    let pg = PgServer::start();
+    held(&on(&pg));
+}
+
+fn held(store: &str) {
+    let sup =
+        Supervisor::start(&(store.to_owned() + &conformance("pays", 3, "redeliver = \"hold\"")));
     let pid = sup.ready_pid("pays", LONG);
     let id = send(
         &sup,

@@ -26,8 +26,8 @@ use tokio::time::sleep_until;
 use wfhost_policy::crew::{self, Crew};
 use wfhost_policy::life::Answer;
 
+use super::mail::writes::{self, Writes};
 use super::timer;
-use super::writes::{self, Writes};
 use super::{Ask, ConfigSlot, Waiter};
 use crate::config::DeploymentConfig;
 use crate::deployment::policy_tick::Watchlist;

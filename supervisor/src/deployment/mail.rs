@@ -1,216 +1,24 @@
-//! Mail delivery to one live child: FIFO from the durable inbox, a bounded
-//! window in flight, held by that child (its channel id and pid) until it
-//! acknowledges; and, whatever ends a child, its unacknowledged mail back
-//! at the head of the inbox, each item charged one failure unless the
-//! supervisor itself is stopping, and quarantined as dead once it reaches
-//! `max_deliveries` (DESIGN §6).
+//! The supervisor's side of a mail item's life (docs/design.md §6), in
+//! the order an item meets it. The rules (when an item may be taken, what
+//! its holder's end does to it, what a cancel does) are
+//! `wfhost_policy::item`; this folder holds the state and the store I/O
+//! they drive. The deployment's driver calls in from its two mail turns
+//! (`driver/inbox.rs`: deliver and write) and from what a child says
+//! (`driver/arrive.rs`: started, done, a cancel's verdict).
+//!
+//! 1. [`spread`]: which replica gets how much of the inbox's head.
+//! 2. [`window`]: how much one child holds in flight.
+//! 3. [`deadlines`]: each held item's deadline, counted from its first
+//!    delivery.
+//! 4. [`verdicts`]: cancels of one item awaiting the child's verdict.
+//! 5. [`writes`]: what the deployment owes the store (starts, ends with
+//!    results, replays), in order, retried until it lands.
+//! 6. [`settle`]: those writes in the store, and a gone child's mail
+//!    replayed.
 
-use tracing::{debug, info};
-use wfhost_policy::Fact;
-use wfhost_policy::fact::outcome_text;
-use wfhost_policy::life::ExitCause;
-
-use super::child::LiveChild;
-use super::writes::{Replay, Report};
-use crate::clock::unix_ms;
-use crate::record;
-use crate::shared::Shared;
-use crate::store::{AckOf, Ending, Holder, Settle};
-
-/// Most mail items in flight to one child at once.
-pub const WINDOW: usize = 32;
-
-/// What the dispatcher knows between store calls.
-#[derive(Debug)]
-pub struct Dispatch {
-    in_flight: usize,
-    wanted: bool,
-}
-
-impl Default for Dispatch {
-    fn default() -> Self {
-        // A new child may have a backlog waiting.
-        Self {
-            in_flight: 0,
-            wanted: true,
-        }
-    }
-}
-
-impl Dispatch {
-    /// Items in flight to the child.
-    pub fn in_flight(&self) -> usize {
-        self.in_flight
-    }
-
-    /// New mail may be waiting (accepted, acked, or replayed).
-    pub fn want(&mut self) {
-        self.wanted = true;
-    }
-
-    /// How many items to take from the inbox now, if any.
-    pub fn to_take(&self) -> Option<usize> {
-        (self.wanted && self.in_flight < WINDOW).then(|| WINDOW - self.in_flight)
-    }
-
-    /// `got` items of `asked` were taken and sent; fewer means the inbox is
-    /// empty for now.
-    pub fn took(&mut self, got: usize, asked: usize) {
-        self.in_flight += got;
-        if got < asked {
-            self.wanted = false;
-        }
-    }
-
-    /// One item was acknowledged: room for another.
-    pub fn acked(&mut self) {
-        self.in_flight = self.in_flight.saturating_sub(1);
-        self.wanted = true;
-    }
-}
-
-/// Why a result cannot be kept, if it cannot: it is over the
-/// deployment's `max_result_bytes` (the item then ends failed, naming it).
-pub fn result_too_large(cfg: &crate::config::DeploymentConfig, result: &[u8]) -> Option<String> {
-    let (len, max) = (result.len() as u64, cfg.max_result_bytes);
-    (len > max).then(|| format!("result of {len} bytes exceeds max_result_bytes {max}"))
-}
-
-/// The holder of what `child` is sent: its spawn's channel id and pid.
-pub fn holder(child: &LiveChild) -> Holder {
-    Holder {
-        channel_id: child.channel_id.clone(),
-        pid: child.pid,
-    }
-}
-
-/// How a child's wiring ended, for the replay of what it held: every end
-/// counts against its mail but the supervisor's own stop (`stopping`: its
-/// SIGTERM, SIGQUIT, or a reload that removed the deployment) and a drain
-/// the child completed (a recycle or an operator drain it honoured: what
-/// it gave back it was asked to give back, so frequent recycles never
-/// quarantine innocent mail).
-/// With `hold` (`redeliver = "hold"`), a started item is held for an
-/// operator whatever ended its child.
-pub fn ending(cause: &ExitCause, stopping: bool, hold: bool) -> Ending {
-    Ending {
-        cause: cause.describe(),
-        counts: !stopping && !matches!(cause, ExitCause::Drained(_)),
-        at_ms: unix_ms(),
-        hold,
-    }
-}
-
-/// Writes what children reported of the mail they hold (starts, and
-/// acknowledged mail moved to done) in one transaction: for each, true
-/// when its child held it (false for a duplicate, stray or late report),
-/// or why the store refused them all.
-pub async fn write_reports(
-    shared: &Shared,
-    deployment: &str,
-    reports: &[Report],
-) -> Result<Vec<bool>, String> {
-    let owner = deployment.to_owned();
-    let batch: Vec<Settle> = reports
-        .iter()
-        .map(|r| match r {
-            Report::Started { holder, id } => Settle::Started {
-                holder: holder.clone(),
-                id: *id,
-            },
-            Report::Done(a) => Settle::Done(AckOf {
-                holder: a.holder.clone(),
-                id: a.id,
-                outcome: outcome_text(&a.outcome),
-                result: a.result.clone(),
-            }),
-        })
-        .collect();
-    let at = unix_ms();
-    let landed = shared
-        .store
-        .call(move |s| s.settle_mail(&owner, &batch, at))
-        .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| e.to_string())?;
-    if landed.iter().any(|&l| l) {
-        // The store wrote each `mail_done` event with its ack.
-        shared.events_written();
-    }
-    for (r, _) in reports.iter().zip(&landed).filter(|(_, l)| !**l) {
-        if let Report::Done(a) = r {
-            debug!(
-                deployment,
-                mail = a.id,
-                "ack for mail this child does not hold; ignored"
-            );
-        }
-    }
-    Ok(landed)
-}
-
-/// Returns a gone child's unacknowledged mail to the head of the inbox,
-/// or quarantines what reached `max_deliveries`: each such item is
-/// journaled and published as `mail_dead` and logged with what to do.
-pub async fn replay(
-    shared: &Shared,
-    deployment: &str,
-    replay: &Replay,
-    max_deliveries: u32,
-) -> Result<(), String> {
-    let (owner, r) = (deployment.to_owned(), replay.clone());
-    let replayed = shared
-        .store
-        .call(move |s| s.replay_mail(&owner, &r.holder, &r.ending, max_deliveries))
-        .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| e.to_string())?;
-    if replayed.returned > 0 {
-        info!(
-            deployment,
-            pid = replay.holder.pid,
-            items = replayed.returned,
-            counted = replay.ending.counts,
-            "unacknowledged mail returned to the head of the inbox"
-        );
-    }
-    for id in replayed.interrupted {
-        let fact = Fact::MailInterrupted {
-            id,
-            cause: replay.ending.cause.clone(),
-            pid: replay.holder.pid,
-        };
-        record::log(deployment, &fact);
-        shared.record(Some(deployment), &fact);
-    }
-    for dead in replayed.dead {
-        let fact = Fact::MailDead {
-            id: dead.id,
-            failures: dead.failures,
-            cause: dead.cause,
-            pid: dead.pid,
-        };
-        record::log(deployment, &fact);
-        shared.record(Some(deployment), &fact);
-    }
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_window_bounds_what_is_in_flight() {
-        let mut d = Dispatch::default();
-        assert_eq!(d.to_take(), Some(WINDOW));
-        d.took(WINDOW, WINDOW);
-        assert_eq!(d.to_take(), None, "window full");
-        d.acked();
-        assert_eq!(d.to_take(), Some(1));
-        d.took(0, 1);
-        assert_eq!(d.to_take(), None, "inbox empty until new mail");
-        d.want();
-        assert_eq!(d.to_take(), Some(1));
-    }
-}
+pub mod deadlines;
+pub mod settle;
+pub mod spread;
+pub mod verdicts;
+pub mod window;
+pub mod writes;

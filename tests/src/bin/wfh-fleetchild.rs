@@ -1,6 +1,9 @@
-//! `wfh-fleetchild --record FILE [--work-ms MS]`: a mail-taking child for
-//! the fleet's black-box tests, on the Rust child runtime. Each mail item
-//! is one cancel-behaviour step of `--work-ms` (20 ms); every item it
+//! `wfh-fleetchild --record FILE [--work-ms MS] [--drain wait] [--echo]`:
+//! a mail-taking child for the black-box tests of fleets and calls, on
+//! the Rust child runtime. Each mail item is one step of `--work-ms`
+//! (20 ms) that a drain cancels (or, with `--drain wait`, waits for);
+//! with `--echo` the item's result is its payload, byte for byte (binary
+//! payloads for `wfhost call`), else empty. Every item it
 //! works on appends one line to FILE, written with one `write` on an
 //! append-only file so children of every host can share it:
 //!
@@ -35,10 +38,15 @@ fn arg(flag: &str) -> Option<String> {
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
     let Some(record) = arg("--record") else {
-        eprintln!("usage: wfh-fleetchild --record FILE [--work-ms MS]");
+        eprintln!("usage: wfh-fleetchild --record FILE [--work-ms MS] [--drain wait] [--echo]");
         return ExitCode::from(2);
     };
     let work = Duration::from_millis(arg("--work-ms").and_then(|v| v.parse().ok()).unwrap_or(20));
+    let drain = match arg("--drain").as_deref() {
+        Some("wait") => DrainBehavior::Wait,
+        _ => DrainBehavior::Cancel,
+    };
+    let echo = std::env::args().any(|a| a == "--echo");
     let mut file = match std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -69,7 +77,7 @@ async fn main() -> ExitCode {
         let run = format!("mail-{id}");
         let start = unix_ms();
         let worked = rt
-            .step(&run, "work", DrainBehavior::Cancel, |_token| async move {
+            .step(&run, "work", drain, |_token| async move {
                 tokio::time::sleep(work).await;
                 Ok::<_, Infallible>(())
             })
@@ -84,7 +92,12 @@ async fn main() -> ExitCode {
         let _ = file.write_all(line.as_bytes());
         if worked.is_ok() {
             let _ = rt.run_terminal(&run, Outcome::Succeeded).await;
-            let _ = mail.ack(Outcome::Succeeded).await;
+            let result = if echo {
+                mail.payload().to_vec()
+            } else {
+                Vec::new()
+            };
+            let _ = mail.done(Outcome::Succeeded, result).await;
         } else {
             let _ = rt.run_terminal(&run, Outcome::Cancelled).await;
             // Not acknowledged: it goes to the next child.

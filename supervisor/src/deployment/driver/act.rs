@@ -13,9 +13,10 @@ use wfhost_policy::{Fact, format_duration};
 use super::replica::{Replica, Told, Wired, settings};
 use crate::clock::unix_ms;
 use crate::deployment::child::LiveChild;
+use crate::deployment::mail::settle;
+use crate::deployment::mail::writes::Replay;
 use crate::deployment::policy_tick::Watched;
-use crate::deployment::writes::Replay;
-use crate::deployment::{Waiter, cancel, mail, recycle};
+use crate::deployment::{Waiter, cancel, recycle};
 use crate::record;
 use crate::status::{DrainView, ReplicaView, Role, State, Status};
 use crate::store::Holder;
@@ -145,7 +146,7 @@ impl Replica {
                 channel_id: channel_id.clone(),
                 pid: *pid,
             };
-            let mut ending = mail::ending(cause, self.stopping, self.cfg.hold);
+            let mut ending = settle::ending(cause, self.stopping, self.cfg.hold);
             if std::mem::take(&mut self.deadline_recycled) {
                 ending.counts = false;
             }

@@ -16,10 +16,11 @@ use super::MAX_REASON_CHARS;
 use super::replica::{Replica, Told};
 use crate::clock::unix_ms;
 use crate::deployment::child::{self, Arrived, Frame};
-use crate::deployment::deadlines::Due;
+use crate::deployment::mail::deadlines::Due;
+use crate::deployment::mail::settle;
+use crate::deployment::mail::writes::{Ack, Report};
 use crate::deployment::throttle::Verdict;
-use crate::deployment::writes::{Ack, Report};
-use crate::deployment::{MailCancelAnswer, Waiter, cancel, mail};
+use crate::deployment::{MailCancelAnswer, Waiter, cancel};
 use crate::store::CancelFound;
 
 impl Replica {
@@ -163,7 +164,7 @@ impl Replica {
     fn mail_done(&mut self, id: u64, outcome: Outcome, result: Vec<u8>) -> Option<Fact> {
         let w = self.wired.as_mut()?;
         w.deadlines.ended(id);
-        let (outcome, result) = match mail::result_too_large(&self.cfg, &result) {
+        let (outcome, result) = match settle::result_too_large(&self.cfg, &result) {
             None => (outcome, result),
             Some(failed) => {
                 warn!(deployment = %self.label, mail = id, reason = %failed, "mail result too large");
@@ -171,7 +172,7 @@ impl Replica {
             }
         };
         self.reports.push(Report::Done(Ack {
-            holder: mail::holder(&w.io),
+            holder: settle::holder(&w.io),
             id,
             outcome: clip_outcome(outcome),
             result,
@@ -184,7 +185,7 @@ impl Replica {
     fn mail_started(&mut self, id: u64) -> Option<Fact> {
         let w = self.wired.as_ref()?;
         self.reports.push(Report::Started {
-            holder: mail::holder(&w.io),
+            holder: settle::holder(&w.io),
             id,
         });
         None
@@ -349,7 +350,7 @@ impl Replica {
         let Some(w) = self.wired.as_ref() else {
             return;
         };
-        let holder = mail::holder(&w.io);
+        let holder = settle::holder(&w.io);
         let (id, reason, store) = (due.id, due.reason.clone(), self.shared.store.clone());
         match due.step {
             DeadlineStep::Cancel => {

@@ -13,9 +13,10 @@ use wfhost_policy::recycle::RecycleReason;
 
 use super::Driver;
 use crate::clock::unix_ms;
-use crate::deployment::spread::{self, Hand};
-use crate::deployment::writes::{Next, Report};
-use crate::deployment::{mail, recycle};
+use crate::deployment::mail::settle;
+use crate::deployment::mail::spread::{self, Hand};
+use crate::deployment::mail::writes::{Next, Report};
+use crate::deployment::recycle;
 use crate::store::{Holder, MailItem};
 
 impl Driver {
@@ -37,7 +38,7 @@ impl Driver {
             .iter()
             .filter_map(|h| {
                 let io = &self.replicas.get(h.who)?.wired.as_ref()?.io;
-                Some((mail::holder(io), io.protocol() < 3))
+                Some((settle::holder(io), io.protocol() < 3))
             })
             .collect();
         let (deployment, at) = (self.id.clone(), unix_ms());
@@ -149,7 +150,7 @@ impl Driver {
                 None => return,
                 Some(Next::Acks(reports)) => {
                     let reports = reports.to_vec();
-                    match mail::write_reports(self.shared(), &id, &reports).await {
+                    match settle::write_reports(self.shared(), &id, &reports).await {
                         Ok(landed) => {
                             for (report, _) in reports.iter().zip(landed).filter(|(_, l)| *l) {
                                 if let Report::Done(ack) = report {
@@ -164,7 +165,7 @@ impl Driver {
                 Some(Next::Replay(r)) => {
                     let r = r.clone();
                     let max = self.cfg().max_deliveries;
-                    match mail::replay(self.shared(), &id, &r, max).await {
+                    match settle::replay(self.shared(), &id, &r, max).await {
                         Ok(()) => {
                             // What came back is for whichever replica
                             // takes mail now.

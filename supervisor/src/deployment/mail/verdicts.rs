@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use wfhost_ipc::CancelVerdict;
 
-use super::{MailCancelAnswer, Waiter};
+use crate::deployment::{MailCancelAnswer, Waiter};
 
 /// How long a child has to answer a cancel of one of its items
 /// (docs/protocol.md §4.12 asks it to answer within 1 s).

@@ -1,0 +1,145 @@
+//! Settling what children did with their mail, in the store: starts and
+//! ends (with results) in one transaction, and, whatever ends a child, its
+//! unfinished mail replayed: back at the head of the inbox, each item
+//! charged one failure unless the supervisor itself is stopping, held as
+//! interrupted under `redeliver = "hold"`, and quarantined as dead once it
+//! reaches `max_deliveries` (docs/design.md §6).
+
+use tracing::{debug, info};
+use wfhost_policy::Fact;
+use wfhost_policy::fact::outcome_text;
+use wfhost_policy::life::ExitCause;
+
+use super::writes::{Replay, Report};
+use crate::clock::unix_ms;
+use crate::deployment::child::LiveChild;
+use crate::record;
+use crate::shared::Shared;
+use crate::store::{AckOf, Ending, Holder, Settle};
+
+/// Why a result cannot be kept, if it cannot: it is over the
+/// deployment's `max_result_bytes` (the item then ends failed, naming it).
+pub fn result_too_large(cfg: &crate::config::DeploymentConfig, result: &[u8]) -> Option<String> {
+    let (len, max) = (result.len() as u64, cfg.max_result_bytes);
+    (len > max).then(|| format!("result of {len} bytes exceeds max_result_bytes {max}"))
+}
+
+/// The holder of what `child` is sent: its spawn's channel id and pid.
+pub fn holder(child: &LiveChild) -> Holder {
+    Holder {
+        channel_id: child.channel_id.clone(),
+        pid: child.pid,
+    }
+}
+
+/// How a child's wiring ended, for the replay of what it held: every end
+/// counts against its mail but the supervisor's own stop (`stopping`: its
+/// SIGTERM, SIGQUIT, or a reload that removed the deployment) and a drain
+/// the child completed (a recycle or an operator drain it honoured: what
+/// it gave back it was asked to give back, so frequent recycles never
+/// quarantine innocent mail).
+/// With `hold` (`redeliver = "hold"`), a started item is held for an
+/// operator whatever ended its child.
+pub fn ending(cause: &ExitCause, stopping: bool, hold: bool) -> Ending {
+    Ending {
+        cause: cause.describe(),
+        counts: !stopping && !matches!(cause, ExitCause::Drained(_)),
+        at_ms: unix_ms(),
+        hold,
+    }
+}
+
+/// Writes what children reported of the mail they hold (starts, and
+/// acknowledged mail moved to done) in one transaction: for each, true
+/// when its child held it (false for a duplicate, stray or late report),
+/// or why the store refused them all.
+pub async fn write_reports(
+    shared: &Shared,
+    deployment: &str,
+    reports: &[Report],
+) -> Result<Vec<bool>, String> {
+    let owner = deployment.to_owned();
+    let batch: Vec<Settle> = reports
+        .iter()
+        .map(|r| match r {
+            Report::Started { holder, id } => Settle::Started {
+                holder: holder.clone(),
+                id: *id,
+            },
+            Report::Done(a) => Settle::Done(AckOf {
+                holder: a.holder.clone(),
+                id: a.id,
+                outcome: outcome_text(&a.outcome),
+                result: a.result.clone(),
+            }),
+        })
+        .collect();
+    let at = unix_ms();
+    let landed = shared
+        .store
+        .call(move |s| s.settle_mail(&owner, &batch, at))
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())?;
+    if landed.iter().any(|&l| l) {
+        // The store wrote each `mail_done` event with its ack.
+        shared.events_written();
+    }
+    for (r, _) in reports.iter().zip(&landed).filter(|(_, l)| !**l) {
+        if let Report::Done(a) = r {
+            debug!(
+                deployment,
+                mail = a.id,
+                "ack for mail this child does not hold; ignored"
+            );
+        }
+    }
+    Ok(landed)
+}
+
+/// Returns a gone child's unacknowledged mail to the head of the inbox,
+/// or quarantines what reached `max_deliveries`: each such item is
+/// journaled and published as `mail_dead` and logged with what to do.
+pub async fn replay(
+    shared: &Shared,
+    deployment: &str,
+    replay: &Replay,
+    max_deliveries: u32,
+) -> Result<(), String> {
+    let (owner, r) = (deployment.to_owned(), replay.clone());
+    let replayed = shared
+        .store
+        .call(move |s| s.replay_mail(&owner, &r.holder, &r.ending, max_deliveries))
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())?;
+    if replayed.returned > 0 {
+        info!(
+            deployment,
+            pid = replay.holder.pid,
+            items = replayed.returned,
+            counted = replay.ending.counts,
+            "unacknowledged mail returned to the head of the inbox"
+        );
+    }
+    for id in replayed.interrupted {
+        let fact = Fact::MailInterrupted {
+            id,
+            cause: replay.ending.cause.clone(),
+            pid: replay.holder.pid,
+        };
+        record::log(deployment, &fact);
+        shared.record(Some(deployment), &fact);
+    }
+    for dead in replayed.dead {
+        let fact = Fact::MailDead {
+            id: dead.id,
+            failures: dead.failures,
+            cause: dead.cause,
+            pid: dead.pid,
+        };
+        record::log(deployment, &fact);
+        shared.record(Some(deployment), &fact);
+    }
+    Ok(())
+}

@@ -9,6 +9,9 @@
 //! cancel-behaviour step is in flight and no mail is held by the application
 //! (handed out and neither acknowledged nor dropped): at once if that is
 //! already so, else by whichever step end or mail settlement makes it so.
+//! Items whose handler waits for an answer (`ask`) are given back first
+//! (`GiveBack`), so they do not hold the drain. `Answer` resolves the
+//! item's `ask` calls of its key (see `mail.rs`).
 //!
 //! `Lease { valid_ms }` (fleets only) arms a deadline `valid_ms` after its
 //! receipt, replaced by each newer `Lease`. If it passes first, the child
@@ -117,11 +120,7 @@ pub(crate) async fn read_loop(
                 break;
             }
             Control::CancelMail(cancel) => cancel_mail(&shared, &cancel),
-            Control::Answer { id, key, .. } => {
-                info!(
-                    "answer to question {key:?} of mail {id} ignored: this runtime asks no questions"
-                );
-            }
+            Control::Answer { id, key, value } => shared.mail.answer(id, &key, value),
         }
     }
     // Dropping the sender ends the mail stream.
@@ -136,17 +135,14 @@ fn stop_mail(mail_tx: &mut Option<mpsc::UnboundedSender<Mail>>, queue: &MailStre
     queue.discard_queued();
 }
 
-/// Starts the drain (for `Drain`, or a lease that ran out): cancel-behaviour
+/// Starts the drain (for `Drain`, or a lease that ran out): items whose
+/// handler waits in `ask` are given back (`GiveBack`), cancel-behaviour
 /// steps are cancelled with `cause`, wait-behaviour steps go on, mail stops
 /// being handed out, and `Drained` is sent now if no cancel-behaviour step
 /// is in flight and no mail is held (else later, by the step end or mail
 /// settlement that makes it so).
 fn drain(shared: &Shared, cause: CancelCause) {
-    {
-        let mut work = shared.work();
-        let events = work.drain(cause);
-        shared.post_all(events);
-    }
+    shared.mail.drain(cause);
     shared.draining.send_replace(true);
 }
 

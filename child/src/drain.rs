@@ -60,6 +60,11 @@ impl DrainState {
         self.draining.is_some()
     }
 
+    /// Why the drain started (`Drain`, or the lease ran out), once it has.
+    pub fn cause(&self) -> Option<CancelCause> {
+        self.draining
+    }
+
     /// Whether new mail may still be taken: not once a drain has started
     /// or the channel closed.
     pub fn takes_mail(&self) -> bool {
@@ -107,11 +112,13 @@ mod tests {
     fn a_drain_reaches_cancel_steps_and_its_first_cause_stands() {
         let mut d = DrainState::default();
         assert_eq!(d.start_cause(Cancel), None);
+        assert_eq!(d.cause(), None);
         assert_eq!(
             d.drain(CancelCause::LeaseExpired),
             Some(CancelCause::LeaseExpired)
         );
         assert_eq!(d.drain(CancelCause::Drain), None, "one drain");
+        assert_eq!(d.cause(), Some(CancelCause::LeaseExpired));
         assert_eq!(d.start_cause(Cancel), Some(CancelCause::LeaseExpired));
         assert_eq!(d.start_cause(Wait), None, "wait steps go on");
         assert!(reaches(Cancel) && !reaches(Wait));

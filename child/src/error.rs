@@ -89,3 +89,88 @@ pub enum StepError<E> {
     #[error(transparent)]
     Runtime(#[from] RuntimeError),
 }
+
+/// Why [`Mail::ask`](crate::Mail::ask) or
+/// [`Mail::progress`](crate::Mail::progress) failed. The checks on what is
+/// sent (protocol, key, sizes) fail before anything is sent, so the
+/// supervisor never sees a question or a report it would take for a
+/// protocol violation.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum AskError {
+    /// The supervisor speaks protocol 2, which has neither questions nor
+    /// progress.
+    #[error(
+        "{what} needs protocol 3, but this child speaks protocol {protocol} with its supervisor; nothing was sent"
+    )]
+    Unsupported {
+        /// `"ask"` or `"progress"`.
+        what: &'static str,
+        /// The protocol version spoken.
+        protocol: u32,
+    },
+    /// The question's key is empty or longer than 256 bytes.
+    #[error("a question's key must be 1 to 256 bytes of UTF-8, not {0} bytes; nothing was sent")]
+    BadKey(usize),
+    /// The prompt or the progress data could not be written as JSON.
+    #[error("{what} cannot be written as JSON: {reason}; nothing was sent")]
+    NotJson {
+        /// `"prompt"` or `"progress data"`.
+        what: &'static str,
+        /// What serde_json said.
+        reason: String,
+    },
+    /// The prompt or the progress data is over 64 KiB as JSON.
+    #[error("{what} is {bytes} bytes of JSON, over the limit of 65536; nothing was sent")]
+    TooLarge {
+        /// `"prompt"` or `"progress data"`.
+        what: &'static str,
+        /// Its size as JSON.
+        bytes: usize,
+    },
+    /// The event would not fit in a frame of the Welcome's
+    /// `max_frame_bytes`.
+    #[error(
+        "{event} of {bytes} bytes does not fit in a frame of max_frame_bytes {max_frame_bytes}; nothing was sent"
+    )]
+    FrameTooLarge {
+        /// `"Ask"` or `"Progress"`.
+        event: &'static str,
+        /// The frame body's size.
+        bytes: usize,
+        /// The Welcome's `max_frame_bytes`.
+        max_frame_bytes: u32,
+    },
+    /// The item already has 64 distinct questions, the most the
+    /// supervisor keeps for one item.
+    #[error(
+        "mail item {0} already asked 64 distinct questions, the most one item may ask; nothing was sent"
+    )]
+    TooManyQuestions(u64),
+    /// A drain began (or the lease ran out) while the handler waited for
+    /// an answer, or before it asked: the item went back to the
+    /// supervisor, which delivers it again once the question is answered.
+    /// Let this error pass: the item is no longer this child's, so its
+    /// end is not reported.
+    #[error(
+        "mail item {0} was given back to the supervisor while waiting for an answer (this child is draining); it will be delivered again once the question is answered"
+    )]
+    GivenBack(u64),
+    /// The item was cancelled (a verified `CancelMail`), or the runtime
+    /// closed, while the handler waited: end the item `Cancelled`.
+    #[error("ask of mail item {id} cancelled ({})", .cause.as_str())]
+    Cancelled {
+        /// The item.
+        id: u64,
+        /// Why: [`CancelCause::Cancel`] for a cancel of the item.
+        cause: CancelCause,
+    },
+    /// The supervisor's answer is not JSON (it checks answers, so this
+    /// is a broken supervisor).
+    #[error("the answer to question {key:?} is not JSON: {reason}")]
+    BadAnswer {
+        /// The question's key.
+        key: String,
+        /// What serde_json said.
+        reason: String,
+    },
+}

@@ -38,8 +38,19 @@
 //! answered with one verdict: the item's [`Mail::token`] fires and its
 //! run's steps are cancelled, or an item not started yet ends `Cancelled`
 //! at once, or a handler declared not cancellable runs on
-//! (`NotSupported`). `Answer` is logged and ignored: this library asks no
-//! questions yet.
+//! (`NotSupported`).
+//!
+//! Also in protocol 3, a handler may ask a person a question about its item
+//! and wait as long as it takes ([`Mail::ask`]: `Ask` up, the supervisor's
+//! `Answer` back, remembered for the item), and report progress
+//! ([`Mail::progress`]). An item whose handler waits in `ask` does not hold
+//! a drain: when the drain begins (or the lease runs out) it is given back
+//! (`GiveBack { awaiting_answer: true }`), its `ask` fails with
+//! [`AskError::GivenBack`], and its end is never reported by this child;
+//! the supervisor delivers it again, as its next attempt, once the question
+//! is answered. A cancel of the item while its handler waits fails the
+//! `ask` with [`AskError::Cancelled`]. Under a supervisor of protocol 2
+//! both fail at once ([`AskError::Unsupported`]).
 //!
 //! The library logs through `tracing`; the application chooses the
 //! subscriber (the `wfhost-child` binary writes one line per event to
@@ -99,6 +110,7 @@
 //   shared                   what one connection's handles share
 //   mail · connection        mail handed out and settled · the handshake
 //   work · outbox            steps and runs in flight · events on their way
+//   · question               · an item's questions and their answers
 //   token                    a step's cancellation token
 //   drain · error            the drain rules · what can go wrong
 //   cause · env · options    why work stops · WFHOST_* · what Hello says
@@ -112,6 +124,7 @@ pub mod error;
 pub mod mail;
 mod options;
 mod outbox;
+mod question;
 pub mod remembered;
 pub mod runtime;
 mod shared;
@@ -121,7 +134,7 @@ mod work;
 
 pub use cause::{CancelCause, CloseReason};
 pub use env::{ChildEnv, EnvError};
-pub use error::{ConnectError, RuntimeError, StepError};
+pub use error::{AskError, ConnectError, RuntimeError, StepError};
 pub use mail::{Mail, MailStream, Start};
 pub use options::Options;
 pub use runtime::Runtime;
@@ -142,5 +155,12 @@ mod tests {
         send_sync::<Mail>();
         send_sync::<MailStream>();
         send_sync::<CancelToken>();
+    }
+
+    /// A handler asking runs on any task: the futures of `ask` are `Send`.
+    #[allow(dead_code, clippy::let_underscore_future)]
+    fn asking_can_move_between_threads(mail: &Mail) {
+        fn send<T: Send>(_: T) {}
+        send(mail.ask("k", &serde_json::Value::Null));
     }
 }

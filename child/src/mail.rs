@@ -22,17 +22,28 @@
 //! out; a started, cancellable item's [`Mail::token`] fires and its run's
 //! steps are cancelled (the item ends when the application says how); an
 //! item started with [`Start::not_cancellable`] answers `NotSupported`.
+//!
+//! Also in protocol 3 a handler may ask a person a question about its item
+//! ([`Mail::ask`]) and report progress ([`Mail::progress`]). An item whose
+//! handler waits in `ask` when a drain begins (or the lease runs out) is
+//! *given back*: `GiveBack { id, awaiting_answer: true }` goes up, the
+//! item is forgotten (no `MailDone` is ever sent for it), the waiting `ask`
+//! fails with [`AskError::GivenBack`], and the item no longer holds the
+//! drain. The supervisor delivers it again once the question is answered.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
+use serde::Serialize;
+use serde_json::Value;
 use tokio::sync::mpsc;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 use wfhost_ipc::{Event, Outcome};
 
 use crate::cause::CancelCause;
-use crate::error::RuntimeError;
+use crate::error::{AskError, RuntimeError};
 use crate::outbox::Outbox;
+use crate::question::{self, Found, Questions, Reply};
 use crate::remembered::Remembered;
 use crate::token::CancelToken;
 use crate::work::Work;
@@ -119,12 +130,14 @@ pub(crate) enum ItemCancel {
     NotHeld,
 }
 
-/// One item in flight: its token, and how it was started, once it was.
+/// One item in flight: its token, how it was started, once it was, and
+/// its questions.
 #[derive(Debug)]
 struct InFlight {
     token: CancelToken,
     /// `(cancellable, run)` once the application took it.
     started: Option<(bool, String)>,
+    questions: Questions,
 }
 
 /// Which mail ids are with this child and which are done.
@@ -132,6 +145,9 @@ struct InFlight {
 pub(crate) struct MailLedger {
     in_flight: HashMap<u64, InFlight>,
     acked: Remembered<u64, Outcome, REMEMBERED_ACKS>,
+    /// Items given back whose [`Mail`] the application still holds: its
+    /// end is discarded, since the item is no longer this child's.
+    given_back: HashSet<u64>,
 }
 
 impl MailLedger {
@@ -149,6 +165,7 @@ impl MailLedger {
                 slot.insert(InFlight {
                     token: CancelToken::new(),
                     started: None,
+                    questions: Questions::default(),
                 });
                 Delivery::Deliver
             }
@@ -217,6 +234,51 @@ impl MailLedger {
         for item in self.in_flight.values() {
             item.token.cancel(cause);
         }
+    }
+
+    /// The answer to question `key` of item `id`: resolves every `ask` of
+    /// it and is remembered; `false` (ignored) when this child holds no
+    /// such item, or the item never asked it, or it is answered already.
+    pub(crate) fn answer(&mut self, id: u64, key: &str, value: Vec<u8>) -> bool {
+        self.in_flight
+            .get(&id)
+            .is_some_and(|item| item.questions.answer(key, value))
+    }
+
+    /// The items a drain gives back: started, their handler waiting in
+    /// `ask`, and not being cancelled (those end `Cancelled` as promised
+    /// by their verdict). In id order.
+    fn waiting_for_answers(&self) -> Vec<u64> {
+        let mut ids: Vec<u64> = self
+            .in_flight
+            .iter()
+            .filter(|(_, item)| {
+                item.started.is_some() && item.questions.waiting > 0 && !item.token.is_cancelled()
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        ids.sort_unstable();
+        ids
+    }
+
+    /// Forgets item `id` as given back: its waiting `ask` calls fail with
+    /// [`AskError::GivenBack`], its token fires with the drain's `cause`
+    /// (work outside steps should stop: the item is no longer this
+    /// child's), and its end is discarded. `false` when it is not held.
+    fn give_back(&mut self, id: u64, cause: CancelCause) -> bool {
+        let Some(item) = self.in_flight.remove(&id) else {
+            return false;
+        };
+        item.questions.give_back();
+        item.token.cancel(cause);
+        self.given_back.insert(id);
+        true
+    }
+
+    /// Whether `id` was given back (and still is held by the application),
+    /// forgetting it: called as its [`Mail`] is done or dropped.
+    fn take_given_back(&mut self, id: u64) -> bool {
+        self.given_back.remove(&id)
     }
 }
 
@@ -344,21 +406,100 @@ impl MailShared {
             self.outbox.post(event);
         }
     }
+
+    /// Starts a drain (for `Drain`, or a lease that ran out): first every
+    /// item whose handler waits in `ask` is given back, then the work
+    /// ledger drains (`Drained` now if nothing else is held). Both under
+    /// the ledger's lock, so an `ask` either waits already (and is given
+    /// back here) or sees the drain (and gives its item back itself).
+    pub(crate) fn drain(&self, cause: CancelCause) {
+        let mut ledger = self.ledger();
+        let mut work = self.work();
+        if !work.is_draining() {
+            for id in ledger.waiting_for_answers() {
+                self.give_back(&mut ledger, &mut work, id, cause);
+            }
+        }
+        for event in work.drain(cause) {
+            self.outbox.post(event);
+        }
+    }
+
+    /// Gives item `id` back (`GiveBack { id, awaiting_answer: true }`) and
+    /// settles it, so it no longer holds a drain (`Drained` follows if it
+    /// was the last thing held). The caller holds both locks, ledger first.
+    fn give_back(&self, ledger: &mut MailLedger, work: &mut Work, id: u64, cause: CancelCause) {
+        if !ledger.give_back(id, cause) {
+            return;
+        }
+        info!(
+            "mail {id} given back to the supervisor: its handler waits for an answer and this child is draining ({})",
+            cause.as_str()
+        );
+        self.outbox.post(Event::GiveBack {
+            id,
+            awaiting_answer: true,
+        });
+        if let Some(event) = work.settle_mail() {
+            self.outbox.post(event);
+        }
+    }
+
+    /// An `Answer` from the supervisor: resolves the item's `ask` calls of
+    /// that key, or is ignored.
+    pub(crate) fn answer(&self, id: u64, key: &str, value: Vec<u8>) {
+        if !self.ledger().answer(id, key, value) {
+            info!(
+                "answer to question {key:?} of mail {id} ignored: no handler of this child asked it, or it was answered already"
+            );
+        }
+    }
+
+    /// Fails unless the supervisor speaks protocol 3 (`what` is asked).
+    fn require_items(&self, what: &'static str) -> Result<(), AskError> {
+        if self.items() {
+            Ok(())
+        } else {
+            Err(AskError::Unsupported {
+                what,
+                protocol: self.protocol,
+            })
+        }
+    }
+
+    /// Fails when an event of `bytes` would not fit in a frame.
+    fn check_frame(&self, event: &'static str, bytes: usize) -> Result<(), AskError> {
+        if bytes > self.max_frame_bytes as usize {
+            return Err(AskError::FrameTooLarge {
+                event,
+                bytes,
+                max_frame_bytes: self.max_frame_bytes,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// An `ask` waiting for its answer, counted on its item while it waits (a
+/// drain gives back only items whose handler waits), however the wait ends.
+struct Waiting<'a> {
+    shared: &'a MailShared,
+    id: u64,
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        if let Some(item) = self.shared.ledger().in_flight.get_mut(&self.id) {
+            item.questions.waiting = item.questions.waiting.saturating_sub(1);
+        }
+    }
 }
 
 /// The bytes of a `MailDone` frame body with this id, outcome and result
 /// size, counting the sequence number at its largest: what must fit in
 /// `max_frame_bytes`.
 pub(crate) fn mail_done_frame_bytes(id: u64, outcome: &Outcome, result_len: usize) -> usize {
-    /// bincode's varint: one byte below 251, else a tag and 2, 4 or 8.
-    fn varint(v: u64) -> usize {
-        match v {
-            0..=250 => 1,
-            251..=0xffff => 3,
-            0x1_0000..=0xffff_ffff => 5,
-            _ => 9,
-        }
-    }
+    use question::varint_len as varint;
     const SEQ: usize = 9;
     const VARIANT: usize = 1;
     let outcome_bytes = 1 + match outcome {
@@ -417,11 +558,132 @@ impl Mail {
     }
 
     /// Fires when this item must stop: a verified cancel of this item
-    /// (protocol 3, [`CancelCause::Cancel`]; only if it is cancellable), or
-    /// the runtime closing. Its run's steps are cancelled with it; work
-    /// outside steps should watch this token and end the item `Cancelled`.
+    /// (protocol 3, [`CancelCause::Cancel`]; only if it is cancellable),
+    /// the item given back while its handler waited in [`Self::ask`] (with
+    /// the drain's cause), or the runtime closing. Its run's steps are
+    /// cancelled with a cancel of the item; work outside steps should
+    /// watch this token and end the item `Cancelled`.
     pub fn token(&self) -> &CancelToken {
         &self.token
+    }
+
+    /// Asks a person a question about this item and waits for the answer,
+    /// however long it takes (protocol 3): `Ask { id, key, prompt }` goes
+    /// up, and the supervisor's `Answer` of the same key is returned as the
+    /// JSON value it holds. `key` names the question within the item (1 to
+    /// 256 bytes); `prompt` is any value serde writes as JSON of at most
+    /// 64 KiB. Both are checked before anything is sent.
+    ///
+    /// Answers are remembered for the item: asking an answered key again
+    /// returns at once, without a frame, and asks of one key waiting
+    /// together all get its one answer (only the first sends `Ask`). A
+    /// redelivered item asking again gets the stored answer at once from
+    /// the supervisor, so the work before an `ask` runs again on each
+    /// attempt: make it idempotent, or ask first.
+    ///
+    /// Fails with [`AskError::GivenBack`] when a drain begins (or the lease
+    /// runs out) while it waits, or began before it asked: the item went
+    /// back to the supervisor, which delivers it again once the question
+    /// is answered. Let that error pass; ending the item afterwards
+    /// ([`Self::done`]) sends nothing. Fails with
+    /// [`AskError::Cancelled`] when the item is cancelled (end it
+    /// `Cancelled`) or the runtime closes, and with
+    /// [`AskError::Unsupported`] under a supervisor of protocol 2.
+    pub async fn ask<T: Serialize + ?Sized>(
+        &self,
+        key: &str,
+        prompt: &T,
+    ) -> Result<Value, AskError> {
+        let id = self.id;
+        self.shared.require_items("ask")?;
+        question::check_key(key)?;
+        let prompt = question::json_of("prompt", prompt)?;
+        self.shared.check_frame(
+            "Ask",
+            question::ask_frame_bytes(id, key.len(), prompt.len()),
+        )?;
+        let mut reply = {
+            let mut ledger = self.shared.ledger();
+            let Some(item) = ledger.in_flight.get(&id) else {
+                // Held by the application, yet not in flight: given back.
+                return Err(AskError::GivenBack(id));
+            };
+            if let Some(cause) = self.token.cause() {
+                return Err(AskError::Cancelled { id, cause });
+            }
+            let found = item.questions.find(key);
+            if let Found::Answered(value) = &found {
+                return question::parse_answer(key, value);
+            }
+            // An answer must be waited for: not once a drain began.
+            let mut work = self.shared.work();
+            if let Some(cause) = work.drain_cause() {
+                self.shared.give_back(&mut ledger, &mut work, id, cause);
+                return Err(AskError::GivenBack(id));
+            }
+            drop(work);
+            let Some(item) = ledger.in_flight.get_mut(&id) else {
+                return Err(AskError::GivenBack(id));
+            };
+            let reply = match found {
+                Found::Waiting(reply) => reply,
+                Found::Answered(_) | Found::New => {
+                    let reply = item.questions.open(id, key)?;
+                    // Under the lock: ordered before a GiveBack of the item.
+                    self.shared.outbox.post(Event::Ask {
+                        id,
+                        key: key.to_owned(),
+                        prompt,
+                    });
+                    reply
+                }
+            };
+            item.questions.waiting += 1;
+            reply
+        };
+        let _waiting = Waiting {
+            shared: &self.shared,
+            id,
+        };
+        // The reply first: a give-back fires the token too, and is the
+        // reason that counts.
+        let cancelled = tokio::select! {
+            biased;
+            replied = reply.wait_for(|r| *r != Reply::Pending) => replied.is_err().then_some(None),
+            cause = self.token.cancelled() => Some(Some(cause)),
+        };
+        match cancelled {
+            Some(Some(cause)) => return Err(AskError::Cancelled { id, cause }),
+            // The question was dropped with its item: given back.
+            Some(None) => return Err(AskError::GivenBack(id)),
+            None => {}
+        }
+        let reply = reply.borrow().clone();
+        match reply {
+            Reply::Answered(value) => question::parse_answer(key, &value),
+            Reply::GivenBack | Reply::Pending => Err(AskError::GivenBack(id)),
+        }
+    }
+
+    /// Reports how far the handler got (protocol 3): `Progress { id, data }`
+    /// with `data` as JSON of at most 64 KiB (checked before anything is
+    /// sent), kept with the item in the supervisor's event log. Queued at
+    /// once, not waited for. Fails with [`AskError::GivenBack`] once the
+    /// item was given back, and with [`AskError::Unsupported`] under a
+    /// supervisor of protocol 2.
+    pub fn progress<T: Serialize + ?Sized>(&self, data: &T) -> Result<(), AskError> {
+        let id = self.id;
+        self.shared.require_items("progress")?;
+        let data = question::json_of("progress data", data)?;
+        self.shared
+            .check_frame("Progress", question::progress_frame_bytes(id, data.len()))?;
+        let ledger = self.shared.ledger();
+        if !ledger.holds(id) {
+            return Err(AskError::GivenBack(id));
+        }
+        // Under the lock: never after a GiveBack of the item.
+        self.shared.outbox.post(Event::Progress { id, data });
+        Ok(())
     }
 
     /// Reports how processing ended, with no result (`MailDone` with an
@@ -440,8 +702,17 @@ impl Mail {
     /// `max_frame_bytes` is not sent: the item ends `Failed("result of N
     /// bytes does not fit in a frame of max_frame_bytes M")` with an empty
     /// result, and this returns [`RuntimeError::ResultTooLarge`].
+    ///
+    /// An item given back ([`AskError::GivenBack`]) is no longer this
+    /// child's: nothing is sent, and this returns `Ok`.
     pub async fn done(mut self, outcome: Outcome, result: Vec<u8>) -> Result<(), RuntimeError> {
         self.acked = true;
+        if self.shared.ledger().take_given_back(self.id) {
+            // Settled when it was given back.
+            self.held = false;
+            debug!("mail {}: given back, so its end is discarded", self.id);
+            return Ok(());
+        }
         let mut too_large = None;
         let (outcome, result) = if self.shared.items()
             && mail_done_frame_bytes(self.id, &outcome, result.len())
@@ -490,7 +761,13 @@ impl Mail {
 impl Drop for Mail {
     fn drop(&mut self) {
         if !self.acked {
-            self.shared.ledger().abandon(self.id);
+            let mut ledger = self.shared.ledger();
+            if ledger.take_given_back(self.id) {
+                // Settled when it was given back.
+                self.held = false;
+            } else {
+                ledger.abandon(self.id);
+            }
         }
         self.release();
     }

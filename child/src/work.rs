@@ -147,6 +147,11 @@ impl Work {
         self.drain.is_draining()
     }
 
+    /// Why this child drains (`Drain`, or its lease ran out), once it does.
+    pub(crate) fn drain_cause(&self) -> Option<CancelCause> {
+        self.drain.cause()
+    }
+
     /// Whether mail may still be handed to the application: not once a
     /// drain has started or the channel closed.
     pub(crate) fn takes_mail(&self) -> bool {

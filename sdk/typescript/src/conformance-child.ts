@@ -14,11 +14,30 @@
  * The handler's return value is the item's result (`result_hex`,
  * `result_size`), and `"cancellable": false` declares its handler one that
  * cannot be cancelled, through `handleMail`'s `cancellable` option.
+ *
+ * A handler's work, in order: the `conformance.took` custom event, the
+ * payload's `custom`, its `progress` (`mail.progress(v)` for each value)
+ * and `progress_bytes` (progress with a JSON string of exactly N bytes),
+ * its `steps`, then (when no step ended cancelled) its `ask`: one
+ * `{"key", "prompt"}` or a list of them, each `mail.ask`ed in order; the
+ * last answer, as compact JSON, is the result unless `result_hex` or
+ * `result_size` says otherwise. An ask that fails as given back is let
+ * pass (the item is no longer this child's), one cancelled ends the item
+ * `Cancelled`, any other error ends it `Failed(message)`.
  */
 
 import { setTimeout as sleep } from "node:timers/promises";
 
-import { Cancelled, connect, type AckOutcome, type Mail, type MailResult, type Runtime, type StepBehavior } from "./index.js";
+import {
+  Cancelled,
+  GivenBackError,
+  connect,
+  type AckOutcome,
+  type Mail,
+  type MailResult,
+  type Runtime,
+  type StepBehavior,
+} from "./index.js";
 
 interface PlannedStep {
   name: string;
@@ -27,9 +46,17 @@ interface PlannedStep {
   ignoreCancel: boolean;
 }
 
+interface PlannedAsk {
+  key: string;
+  prompt: unknown;
+}
+
 interface Plan {
   run: string | null;
+  progress: unknown[];
+  progressBytes: number | null;
   steps: PlannedStep[];
+  asks: PlannedAsk[];
   fail: string | null;
   recycle: string | null;
   custom: { kind: string; bytes: Uint8Array } | null;
@@ -87,9 +114,25 @@ function parsePlan(mail: Mail): Plan {
   }
   const cancellable = v["cancellable"] ?? true;
   if (typeof cancellable !== "boolean") throw new TypeError(`"cancellable" must be a boolean`);
+  const progress = v["progress"] ?? [];
+  if (!Array.isArray(progress)) throw new TypeError(`"progress" must be an array of JSON values`);
+  const progressBytes = v["progress_bytes"] ?? null;
+  if (progressBytes !== null && (typeof progressBytes !== "number" || !Number.isSafeInteger(progressBytes) || progressBytes < 2)) {
+    throw new TypeError(`"progress_bytes" must be a number of bytes, at least 2`);
+  }
+  const rawAsks = v["ask"] ?? [];
+  const asks = (Array.isArray(rawAsks) ? rawAsks : [rawAsks]).map((a: unknown, i): PlannedAsk => {
+    if (a === null || typeof a !== "object" || Array.isArray(a)) throw new TypeError(`ask[${i}] must be {"key": string, "prompt": JSON}`);
+    const o = a as Record<string, unknown>;
+    if (typeof o["key"] !== "string") throw new TypeError(`ask[${i}].key must be a string`);
+    return { key: o["key"], prompt: o["prompt"] ?? null };
+  });
   return {
     run: optString("run"),
+    progress,
+    progressBytes,
     steps,
+    asks,
     fail: optString("fail"),
     recycle: optString("recycle"),
     custom,
@@ -117,6 +160,9 @@ async function handle(rt: Runtime, mail: Mail): Promise<MailResult> {
     throw new Error(`bad payload: ${(e as Error).message}`);
   }
   if (plan.custom) await rt.custom(plan.custom.kind, plan.custom.bytes);
+  // A refusal (over 64 KiB, say) ends the item Failed with its message.
+  for (const v of plan.progress) mail.progress(v);
+  if (plan.progressBytes !== null) mail.progress("p".repeat(plan.progressBytes - 2));
   const run = plan.run ?? `mail-${mail.id}`;
   let cancelled: Cancelled | null = null;
   for (const s of plan.steps) {
@@ -131,9 +177,34 @@ async function handle(rt: Runtime, mail: Mail): Promise<MailResult> {
   }
   // The item's own cancel fired (between steps, say).
   if (cancelled === null && mail.signal.aborted) cancelled = mail.signal.reason as Cancelled;
-  const outcome: AckOutcome = cancelled ? "cancelled" : plan.fail !== null ? { failed: plan.fail } : "succeeded";
+  let answer: Uint8Array | null = null;
+  let askFailed: string | null = null;
+  if (cancelled === null) {
+    for (const a of plan.asks) {
+      try {
+        answer = new TextEncoder().encode(JSON.stringify(await mail.ask(a.key, a.prompt)));
+      } catch (e) {
+        // Given back: the item is no longer this child's, and nothing it does now is sent.
+        if (e instanceof GivenBackError) throw e;
+        if (e instanceof Cancelled || mail.signal.aborted) {
+          cancelled = e instanceof Cancelled ? e : (mail.signal.reason as Cancelled);
+          say(`mail ${mail.id}: ask ${JSON.stringify(a.key)} ${cancelled.message}`);
+        } else {
+          askFailed = (e as Error).message;
+        }
+        break;
+      }
+    }
+  }
+  const outcome: AckOutcome = cancelled
+    ? "cancelled"
+    : askFailed !== null
+      ? { failed: askFailed }
+      : plan.fail !== null
+        ? { failed: plan.fail }
+        : "succeeded";
   await rt.runTerminal(run, outcome);
-  const result = outcome === "succeeded" ? plan.result : null;
+  const result = outcome === "succeeded" ? (plan.result ?? answer) : null;
   if (plan.recycle !== null) {
     // End the item first, so the RecycleRequest follows its MailDone.
     await mail.ack(outcome, result);
@@ -141,6 +212,7 @@ async function handle(rt: Runtime, mail: Mail): Promise<MailResult> {
     return;
   }
   if (cancelled !== null) throw cancelled;
+  if (askFailed !== null) throw new Error(askFailed);
   if (plan.fail !== null) throw new Error(plan.fail);
   return result;
 }

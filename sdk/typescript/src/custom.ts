@@ -38,18 +38,22 @@ function what(v: unknown): string {
   return `an object (${(v as object).constructor?.name ?? "no prototype"})`;
 }
 
-/** Who is refusing, for the messages: `rt.custom`'s data, or a mail item's result. */
+const JSON_ACCEPTED = "a JSON value (a string, finite number, boolean, null, or an object or array of those)";
+
+/** Who is refusing, for the messages: `rt.custom`'s data, a mail item's result, a question's prompt. */
 interface Subject {
   /** The start of the message, e.g. `rt.custom(kind, data): data`. */
   what: string;
   /** The end of the message, e.g. `nothing was sent`. */
   after: string;
+  /** What is accepted, when not bytes, a string or a JSON value. */
+  accepted?: string;
 }
 
 const CUSTOM: Subject = { what: "rt.custom(kind, data): data", after: "nothing was sent" };
 
 function refuse(got: string, where: string, subject: Subject): TypeError {
-  return new TypeError(`${subject.what} must be ${ACCEPTED}; got ${got}${where}; ${subject.after}`);
+  return new TypeError(`${subject.what} must be ${subject.accepted ?? ACCEPTED}; got ${got}${where}; ${subject.after}`);
 }
 
 /** Whether JSON cannot carry `v` as a value (inside an object or array). */
@@ -85,11 +89,40 @@ export function customBytes(data: unknown, subject: Subject = CUSTOM): Uint8Arra
     if (!data.isWellFormed()) throw refuse(what(data), "", subject);
     return new TextEncoder().encode(data);
   }
-  if (data === undefined || unencodable(data)) throw refuse(what(data), "", subject);
+  return encodeJson(data, subject);
+}
+
+/**
+ * The JSON encoding of `value` (a string too is encoded as JSON, quoted),
+ * as UTF-8; throws a TypeError, naming what is wrong and where, for
+ * anything JSON cannot carry faithfully (as `customBytes` does). For a
+ * question's prompt, an item's progress.
+ */
+export function jsonBytes(value: unknown, subject: { what: string; after: string }): Uint8Array {
+  return encodeJson(value, { ...subject, accepted: JSON_ACCEPTED }, true);
+}
+
+/** What `text` (a string, or an object's key) is when it has no UTF-8 form. */
+const LONE = "a string with a lone surrogate (it has no UTF-8 form)";
+
+/**
+ * `JSON.stringify` of `data`, refusing what JSON would lose; with
+ * `strictText` also strings and keys with a lone surrogate anywhere, which
+ * JSON.stringify escapes but a strict reader (the supervisor's) refuses.
+ */
+function encodeJson(data: unknown, subject: Subject, strictText = false): Uint8Array {
+  if (data === undefined || unencodable(data) || (strictText && data instanceof Uint8Array)) {
+    throw refuse(data instanceof Uint8Array ? "bytes (a Uint8Array; decode them to a JSON value first)" : what(data), "", subject);
+  }
+  if (strictText && typeof data === "string" && !data.isWellFormed()) throw refuse(LONE, "", subject);
   let text: string | undefined;
   try {
     text = JSON.stringify(data, function (this: unknown, key: string, value: unknown) {
       if (key === "") return value;
+      if (strictText && (!key.isWellFormed() || (typeof value === "string" && !value.isWellFormed()))) {
+        const at = Array.isArray(this) ? `index ${key}` : `key ${JSON.stringify(key)}`;
+        throw new Refusal(refuse(key.isWellFormed() ? LONE : `a key with a lone surrogate (it has no UTF-8 form)`, ` at ${at}`, subject));
+      }
       if (unencodable(value) || (value === undefined && Array.isArray(this))) {
         throw new Refusal(refuse(what(value), ` at ${Array.isArray(this) ? `index ${key}` : `key ${JSON.stringify(key)}`}`, subject));
       }

@@ -1,7 +1,8 @@
 /**
  * What the runtime does with each message from the supervisor, on the event
  * loop as it arrives, so a Ping is answered at once however long a step
- * runs (unless a step blocks the loop itself).
+ * runs (unless a step blocks the loop itself). An `Answer` resolves the
+ * asks waiting for it.
  */
 
 import type { Core } from "./core.js";
@@ -53,10 +54,7 @@ export class Dispatcher {
         this.cancelMail(message.cancel);
         return;
       case "Answer":
-        // Version 3 carries answers, but this library asks no questions yet (§4.12).
-        core.log(
-          `Answer for mail ${message.id} (key ${JSON.stringify(message.key)}, ${message.value.length} bytes) ignored: this library asks no questions`,
-        );
+        core.inbox.answer(message.id, message.key, message.value);
         return;
       case "Welcome":
         return this.violation("unexpected Welcome after the handshake");
@@ -159,10 +157,11 @@ export class Dispatcher {
     this.startDrain(new Cancelled("lease"));
   }
 
-  /** The drain itself, whoever started it. */
+  /** The drain itself, whoever started it: items whose handlers wait in `ask` are given back, and do not hold it. */
   private startDrain(reason: Cancelled): void {
     const core = this.core;
     core.postAll(core.work.drain(reason));
+    core.inbox.giveBackAsking();
     if (!core.draining.signal.aborted) core.draining.abort(reason);
     core.inbox.stop();
   }

@@ -58,6 +58,29 @@ export class ConnectError extends Error {
   override name = "ConnectError";
 }
 
+/**
+ * The item was given back to the supervisor while its handler waited in
+ * `mail.ask` (a drain began, or the lease ran out): what `ask` rejects
+ * with then, and with which any later `ask`, `progress` or `ack` of the
+ * item rejects. Let it pass: the item is no longer this child's, and
+ * whatever its handler returns or throws is discarded (no `MailDone` is
+ * sent). The supervisor delivers the item again once its question is
+ * answered, as its next attempt: the handler runs from the start, and its
+ * `ask` of the same key returns the stored answer at once.
+ */
+export class GivenBackError extends Error {
+  override name = "GivenBackError";
+  constructor(
+    /** The item given back. */
+    readonly id: bigint,
+    /** The key whose answer was awaited (or asked for), or null when the item was given back earlier. */
+    readonly key: string | null,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
 /** The control channel is closed: nothing more reaches the supervisor. */
 export class ChannelClosed extends Error {
   override name = "ChannelClosed";

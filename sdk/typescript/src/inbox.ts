@@ -11,10 +11,17 @@
  * a lease expiry or the end came) is not acknowledged: the supervisor
  * delivers it again with the same `attempt`. A verified `CancelMail` of an
  * item is answered here, with one `MailCancelVerdict`.
+ *
+ * In protocol 3 a started item's handler may also ask a person a question
+ * (`mail.ask`: `Ask`, resolved by the supervisor's `Answer`) and report
+ * progress (`mail.progress`). When a drain begins (or the lease runs out)
+ * every item whose handler waits in `ask` is *given back* (`GiveBack`):
+ * forgotten by this child, its `ask` failing with `GivenBackError`, and
+ * whatever its handler then does discarded.
  */
 
-import { resultBytes, type MailResult } from "./custom.js";
-import { Cancelled, InvalidEvent } from "./errors.js";
+import { jsonBytes, resultBytes, type MailResult } from "./custom.js";
+import { Cancelled, ChannelClosed, GivenBackError, InvalidEvent } from "./errors.js";
 import { toOutcome, type AckOutcome, type MailLedger } from "./mail.js";
 import type { Outbox } from "./outbox.js";
 import type { CancelVerdict, Event, Outcome } from "./protocol/messages.js";
@@ -56,7 +63,24 @@ export interface MailOptions {
 
 const strictUtf8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
 
-type State = "queued" | "held" | "acked" | "released" | "dropped";
+/** The longest key of a question, in UTF-8 bytes (docs/protocol.md §4.12). */
+export const MAX_ASK_KEY_BYTES = 256;
+
+/** The largest prompt of a question, answer or progress report, in bytes of JSON. */
+export const MAX_ASK_JSON_BYTES = 65_536;
+
+/**
+ * `queued`: delivered, not started; `held`: started, with its handler;
+ * `acked`, `released`: ended by this child; `dropped`: left unstarted for
+ * the next child; `given-back`: given back while its handler asked.
+ */
+type State = "queued" | "held" | "acked" | "released" | "dropped" | "given-back";
+
+/** One `ask` waiting for its answer. */
+interface Asker {
+  resolve: (value: unknown) => void;
+  reject: (error: Error) => void;
+}
 
 /**
  * One piece of mail. End it with `ack` (protocol 3: with its result) once
@@ -73,6 +97,12 @@ export class Mail {
   /** @internal The verified cancel of this item, once one was acknowledged. */
   cancelledBy: Cancelled | null = null;
   private readonly controller = new AbortController();
+  /** The asks waiting for an answer, by key (an `Ask` was sent for each key). */
+  private readonly asking = new Map<string, Asker[]>();
+  /** The answers received in this attempt, by key: a second ask of the key returns at once. */
+  private readonly answers = new Map<string, Uint8Array>();
+  /** Why the item was given back, once it was. */
+  private givenBack: GivenBackError | null = null;
 
   /** @internal */
   constructor(
@@ -93,7 +123,10 @@ export class Mail {
     readonly attempt: number,
     /** The payload as sent. */
     readonly payload: Uint8Array,
-  ) {}
+  ) {
+    // A cancel of the item, or the runtime closing, fails its asks with the signal's reason.
+    this.controller.signal.addEventListener("abort", () => this.failAsks(this.controller.signal.reason as Error), { once: true });
+  }
 
   /**
    * Aborts when this item must stop: a verified cancel of this item
@@ -125,9 +158,173 @@ export class Mail {
     }
   }
 
-  /** Whether the item was acknowledged or released. */
+  /** Whether the item was acknowledged, released or given back: it is no longer this child's to end. */
   get settled(): boolean {
-    return this.state === "acked" || this.state === "released" || this.state === "dropped";
+    return this.state !== "queued" && this.state !== "held";
+  }
+
+  /**
+   * Asks a person a question about this item (protocol 3) and resolves
+   * with the answer, a JSON value, however long it takes: `Ask { id, key,
+   * prompt }` goes to the supervisor, which stores the question with the
+   * item (`wfhost questions`) until someone answers it (`wfhost answer`).
+   * `key` (1 to 256 bytes of UTF-8) names the question within the item;
+   * `prompt` is any JSON value (a string is sent as a JSON string) whose
+   * encoding is at most 64 KiB.
+   *
+   * - The answer is remembered for the item: a second `ask` of an answered
+   *   key resolves at once, without a frame, and several asks of one key
+   *   waiting at once share one question and one answer.
+   * - **Given back.** When a drain begins or the lease runs out while the
+   *   handler waits here, or when it asks after that, the item is given
+   *   back to the supervisor (`GiveBack`): this rejects with a
+   *   `GivenBackError`, which the handler should let pass, and whatever
+   *   the handler then returns or throws is discarded. Once the question
+   *   is answered the item is delivered again, as its next attempt: the
+   *   handler runs **from the start**, and its `ask` of the same key
+   *   resolves at once with the stored answer. Work done before an `ask`
+   *   is done again, so make it idempotent (or ask first).
+   * - A cancel of the item while it waits (`mail.signal` aborts) rejects
+   *   with the signal's `Cancelled`: the item ends `Cancelled`.
+   *
+   * Rejects without sending anything: with a `TypeError` for a key that is
+   * not a string or a prompt JSON cannot carry; with an `InvalidEvent` for
+   * a key or prompt out of bounds, under protocol 2 (which has no
+   * questions), or for an item no longer in hand.
+   */
+  ask<T = unknown>(key: string, prompt: unknown): Promise<T> {
+    try {
+      return this.startAsk(key, prompt) as Promise<T>;
+    } catch (e) {
+      return Promise.reject(e as Error);
+    }
+  }
+
+  private startAsk(key: string, prompt: unknown): Promise<unknown> {
+    const core = this.core;
+    if (core.protocol < 3) {
+      throw new InvalidEvent(
+        `mail ${this.id}: mail.ask needs protocol 3, and this child speaks protocol 2 with its supervisor (a supervisor of version 2 has no questions); nothing was sent`,
+      );
+    }
+    checkKey(key, this.id);
+    const bytes = jsonBytes(prompt, { what: `mail ${this.id}: the prompt of ask(${JSON.stringify(key)})`, after: "nothing was sent" });
+    if (bytes.length > MAX_ASK_JSON_BYTES) {
+      throw new InvalidEvent(
+        `mail ${this.id}: the prompt of ask(${JSON.stringify(key)}) is ${bytes.length} bytes of JSON, over the limit of ${MAX_ASK_JSON_BYTES}; nothing was sent`,
+        true,
+      );
+    }
+    this.requireInHand(`ask(${JSON.stringify(key)})`, key);
+    if (this.controller.signal.aborted) return Promise.reject(this.controller.signal.reason as Error);
+    const known = this.answers.get(key);
+    if (known !== undefined) return Promise.resolve(parseAnswer(known, this.id, key));
+    if (core.work.isDraining()) {
+      // Asking after the drain began: nobody will answer in time; the item goes back now.
+      this.inbox.giveBack(this, key);
+      return Promise.reject(this.givenBack!);
+    }
+    const promise = new Promise<unknown>((resolve, reject) => {
+      const waiting = this.asking.get(key);
+      if (waiting !== undefined) {
+        waiting.push({ resolve, reject });
+        return;
+      }
+      // Throws (nothing queued) when the frame cannot be sent.
+      core.outbox.enqueue({ type: "Ask", id: this.id, key, prompt: bytes }).catch(() => undefined);
+      this.asking.set(key, [{ resolve, reject }]);
+    });
+    return promise;
+  }
+
+  /**
+   * Reports progress of this item (protocol 3): `Progress { id, data }`,
+   * kept in the event log with the item (`mail_progress`, `wfhost events
+   * --mail ID`). `data` is any JSON value (a string is sent as a JSON
+   * string) whose encoding is at most 64 KiB. It does not wait: the event
+   * is queued, and a closed channel drops it. Throws, sending nothing, a
+   * `TypeError` for data JSON cannot carry and an `InvalidEvent` for data
+   * over 64 KiB, under protocol 2, or for an item no longer in hand (a
+   * `GivenBackError` for an item given back).
+   */
+  progress(data: unknown): void {
+    const core = this.core;
+    if (core.protocol < 3) {
+      throw new InvalidEvent(
+        `mail ${this.id}: mail.progress needs protocol 3, and this child speaks protocol 2 with its supervisor (a supervisor of version 2 keeps no progress); nothing was sent`,
+      );
+    }
+    const bytes = jsonBytes(data, { what: `mail ${this.id}: the data of progress(data)`, after: "nothing was sent" });
+    if (bytes.length > MAX_ASK_JSON_BYTES) {
+      throw new InvalidEvent(
+        `mail ${this.id}: progress data of ${bytes.length} bytes of JSON is over the limit of ${MAX_ASK_JSON_BYTES}; nothing was sent`,
+        true,
+      );
+    }
+    this.requireInHand("progress(data)", null);
+    try {
+      core.outbox.enqueue({ type: "Progress", id: this.id, data: bytes }).catch(() => undefined);
+    } catch (e) {
+      if (!(e instanceof ChannelClosed)) throw e;
+    }
+  }
+
+  /** Throws unless the item is started and still this child's: given back (`GivenBackError`), ended or not started (`InvalidEvent`). */
+  private requireInHand(what: string, key: string | null): void {
+    if (this.state === "held") return;
+    if (this.givenBack !== null) {
+      throw new GivenBackError(
+        this.id,
+        key,
+        `mail ${this.id} was given back to the supervisor (${this.givenBack.key === null ? "earlier" : `while it asked ${JSON.stringify(this.givenBack.key)}`}); ${what} is not sent: let the error pass`,
+      );
+    }
+    throw new InvalidEvent(
+      this.state === "queued"
+        ? `mail ${this.id} is not started; ${what} is for an item in hand`
+        : `mail ${this.id} was already ${this.state}; ${what} is for an item in hand`,
+    );
+  }
+
+  /** @internal Whether the item's handler waits in `ask`. */
+  get isAsking(): boolean {
+    return this.asking.size > 0;
+  }
+
+  /** @internal The first key asked and not yet answered, for messages. */
+  askedKey(): string | null {
+    for (const k of this.asking.keys()) return k;
+    return null;
+  }
+
+  /** @internal An answer from the supervisor: resolves the asks of `key`, remembered; false when nobody waits for it. */
+  answer(key: string, value: Uint8Array): boolean {
+    const waiting = this.asking.get(key);
+    if (waiting === undefined) return false;
+    this.asking.delete(key);
+    this.answers.set(key, value);
+    for (const w of waiting) {
+      try {
+        w.resolve(parseAnswer(value, this.id, key));
+      } catch (e) {
+        w.reject(e as Error);
+      }
+    }
+    return true;
+  }
+
+  /** @internal Marks the item given back (the inbox sent `GiveBack`) and fails its asks. */
+  markGivenBack(error: GivenBackError): void {
+    this.state = "given-back";
+    this.givenBack = error;
+    this.failAsks(error);
+  }
+
+  /** Rejects every waiting ask with `error`. */
+  private failAsks(error: Error): void {
+    const all = [...this.asking.values()].flat();
+    this.asking.clear();
+    for (const w of all) w.reject(error);
   }
 
   /**
@@ -148,6 +345,9 @@ export class Mail {
    */
   async ack(outcome: AckOutcome = "succeeded", result?: MailResult): Promise<void> {
     const wire = toOutcome(outcome);
+    if (this.givenBack !== null) {
+      throw new GivenBackError(this.id, null, `mail ${this.id} was given back to the supervisor; its outcome is not sent (it runs again on its next attempt)`);
+    }
     if (this.settled) throw new Error(`mail ${this.id} was already ${this.state}; an item is acknowledged once`);
     const bytes = this.core.protocol >= 3 ? resultBytes(result, this.id) : new Uint8Array(0);
     const wasHeld = this.state === "held";
@@ -204,6 +404,33 @@ export class Mail {
   /** @internal Aborts the item's signal. */
   abort(reason: Cancelled): void {
     this.controller.abort(reason);
+  }
+}
+
+/** Throws unless `key` is 1 to 256 bytes of UTF-8. */
+function checkKey(key: unknown, id: bigint): asserts key is string {
+  if (typeof key !== "string") {
+    throw new TypeError(`mail ${id}: ask(key, prompt): key must be a string, got ${key === null ? "null" : typeof key}; nothing was sent`);
+  }
+  if (!key.isWellFormed()) throw new InvalidEvent(`mail ${id}: ask(key, prompt): the key has a lone surrogate (it has no UTF-8 form); nothing was sent`);
+  const n = Buffer.byteLength(key, "utf8");
+  if (n === 0 || n > MAX_ASK_KEY_BYTES) {
+    throw new InvalidEvent(`mail ${id}: ask(key, prompt): the key must be 1 to ${MAX_ASK_KEY_BYTES} bytes of UTF-8, got ${n}; nothing was sent`);
+  }
+}
+
+/** An answer's JSON, parsed afresh for each asker (so no two share one object). */
+function parseAnswer(value: Uint8Array, id: bigint, key: string): unknown {
+  let text: string;
+  try {
+    text = strictUtf8.decode(value);
+  } catch {
+    throw new SyntaxError(`mail ${id}: the answer to ${JSON.stringify(key)} (${value.length} bytes) is not UTF-8`);
+  }
+  try {
+    return JSON.parse(text) as unknown;
+  } catch (e) {
+    throw new SyntaxError(`mail ${id}: the answer to ${JSON.stringify(key)} is not JSON (${(e as Error).message})`);
   }
 }
 
@@ -358,6 +585,50 @@ export class Inbox {
     if (mail.state !== "held") return;
     mail.runs.add(run);
     if (mail.cancelledBy !== null) this.core.postAll(this.core.work.cancel(run, mail.cancelledBy));
+  }
+
+  /** An `Answer` from the supervisor: resolves the item's asks of `key`; ignored (logged) when nobody here waits for it. */
+  answer(id: bigint, key: string, value: Uint8Array): void {
+    const mail = this.live.get(id);
+    if (mail !== undefined && mail.state === "held" && mail.answer(key, value)) return;
+    this.core.log(
+      `Answer for mail ${id} (key ${JSON.stringify(key)}, ${value.length} bytes) ignored: ${
+        mail === undefined ? "this child does not hold that item" : "no ask of that key waits for it"
+      }`,
+    );
+  }
+
+  /**
+   * Gives `mail` back to the supervisor while its handler asks `key`:
+   * `GiveBack { awaiting_answer: true }`, the item forgotten (no `MailDone`
+   * is ever sent for it by this child), its asks failed with a
+   * `GivenBackError`, and `Drained` if the drain waited only for it.
+   */
+  giveBack(mail: Mail, key: string | null): void {
+    if (mail.state !== "held") return;
+    const core = this.core;
+    this.forget(mail);
+    core.ledger.abandon(mail.id);
+    core.postAll([{ type: "GiveBack", id: mail.id, awaiting_answer: true }]);
+    const waitingFor = key === null ? "an answer" : `the answer to ${JSON.stringify(key)}`;
+    // (An ask begun during the drain gives its item back at once: it too "waited".)
+    mail.markGivenBack(
+      new GivenBackError(
+        mail.id,
+        key,
+        `mail ${mail.id} was given back to the supervisor while it waited for ${waitingFor} (the child is draining): let this error pass; the item runs again from the start on its next attempt, once the question is answered, and its ask then returns the answer at once`,
+      ),
+    );
+    core.log(`mail ${mail.id}: given back while it waited for ${waitingFor}; it comes again, as its next attempt, once answered`);
+    // After the GiveBack is queued, so a Drained it makes due follows it.
+    core.postAll(core.work.settleMail());
+  }
+
+  /** A drain began: every started item whose handler waits in `ask` is given back. */
+  giveBackAsking(): void {
+    for (const mail of [...this.live.values()]) {
+      if (mail.state === "held" && mail.isAsking) this.giveBack(mail, mail.askedKey());
+    }
   }
 
   /** No more mail is taken: drops the queue (left for the next child) and ends every iterator. */

@@ -25,10 +25,18 @@ export {
 } from "./runtime.js";
 export type { CloseReason } from "./core.js";
 export type { CustomData, MailResult } from "./custom.js";
-export { Mail, type Cancellable, type MailOptions } from "./inbox.js";
+export { Mail, MAX_ASK_JSON_BYTES, MAX_ASK_KEY_BYTES, type Cancellable, type MailOptions } from "./inbox.js";
 export type { AckOutcome } from "./mail.js";
 export { Step, type StepBehavior, type StepOptions } from "./step.js";
-export { Cancelled, ChannelClosed, ConnectError, InvalidEvent, type CancelCause, type CancelOriginName } from "./errors.js";
+export {
+  Cancelled,
+  ChannelClosed,
+  ConnectError,
+  GivenBackError,
+  InvalidEvent,
+  type CancelCause,
+  type CancelOriginName,
+} from "./errors.js";
 export { readChildEnv, ENV_VARS, type ChildEnv } from "./env.js";
 export { VERSION, DEFAULT_IMPLEMENTATION } from "./version.js";
 export { OLDEST_PROTOCOL, PROTOCOL_VERSION } from "./protocol/messages.js";

@@ -2,8 +2,8 @@
  * The runtime: the handle a workflow child holds to talk to its
  * supervisor. `connect()` does the handshake from the environment; the
  * dispatcher then answers the supervisor on the event loop (Ping, Drain,
- * Cancel, CancelMail, Mail, Lease, Shutdown) while the application runs
- * steps.
+ * Cancel, CancelMail, Mail, Lease, Shutdown, Answer) while the application
+ * runs steps.
  */
 
 import { AsyncLocalStorage } from "node:async_hooks";
@@ -309,7 +309,11 @@ export class Runtime {
    *   as nothing, any other JSON value JSON-encoded;
    * - it throws a `Cancelled` (a step of the item was cancelled), or throws
    *   after the item's `signal` aborted: `Cancelled`;
-   * - it throws anything else: `Failed(message)`.
+   * - it throws anything else: `Failed(message)`;
+   * - its item was given back (it waited in `mail.ask` when a drain began
+   *   or the lease ran out, or asked after that): nothing, whatever it
+   *   returns or throws; the item runs again, from the start, as its next
+   *   attempt once its question is answered.
    *
    * A handler that settles its item itself (`mail.ack`, `mail.release`)
    * is taken at its word. A result that cannot be sent (JSON cannot carry

@@ -1,8 +1,8 @@
 /**
  * Whole processes, started as the supervisor starts them (fd 3, cleared
  * environment): the conformance child's exits on Shutdown, end of stream,
- * broken frames and a wrong-version Welcome, and what a child's own
- * programs inherit.
+ * broken frames and a wrong-version Welcome, its questions, give-backs and
+ * progress, and what a child's own programs inherit.
  */
 
 import assert from "node:assert/strict";
@@ -152,6 +152,127 @@ describe("the conformance child in protocol 3", () => {
       const events = await untilDone(s, 4n);
       assert.deepEqual(events.map((e) => e.type), ["Custom", "RunTerminal", "MailAck"]);
     }
+  });
+});
+
+describe("the conformance child's questions and progress (the kit's scenarios, played by hand)", () => {
+  const utf8 = (t: string) => new TextEncoder().encode(t);
+  const mail = (id: bigint, payload: unknown, attempt = 1) => ({ type: "Mail" as const, id, attempt, payload: json(payload) });
+  const answer = (id: bigint, key: string, value: string) => ({ type: "Answer" as const, id, key, value: utf8(value) });
+  const untilAsk = async (s: Spawned, id: bigint) => {
+    for (;;) {
+      const e = await s.next();
+      if (e.type === "Ask" && e.id === id) return e;
+    }
+  };
+
+  test("asking: Ask with the payload's key and prompt after the steps; the answer, compact, is the result", async () => {
+    const s = await ready([CONFORMANCE_CHILD], true);
+    s.send(mail(1n, { steps: [{ name: "a", drain: "wait", ms: 10 }], ask: { key: "approve", prompt: { order: "A-17", total: 3 } } }));
+    const before: Event[] = [];
+    for (let e = await s.next(); ; e = await s.next()) {
+      before.push(e);
+      if (e.type === "Ask") break;
+    }
+    assert.deepEqual(before.map((e) => e.type), ["MailStarted", "Custom", "StepStarted", "StepFinished", "Ask"]);
+    assert.deepEqual(before.at(-1), { type: "Ask", id: 1n, key: "approve", prompt: utf8('{"order":"A-17","total":3}') });
+    s.send(answer(1n, "approve", '{ "approved" : true, "note": "ok" }'));
+    const rest = await untilDone(s, 1n);
+    assert.deepEqual(rest.map((e) => e.type), ["RunTerminal", "MailDone"]);
+    assert.deepEqual(rest.at(-1), { type: "MailDone", id: 1n, outcome: { kind: "Succeeded" }, result: utf8('{"approved":true,"note":"ok"}') });
+  });
+
+  test("a list of asks, each in order; the last answer is the result unless result_hex says otherwise; an answer at once to attempt 2", async () => {
+    const s = await ready([CONFORMANCE_CHILD], true);
+    s.send(mail(2n, { ask: [{ key: "one", prompt: 1 }, { key: "two", prompt: "2" }] }, 2));
+    assert.deepEqual(await untilAsk(s, 2n), { type: "Ask", id: 2n, key: "one", prompt: utf8("1") });
+    s.send(answer(2n, "one", "[1]"));
+    assert.deepEqual(await untilAsk(s, 2n), { type: "Ask", id: 2n, key: "two", prompt: utf8('"2"') });
+    s.send(answer(2n, "two", '"second"'));
+    assert.deepEqual((await untilDone(s, 2n)).at(-1), { type: "MailDone", id: 2n, outcome: { kind: "Succeeded" }, result: utf8('"second"') });
+    s.send(mail(3n, { ask: { key: "k", prompt: null }, result_hex: "0a0b" }));
+    await untilAsk(s, 3n);
+    s.send(answer(3n, "k", "true"));
+    assert.deepEqual((await untilDone(s, 3n)).at(-1), { type: "MailDone", id: 3n, outcome: { kind: "Succeeded" }, result: Uint8Array.of(10, 11) });
+  });
+
+  test("give-back on drain: two askers given back, the step item's MailDone, then Drained; no MailDone for the askers", async () => {
+    const s = await ready([CONFORMANCE_CHILD], true);
+    s.send(mail(1n, { ask: { key: "approve", prompt: 1 } }));
+    s.send(mail(2n, { ask: { key: "approve", prompt: 2 } }));
+    s.send(mail(3n, { steps: [{ name: "short", drain: "wait", ms: 200 }] }));
+    const seen = new Set<string>();
+    while (!(seen.has("Ask 1") && seen.has("Ask 2") && seen.has("StepStarted 3"))) {
+      const e = await s.next();
+      if (e.type === "Ask") seen.add(`Ask ${e.id}`);
+      if (e.type === "StepStarted" && e.run === "mail-3") seen.add("StepStarted 3");
+    }
+    s.send({ type: "Drain", budget_ms: 5000n });
+    const after: string[] = [];
+    for (let e = await s.next(); ; e = await s.next()) {
+      if (e.type === "GiveBack") assert.equal(e.awaiting_answer, true);
+      if (e.type === "GiveBack" || e.type === "MailDone" || e.type === "Drained") after.push(`${e.type}${"id" in e ? ` ${e.id}` : ""}`);
+      if (e.type === "Drained") break;
+    }
+    assert.deepEqual(after, ["GiveBack 1", "GiveBack 2", "MailDone 3", "Drained"]);
+    await assert.rejects(s.next(300), /no event within 300 ms/, "no MailDone for the given-back items");
+    assert.match(s.stderr, /mail 1: given back while it waited for the answer to "approve"/);
+  });
+
+  test("progress: Progress frames in order with the exact data; progress_bytes 65536 goes, 70000 is refused: no frame, MailDone Failed", async () => {
+    const s = await ready([CONFORMANCE_CHILD], true);
+    s.send(mail(1n, { progress: [{ done: 1 }, "two", 3, null], progress_bytes: 65_536 }));
+    const events = await untilDone(s, 1n);
+    const progress = events.filter((e) => e.type === "Progress");
+    assert.deepEqual(
+      progress.slice(0, 4).map((e) => e.type === "Progress" && Buffer.from(e.data).toString()),
+      ['{"done":1}', '"two"', "3", "null"],
+    );
+    assert.equal(progress.length, 5);
+    const last = progress[4]!;
+    assert.ok(last.type === "Progress" && last.data.length === 65_536 && last.data[0] === 0x22 && last.data[1] === 0x70);
+    assert.deepEqual(events.at(-1), { type: "MailDone", id: 1n, outcome: { kind: "Succeeded" }, result: new Uint8Array(0) });
+    s.send(mail(2n, { progress: ["first"], progress_bytes: 70_000, ask: { key: "never", prompt: null } }));
+    const two = await untilDone(s, 2n);
+    assert.deepEqual(two.map((e) => e.type), ["MailStarted", "Custom", "Progress", "MailDone"]);
+    const done = two.at(-1)!;
+    assert.ok(done.type === "MailDone" && done.outcome.kind === "Failed", JSON.stringify(done.type));
+    assert.equal(done.outcome.reason, "mail 2: progress data of 70000 bytes of JSON is over the limit of 65536; nothing was sent");
+  });
+
+  test("ask validation: a key of 300 bytes sends no Ask and ends the item Failed naming it", async () => {
+    const s = await ready([CONFORMANCE_CHILD], true);
+    s.send(mail(1n, { ask: { key: "k".repeat(300), prompt: null } }));
+    const events = await untilDone(s, 1n);
+    assert.ok(!events.some((e) => e.type === "Ask"));
+    const done = events.at(-1)!;
+    assert.ok(done.type === "MailDone" && done.outcome.kind === "Failed");
+    assert.match(done.outcome.reason, /the key must be 1 to 256 bytes of UTF-8, got 300/);
+  });
+
+  test("cancel while asking: verdict Acknowledged, MailDone Cancelled", async () => {
+    const s = await ready([CONFORMANCE_CHILD], true);
+    s.send(mail(5n, { steps: [{ name: "a", drain: "wait", ms: 1 }], ask: { key: "approve", prompt: null } }));
+    await untilAsk(s, 5n);
+    const record = { origin: "Operator" as const, deployment: "billing", id: 5n, reason: "no", at_ms: 1n };
+    s.send({ type: "CancelMail", cancel: signMailCancel(record) });
+    const events = await untilDone(s, 5n);
+    assert.deepEqual(events[0], { type: "MailCancelVerdict", id: 5n, verdict: { kind: "Acknowledged" } });
+    assert.deepEqual(events.at(-1), { type: "MailDone", id: 5n, outcome: { kind: "Cancelled" }, result: new Uint8Array(0) });
+  });
+
+  test("held to protocol 2: ask and progress fail naming protocol 2, the item Failed, no version-3 message", async () => {
+    const s = await ready([CONFORMANCE_CHILD, "--protocol", "2"], false, {}, "3");
+    s.send(mail(1n, { ask: { key: "approve", prompt: null } }));
+    const one = await untilDone(s, 1n);
+    assert.deepEqual(one.map((e) => e.type), ["Custom", "RunTerminal", "MailAck"]);
+    const ack = one.at(-1)!;
+    assert.ok(ack.type === "MailAck" && ack.id === 1n && ack.outcome.kind === "Failed", JSON.stringify(ack.type));
+    assert.match(ack.outcome.reason, /mail\.ask needs protocol 3, and this child speaks protocol 2/);
+    s.send(mail(2n, { progress: [1] }));
+    const two = (await untilDone(s, 2n)).at(-1) as { outcome: { kind: string; reason: string } };
+    assert.equal(two.outcome.kind, "Failed");
+    assert.match(two.outcome.reason, /mail\.progress needs protocol 3/);
   });
 });
 

@@ -3,7 +3,7 @@
  * WFHOST_PROTOCOL and WFHOST_PROTOCOL_MAX, MailStarted before an item's
  * other events, MailDone with the handler's result (and a result too large
  * for a frame), redeliveries of a done item, the signed cancel of one item
- * and its one verdict, Answer ignored, and a child of version 2 sending no
+ * and its one verdict, an Answer nobody asked for ignored, and a child of version 2 sending no
  * version-3 message.
  */
 
@@ -507,13 +507,13 @@ describe("cancel of one item", () => {
 });
 
 describe("Answer, and protocol 2", () => {
-  test("an Answer is logged and ignored; the runtime goes on", async () => {
+  test("an Answer for an item this child does not hold is logged and ignored; the runtime goes on", async () => {
     const { sup, rt, lines } = await wired();
     sup.send({ type: "Answer", id: 17n, key: "approve", value: utf8('{"approved":true}') });
     sup.send({ type: "Ping", nonce: 3n });
     assert.deepEqual(await sup.expect("Pong"), { type: "Pong", nonce: 3n });
     assert.equal(rt.closeReason, null);
-    assert.ok(lines.some((l) => l.startsWith('Answer for mail 17 (key "approve", 17 bytes) ignored')), lines.join("\n"));
+    assert.ok(lines.includes('Answer for mail 17 (key "approve", 17 bytes) ignored: this child does not hold that item'), lines.join("\n"));
   });
 
   test("a child of version 2 acknowledges with MailAck, sends no version-3 message, and drops the result", async () => {

@@ -3,7 +3,8 @@
  * socket speaking docs/control.md): framing, the raw payload after the
  * JSON, idempotency keys and the repeat of a lost answer or an unknown
  * outcome, ids as numbers, refusals with the supervisor's code and words,
- * the event stream; and the config reader.
+ * the event stream, questions and answers, following one item to its end
+ * across broken connections; and the config reader.
  */
 
 import assert from "node:assert/strict";
@@ -400,6 +401,182 @@ describe("status and events", () => {
     assert.deepEqual(followed, [5, 6]);
     await new Promise((r) => setTimeout(r, 50));
     assert.equal(closed, true, "the follow's connection is closed");
+  });
+});
+
+describe("questions, answer and follow", () => {
+  test("questions lists the open questions with their prompts; the deployment filter is sent only when given", async () => {
+    const seen: Record<string, unknown>[] = [];
+    const q = { deployment: "orders", id: 17, key: "approve", prompt: { order: "A-17", total: 3 }, attempt: 2, asked_at_ms: 1_764_650_000_000, age_ms: 5400 };
+    const path = await server((r) => {
+      seen.push(r.request);
+      r.socket.end(frame({ ok: true, data: { questions: r.request["deployment"] === "none" ? [] : [q] } }));
+    });
+    const client = new Client({ socket: path });
+    assert.deepEqual(await client.questions(), [q]);
+    assert.deepEqual(await client.questions({ deployment: "none" }), []);
+    assert.deepEqual(seen, [{ v: 2, cmd: "questions" }, { v: 2, cmd: "questions", deployment: "none" }]);
+  });
+
+  test("a questions answer of another shape is refused, naming it", async () => {
+    const path = await server((r) => r.socket.end(frame({ ok: true, data: { questions: [{ deployment: "orders", id: -1, key: "k" }] } })));
+    await assert.rejects(new Client({ socket: path }).questions(), (e: unknown) => e instanceof WfhostError && /questions answer has a question 0 whose id is not a whole number/.test(e.message));
+  });
+
+  test("answer sends the id, key, JSON value and label, and returns the supervisor's data; a refusal carries its words", async () => {
+    const seen: Record<string, unknown>[] = [];
+    const data = {
+      answered_at_ms: 1_764_650_000_123,
+      by: { label: "ana", uid: 1000, user: "ana" },
+      deployment: "orders",
+      id: 17,
+      journal_seq: 58,
+      key: "approve",
+      new: true,
+    };
+    const path = await server((r, n) => {
+      seen.push(r.request);
+      if (n === 1) r.socket.end(frame({ ok: true, data }));
+      else r.socket.end(frame({ ok: false, code: 1, error: 'mail 17\'s question "approve" was answered {"approved":true} at 2026-12-02T03:00:00Z by ana; a different answer is refused' }));
+    });
+    const client = new Client({ socket: path });
+    assert.deepEqual(await client.answer(17, "approve", { approved: true, note: "fine" }, { by: "ana" }), data);
+    assert.deepEqual(seen[0], { v: 2, cmd: "answer", id: 17, key: "approve", value: { approved: true, note: "fine" }, by: "ana" });
+    await assert.rejects(client.answer(17n, "approve", { approved: false }), (e: unknown) => {
+      assert.ok(e instanceof WfhostError);
+      assert.equal(e.code, 1);
+      assert.match(e.message, /a different answer is refused/);
+      return true;
+    });
+    assert.deepEqual(seen[1], { v: 2, cmd: "answer", id: 17, key: "approve", value: { approved: false } }, "no by unless given");
+    assert.equal(seen.length, 2, "a refusal is not repeated");
+  });
+
+  test("answer refuses, before sending, a value JSON cannot carry, a bad key or label", async () => {
+    let asked = 0;
+    const path = await server((r) => {
+      asked++;
+      r.socket.end(frame({ ok: true, data: { new: true } }));
+    });
+    const client = new Client({ socket: path });
+    const usage = (re: RegExp) => (e: unknown) => e instanceof WfhostError && e.code === 2 && re.test(e.message);
+    await assert.rejects(client.answer(1, "k", undefined), usage(/an answer is a JSON value, got undefined/));
+    await assert.rejects(client.answer(1, "k", 5n), usage(/cannot be encoded/));
+    await assert.rejects(client.answer(1, "", true), usage(/a question's key is 1 to 256 bytes of UTF-8, got 0 bytes/));
+    await assert.rejects(client.answer(1, "k".repeat(257), true), usage(/got 257 bytes/));
+    await assert.rejects(client.answer(1, "k", true, { by: "b".repeat(129) }), usage(/by is a label of at most 128 characters, got 129/));
+    await assert.rejects(client.answer(-1, "k", true), usage(/a mail id is a whole number/));
+    assert.equal(asked, 0);
+    assert.equal((await client.answer(1, "k", null)).new, true, "null is a JSON value");
+  });
+
+  test("follow asks for one item's events and ends after its mail_done, without waiting for the close", async () => {
+    let request: Record<string, unknown> = {};
+    const path = await server((r) => {
+      request = r.request;
+      r.socket.write(frame({ ok: true, data: { streaming: true } }));
+      const ev = (seq: number, kind: string, body: Record<string, unknown>) => frame({ seq, at_ms: seq, deployment: "orders", kind, body });
+      r.socket.write(ev(11, "mail_started", { id: 17, attempt: 1 }));
+      r.socket.write(ev(12, "mail_progress", { id: 17, data: { done: 1 } }));
+      r.socket.write(ev(13, "question_asked", { id: 17, key: "approve" }));
+      r.socket.write(ev(15, "mail_done", { id: 17, outcome: "succeeded" }));
+      // Left open: the client must not wait for the supervisor to close it.
+    });
+    const kinds: string[] = [];
+    for await (const e of new Client({ socket: path }).follow(17, { after: 10 })) kinds.push(`${e.seq} ${e.kind}`);
+    assert.deepEqual(kinds, ["11 mail_started", "12 mail_progress", "13 question_asked", "15 mail_done"]);
+    assert.deepEqual(request, { v: 2, cmd: "events", mail: 17, follow: true, after: 10 });
+  });
+
+  test("follow reconnects after a break with after = the last seq seen: no gap, no duplicate", async () => {
+    const requests: Record<string, unknown>[] = [];
+    const path = await server((r, n) => {
+      requests.push(r.request);
+      const ev = (seq: number, kind: string) => frame({ seq, at_ms: seq, deployment: "orders", kind, body: { id: 4 } });
+      if (n === 1) {
+        r.socket.write(Buffer.concat([frame({ ok: true, data: { streaming: true } }), ev(5, "mail_started"), ev(6, "step_started")]));
+        setTimeout(() => r.socket.destroy(), 20);
+      } else if (n === 2) {
+        // Broken before the stream even started.
+        r.socket.destroy();
+      } else {
+        // A supervisor that sends seq 6 again is not believed twice.
+        r.socket.write(Buffer.concat([frame({ ok: true, data: { streaming: true } }), ev(6, "step_started"), ev(7, "mail_given_back"), ev(9, "mail_dead")]));
+        r.socket.end();
+      }
+    });
+    const seqs: number[] = [];
+    for await (const e of new Client({ socket: path }).follow(4)) seqs.push(e.seq);
+    assert.deepEqual(seqs, [5, 6, 7, 9]);
+    assert.deepEqual(
+      requests.map((r) => r["after"]),
+      [0, 6, 6],
+    );
+    assert.ok(requests.every((r) => r["mail"] === 4 && r["follow"] === true));
+  });
+
+  test("follow: a connection that brings an event starts the count of breaks again", async () => {
+    const path = await server((r, n) => {
+      const seq = Number(r.request["after"]) + 1;
+      const kind = n === 8 ? "mail_done" : "step_finished";
+      r.socket.write(Buffer.concat([frame({ ok: true, data: { streaming: true } }), frame({ seq, at_ms: 1, deployment: "o", kind, body: {} })]));
+      setTimeout(() => r.socket.destroy(), 5);
+    });
+    const seqs: number[] = [];
+    for await (const e of new Client({ socket: path }).follow(1)) seqs.push(e.seq);
+    assert.deepEqual(seqs, [1, 2, 3, 4, 5, 6, 7, 8], "8 connections, 7 breaks, each after progress");
+  });
+
+  test("follow gives up after 5 breaks in a row, naming the item and the last seq; a refusal is not retried", async () => {
+    let connections = 0;
+    const path = await server((r) => {
+      connections++;
+      if (r.request["mail"] === 99) {
+        r.socket.end(frame({ ok: false, code: 1, error: "no mail item 99" }));
+        return;
+      }
+      if (connections === 1) {
+        r.socket.write(Buffer.concat([frame({ ok: true, data: { streaming: true } }), frame({ seq: 3, at_ms: 1, deployment: "o", kind: "mail_started", body: {} })]));
+      }
+      setTimeout(() => r.socket.destroy(), 10);
+    });
+    const client = new Client({ socket: path });
+    const seen: number[] = [];
+    const t0 = performance.now();
+    await assert.rejects(
+      (async () => {
+        for await (const e of client.follow(4)) seen.push(e.seq);
+      })(),
+      (e: unknown) => {
+        assert.ok(e instanceof WfhostError);
+        assert.equal(e.code, 3);
+        assert.match(e.message, /^following mail 4: the connection broke 5 times in a row \(last: .*\); the last event seen was seq 3: follow again with \{ after: 3 \}$/);
+        return true;
+      },
+    );
+    assert.deepEqual(seen, [3]);
+    assert.equal(connections, 5, "5 breaks in a row, the first after the event it brought");
+    assert.ok(performance.now() - t0 >= 1400, "with pauses of 100, 200, 400 and 800 ms");
+    connections = 0;
+    await assert.rejects(
+      (async () => {
+        for await (const _ of client.follow(99)) void _;
+      })(),
+      (e: unknown) => e instanceof WfhostError && e.code === 1 && e.message === "no mail item 99",
+    );
+    assert.equal(connections, 1);
+  });
+
+  test("events passes the mail and deployment filters when given", async () => {
+    const seen: Record<string, unknown>[] = [];
+    const path = await server((r) => {
+      seen.push(r.request);
+      r.socket.write(frame({ ok: true, data: { streaming: true } }));
+      r.socket.end(frame({ seq: 1, at_ms: 1, deployment: "orders", kind: "mail_accepted", body: { id: 2 } }));
+    });
+    const client = new Client({ socket: path });
+    for await (const _ of client.events({ mail: 2n, deployment: "orders" })) void _;
+    assert.deepEqual(seen[0], { v: 2, cmd: "events", after: 0, follow: false, mail: 2, deployment: "orders" });
   });
 });
 

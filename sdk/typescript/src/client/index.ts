@@ -2,7 +2,8 @@
  * `@wfhost/child/client`: a producer's client for the supervisor's control
  * socket (`docs/control.md`, protocol 2): send mail exactly once, wait for
  * an item's result, call a deployment (send, then wait for the result),
- * read status, follow the event stream, and the operator commands.
+ * read status, follow the event stream (or one item's, to its end), list
+ * the questions handlers asked and answer them, and the operator commands.
  *
  * ```ts
  * import { Client } from "@wfhost/child/client";
@@ -137,6 +138,49 @@ function waitOf(ms: number, what: string): number {
   return Math.min(Math.ceil(ms), Number.MAX_SAFE_INTEGER);
 }
 
+/** An event cursor (`after`): a whole number, 0 or more. */
+function cursorOf(after: number | undefined): number {
+  if (after === undefined) return 0;
+  if (typeof after !== "number" || !Number.isSafeInteger(after) || after < 0) {
+    throw new WfhostError(EXIT.usage, `after is an event's seq, a whole number from 0, got ${String(after)}`);
+  }
+  return after;
+}
+
+/** One event of a stream. */
+function parseEvent(text: string): WfhostEvent {
+  let e: WfhostEvent;
+  try {
+    e = JSON.parse(text) as WfhostEvent;
+  } catch (err) {
+    throw new WfhostError(EXIT.failed, `the supervisor sent an event that is not JSON (${(err as Error).message})`);
+  }
+  if (e === null || typeof e !== "object" || typeof e.seq !== "number" || typeof e.kind !== "string") {
+    throw new WfhostError(EXIT.failed, `the supervisor sent an event without seq or kind: ${text}`);
+  }
+  return e;
+}
+
+/** A question's key for a request: 1 to 256 bytes of UTF-8. */
+function keyOf(key: string): string {
+  if (typeof key !== "string" || !key.isWellFormed() || Buffer.byteLength(key) === 0 || Buffer.byteLength(key) > 256) {
+    throw new WfhostError(EXIT.usage, `a question's key is 1 to 256 bytes of UTF-8, got ${typeof key === "string" ? `${Buffer.byteLength(key)} bytes` : typeof key}`);
+  }
+  return key;
+}
+
+/** An answer's value: any JSON value; what JSON cannot carry is refused before anything is sent. */
+function answerValue(value: unknown): unknown {
+  let text: string | undefined;
+  try {
+    text = JSON.stringify(value);
+  } catch (e) {
+    throw new WfhostError(EXIT.usage, `an answer is a JSON value; this one cannot be encoded (${(e as Error).message})`);
+  }
+  if (text === undefined) throw new WfhostError(EXIT.usage, `an answer is a JSON value, got ${typeof value}`);
+  return value;
+}
+
 /** The answer of `mail-result`, checked field by field. */
 function parseMailResult(data: unknown, text: string): MailResultAnswer {
   const bad = (why: string) => new WfhostError(EXIT.failed, `the supervisor's mail-result answer ${why}: ${text}`);
@@ -183,6 +227,81 @@ export interface WfhostEvent {
   deployment: string | null;
   kind: string;
   body: Record<string, unknown>;
+}
+
+/** An open question: a handler's `ask` waiting for a person's answer. */
+export interface Question {
+  deployment: string;
+  /** The item that asked. */
+  id: number;
+  /** The question's key within the item. */
+  key: string;
+  /** The JSON the handler asked with. */
+  prompt: unknown;
+  /** The attempt of the item that asked. */
+  attempt: number;
+  /** When it was asked (Unix ms), and how long ago. */
+  asked_at_ms: number;
+  age_ms: number;
+}
+
+/** Who answered, as the supervisor records it: the client's uid and user name (from its peer credentials) and the `by` label. */
+export interface AnsweredBy {
+  label: string | null;
+  uid: number | null;
+  user: string | null;
+}
+
+/** What `answer` answers. */
+export interface Answered {
+  id: number;
+  deployment: string;
+  key: string;
+  /** False when the same value had been given before: nothing changed. */
+  new: boolean;
+  answered_at_ms: number;
+  by: AnsweredBy | null;
+  journal_seq: number | null;
+}
+
+/** The longest `by` label an answer may carry. */
+const MAX_BY_CHARS = 128;
+
+/** The kinds of event that end one item's stream: the supervisor closes it after them. */
+const ITEM_ENDS: ReadonlySet<string> = new Set(["mail_done", "mail_dead"]);
+
+/**
+ * How often `follow` connects again after its stream broke before the
+ * item's end, and the first pause (doubled each time); a connection that
+ * brought an event starts the count again.
+ */
+const FOLLOW_TRIES = 5;
+const FOLLOW_RETRY_PAUSE_MS = 100;
+
+/** The `questions` answer, checked. */
+function parseQuestions(data: unknown, text: string): Question[] {
+  const bad = (why: string) => new WfhostError(EXIT.failed, `the supervisor's questions answer ${why}: ${text}`);
+  const list = (data as { questions?: unknown } | null)?.questions;
+  if (!Array.isArray(list)) throw bad("has no list of questions");
+  return list.map((q: unknown, i) => {
+    if (q === null || typeof q !== "object") throw bad(`has a question ${i} that is not an object`);
+    const o = q as Record<string, unknown>;
+    if (typeof o["deployment"] !== "string" || typeof o["key"] !== "string") throw bad(`has a question ${i} without deployment or key`);
+    const num = (k: string): number => {
+      const v = o[k];
+      if (typeof v !== "number" || !Number.isSafeInteger(v) || v < 0) throw bad(`has a question ${i} whose ${k} is not a whole number`);
+      return v;
+    };
+    return {
+      deployment: o["deployment"],
+      id: num("id"),
+      key: o["key"],
+      prompt: o["prompt"] ?? null,
+      attempt: num("attempt"),
+      asked_at_ms: num("asked_at_ms"),
+      age_ms: num("age_ms"),
+    };
+  });
 }
 
 /**
@@ -348,23 +467,133 @@ export class Client {
    * `after`. Without `follow` it ends after the last stored event; with
    * `follow` it goes on with each new event until the loop stops (which
    * closes the connection). Reconnect with `after` = the last `seq` seen to
-   * miss nothing still retained.
+   * miss nothing still retained. `mail` keeps one item's events only (and
+   * a follow then ends after the item's end: see `follow`), `deployment`
+   * one deployment's.
    */
-  async *events(options: { after?: number; follow?: boolean } = {}): AsyncGenerator<WfhostEvent, void, undefined> {
-    const { socket, reader } = await this.open({ cmd: "events", after: options.after ?? 0, follow: options.follow ?? false });
+  async *events(
+    options: { after?: number; follow?: boolean; mail?: number | bigint; deployment?: string } = {},
+  ): AsyncGenerator<WfhostEvent, void, undefined> {
+    const request: Record<string, unknown> = { cmd: "events", after: cursorOf(options.after), follow: options.follow ?? false };
+    if (options.mail !== undefined) request["mail"] = requestId(options.mail);
+    if (options.deployment !== undefined) request["deployment"] = options.deployment;
+    const { socket, reader } = await this.open(request);
     try {
-      const first = await this.answer(reader);
-      if ((first.data as { streaming?: boolean }).streaming !== true) {
-        throw new WfhostError(EXIT.failed, `the supervisor did not start a stream: ${first.text}`);
-      }
+      await this.streamStarted(reader);
       for (;;) {
         const m = await reader.next();
         if (m.kind === "end") return;
         if (m.kind === "error") throw this.lost(m.message);
-        yield JSON.parse(m.text) as WfhostEvent;
+        yield parseEvent(m.text);
       }
     } finally {
       socket.destroy();
+    }
+  }
+
+  /**
+   * Follows item `id`'s events (`{"cmd":"events","mail":id,"follow":true}`)
+   * from the first after `after` (default 0: all of them) to its end: the
+   * stream ends after its `mail_done` or `mail_dead` event, so the last
+   * event says how it ended. In between come `mail_started`, its steps,
+   * `mail_progress` with what the handler reported, `question_asked`,
+   * `question_answered`, `mail_given_back`, …
+   *
+   * A connection that breaks before the end is made again with `after` =
+   * the last `seq` seen (no event missed, none twice), up to 5 times in a
+   * row, pausing 100 ms, then 200, 400 and 800; then it throws a
+   * `WfhostError` (code 3) naming the item and the last `seq`. A refusal
+   * (an unknown item, say) throws at once with the supervisor's words.
+   * Breaking out of the loop closes the connection.
+   */
+  async *follow(id: number | bigint, options: { after?: number } = {}): AsyncGenerator<WfhostEvent, void, undefined> {
+    const mail = requestId(id);
+    let after = cursorOf(options.after);
+    let failures = 0;
+    let pause = FOLLOW_RETRY_PAUSE_MS;
+    for (;;) {
+      let broke: WfhostError;
+      let opened: { socket: Socket; reader: MessageReader } | null = null;
+      try {
+        opened = await this.open({ cmd: "events", mail, follow: true, after });
+        await this.streamStarted(opened.reader);
+        for (;;) {
+          const m = await opened.reader.next();
+          if (m.kind === "message") {
+            const e = parseEvent(m.text);
+            // A reconnection never repeats what was seen.
+            if (e.seq <= after) continue;
+            after = e.seq;
+            failures = 0;
+            pause = FOLLOW_RETRY_PAUSE_MS;
+            yield e;
+            if (ITEM_ENDS.has(e.kind)) return;
+            continue;
+          }
+          throw this.lost(m.kind === "end" ? "the stream ended before the item's end" : m.message);
+        }
+      } catch (e) {
+        // Only a connection lost (or never made) is tried again; a refusal or a bad answer is final.
+        if (!(e instanceof WfhostError) || e.code !== EXIT.unreachable) throw e;
+        broke = e;
+      } finally {
+        opened?.socket.destroy();
+      }
+      failures += 1;
+      if (failures >= FOLLOW_TRIES) {
+        throw new WfhostError(
+          EXIT.unreachable,
+          `following mail ${mail}: the connection broke ${failures} times in a row (last: ${broke.message}); ${
+            after > 0 ? `the last event seen was seq ${after}: follow again with { after: ${after} }` : "no event was seen"
+          }`,
+          broke.answerLost,
+        );
+      }
+      await new Promise((r) => setTimeout(r, pause));
+      pause *= 2;
+    }
+  }
+
+  /** Every open question, oldest first (`questions`); only `deployment`'s with the option. */
+  async questions(options: { deployment?: string } = {}): Promise<Question[]> {
+    const request: Record<string, unknown> = { cmd: "questions" };
+    if (options.deployment !== undefined) request["deployment"] = options.deployment;
+    const { data, text } = await this.exchange(request);
+    return parseQuestions(data, text);
+  }
+
+  /**
+   * Answers item `id`'s question `key` with `value`, any JSON value (at
+   * most 64 KiB encoded), optionally labelled `by` (at most 128
+   * characters; the supervisor records the client's uid and user name
+   * beside it). Resolves once the answer is stored and journaled; the
+   * handler's `ask` then resolves with it (or, if the item was given back
+   * while it waited, its next attempt's `ask` does, at once). The same
+   * value again answers `new: false`; a different value, an unknown item
+   * or key, or an item that ended is refused (a `WfhostError` with the
+   * supervisor's words).
+   */
+  async answer(id: number | bigint, key: string, value: unknown, options: { by?: string } = {}): Promise<Answered> {
+    const request: Record<string, unknown> = { cmd: "answer", id: requestId(id), key: keyOf(key), value: answerValue(value) };
+    if (options.by !== undefined) {
+      if (typeof options.by !== "string" || [...options.by].length > MAX_BY_CHARS) {
+        throw new WfhostError(EXIT.usage, `by is a label of at most ${MAX_BY_CHARS} characters, got ${typeof options.by === "string" ? `${[...options.by].length} characters` : typeof options.by}`);
+      }
+      request["by"] = options.by;
+    }
+    const { data, text } = await this.exchange(request);
+    const d = data as Partial<Answered> | null;
+    if (d === null || typeof d !== "object" || typeof d.new !== "boolean") {
+      throw new WfhostError(EXIT.failed, `the supervisor's answer to answer is not one: ${text}`);
+    }
+    return d as Answered;
+  }
+
+  /** Reads the first answer of a stream, which must start it. */
+  private async streamStarted(reader: MessageReader): Promise<void> {
+    const first = await this.answer_(reader);
+    if ((first.data as { streaming?: boolean } | null)?.streaming !== true) {
+      throw new WfhostError(EXIT.failed, `the supervisor did not start a stream: ${first.text}`);
     }
   }
 
@@ -372,7 +601,7 @@ export class Client {
   private async exchange(request: Record<string, unknown>, body?: Uint8Array): Promise<{ data: unknown; text: string }> {
     const { socket, reader } = await this.open(request, body);
     try {
-      return await this.answer(reader);
+      return await this.answer_(reader);
     } finally {
       socket.destroy();
     }
@@ -416,7 +645,7 @@ export class Client {
   }
 
   /** Reads the answer; a refusal becomes a WfhostError with the supervisor's code and words. */
-  private async answer(reader: MessageReader): Promise<{ data: unknown; text: string }> {
+  private async answer_(reader: MessageReader): Promise<{ data: unknown; text: string }> {
     const m = await reader.next();
     if (m.kind === "end") throw this.lost("the connection closed before an answer");
     if (m.kind === "error") throw this.lost(m.message);

@@ -3,11 +3,23 @@
 // and one run, `order-<id>`, of two steps:
 //
 //   fetch    cancel behaviour: on drain it is aborted (the next child fetches again)
-//   approve  wait behaviour: a person approving; a drain waits for it (the budget pauses)
+//   approve  wait behaviour: a person approving; a drain waits for it (the budget pauses);
+//            with --approval ask, a question to a person instead (below)
 //
 // A payload is JSON `{"order": "A-17"}` (any other payload is an order named
 // by its text); `fetch_ms` and `approve_ms` in it override the flags for
 // that order (`{"order": "B-2", "approve_ms": 20000}`: a slow approval).
+//
+// Approval by a person: with `--approval ask` (or `"approval": "ask"` in an
+// order's payload) the approve step is not a timer but a question,
+// `mail.ask("approve", {order, mail, question, …})`, which a person
+// answers with `wfhost answer ID approve '{"approved": true}'` (or
+// `{"approved": false, "note": "…"}`). Approved, the order goes on as
+// with the timer; not approved, it ends with status `rejected` and the
+// note. A drain while the question is open gives the order back to the
+// supervisor (the SDK's GivenBackError, let pass): once answered it is
+// delivered again, fetch is finalized from its marker, and the ask
+// returns the stored answer at once.
 //
 // The run's outcome decides the mail's fate: succeeded, or cancelled by a
 // verified (signed) cancel of the run or of the item (`wfhost mail
@@ -22,8 +34,10 @@
 //              {"step": "approve", …}],
 //    "stopped": null}
 //
-// `status` is approved, cancelled (`stopped` then names the step a
-// verified cancel stopped and why) or failed; `steps` lists the steps
+// `status` is approved, rejected (by the person asked: `stopped` then
+// names the approve step, and `note` the answer's note), cancelled
+// (`stopped` then names the step a verified cancel stopped and why) or
+// failed; `steps` lists the steps
 // done, each as its marker records it (`finalized`: this delivery found it
 // done by an earlier child instead of running it), so an order finalized
 // from markers returns a result of the same shape as one run in full.
@@ -59,7 +73,7 @@ import { join, resolve } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { parseArgs } from "node:util";
 
-import { Cancelled, connect } from "@wfhost/child";
+import { Cancelled, GivenBackError, connect } from "@wfhost/child";
 
 const { values: args } = parseArgs({
   options: {
@@ -67,9 +81,15 @@ const { values: args } = parseArgs({
     "fetch-ms": { type: "string", default: "100" },
     "approve-ms": { type: "string", default: "200" },
     "fetch-ignores-drain": { type: "boolean", default: false },
+    approval: { type: "string", default: "timer" },
     markers: { type: "string" },
   },
 });
+const APPROVALS = ["ask", "timer"];
+if (!APPROVALS.includes(args.approval)) {
+  console.error(`node-orders: --approval is ask (a person answers) or timer (approve-ms), got ${JSON.stringify(args.approval)}`);
+  process.exit(2);
+}
 const number = (name) => {
   const v = Number(args[name]);
   if (!Number.isInteger(v) || v < 0) {
@@ -82,6 +102,7 @@ const recycleEvery = number("recycle-every");
 const fetchMs = number("fetch-ms");
 const approveMs = number("approve-ms");
 const fetchIgnoresDrain = args["fetch-ignores-drain"];
+const approval = args.approval;
 
 const say = (line) => console.log(`node-orders: ${line}`);
 
@@ -124,7 +145,8 @@ try {
 
 await rt.ready();
 say(
-  `ready for deployment ${rt.deployment} (pid ${process.pid}, fetch ${fetchMs} ms, approval ${approveMs} ms, ` +
+  `ready for deployment ${rt.deployment} (pid ${process.pid}, fetch ${fetchMs} ms, ` +
+    `approval ${approval === "ask" ? "asked of a person" : `${approveMs} ms`}, ` +
     `recycle ${recycleEvery > 0 ? `every ${recycleEvery} items` : "never"}${fetchIgnoresDrain ? ", fetch ignores drain" : ""}, ` +
     `markers in ${markers})`,
 );
@@ -272,6 +294,73 @@ function stepMs(mail, s) {
   return s.ms;
 }
 
+/** How `mail` is approved: the order's own `"approval"` (`ask` or `timer`), else the flag's. */
+function approvalOf(mail) {
+  try {
+    const v = mail.json()?.approval;
+    if (APPROVALS.includes(v)) return v;
+  } catch {
+    // not JSON: the flag decides
+  }
+  return approval;
+}
+
+/** The rest of an order's payload, shown to the person asked when it is short. */
+function detailsOf(mail) {
+  try {
+    const v = mail.json();
+    if (typeof v !== "object" || v === null || Array.isArray(v)) return null;
+    const { order: _order, fetch_ms: _f, approve_ms: _a, approval: _k, ...rest } = v;
+    if (Object.keys(rest).length === 0 || JSON.stringify(rest).length > 4096) return null;
+    return rest;
+  } catch {
+    return null;
+  }
+}
+
+/** What the person is asked: the order, and a short summary of it (the same on every attempt). */
+function approvalPrompt(mail) {
+  const order = orderOf(mail);
+  const details = detailsOf(mail);
+  return {
+    order,
+    mail: Number(mail.id),
+    question: `approve order ${JSON.stringify(order)}? answer {"approved": true} or {"approved": false, "note": "why"}`,
+    ...(details === null ? {} : { details }),
+  };
+}
+
+/** A person's answer as a decision; throws naming the expected shape when it is not one. */
+function decisionOf(answer) {
+  const ok =
+    typeof answer === "object" &&
+    answer !== null &&
+    typeof answer.approved === "boolean" &&
+    (answer.note === undefined || answer.note === null || typeof answer.note === "string");
+  if (!ok) throw new Error(`the answer to "approve" must be {"approved": true|false, "note"?: string}, got ${JSON.stringify(answer)}`);
+  return { approved: answer.approved, note: answer.note ?? null };
+}
+
+/**
+ * The approve step asked of a person: resolves `true` when approved, the
+ * Cancelled when a cancel of the order stopped the question, or
+ * `{ rejected: note }`. A GivenBackError (a drain while it waited) passes:
+ * the order is no longer this child's.
+ */
+async function askApproval(mail) {
+  say(`mail ${mail.id}: asking for approval (wfhost answer ${mail.id} approve '{"approved": true}')`);
+  let answer;
+  try {
+    answer = await mail.ask("approve", approvalPrompt(mail));
+  } catch (e) {
+    if (e instanceof Cancelled) return e;
+    throw e;
+  }
+  const { approved, note } = decisionOf(answer);
+  say(`mail ${mail.id}: ${approved ? "approved" : "rejected"} by the person asked${note === null ? "" : `: ${note}`}`);
+  return approved ? true : { rejected: note };
+}
+
 // --- results ------------------------------------------------------------------
 
 /** A step done, as the result lists it: from its marker's record, whether this delivery ran it or found it done. */
@@ -322,9 +411,17 @@ async function processOrder(mail, order) {
       continue;
     }
     const began = performance.now();
+    const asked = s.name === "approve" && approvalOf(mail) === "ask";
     const ms = stepMs(mail, s);
-    const done = await step(run, s.name, s.behavior, (signal) => sleep(ms, undefined, { signal }), s.options);
-    if (done !== true) return settleStopped(mail, run, s.name, done, order);
+    const done = asked ? await askApproval(mail) : await step(run, s.name, s.behavior, (signal) => sleep(ms, undefined, { signal }), s.options);
+    if (done instanceof Cancelled) return settleStopped(mail, run, s.name, done, order);
+    if (done !== true) {
+      // Not approved: a decision, the order's end.
+      order.current = null;
+      await rt.runTerminal(run, "succeeded");
+      const reason = done.rejected === null ? "rejected by the person asked" : `rejected by the person asked: ${done.rejected}`;
+      return { outcome: "succeeded", result: resultOf(mail, "rejected", order.steps, { step: s.name, reason, note: done.rejected }) };
+    }
     const record = await mark(mail, s.name, Math.round(performance.now() - began));
     order.steps.push(stepDone(s.name, record, false));
     say(`mail ${id}: ${s.name} done`);
@@ -351,6 +448,11 @@ async function handle(mail) {
   try {
     end = await processOrder(mail, order);
   } catch (e) {
+    if (e instanceof GivenBackError) {
+      // A drain while the order waited for its approval: the supervisor has it back, and nothing this child does with it counts.
+      say(`mail ${mail.id}: given back while waiting for its approval: once answered it comes again, and the answer with it`);
+      throw e;
+    }
     end = { outcome: { failed: e.message }, result: resultOf(mail, "failed", order.steps, { step: order.current, reason: e.message }) };
   }
   if (end.outcome === null) {

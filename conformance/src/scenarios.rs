@@ -1,6 +1,7 @@
 //! The scenarios, each played against a fresh child: what a supervisor
 //! does, and what a conforming child must answer. Every wait is bounded.
 
+mod asking;
 mod cancel;
 mod drain;
 mod ending;
@@ -76,6 +77,19 @@ pub enum Scenario {
     CancelMailForged,
     /// Version 3: a redelivery after `MailDone` is done again, not run.
     RedeliveryDoneAgain,
+    /// Version 3: a question asked, answered and remembered; the last
+    /// answer is the result.
+    AskAnswered,
+    /// Version 3: a redelivered item's question answered as it is asked.
+    AskAnsweredAtOnce,
+    /// Version 3: items waiting for answers are given back on a drain.
+    AskGivenBackOnDrain,
+    /// Version 3: progress reports, exact, and one too large refused.
+    Progress,
+    /// Version 3: a key out of bounds is refused before sending.
+    AskBadKey,
+    /// Version 3: a cancel of an item waiting for an answer.
+    AskCancelled,
 }
 
 impl Scenario {
@@ -108,6 +122,12 @@ impl Scenario {
             Self::CancelMailUnknownItem,
             Self::CancelMailForged,
             Self::RedeliveryDoneAgain,
+            Self::AskAnswered,
+            Self::AskAnsweredAtOnce,
+            Self::AskGivenBackOnDrain,
+            Self::Progress,
+            Self::AskBadKey,
+            Self::AskCancelled,
         ]);
         all
     }
@@ -134,6 +154,12 @@ impl Scenario {
                 | Self::CancelMailUnknownItem
                 | Self::CancelMailForged
                 | Self::RedeliveryDoneAgain
+                | Self::AskAnswered
+                | Self::AskAnsweredAtOnce
+                | Self::AskGivenBackOnDrain
+                | Self::Progress
+                | Self::AskBadKey
+                | Self::AskCancelled
         )
     }
 
@@ -171,6 +197,12 @@ impl Scenario {
             Self::CancelMailUnknownItem => "cancel-mail-unknown-item".into(),
             Self::CancelMailForged => "cancel-mail-forged".into(),
             Self::RedeliveryDoneAgain => "redelivery-done-again".into(),
+            Self::AskAnswered => "ask-answered".into(),
+            Self::AskAnsweredAtOnce => "ask-answered-at-once".into(),
+            Self::AskGivenBackOnDrain => "ask-given-back-on-drain".into(),
+            Self::Progress => "progress".into(),
+            Self::AskBadKey => "ask-bad-key".into(),
+            Self::AskCancelled => "ask-cancelled".into(),
         }
     }
 
@@ -219,6 +251,12 @@ impl Scenario {
             Self::CancelMailUnknownItem => v3::cancel_mail_unknown_item(s, launcher).await,
             Self::CancelMailForged => v3::cancel_mail_forged(s, launcher).await,
             Self::RedeliveryDoneAgain => v3::redelivery_done_again(s, launcher).await,
+            Self::AskAnswered => asking::answered(s, launcher).await,
+            Self::AskAnsweredAtOnce => asking::answered_at_once(s, launcher).await,
+            Self::AskGivenBackOnDrain => asking::given_back_on_drain(s, launcher).await,
+            Self::Progress => asking::progress(s, launcher).await,
+            Self::AskBadKey => asking::bad_key(s, launcher).await,
+            Self::AskCancelled => asking::cancelled(s, launcher).await,
         }
     }
 }

@@ -1,7 +1,8 @@
 //! The scenarios of protocol 3 (`docs/protocol.md` §4.12, "Version 3
 //! scenarios"): the version a child chooses, `MailStarted` and `MailDone`
 //! with a result, a result too large for a frame, the cancel of one item
-//! and its verdict, and a redelivery after `MailDone`.
+//! and its verdict, and a redelivery after `MailDone`. Questions and
+//! progress are `asking.rs`'s.
 
 use std::time::Duration;
 
@@ -50,7 +51,7 @@ fn item(run: &str, step: &str, drain: &str, ms: u64, extra: Value) -> Vec<u8> {
 
 /// The handshake with the kit's Welcome, then a check that the child
 /// speaks protocol 3.
-async fn ready_v3(s: &mut Subject, l: &Launcher) -> Result<(), Failure> {
+pub(super) async fn ready_v3(s: &mut Subject, l: &Launcher) -> Result<(), Failure> {
     s.handshake_with(l.welcome()).await?;
     s.require_v3()
 }
@@ -212,7 +213,7 @@ pub async fn result_too_large(s: &mut Subject, l: &Launcher) -> Result<(), Failu
 
 /// Sends `cancel` and expects one `MailCancelVerdict` of its item within
 /// 1 s, which `fits` accepts (`expected` names it).
-async fn expect_verdict(
+pub(super) async fn expect_verdict(
     s: &mut Subject,
     cancel: SignedMailCancel,
     fits: impl Fn(&CancelVerdict) -> bool,

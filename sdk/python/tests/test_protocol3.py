@@ -3,8 +3,9 @@
 its result, the cancel of one item and its verdicts, and what a handler's
 return or raise makes of its item, on both surfaces. The conformance kit's
 version-3 scenarios check the same against the kit; these also cover what
-it does not script (an item cancelled before it started, an Answer, a
-version-3 message to a child of version 2, the iterator)."""
+it does not script (an item cancelled before it started, an Answer nobody
+asked for, a version-3 message to a child of version 2, the iterator);
+tests/test_questions.py covers asking, progress and give-back."""
 
 from __future__ import annotations
 
@@ -494,7 +495,7 @@ def test_the_iterator_starts_an_item_as_it_hands_it_out_and_ack_carries_the_resu
 # --- what else may come -------------------------------------------------------------
 
 
-def test_an_answer_is_logged_and_ignored(conformance):
+def test_an_answer_nobody_asked_for_is_logged_and_ignored(conformance):
     p = conformance
     p.ready(protocol=3)
     p.send(m.Answer(17, "approve", b'{"approved":true}'))
@@ -504,7 +505,7 @@ def test_an_answer_is_logged_and_ignored(conformance):
     p.send(m.Shutdown())
     code, _, err = p.finish()
     assert code == 0
-    assert "ignored an Answer for mail 17, key 'approve'" in err
+    assert "ignored an Answer for mail 17, key 'approve': no handler of this child asked it" in err
 
 
 @pytest.mark.parametrize("module", CHILDREN)

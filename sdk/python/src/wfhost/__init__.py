@@ -32,6 +32,16 @@ Or, one handler call per item, whose return value is the item's result
 
     rt.serve(handle, workers=4)       # cancellable=False: a cancel of one item is not supported
 
+A handler may ask a person and wait for the answer as long as it takes,
+without holding the child through a drain (``wfhost.GivenBack``: let it
+pass; the item's next attempt runs the handler again and gets the stored
+answer at once), and report progress::
+
+    def handle(mail):
+        mail.progress({"stage": "fetched"})
+        answer = mail.ask("approve", {"order": mail.json()["order"]})
+        return {"approved": answer["approved"]}
+
 The asyncio surface is :mod:`wfhost.aio`; the producer client for the
 control socket is :class:`wfhost.Client`.
 """
@@ -44,11 +54,13 @@ from .errors import (
     ChannelClosed,
     ClientError,
     ConnectError,
+    GivenBack,
     MailSettled,
     NotReady,
     ProtocolViolation,
     TooLarge,
     Unreachable,
+    Unsupported,
     WfhostError,
 )
 from .outcome import CANCELLED, SUCCEEDED, Failed
@@ -66,6 +78,7 @@ __all__ = [
     "CloseReason",
     "ConnectError",
     "Failed",
+    "GivenBack",
     "Mail",
     "MailIterator",
     "MailResult",
@@ -77,6 +90,7 @@ __all__ = [
     "Step",
     "TooLarge",
     "Unreachable",
+    "Unsupported",
     "WfhostError",
     "__version__",
     "connect",

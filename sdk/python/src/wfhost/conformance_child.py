@@ -1,8 +1,9 @@
 """The blocking surface's conformance child (``python -m
 wfhost.conformance_child``, docs/conformance.md): ``rt.serve`` with a
 thread per item in hand, each step a ``with rt.step(...)`` block that waits
-on ``step.cancelled``; the handler returns the item's result and declares
-itself not cancellable when the payload says so."""
+on ``step.cancelled``, each question a ``mail.ask`` (a given-back item's
+``wfhost.GivenBack`` let through); the handler returns the item's result
+and declares itself not cancellable when the payload says so."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import time
 
 import wfhost
 
-from .conformance_payload import BadPayload, cancellable, parse, took
+from .conformance_payload import BadPayload, Plan, cancellable, compact, parse, took
 
 # The supervisor sends at most this many items unacknowledged at once.
 IN_FLIGHT = 32
@@ -31,7 +32,8 @@ def process(rt: wfhost.Runtime, mail: wfhost.Mail) -> object:
         rt.custom(*plan.custom)
     run = plan.run if plan.run is not None else f"mail-{mail.id}"
     cancelled: wfhost.Cancelled | None = None
-    for planned in plan.steps:
+    failure = report_progress(mail, plan)
+    for planned in plan.steps if failure is None else []:
         if mail.cancelled.is_set():
             cancelled = wfhost.Cancelled("cancel", mail.cancel_reason or "cancelled")
             break
@@ -46,8 +48,24 @@ def process(rt: wfhost.Runtime, mail: wfhost.Mail) -> object:
             break
     if cancelled is None and mail.cancelled.is_set():
         cancelled = wfhost.Cancelled("cancel", mail.cancel_reason or "cancelled")
+    result = plan.result
+    for asked in plan.asks if cancelled is None and failure is None else []:
+        try:
+            answer = mail.ask(asked.key, asked.prompt)
+        except (wfhost.GivenBack, wfhost.ChannelClosed):
+            raise  # given back: nothing more is sent for the item
+        except wfhost.Cancelled as e:
+            cancelled = e
+            break
+        except Exception as e:  # the library refused the question
+            failure = wfhost.Failed(str(e))
+            break
+        if plan.result is None:
+            result = compact(answer)  # the last answer is the result
     if cancelled is not None:
         outcome: object = wfhost.CANCELLED
+    elif failure is not None:
+        outcome = failure
     elif plan.fail is not None:
         outcome = wfhost.Failed(plan.fail)
     else:
@@ -56,7 +74,7 @@ def process(rt: wfhost.Runtime, mail: wfhost.Mail) -> object:
     if plan.recycle is not None:
         # Ended here, so the recycle request follows the item's end.
         try:
-            mail.ack(outcome, plan.result if outcome == wfhost.SUCCEEDED else None)  # type: ignore[arg-type]
+            mail.ack(outcome, result if outcome == wfhost.SUCCEEDED else None)  # type: ignore[arg-type]
         except wfhost.TooLarge:
             pass  # ended Failed, said on stderr
         rt.request_recycle(plan.recycle)
@@ -65,7 +83,21 @@ def process(rt: wfhost.Runtime, mail: wfhost.Mail) -> object:
         raise cancelled
     if outcome != wfhost.SUCCEEDED:
         return outcome
-    return plan.result
+    return result
+
+
+def report_progress(mail: wfhost.Mail, plan: Plan) -> wfhost.Failed | None:
+    """The payload's ``progress`` values, then its ``progress_bytes``
+    string; the failure the library's refusal makes of the item."""
+    values = list(plan.progress)
+    if plan.progress_bytes is not None:
+        values.append(plan.progress_string())
+    for value in values:
+        try:
+            mail.progress(value)
+        except (wfhost.TooLarge, wfhost.Unsupported, TypeError, ValueError) as e:
+            return wfhost.Failed(str(e))
+    return None
 
 
 def guarded(rt: wfhost.Runtime, mail: wfhost.Mail) -> object:

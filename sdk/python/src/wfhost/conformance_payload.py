@@ -1,6 +1,8 @@
 """The conformance child's mail payload (``docs/conformance.md``): what
 each item asks the child to do. Shared by the blocking and the asyncio
-conformance children."""
+conformance children. A handler's work, in order: ``conformance.took``,
+``custom``, ``progress`` and ``progress_bytes``, ``steps``, ``ask``, then
+its end."""
 
 from __future__ import annotations
 
@@ -23,11 +25,33 @@ class PlannedStep(Record):
         self.ignore_cancel = ignore_cancel
 
 
+class PlannedAsk(Record):
+    __slots__ = ("key", "prompt")
+
+    def __init__(self, key: str, prompt: object) -> None:
+        self.key = key
+        self.prompt = prompt
+
+
 class Plan(Record):
     """What one item asks for; ``result`` is what its handler returns (None:
-    nothing), ``cancellable`` what the handler declares."""
+    nothing, or the last answer when it asks), ``cancellable`` what the
+    handler declares; ``progress`` the values it reports before its steps,
+    then ``progress_bytes`` (a JSON string of exactly that many bytes);
+    ``asks`` the questions it asks after them."""
 
-    __slots__ = ("run", "steps", "fail", "recycle", "custom", "result", "cancellable")
+    __slots__ = (
+        "run",
+        "steps",
+        "fail",
+        "recycle",
+        "custom",
+        "result",
+        "cancellable",
+        "progress",
+        "progress_bytes",
+        "asks",
+    )
 
     def __init__(
         self,
@@ -38,6 +62,9 @@ class Plan(Record):
         custom: tuple[str, bytes] | None,
         result: bytes | None = None,
         cancellable: bool = True,
+        progress: list | None = None,
+        progress_bytes: int | None = None,
+        asks: list[PlannedAsk] | None = None,
     ) -> None:
         self.run = run
         self.steps = steps
@@ -46,6 +73,16 @@ class Plan(Record):
         self.custom = custom
         self.result = result
         self.cancellable = cancellable
+        self.progress = progress or []
+        self.progress_bytes = progress_bytes
+        self.asks = asks or []
+
+    def progress_string(self) -> str | None:
+        """The JSON string ``progress_bytes`` asks for: ``"ppp…"``, whose
+        encoding is exactly that many bytes."""
+        if self.progress_bytes is None:
+            return None
+        return "p" * (self.progress_bytes - 2)
 
 
 def _text(obj: dict, key: str, where: str) -> str | None:
@@ -110,6 +147,29 @@ def parse(payload: bytes) -> Plan:
     cancellable = doc.get("cancellable", True)
     if not isinstance(cancellable, bool):
         raise BadPayload("cancellable must be true or false")
+    progress = doc.get("progress", [])
+    if not isinstance(progress, list):
+        raise BadPayload("progress must be a list of JSON values")
+    progress_bytes = doc.get("progress_bytes")
+    if progress_bytes is not None and (
+        not isinstance(progress_bytes, int)
+        or isinstance(progress_bytes, bool)
+        or progress_bytes < 2
+    ):
+        raise BadPayload("progress_bytes must be a whole number of bytes, at least 2")
+    raw_asks = doc.get("ask", [])
+    if isinstance(raw_asks, dict):
+        raw_asks = [raw_asks]
+    if not isinstance(raw_asks, list):
+        raise BadPayload("ask must be an object or a list of objects")
+    asks = []
+    for i, a in enumerate(raw_asks):
+        if not isinstance(a, dict):
+            raise BadPayload(f"ask[{i}] must be an object")
+        key = _text(a, "key", f"ask[{i}].")
+        if key is None:
+            raise BadPayload(f"ask[{i}].key is missing")
+        asks.append(PlannedAsk(key, a.get("prompt")))
     return Plan(
         run=_text(doc, "run", ""),
         steps=steps,
@@ -118,6 +178,9 @@ def parse(payload: bytes) -> Plan:
         custom=pair,
         result=result,
         cancellable=cancellable,
+        progress=progress,
+        progress_bytes=progress_bytes,
+        asks=asks,
     )
 
 
@@ -128,6 +191,12 @@ def cancellable(payload: bytes) -> bool:
         return parse(payload).cancellable
     except BadPayload:
         return True
+
+
+def compact(value: object) -> bytes:
+    """An answer as the item's result: compact JSON, non-ASCII as UTF-8 (as
+    ``serde_json::to_vec`` and ``JSON.stringify`` write it)."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
 
 
 def took(mail_id: int, attempt: int) -> bytes:

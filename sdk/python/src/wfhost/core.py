@@ -11,14 +11,18 @@ signed ``Cancel`` (verified strictly, then the cascade over the run),
 acknowledged again), ``Lease`` (its expiry acts as a drain), ``Shutdown``
 and end of stream (the runtime closes; every step's token fires), and in
 protocol 3 a signed ``CancelMail`` (verified strictly, answered with a
-``MailCancelVerdict`` at once) and ``Answer`` (logged and ignored: this SDK
-asks no questions yet).
+``MailCancelVerdict`` at once) and ``Answer`` (the waiting ``ask`` of that
+item and key resolved, the answer remembered for the item: see
+:mod:`wfhost.questions`).
 
 An item's life in protocol 3: received (queued), taken (handed to the
 application), started (``MailStarted``, as its handler is called: the
 iterator starts an item as it hands it out, ``serve`` just before it calls
 the handler), done (``MailDone`` with the handler's result). In protocol 2
-nothing is sent until the ``MailAck``.
+nothing is sent until the ``MailAck``. An item whose handler waits in
+``ask`` when a drain begins (or the lease runs out, or ``Shutdown``
+comes) is given back instead (``GiveBack``): forgotten, nothing more is
+sent for it, and it does not hold the drain.
 
 One lock guards the ledgers and the order of outgoing events; writing
 happens outside it. Every application call that reports something returns
@@ -31,7 +35,6 @@ import functools
 import os
 import queue
 import socket
-import sys
 import threading
 import time
 import weakref
@@ -51,8 +54,10 @@ from .errors import (
     TooLarge,
 )
 from .frame import FrameBuffer, truncation
+from .log import log
 from .mail_ledger import DECLINED, DELIVER, DUPLICATE, REACK, MailLedger
 from .outcome import CANCELLED, Failed, Outcome
+from .questions import Asking, Questions
 from .record import Record
 from .signing import warm_up
 from .token import CancelToken
@@ -61,15 +66,6 @@ from .work import Work
 TYPE_CHECKING = False  # typing is not imported at run time: it costs start-up
 if TYPE_CHECKING:
     from typing import Callable
-
-
-def log(line: str) -> None:
-    """One line on stderr, which the supervisor logs with the deployment."""
-    try:
-        sys.stderr.write(f"wfhost: {line}\n")
-        sys.stderr.flush()
-    except (OSError, ValueError):
-        pass  # stderr closed: nothing to tell
 
 
 class CloseReason(Record):
@@ -93,9 +89,20 @@ class Delivery:
     """A mail item as the supervisor delivered it, and what the runtime
     knows of it while the child holds it: whether its handler started it
     (and declared it ``cancellable``), the token a verified cancel of the
-    item fires, and the runs its handler's steps belong to."""
+    item fires, the runs its handler's steps belong to, the questions it
+    asked (protocol 3), and whether it was given back."""
 
-    __slots__ = ("id", "attempt", "payload", "started", "cancellable", "token", "runs")
+    __slots__ = (
+        "id",
+        "attempt",
+        "payload",
+        "started",
+        "cancellable",
+        "token",
+        "runs",
+        "questions",
+        "given_back",
+    )
 
     def __init__(self, id: int, attempt: int, payload: bytes) -> None:
         self.id = id
@@ -105,6 +112,8 @@ class Delivery:
         self.cancellable = True
         self.token = CancelToken()
         self.runs: set[str] = set()
+        self.questions: Questions | None = None
+        self.given_back = False
 
     def __repr__(self) -> str:
         return f"Delivery(id={self.id}, attempt={self.attempt}, started={self.started})"
@@ -125,7 +134,10 @@ STOPPED = object()
 LEASE = object()
 
 
-class Core:
+class Core(Asking):
+    """The state of one connected child; a person in the loop (``ask``,
+    ``progress``, give-back) is :class:`wfhost.questions.Asking`."""
+
     def __init__(
         self,
         env: ChildEnv,
@@ -485,6 +497,7 @@ class Core:
         elif kind is m.Shutdown:
             # Pings and cancels are still answered until the channel ends.
             self.close("shutdown", "the supervisor sent Shutdown")
+            self._flush_quietly()  # the items given back
         elif kind in m.SINCE_3 and not self.v3:
             self._fail(
                 f"protocol violation: {m.name(message)} is a protocol-3 message, and this child "
@@ -494,10 +507,7 @@ class Core:
         elif kind is m.CancelMail:
             self._cancel_mail(message.cancel)  # type: ignore[attr-defined]
         elif kind is m.Answer:
-            log(
-                f"ignored an Answer for mail {message.id}, key {message.key!r}: this SDK asks "  # type: ignore[attr-defined]
-                f"no questions yet"
-            )
+            self._answer(message)  # type: ignore[arg-type]
         else:
             self._fail(f"protocol violation: unexpected {m.name(message)} after the handshake")
             return False
@@ -532,6 +542,7 @@ class Core:
             if not self.work.draining:
                 log(f"drain requested (budget {budget_ms} ms)")
             self._queue_quietly(self.work.drain(budget_ms))
+            self._give_back_asking("a drain began")
             self.lease_deadline = None
             self._discard_queue()
             self.draining.set()
@@ -548,6 +559,7 @@ class Core:
                 f"cancel-behaviour steps are cancelled and no more mail is taken"
             )
             self._queue_quietly(self.work.lease_expired(self.lease_valid_ms))
+            self._give_back_asking("the lease ran out")
             self._discard_queue()
             self.draining.set()
             self._notify()
@@ -633,6 +645,7 @@ class Core:
         for run in sorted(item.runs):
             events += self.work.cancel(run, reason)
         item.token.fire(t.CANCEL, reason)
+        self._cancel_questions(item, reason)  # after the token: see Asking
         return events
 
     # --- closing ------------------------------------------------------------
@@ -646,6 +659,7 @@ class Core:
             self._discard_queue()
             if self.close_reason is None:
                 self.close_reason = CloseReason(kind, message)
+            self._close_questions(kind, message)
             self.closed.set()
             self._notify()
 

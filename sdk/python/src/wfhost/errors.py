@@ -50,6 +50,28 @@ class Cancelled(WfhostError):
         self.reason = reason
 
 
+class GivenBack(WfhostError):
+    """The item was given back to the supervisor while its handler waited
+    in ``mail.ask`` (protocol 3): a drain began, or the lease ran out, or
+    the supervisor sent ``Shutdown``. The runtime sent ``GiveBack`` and
+    forgot the item: let this pass. Whatever the handler then returns or
+    raises is discarded, and nothing more is sent for the item; its next
+    attempt (once the question is answered) runs the handler again from
+    the start, and its ``ask`` of the same key returns the stored answer at
+    once. ``id`` and ``key`` name the item and the question."""
+
+    def __init__(self, id: int, key: str, message: str) -> None:
+        super().__init__(message)
+        self.id = id
+        self.key = key
+
+
+class Unsupported(WfhostError):
+    """A call the protocol version spoken with this supervisor does not
+    have (``mail.ask`` and ``mail.progress`` under protocol 2); nothing was
+    sent."""
+
+
 class CancelRefused(WfhostError):
     """A signed cancel that must not be obeyed. ``kind`` is one of
     ``unknown_key``, ``malformed_signature``, ``invalid_signature``,

@@ -7,10 +7,12 @@ calling a handler and of entering and leaving a step."""
 from __future__ import annotations
 
 from . import token as t
-from .core import Core, Delivery, log
+from .core import Core, Delivery
+from .log import log
 from .custom import result_bytes
-from .errors import Cancelled, ChannelClosed, MailSettled, TooLarge
+from .errors import Cancelled, ChannelClosed, GivenBack, MailSettled, TooLarge
 from .outcome import CANCELLED, SUCCEEDED, Failed, Outcome, check
+from .questions import Waiter, check_key, json_bytes
 from .token import CancelToken
 
 TYPE_CHECKING = False  # typing is not imported at run time: it costs start-up
@@ -69,7 +71,37 @@ class MailItem:
     def settled(self) -> bool:
         return self._settled
 
+    @property
+    def given_back(self) -> bool:
+        """Whether the item was given back to the supervisor while its
+        handler waited in ``ask`` (``wfhost.GivenBack``): nothing more is
+        sent for it."""
+        return self._delivery.given_back
+
+    def _ask(self, key: str, prompt: object, waiter: Waiter) -> bytes | None:
+        """Checks the question (nothing is sent if it is bad), then asks it:
+        the remembered answer's bytes at once, or None once ``waiter``
+        waits."""
+        key = check_key(key)
+        data = json_bytes(f"the prompt of question {key!r}", prompt)
+        return self._core.ask(self._delivery, key, data, waiter)
+
+    def _progress(self, data: object) -> None:
+        self._core.progress(self._delivery, json_bytes(f"mail {self.id}'s progress", data))
+
+    def _discarded(self, what: str) -> bool:
+        """Whether the item was given back, so ``what`` the handler does now
+        is not sent (said on stderr)."""
+        if not self._delivery.given_back:
+            return False
+        if not self._settled:
+            self._settled = True
+            log(f"mail {self.id} was given back; its {what} is discarded")
+        return True
+
     def _ack(self, outcome: Outcome, result: object = None) -> None:
+        if self._discarded("ack"):
+            return
         outcome = check(outcome)
         data = result_bytes(result)  # a result that cannot be sent raises here, before anything
         note = self._core.ack(self.id, outcome, data)
@@ -84,11 +116,13 @@ class MailItem:
             self._core.release(self.id, quiet=True)
 
     def _release(self) -> None:
+        if self._discarded("release"):
+            return
         self._settled = True
         self._core.release(self.id)
 
     def __del__(self) -> None:
-        if not getattr(self, "_settled", True):
+        if not getattr(self, "_settled", True) and not self._delivery.given_back:
             self._core.mail_dropped(self.id)
 
     def __repr__(self) -> str:
@@ -136,6 +170,15 @@ def handler_returned(mail_id: int, value: object) -> tuple[Outcome, bytes]:
         return Failed(f"the result could not be sent: {e}"), b""
 
 
+def given_back(mail: MailItem) -> bool:
+    """Whether the item was given back while its handler ran: what the
+    handler returned or raised is then discarded, and nothing is sent."""
+    if mail._delivery.given_back:
+        mail._settled = True
+        return True
+    return False
+
+
 def handler_raised(mail_id: int, exc: Exception) -> Outcome:
     """The end of an item whose handler raised ``exc``: ``Cancelled`` ends
     it cancelled; another exception fails it with ``str(exc)`` (and its
@@ -156,9 +199,9 @@ def handler_raised(mail_id: int, exc: Exception) -> Outcome:
 
 def end_item(mail: MailItem, outcome: Outcome, result: bytes) -> None:
     """Ends the item as its handler left it, unless the handler settled it
-    itself (``ack`` or ``release``); a result too large for a frame ends it
-    ``Failed``, with a line on stderr."""
-    if mail._settled:
+    itself (``ack`` or ``release``) or it was given back; a result too
+    large for a frame ends it ``Failed``, with a line on stderr."""
+    if mail._settled or given_back(mail):
         return
     try:
         note = mail._core.ack(mail.id, outcome, result)
@@ -171,9 +214,10 @@ def end_item(mail: MailItem, outcome: Outcome, result: bytes) -> None:
 
 def outcome_of_exit(exc: BaseException | None, token: CancelToken) -> Outcome:
     """How a step whose body ended with ``exc`` is reported: cancelled when
-    its token fired or it raised ``Cancelled`` (or an exit, e.g.
-    KeyboardInterrupt), failed with ``str(exc)`` on another exception."""
-    if token.event.is_set() or isinstance(exc, Cancelled):
+    its token fired or it raised ``Cancelled`` or ``GivenBack`` (its item
+    given back while it asked), or an exit (e.g. KeyboardInterrupt);
+    failed with ``str(exc)`` on another exception."""
+    if token.event.is_set() or isinstance(exc, (Cancelled, GivenBack)):
         return CANCELLED
     if exc is None:
         return SUCCEEDED

@@ -21,12 +21,14 @@ from .handles import (
     cancellable_of,
     check_serve_args,
     end_item,
+    given_back,
     handler_raised,
     handler_returned,
     outcome_of_exit,
 )
 from .messages import Custom, Grants, Limits, RecycleRequest, Welcome
 from .outcome import CANCELLED, SUCCEEDED, Outcome, check
+from .questions import Waiter, parse_answer
 
 TYPE_CHECKING = False  # typing is not imported at run time: it costs start-up
 if TYPE_CHECKING:
@@ -264,6 +266,8 @@ def _handle(
     try:
         value = handler(mail)
     except Exception as e:
+        if given_back(mail):
+            return  # GivenBack, or whatever the handler made of it: discarded
         outcome, result = handler_raised(mail.id, e), b""
     except BaseException:
         mail._release_quietly()  # SystemExit, KeyboardInterrupt: not done
@@ -327,6 +331,49 @@ class Mail(MailItem):
         """Leaves the item unacknowledged: the supervisor delivers it again
         (to the next child, after a drain or recycle)."""
         self._release()
+
+    def ask(self, key: str, prompt: object) -> Any:
+        """Asks a person question ``key`` (1 to 256 bytes of UTF-8, naming it
+        within the item) with ``prompt`` (a JSON value, at most 64 KiB
+        encoded), and blocks until the answer comes, as long as it takes;
+        returns the answer, parsed JSON (protocol 3, docs/protocol.md
+        §4.12). The answer is remembered for the item: asking an answered
+        key again returns it at once, without asking the supervisor; several
+        threads asking one key share the one question.
+
+        A bad key raises ``ValueError`` (``TypeError`` for one that is not a
+        str), a prompt json cannot encode ``TypeError``, one over 64 KiB
+        ``TooLarge``; nothing is sent. Under protocol 2 it raises
+        ``Unsupported``. When a drain begins (or the lease runs out, or
+        ``Shutdown`` comes) while it waits, or when it is called after
+        that, the item is given back to the supervisor and it raises
+        ``wfhost.GivenBack``: let it pass (``rt.serve`` discards what the
+        handler then returns or raises, and nothing more is sent for the
+        item). The item's next attempt, delivered once the question is
+        answered, runs the handler again from the start, and its ``ask`` of
+        the same key returns the stored answer at once: work done before an
+        ``ask`` runs again, so make it idempotent (or ask first). A verified
+        cancel of the item while it waits raises ``wfhost.Cancelled``."""
+        waiter = Waiter()
+        answer = self._ask(key, prompt, waiter)
+        if answer is not None:
+            return parse_answer(answer)
+        try:
+            waiter.event.wait()
+        finally:
+            if not waiter.done:  # interrupted (KeyboardInterrupt): no longer asking
+                self._core.forget_waiter(self._delivery, key, waiter)
+        return waiter.result()
+
+    def progress(self, data: object) -> None:
+        """Reports the item's progress (protocol 3): ``data`` is a JSON value
+        (dict, list, str, int, float, bool or None; a str is sent as a JSON
+        string), at most 64 KiB encoded, kept in the supervisor's event log
+        with the item (``mail_progress``). Returns once written; does not
+        wait for anything. A value json cannot encode raises ``TypeError``,
+        one over 64 KiB ``TooLarge``, protocol 2 ``Unsupported``; nothing is
+        sent."""
+        self._progress(data)
 
     def __enter__(self) -> "Mail":
         return self

@@ -49,12 +49,14 @@ from ..handles import (
     cancellable_of,
     check_serve_args,
     end_item,
+    given_back,
     handler_raised,
     handler_returned,
     outcome_of_exit,
 )
 from ..messages import Custom, Grants, Limits, RecycleRequest
 from ..outcome import CANCELLED, SUCCEEDED, Outcome, check
+from ..questions import Waiter, parse_answer
 from ..runtime import DEFAULT_IMPLEMENTATION, install_sigterm_exit, open_core
 
 TYPE_CHECKING = False  # typing is not imported at run time: it costs start-up
@@ -228,6 +230,8 @@ class Runtime:
                 raise
             outcome, result = CANCELLED, b""
         except Exception as e:
+            if given_back(mail):
+                return  # GivenBack, or whatever the handler made of it: discarded
             outcome, result = handler_raised(mail.id, e), b""
         except BaseException:
             mail._release_quietly()
@@ -306,10 +310,11 @@ class Mail(MailItem):
     """One mail item (see ``wfhost.Mail``); ``ack`` and ``release`` are
     coroutines, ``cancelled`` an ``asyncio.Event``."""
 
-    __slots__ = ("cancelled",)
+    __slots__ = ("cancelled", "_loop")
 
     def __init__(self, rt: Runtime, delivery: Delivery) -> None:
         super().__init__(rt._core, delivery)
+        self._loop = rt._loop
         self.cancelled = asyncio.Event()
         # A weak reference: the token lives as long as the item is held, and
         # an item dropped unsettled must still be collected (and released).
@@ -329,6 +334,45 @@ class Mail(MailItem):
 
     async def release(self) -> None:
         self._release()
+
+    async def ask(self, key: str, prompt: object) -> Any:
+        """Asks a person question ``key`` with ``prompt`` and waits for the
+        answer, parsed JSON, as long as it takes (see ``wfhost.Mail.ask``:
+        the same checks, errors, memory of answers and give-back). A
+        verified cancel of the item while it waits cancels the handler's
+        task in ``rt.serve`` (``asyncio.CancelledError``, which ends the
+        item cancelled if let through); with the iterator the ``ask``
+        raises ``wfhost.Cancelled``. Cancelling the task that awaits it
+        (``asyncio.wait_for``) stops the waiting, not the question: its
+        answer is still remembered when it comes."""
+        loop = self._loop
+        future = loop.create_future()
+
+        def settled() -> None:  # any thread, under the core's lock
+            try:
+                loop.call_soon_threadsafe(_resolve, future)
+            except RuntimeError:
+                pass  # the loop is closed: nobody is waiting
+
+        waiter = Waiter(settled)
+        answer = self._ask(key, prompt, waiter)
+        if answer is not None:
+            return parse_answer(answer)
+        try:
+            await future
+        finally:
+            if not waiter.done:  # its task was cancelled: no longer asking
+                self._core.forget_waiter(self._delivery, key, waiter)
+        return waiter.result()
+
+    async def progress(self, data: object) -> None:
+        """Reports the item's progress (see ``wfhost.Mail.progress``)."""
+        self._progress(data)
+
+
+def _resolve(future: asyncio.Future) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 class Step(StepState):

@@ -1,9 +1,10 @@
 """The asyncio surface's conformance child (``python -m
 wfhost.aio.conformance_child``, docs/conformance.md): ``rt.serve`` with
 each item on its own task, each step an ``await rt.step(run, name, drain,
-body)`` whose task is cancelled when the step must stop; the handler
-returns the item's result and declares itself not cancellable when the
-payload says so."""
+body)`` whose task is cancelled when the step must stop, each question an
+``await mail.ask`` (a given-back item's ``wfhost.GivenBack`` let through);
+the handler returns the item's result and declares itself not cancellable
+when the payload says so."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import sys
 import wfhost
 import wfhost.aio
 
-from ..conformance_payload import BadPayload, cancellable, parse, took
+from ..conformance_payload import BadPayload, Plan, cancellable, compact, parse, took
 
 # The supervisor sends at most this many items unacknowledged at once.
 IN_FLIGHT = 32
@@ -33,8 +34,10 @@ async def process(rt: wfhost.aio.Runtime, mail: wfhost.aio.Mail) -> object:
         await rt.custom(*plan.custom)
     run = plan.run if plan.run is not None else f"mail-{mail.id}"
     cancelled: BaseException | None = None
+    failure = await report_progress(mail, plan)
+    result = plan.result
     try:
-        for planned in plan.steps:
+        for planned in plan.steps if failure is None else []:
             if mail.cancelled.is_set():
                 cancelled = wfhost.Cancelled("cancel", mail.cancel_reason or "cancelled")
                 break
@@ -50,8 +53,24 @@ async def process(rt: wfhost.aio.Runtime, mail: wfhost.aio.Mail) -> object:
             except wfhost.Cancelled as e:
                 cancelled = e
                 break
+        if cancelled is None and mail.cancelled.is_set():
+            cancelled = wfhost.Cancelled("cancel", mail.cancel_reason or "cancelled")
+        for asked in plan.asks if cancelled is None and failure is None else []:
+            try:
+                answer = await mail.ask(asked.key, asked.prompt)
+            except (wfhost.GivenBack, wfhost.ChannelClosed):
+                raise  # given back: nothing more is sent for the item
+            except wfhost.Cancelled as e:
+                cancelled = e
+                break
+            except Exception as e:  # the library refused the question
+                failure = wfhost.Failed(str(e))
+                break
+            if plan.result is None:
+                result = compact(answer)  # the last answer is the result
     except asyncio.CancelledError as e:
-        # The item's own cancel, between steps: its task was cancelled.
+        # The item's own cancel, between steps or while asking: its task
+        # was cancelled.
         if not mail.cancelled.is_set():
             raise
         cancelled = e
@@ -59,6 +78,8 @@ async def process(rt: wfhost.aio.Runtime, mail: wfhost.aio.Mail) -> object:
         cancelled = wfhost.Cancelled("cancel", mail.cancel_reason or "cancelled")
     if cancelled is not None:
         outcome: object = wfhost.CANCELLED
+    elif failure is not None:
+        outcome = failure
     elif plan.fail is not None:
         outcome = wfhost.Failed(plan.fail)
     else:
@@ -67,7 +88,7 @@ async def process(rt: wfhost.aio.Runtime, mail: wfhost.aio.Mail) -> object:
     if plan.recycle is not None:
         # Ended here, so the recycle request follows the item's end.
         try:
-            await mail.ack(outcome, plan.result if outcome == wfhost.SUCCEEDED else None)  # type: ignore[arg-type]
+            await mail.ack(outcome, result if outcome == wfhost.SUCCEEDED else None)  # type: ignore[arg-type]
         except wfhost.TooLarge:
             pass  # ended Failed, said on stderr
         await rt.request_recycle(plan.recycle)
@@ -76,7 +97,21 @@ async def process(rt: wfhost.aio.Runtime, mail: wfhost.aio.Mail) -> object:
         raise cancelled
     if outcome != wfhost.SUCCEEDED:
         return outcome
-    return plan.result
+    return result
+
+
+async def report_progress(mail: wfhost.aio.Mail, plan: Plan) -> wfhost.Failed | None:
+    """The payload's ``progress`` values, then its ``progress_bytes``
+    string; the failure the library's refusal makes of the item."""
+    values = list(plan.progress)
+    if plan.progress_bytes is not None:
+        values.append(plan.progress_string())
+    for value in values:
+        try:
+            await mail.progress(value)
+        except (wfhost.TooLarge, wfhost.Unsupported, TypeError, ValueError) as e:
+            return wfhost.Failed(str(e))
+    return None
 
 
 async def _deaf_step(rt: wfhost.aio.Runtime, run: str, name: str, drain: str, ms: int) -> None:

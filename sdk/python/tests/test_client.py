@@ -130,7 +130,8 @@ class FakeSupervisor:
     """A control socket in a thread that reads one request (and a send's
     payload) per connection and answers the next of ``answers``: a dict is
     written as the answer, None hangs up without one, a pair (seconds,
-    dict) is written after that pause."""
+    dict) is written after that pause, a list is written message by message
+    (a stream: the answer, then its events), and the connection closed."""
 
     def __init__(self, answers: list) -> None:
         self.dir = tempfile.TemporaryDirectory(dir="/tmp")
@@ -154,9 +155,13 @@ class FakeSupervisor:
                 if isinstance(answer, tuple):
                     pause, answer = answer
                     time.sleep(pause)
-                if answer is not None:
-                    data = json.dumps(answer).encode()
-                    conn.sendall(len(data).to_bytes(4, "big") + data)
+                try:
+                    for message in answer if isinstance(answer, list) else [answer]:
+                        if message is not None:
+                            data = json.dumps(message).encode()
+                            conn.sendall(len(data).to_bytes(4, "big") + data)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client hung up first (a follow that saw its item's end)
 
     def close(self) -> None:
         self.thread.join(timeout=10)
@@ -433,3 +438,238 @@ def test_call_whose_timeout_passes_returns_the_item_not_ended():
         fake.close()
     assert (got.ended, got.state, got.new, got.outcome) == (False, "processing", False, None)
     assert len(fake.seen) == 2
+
+
+# --- questions, answer and follow ------------------------------------------------
+
+
+QUESTION = {
+    "deployment": "orders",
+    "id": 17,
+    "key": "approve",
+    "prompt": {"order": "A-17", "total": 12.5},
+    "attempt": 1,
+    "asked_at_ms": 1764650000000,
+    "age_ms": 4200,
+}
+
+
+def test_questions_lists_the_open_questions_of_one_deployment_or_all():
+    fake = FakeSupervisor(
+        [{"ok": True, "data": {"questions": [QUESTION]}}, {"ok": True, "data": {"questions": []}}]
+    )
+    try:
+        client = wfhost.Client(socket=fake.path)
+        assert client.questions("orders") == [QUESTION]
+        assert client.questions() == []
+    finally:
+        fake.close()
+    assert [r for r, _ in fake.seen] == [
+        {"v": 2, "cmd": "questions", "deployment": "orders"},
+        {"v": 2, "cmd": "questions"},
+    ]
+
+
+@pytest.mark.parametrize("bad", [{}, {"questions": {"id": 1}}, {"questions": [1]}, [QUESTION]])
+def test_a_malformed_questions_answer_is_an_error_naming_it(bad):
+    fake = FakeSupervisor([{"ok": True, "data": bad}])
+    try:
+        with pytest.raises(wfhost.ClientError) as e:
+            wfhost.Client(socket=fake.path).questions()
+    finally:
+        fake.close()
+    assert e.value.code == 1 and "questions" in str(e.value)
+
+
+ANSWERED = {
+    "answered_at_ms": 1764650000123,
+    "by": {"label": "ana", "uid": 1000, "user": "ana"},
+    "deployment": "orders",
+    "id": 17,
+    "journal_seq": 58,
+    "key": "approve",
+    "new": True,
+}
+
+
+def test_answer_sends_the_value_as_json_and_returns_the_supervisors_data():
+    fake = FakeSupervisor([{"ok": True, "data": ANSWERED}, {"ok": True, "data": ANSWERED}])
+    try:
+        client = wfhost.Client(socket=fake.path)
+        assert client.answer(17, "approve", {"approved": True}, by="ana") == ANSWERED
+        client.answer(17, "approve", None)
+    finally:
+        fake.close()
+    (first, body), (second, _) = fake.seen
+    assert first == {
+        "v": 2,
+        "cmd": "answer",
+        "id": 17,
+        "key": "approve",
+        "value": {"approved": True},
+        "by": "ana",
+    }
+    assert body == b""
+    assert second == {"v": 2, "cmd": "answer", "id": 17, "key": "approve", "value": None}
+
+
+def test_a_refused_answer_raises_with_the_supervisors_text_and_is_not_repeated():
+    refusal = {
+        "ok": False,
+        "code": 1,
+        "error": "question 'approve' of mail 17 was answered {\"approved\":false} at "
+        "2026-12-02T04:00:00Z by ana; an answer is given once",
+    }
+    fake = FakeSupervisor([refusal])
+    try:
+        with pytest.raises(wfhost.ClientError) as e:
+            wfhost.Client(socket=fake.path).answer(17, "approve", {"approved": True})
+    finally:
+        fake.close()
+    assert len(fake.seen) == 1
+    assert str(e.value) == refusal["error"] and e.value.code == 1
+
+
+def test_an_answer_whose_reply_was_lost_is_given_again(fast_retries):
+    fake = FakeSupervisor([None, {"ok": True, "data": {**ANSWERED, "new": False}}])
+    try:
+        got = wfhost.Client(socket=fake.path).answer(17, "approve", True)
+    finally:
+        fake.close()
+    assert got["new"] is False
+    (first, _), (second, _) = fake.seen
+    assert first == second and first["value"] is True
+
+
+def test_an_answer_lost_every_time_is_unreachable_and_says_giving_it_again_is_safe(fast_retries):
+    fake = FakeSupervisor([None] * wfhost.client.ANSWER_TRIES)
+    try:
+        with pytest.raises(wfhost.Unreachable) as e:
+            wfhost.Client(socket=fake.path).answer(17, "approve", True)
+    finally:
+        fake.close()
+    assert len(fake.seen) == wfhost.client.ANSWER_TRIES
+    assert e.value.answer_lost and "giving the same value again is safe" in str(e.value)
+
+
+def test_an_answer_that_is_not_json_is_refused_before_anything_is_sent():
+    client = wfhost.Client(socket="/nonexistent/s.sock")
+    for value in ({1, 2}, float("nan"), object()):
+        with pytest.raises(wfhost.ClientError) as e:
+            client.answer(17, "approve", value)
+        assert e.value.code == 2 and "nothing was sent" in str(e.value)
+    with pytest.raises(wfhost.ClientError) as e:
+        client.answer(-1, "approve", True)
+    assert e.value.code == 2
+    with pytest.raises(wfhost.ClientError) as e:
+        client.answer(17, b"approve", True)  # type: ignore[arg-type]
+    assert e.value.code == 2
+
+
+STREAMING = {"ok": True, "data": {"streaming": True}}
+
+
+def event(seq: int, kind: str, **body) -> dict:
+    return {
+        "seq": seq,
+        "at_ms": 1764650000000 + seq,
+        "deployment": "orders",
+        "kind": kind,
+        "body": body,
+    }
+
+
+@pytest.fixture
+def fast_follow(monkeypatch):
+    monkeypatch.setattr(wfhost.client, "FOLLOW_RETRY_PAUSE", 0.01)
+
+
+def test_follow_yields_an_items_events_and_ends_after_its_end():
+    fake = FakeSupervisor(
+        [
+            [
+                STREAMING,
+                event(3, "mail_accepted", id=17),
+                event(5, "mail_started", id=17, attempt=1),
+                event(8, "question_asked", id=17, key="approve"),
+                event(9, "mail_done", id=17, outcome="succeeded"),
+                event(10, "never_read", id=17),
+            ]
+        ]
+    )
+    try:
+        got = list(wfhost.Client(socket=fake.path).follow(17))
+    finally:
+        fake.close()
+    assert [e["seq"] for e in got] == [3, 5, 8, 9] and got[-1]["kind"] == "mail_done"
+    ((request, _),) = fake.seen
+    assert request == {"v": 2, "cmd": "events", "mail": 17, "follow": True, "after": 0}
+
+
+def test_follow_reconnects_after_the_last_seq_it_saw_with_no_gap_and_no_duplicate(fast_follow):
+    fake = FakeSupervisor(
+        [
+            [STREAMING, event(4, "mail_accepted", id=17), event(6, "mail_started", id=17)],
+            None,  # the supervisor is restarting: no answer
+            [
+                STREAMING,
+                event(6, "mail_started", id=17),  # again: skipped
+                event(7, "mail_progress", id=17, data={"done": 1}),
+                event(12, "mail_dead", id=17, reason="3 attempts"),
+            ],
+        ]
+    )
+    try:
+        got = list(wfhost.Client(socket=fake.path).follow(17, after=2))
+    finally:
+        fake.close()
+    assert [e["seq"] for e in got] == [4, 6, 7, 12] and got[-1]["kind"] == "mail_dead"
+    assert [r["after"] for r, _ in fake.seen] == [2, 6, 6]
+
+
+def test_follow_gives_up_after_a_few_broken_connections_in_a_row(fast_follow):
+    tries = wfhost.client.FOLLOW_TRIES
+    fake = FakeSupervisor([[STREAMING, event(3, "mail_accepted", id=17)]] + [None] * (tries - 1))
+    got: list = []
+    try:
+        with pytest.raises(wfhost.Unreachable) as e:
+            for ev in wfhost.Client(socket=fake.path).follow(17):
+                got.append(ev)
+    finally:
+        fake.close()
+    assert [ev["seq"] for ev in got] == [3]
+    assert len(fake.seen) == tries and [r["after"] for r, _ in fake.seen[1:]] == [3] * (tries - 1)
+    message = str(e.value)
+    assert f"following mail 17 failed {tries} times in a row, the last after event 3" in message
+    assert "follow(17, after=3)" in message
+
+
+def test_follow_of_an_unknown_item_is_the_supervisors_refusal_at_once():
+    refusal = {"ok": False, "code": 1, "error": "no mail item 99"}
+    fake = FakeSupervisor([refusal])
+    try:
+        with pytest.raises(wfhost.ClientError) as e:
+            list(wfhost.Client(socket=fake.path).follow(99))
+    finally:
+        fake.close()
+    assert str(e.value) == "no mail item 99" and len(fake.seen) == 1
+    with pytest.raises(wfhost.ClientError) as e:
+        wfhost.Client(socket=fake.path).follow(-3)
+    assert e.value.code == 2
+
+
+def test_events_of_one_item_or_one_deployment():
+    fake = FakeSupervisor([[STREAMING, event(1, "mail_accepted", id=17)]])
+    try:
+        got = list(wfhost.Client(socket=fake.path).events(mail=17, deployment="orders"))
+    finally:
+        fake.close()
+    assert [e["seq"] for e in got] == [1]
+    assert fake.seen[0][0] == {
+        "v": 2,
+        "cmd": "events",
+        "after": 0,
+        "follow": False,
+        "mail": 17,
+        "deployment": "orders",
+    }

@@ -35,6 +35,18 @@ SEND_RETRY_PAUSE = 0.1
 # before it asks again (seconds).
 CALL_POLL = 60.0
 
+# An answer whose reply was lost is given again (the same value again is
+# answered new: false, so it is stored once), this often, pausing as a
+# send does. A follow whose connection broke before the item's end
+# reconnects this often in a row, pausing 100 ms, then twice as long each
+# time, before it raises.
+ANSWER_TRIES = 5
+FOLLOW_TRIES = 5
+FOLLOW_RETRY_PAUSE = 0.1
+
+# The events that end an item: a follow stream closes after one of them.
+ENDS = ("mail_done", "mail_dead")
+
 MAIL_STATES = ("inbox", "processing", "done")
 MAIL_OUTCOMES = ("succeeded", "failed", "cancelled", "dead")
 
@@ -304,15 +316,28 @@ class Client:
         ``wfhost status --json`` prints it."""
         return self._call_once({"cmd": "status"})
 
-    def events(self, after: int = 0, follow: bool = False) -> Iterator[dict]:
+    def events(
+        self,
+        after: int = 0,
+        follow: bool = False,
+        mail: int | None = None,
+        deployment: str | None = None,
+    ) -> Iterator[dict]:
         """The durable event stream: every event with a sequence number
         above ``after``, oldest first (``{"seq", "at_ms", "deployment",
         "kind", "body"}``); with ``follow`` it goes on with each new event
-        until the iterator is closed. Close it (or leave the ``for`` loop)
-        to hang up."""
+        until the iterator is closed. ``mail``: only that item's events (a
+        followed stream then ends after its end: see :meth:`follow`);
+        ``deployment``: only that deployment's. Close it (or leave the
+        ``for`` loop) to hang up."""
+        request: dict = {"cmd": "events", "after": int(after), "follow": bool(follow)}
+        if mail is not None:
+            request["mail"] = _mail_id(mail)
+        if deployment is not None:
+            request["deployment"] = deployment
         sock = self._connect()
         try:
-            self._write(sock, {"cmd": "events", "after": int(after), "follow": bool(follow)}, b"")
+            self._write(sock, request, b"")
             self._answer(sock, read_timeout=self.timeout)
             sock.settimeout(None if follow else self.timeout)
             while True:
@@ -325,6 +350,124 @@ class Client:
                 yield message
         finally:
             sock.close()
+
+    def follow(self, id: int, after: int = 0) -> Iterator[dict]:
+        """Mail item ``id``'s events as they happen (``{"seq", "at_ms",
+        "deployment", "kind", "body"}``: ``mail_accepted``, ``mail_started``,
+        its steps, ``mail_progress``, ``question_asked``,
+        ``question_answered``, ``mail_given_back``, …), from the first with
+        a sequence number above ``after``; the iterator ends after the
+        item's end, ``mail_done`` or ``mail_dead``, the last event it
+        yields. A connection that breaks before that is made again from the
+        last ``seq`` seen (nothing missed, nothing twice), up to 5 times in
+        a row, pausing 100 ms and doubling; then ``Unreachable`` is raised.
+        A refusal (an unknown item) raises ``ClientError`` at once."""
+        if isinstance(after, bool) or not isinstance(after, int) or after < 0:
+            raise ClientError(f"after is a sequence number, not {after!r}", 2)
+        return self._follow(_mail_id(id), after)
+
+    def _follow(self, id: int, last: int) -> Iterator[dict]:
+        request = {"cmd": "events", "mail": id, "follow": True}
+        tries = 0
+        pause = FOLLOW_RETRY_PAUSE
+        while True:
+            sock = None
+            try:
+                sock = self._connect()
+                self._write(sock, {**request, "after": last}, b"")
+                self._answer(sock, read_timeout=self.timeout)
+                sock.settimeout(None)
+                while True:
+                    event = _read_message(sock, self.socket_path, eof_ok=True)
+                    if event is None:
+                        raise _LostAnswer(
+                            f"the supervisor at {self.socket_path} closed the stream of mail "
+                            f"{id} before its end"
+                        )
+                    seq = event.get("seq") if isinstance(event, dict) else None
+                    if not isinstance(seq, int) or isinstance(seq, bool):
+                        raise ClientError(
+                            f"the supervisor at {self.socket_path} sent an event without a seq: "
+                            f"{event!r}",
+                            1,
+                        )
+                    if seq <= last:
+                        continue  # never twice
+                    last = seq
+                    tries = 0
+                    yield event
+                    if event.get("kind") in ENDS:
+                        return
+            except (_LostAnswer, Unreachable, OSError) as e:
+                tries += 1
+                if tries >= FOLLOW_TRIES:
+                    raise Unreachable(
+                        f"following mail {id} failed {tries} times in a row, the last after "
+                        f"event {last}: {e}; follow({id}, after={last}) goes on from there"
+                    ) from None
+            finally:
+                if sock is not None:
+                    sock.close()
+            time.sleep(pause)
+            pause *= 2
+
+    def questions(self, deployment: str | None = None) -> list[dict]:
+        """Every open question (``mail.ask`` of a handler not answered yet),
+        oldest first, of ``deployment`` or of all: ``{"deployment", "id",
+        "key", "prompt", "attempt", "asked_at_ms", "age_ms"}``, ``prompt``
+        the JSON value the handler asked with."""
+        request: dict = {"cmd": "questions"}
+        if deployment is not None:
+            request["deployment"] = deployment
+        data = self._call_once(request)
+        questions = data.get("questions") if isinstance(data, dict) else None
+        if not isinstance(questions, list) or not all(isinstance(x, dict) for x in questions):
+            raise ClientError(
+                f"the supervisor's answer to questions has no list of questions: {data!r}", 1
+            )
+        return questions
+
+    def answer(self, id: int, key: str, value: Any, by: str | None = None) -> dict:
+        """Answers question ``key`` of mail item ``id`` with ``value`` (any
+        JSON value, at most 64 KiB encoded), labelled ``by`` (optional, at
+        most 128 characters, journaled beside your user). Returns the
+        supervisor's ``{"id", "deployment", "key", "new", "answered_at_ms",
+        "by", "journal_seq"}`` once the answer is stored; the child holding
+        the item (if one does) gets it at once. The same value again is
+        answered ``new: false`` and changes nothing, so a reply that was
+        lost is asked for again, up to 5 times. A different value than the
+        first answer, an unknown item or key, an item that has ended: the
+        supervisor's refusal, as ``ClientError`` with its text."""
+        if not isinstance(key, str):
+            raise ClientError(f"a question's key is a str, not {type(key).__name__}", 2)
+        request: dict = {"cmd": "answer", "id": _mail_id(id), "key": key, "value": value}
+        if by is not None:
+            request["by"] = by
+        try:
+            json.dumps(value, allow_nan=False)
+        except (TypeError, ValueError, RecursionError) as e:
+            raise ClientError(
+                f"the answer must be a JSON value, and json cannot encode this "
+                f"{type(value).__name__} ({e}); nothing was sent",
+                2,
+            ) from None
+        pause = SEND_RETRY_PAUSE
+        for tries in range(1, ANSWER_TRIES + 1):
+            try:
+                data = self._call(request, b"")
+                break
+            except _LostAnswer as e:
+                if tries == ANSWER_TRIES:
+                    raise Unreachable(
+                        f"{e}; tried {tries} times: the answer may or may not be stored, and "
+                        f"giving the same value again is safe",
+                        answer_lost=True,
+                    ) from None
+            time.sleep(pause)
+            pause *= 2
+        if not isinstance(data, dict) or not isinstance(data.get("new"), bool):
+            raise ClientError(f"the supervisor's answer to answer has no new flag: {data!r}", 1)
+        return data
 
     def drain(self, deployment: str) -> dict:
         """Drains ``deployment`` (it stays drained until resumed)."""
@@ -416,6 +559,12 @@ class Client:
                 code if isinstance(code, int) else 1,
             )
         return response.get("data")
+
+
+def _mail_id(id: object) -> int:
+    if isinstance(id, bool) or not isinstance(id, int) or id < 0:
+        raise ClientError(f"a mail id is a whole number, not {id!r}", 2)
+    return id
 
 
 def _with_new(got: MailResult, new: bool) -> MailResult:

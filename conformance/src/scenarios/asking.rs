@@ -13,7 +13,7 @@ use super::v3::{expect_verdict, ready_v3};
 use super::{EVENT_WITHIN, QUIET_FOR, payload};
 use crate::events::{
     Seen, acked, bytes_text, describe, finished, mail_started, outcome_of, outcome_text, started,
-    took_of,
+    took_of, verdict,
 };
 use crate::failure::{Failure, ensure};
 use crate::forgery;
@@ -487,6 +487,11 @@ pub async fn cancelled(s: &mut Subject, l: &Launcher) -> Result<(), Failure> {
     .await?;
     expect_done(s, 1, CANCELLED_WITHIN, &Outcome::Cancelled, None).await?;
     s.events.settle(QUIET_FOR).await;
+    ensure(
+        s.events.count(verdict(1)) == 1,
+        "one MailCancelVerdict(1)",
+        || s.events.summary(),
+    )?;
     ensure(
         s.events.count(acked(1)) == 1 && s.events.count(give_back_of(1)) == 0,
         "one MailDone(1) and no GiveBack(1)",

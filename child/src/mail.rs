@@ -589,6 +589,23 @@ impl Mail {
     /// [`AskError::Cancelled`] when the item is cancelled (end it
     /// `Cancelled`) or the runtime closes, and with
     /// [`AskError::Unsupported`] under a supervisor of protocol 2.
+    ///
+    /// ```no_run
+    /// use serde_json::json;
+    /// use wfhost_child::{AskError, Mail, Outcome};
+    ///
+    /// # async fn handle(mail: Mail) -> Result<(), Box<dyn std::error::Error>> {
+    /// let (outcome, result) = match mail.ask("approve", &json!({"amount": 12})).await {
+    ///     Ok(answer) => (Outcome::Succeeded, serde_json::to_vec(&answer)?),
+    ///     // Back with the supervisor: the next attempt gets the answer.
+    ///     Err(AskError::GivenBack(_)) => return Ok(()),
+    ///     Err(AskError::Cancelled { .. }) => (Outcome::Cancelled, Vec::new()),
+    ///     Err(e) => (Outcome::Failed(e.to_string()), Vec::new()),
+    /// };
+    /// mail.done(outcome, result).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn ask<T: Serialize + ?Sized>(
         &self,
         key: &str,

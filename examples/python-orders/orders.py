@@ -10,16 +10,32 @@ blocking API (``rt.serve``). Every mail item is one order, run
 |         |                 | cancel of the order stops the wait             |
 
 The payload is JSON, e.g. ``{"order": "A-17", "approve_ms": 3000}``
-(``fetch_ms``, ``approve_ms`` and ``crunch`` override the flags for one
-item); any other payload is an order named by its text. ``crunch`` makes
-the example CPU-bound, the case ``replicas`` is for: one Python process
-uses one core.
+(``fetch_ms``, ``approve_ms``, ``crunch`` and ``approval`` override the
+flags for one item); any other payload is an order named by its text.
+``crunch`` makes the example CPU-bound, the case ``replicas`` is for: one
+Python process uses one core.
+
+**Approval by a person** (``--approval ask``, or ``"approval": "ask"`` in
+one order's payload; the default, ``timer``, is the timed step above):
+the approve step is replaced by ``mail.ask("approve", {"order", ...})``,
+answered with ``wfhost answer ID approve '{"approved": true, "note":
+"..."}'``. Approved, the order goes on as with the timer; not approved, it
+ends (outcome succeeded: a decision was made) with status ``rejected``.
+Either way the result gains ``"approval": {"approved", "note"}``, and the
+approve entry of ``steps`` records the wait in this attempt. The question
+does not hold the child: a drain gives the order back to the supervisor
+(``wfhost.GivenBack``, let through), which delivers it again once the
+question is answered; that attempt runs the order from the start,
+finalizes ``fetch`` from its marker, and its ``ask`` returns the stored
+answer at once. An answer that is not ``{"approved": true|false}`` fails
+the order (it cannot be answered again).
 
 What ends a run decides its acknowledgement, and the item's result:
 
 | run ended by                              | RunTerminal | the item ends                     |
 |-------------------------------------------|-------------|-----------------------------------|
 | both steps succeeding                     | succeeded   | succeeded, status ``approved``    |
+| a person's answer ``"approved": false``   | succeeded   | succeeded, status ``rejected``    |
 | a verified signed cancel (of the run, or  | cancelled   | cancelled, status ``cancelled``:  |
 | of the item: ``wfhost mail cancel``)      |             | a decision, so done               |
 | a drain (fetch stopped), Shutdown, EOF    | cancelled   | not at all: released for the next |
@@ -114,6 +130,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         metavar="N",
         help="instead of sleeping in fetch, compute N rounds of SHA-256 (CPU-bound work)",
     )
+    p.add_argument(
+        "--approval",
+        choices=("ask", "timer"),
+        default="timer",
+        help="ask: a person approves each order (mail.ask, answered with `wfhost answer ID "
+        "approve '{\"approved\":true}'`); timer: approve takes --approve-ms",
+    )
     args = p.parse_args(argv)
     if min(args.recycle_every, args.fetch_ms, args.approve_ms, args.crunch) < 0:
         p.error(
@@ -122,26 +145,62 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
-def plan(mail: wfhost.Mail, args: argparse.Namespace) -> tuple[str, int, int, int]:
-    """The order's name, how long each step takes, and its rounds of work."""
+def plan(mail: wfhost.Mail, args: argparse.Namespace) -> tuple[str, int, int, int, str]:
+    """The order's name, how long each step takes, its rounds of work, and
+    how it is approved (``ask`` or ``timer``)."""
     try:
         doc = mail.json()
     except ValueError:
         doc = None
     if not isinstance(doc, dict):
         text = mail.payload.decode("utf-8", "replace").strip()
-        return text or f"#{mail.id}", args.fetch_ms, args.approve_ms, args.crunch
+        return text or f"#{mail.id}", args.fetch_ms, args.approve_ms, args.crunch, args.approval
 
     def ms(key: str, default: int) -> int:
         value = doc.get(key, default)
         return value if isinstance(value, int) and value >= 0 else default
 
+    approval = doc.get("approval")
     return (
         str(doc.get("order", f"#{mail.id}")),
         ms("fetch_ms", args.fetch_ms),
         ms("approve_ms", args.approve_ms),
         ms("crunch", args.crunch),
+        approval if approval in ("ask", "timer") else args.approval,
     )
+
+
+class BadAnswer(ValueError):
+    """The person's answer is not ``{"approved": true|false, "note"?: str}``."""
+
+
+def decision(answer: object) -> tuple[bool, str | None]:
+    """Whether the answer approves the order, and its note."""
+    if isinstance(answer, dict) and isinstance(answer.get("approved"), bool):
+        note = answer.get("note")
+        if note is None or isinstance(note, str):
+            return answer["approved"], note
+    raise BadAnswer(
+        f'the answer {answer!r} is not {{"approved": true|false, "note"?: "..."}}; '
+        f"an answer is given once, so this order cannot be approved"
+    )
+
+
+def ask_approval(mail: wfhost.Mail, order: str, fetched: dict | None) -> tuple[bool, str | None]:
+    """Asks a person to approve the order and waits for the answer as long as
+    it takes (``wfhost.GivenBack`` on a drain, ``wfhost.Cancelled`` on a
+    cancel of the order, both let through)."""
+    prompt = {
+        "order": order,
+        "mail": mail.id,
+        "fetched": None if fetched is None else {k: fetched.get(k) for k in ("ms", "sha256")},
+        "question": f'approve order {order}? answer {{"approved": true|false, "note": "..."}}',
+    }
+    say(
+        f"mail {mail.id}: asking for approval (wfhost answer {mail.id} approve "
+        f"'{{\"approved\":true}}')"
+    )
+    return decision(mail.ask("approve", prompt))
 
 
 def crunch(step: wfhost.Step, rounds: int) -> str:
@@ -180,11 +239,17 @@ def marked(path: Path, name: str) -> dict:
 
 
 def result(
-    mail: wfhost.Mail, order: str, status: str, steps: list, stopped: dict | None
+    mail: wfhost.Mail,
+    order: str,
+    status: str,
+    steps: list,
+    stopped: dict | None,
+    approval: dict | None = None,
 ) -> dict:
     """An order's result: the same shape whatever ended it, and however
-    its steps were done (run now, or finalized from their markers)."""
-    return {
+    its steps were done (run now, or finalized from their markers); an
+    order a person decided has ``approval`` too."""
+    doc = {
         "order": order,
         "mail": mail.id,
         "status": status,
@@ -192,6 +257,9 @@ def result(
         "steps": steps,
         "stopped": stopped,
     }
+    if approval is not None:
+        doc["approval"] = approval
+    return doc
 
 
 STEPS = (("fetch", "cancel"), ("approve", "wait"))
@@ -209,7 +277,7 @@ def process(
     """Runs one order and settles its mail, with its result; True when it
     was acknowledged."""
     run = f"order-{mail.id}"
-    order, fetch_ms, approve_ms, rounds = plan(mail, args)
+    order, fetch_ms, approve_ms, rounds, approval = plan(mail, args)
     say(f"mail {mail.id}: order {order} received (attempt {mail.attempt})")
     steps = (("fetch", "cancel", fetch_ms), ("approve", "wait", approve_ms))
     done_steps: list[dict] = []
@@ -229,6 +297,7 @@ def process(
             )
         )
     current = None
+    decided = None  # a person's answer, in ask mode: {"approved", "note"}
     try:
         for name, drain, ms in steps:
             current = name
@@ -241,6 +310,20 @@ def process(
                 continue
             began = time.monotonic()
             digest = None
+            if name == "approve" and approval == "ask":
+                # Not a step: the question is the supervisor's to keep, and
+                # its answer the record (asked again on a later attempt, it
+                # returns at once), so it leaves no marker either.
+                fetched = done_steps[0] if done_steps else None
+                approved, note = ask_approval(mail, order, fetched)
+                decided = {"approved": approved, "note": note}
+                entry = step_record(name, mail, began, rounds, None)
+                done_steps.append(entry | {"finalized": False})
+                say(
+                    f"mail {mail.id}: {'approved' if approved else 'rejected'} by a person"
+                    + (f" ({note})" if note else "")
+                )
+                continue
             with rt.step(run, name, drain) as step:
                 if drain == "cancel" and rounds:
                     digest = crunch(step, rounds)
@@ -249,15 +332,7 @@ def process(
                     # fetch on a drain or a cancel; approve (a person
                     # deciding, whom a drain waits for) on a cancel only.
                     step.sleep(ms / 1000)
-            record = {
-                "step": name,
-                "attempt": mail.attempt,
-                "pid": os.getpid(),
-                "at": datetime.now(timezone.utc).isoformat(timespec="milliseconds")[:-6] + "Z",
-                "ms": round((time.monotonic() - began) * 1000),
-                "rounds": rounds if digest is not None else 0,
-                "sha256": digest,
-            }
+            record = step_record(name, mail, began, rounds, digest)
             mark(marker, record)
             done_steps.append(record | {"finalized": False})
             say(f"mail {mail.id}: {name} done")
@@ -273,7 +348,9 @@ def process(
         mail.release()
         say(f"mail {mail.id}: stopped ({e.cause}); left for the next child")
         return False
-    except OSError as e:  # a marker that cannot be written or read
+    except (OSError, BadAnswer, wfhost.Unsupported) as e:
+        # A marker that cannot be written or read; an answer that says
+        # neither yes nor no; ask mode under a supervisor of protocol 2.
         rt.run_terminal(run, wfhost.Failed(str(e)))
         stopped = {"step": current, "reason": str(e)}
         mail.ack(wfhost.Failed(str(e)), result=result(mail, order, "failed", done_steps, stopped))
@@ -283,9 +360,26 @@ def process(
     # The markers stay: the ack is written to the channel, not yet stored,
     # and if it is lost (the supervisor dies first) the item comes back and
     # finds its steps done.
-    mail.ack("succeeded", result=result(mail, order, "approved", done_steps, None))
-    say(f"mail {mail.id}: order {order} done (attempt {mail.attempt})")
+    status = "rejected" if decided is not None and not decided["approved"] else "approved"
+    mail.ack("succeeded", result=result(mail, order, status, done_steps, None, decided))
+    ended = "done" if status == "approved" else status
+    say(f"mail {mail.id}: order {order} {ended} (attempt {mail.attempt})")
     return True
+
+
+def step_record(
+    name: str, mail: wfhost.Mail, began: float, rounds: int, digest: str | None
+) -> dict:
+    """A step's entry in the result, as its marker records it."""
+    return {
+        "step": name,
+        "attempt": mail.attempt,
+        "pid": os.getpid(),
+        "at": datetime.now(timezone.utc).isoformat(timespec="milliseconds")[:-6] + "Z",
+        "ms": round((time.monotonic() - began) * 1000),
+        "rounds": rounds if digest is not None else 0,
+        "sha256": digest,
+    }
 
 
 def main(argv: list[str]) -> int:
@@ -307,7 +401,8 @@ def main(argv: list[str]) -> int:
         return 2
     every = args.recycle_every
     say(
-        f"ready for deployment {rt.deployment} (fetch {args.fetch_ms} ms, crunch {args.crunch}, approve {args.approve_ms} ms, "
+        f"ready for deployment {rt.deployment} (fetch {args.fetch_ms} ms, crunch {args.crunch}, "
+        f"approve {'by asking' if args.approval == 'ask' else str(args.approve_ms) + ' ms'}, "
         f"recycle {'every ' + str(every) + ' items' if every else 'never'}, markers in {markers})"
     )
     acked = 0
@@ -321,6 +416,12 @@ def main(argv: list[str]) -> int:
         except wfhost.ChannelClosed as e:
             say(f"the channel closed under an item: {e}")
             return
+        except wfhost.GivenBack:
+            # A drain came while the order waited for its approval: the
+            # supervisor holds it until the question is answered, then the
+            # next child runs it again. Nothing more is sent for it here.
+            say(f"mail {mail.id}: given back while it waits for approval; a later child ends it")
+            raise
         acked += 1
         if every and acked % every == 0 and not rt.draining.is_set():
             say(f"served {acked} items: asking to be recycled")

@@ -48,7 +48,7 @@ def test_the_conformance_kit_passes(kit_runs, module):
     print(f"\nwfhost-conformance -- python -m {module}\n{table}")
     assert proc.returncode == 0, f"the kit failed for {module}:\n{table}"
     lines = [line for line in table.splitlines() if line.startswith(("PASS ", "FAIL "))]
-    assert len(lines) >= 32 and all(line.startswith("PASS ") for line in lines), table
+    assert len(lines) >= 38 and all(line.startswith("PASS ") for line in lines), table
     names = {line.split()[1] for line in lines}
     assert {
         "handshake-v3",
@@ -61,3 +61,11 @@ def test_the_conformance_kit_passes(kit_runs, module):
         "cancel-mail-forged",
         "redelivery-done-again",
     } <= names, "the kit plays the scenarios of protocol 3"
+    assert {
+        "ask-answered",
+        "ask-answered-at-once",
+        "ask-given-back-on-drain",
+        "progress",
+        "ask-bad-key",
+        "ask-cancelled",
+    } <= names, "the kit plays the scenarios of a person in the loop"

@@ -235,6 +235,52 @@ pub enum Fact {
         /// The holder's pid.
         pid: u32,
     },
+    /// An item was handed to a child (its `attempt` if its handler starts
+    /// it).
+    MailDelivered {
+        /// The mail's id.
+        id: u64,
+        /// The attempt it is, or becomes once its handler starts it.
+        attempt: u32,
+        /// The child's pid.
+        pid: u32,
+    },
+    /// An item's handler asked a person a question (first asked: a
+    /// redelivered item asking again opens none).
+    QuestionAsked {
+        /// The mail's id.
+        id: u64,
+        /// The question's key within the item.
+        key: String,
+        /// What it asked (JSON).
+        prompt: Value,
+    },
+    /// A person answered an item's question.
+    QuestionAnswered {
+        /// The mail's id.
+        id: u64,
+        /// The question's key.
+        key: String,
+        /// The answer (JSON).
+        value: Value,
+        /// Who answered: `uid`, `user` (peer credentials), `label` (`--by`).
+        by: Value,
+    },
+    /// An item's handler reported progress.
+    MailProgress {
+        /// The mail's id.
+        id: u64,
+        /// What it reported (JSON).
+        data: Value,
+    },
+    /// A child gave an item back while its handler waited for an answer:
+    /// back in the inbox, uncounted, delivered again once answered.
+    MailGivenBack {
+        /// The mail's id.
+        id: u64,
+        /// The child's pid.
+        pid: u32,
+    },
     /// An operator put dead mail back in the inbox (`wfhost mail retry`),
     /// its failures and attempts reset.
     MailRetried {
@@ -346,6 +392,11 @@ impl Fact {
             Self::LeaseLost { .. } => "lease_lost",
             Self::LeaseReleased { .. } => "lease_released",
             Self::MailRetried { .. } => "mail_retried",
+            Self::MailDelivered { .. } => "mail_delivered",
+            Self::QuestionAsked { .. } => "question_asked",
+            Self::QuestionAnswered { .. } => "question_answered",
+            Self::MailProgress { .. } => "mail_progress",
+            Self::MailGivenBack { .. } => "mail_given_back",
             Self::MailPurged { .. } => "mail_purged",
             Self::ConfigReloaded { .. } => "config_reloaded",
         }
@@ -366,6 +417,8 @@ impl Fact {
                 | Self::Recycled { .. }
                 | Self::MailDead { .. }
                 | Self::MailInterrupted { .. }
+                | Self::QuestionAsked { .. }
+                | Self::QuestionAnswered { .. }
                 | Self::LeaseAcquired { .. }
                 | Self::LeaseLost { .. }
                 | Self::LeaseReleased { .. }
@@ -467,6 +520,17 @@ impl Fact {
                 json!({"id": id, "cause": cause, "pid": pid})
             }
             Self::MailRetried { ids, by } => json!({"ids": ids, "by": by}),
+            Self::MailDelivered { id, attempt, pid } => {
+                json!({"id": id, "attempt": attempt, "pid": pid})
+            }
+            Self::QuestionAsked { id, key, prompt } => {
+                json!({"id": id, "key": key, "prompt": prompt})
+            }
+            Self::QuestionAnswered { id, key, value, by } => {
+                json!({"id": id, "key": key, "value": value, "by": by})
+            }
+            Self::MailProgress { id, data } => json!({"id": id, "data": data}),
+            Self::MailGivenBack { id, pid } => json!({"id": id, "pid": pid}),
             Self::MailPurged {
                 count,
                 older_than,

@@ -10,7 +10,11 @@
 //! | held | its holder's ack | done, with outcome and result |
 //! | held | a cancel | held, cancel recorded (the child is sent a signed cancel) |
 //! | held | its deadline, then a drain budget more ([`crate::deadline`]) | done, `failed: deadline of D passed` |
-//! | held | its holder ends ([`after_ending`]) | a recorded cancel: done, `cancelled`; unstarted: inbox, uncounted; started, with `redeliver = "hold"`: interrupted; an ending that does not count: inbox, uncounted; else one more failure: inbox, or dead at `max_deliveries` |
+//! | held | its handler asks a question (`Ask`) | held; the question stored with the item, keyed by (item, key) |
+//! | held | its child gives it back waiting for an answer (`GiveBack`) | inbox, uncounted, awaiting: not taken until its questions are answered |
+//! | held | its holder ends ([`after_ending`]) | a recorded cancel: done, `cancelled`; unstarted: inbox, uncounted; a question open: inbox, uncounted, awaiting; started, with `redeliver = "hold"`: interrupted; an ending that does not count: inbox, uncounted; else one more failure: inbox, or dead at `max_deliveries` |
+//! | inbox, awaiting | its last open question answered | inbox (its next delivery is its next attempt; its `ask` gets the stored answer) |
+//! | inbox, awaiting | a cancel | done, `cancelled` |
 //! | interrupted | an operator's retry | inbox, its starts kept (the next delivery is the next attempt) |
 //! | interrupted | a cancel | done, `cancelled` |
 //! | done | a cancel | refused, unchanged |
@@ -64,6 +68,8 @@ pub struct Held {
     pub started: bool,
     /// A cancel of it was recorded.
     pub cancel_asked: bool,
+    /// A question of its handler waits for a person's answer.
+    pub awaiting: bool,
 }
 
 /// Where an item goes when its holder ends.
@@ -81,10 +87,14 @@ pub enum Fate {
     /// and may have done part of its work, so it is not run again until
     /// `wfhost mail retry` (or ended by `mail cancel`).
     Interrupted,
+    /// Back in the inbox uncounted, not taken until its open questions
+    /// are answered: waiting on a person is no child's work and no fault.
+    Awaiting,
 }
 
 /// Where `held` goes when its holder ends: cancelled if a cancel was
-/// recorded; back uncounted if its handler never started it; held for an
+/// recorded; back uncounted if its handler never started it; back
+/// uncounted, awaiting, if a question of its handler is open; held for an
 /// operator if it was started and the deployment says `hold`; back
 /// uncounted if the ending does not `count` (the supervisor's own stop, a
 /// drain the child completed); else with one more failure, dead once
@@ -95,6 +105,9 @@ pub fn after_ending(held: Held, counts: bool, max_deliveries: u32, hold: bool) -
     }
     if !held.started {
         return Fate::Inbox(held.failures);
+    }
+    if held.awaiting {
+        return Fate::Awaiting;
     }
     if hold {
         return Fate::Interrupted;
@@ -132,6 +145,13 @@ pub fn on_cancel(state: &str) -> OnCancel {
     }
 }
 
+/// Longest key of a question a handler asks, in bytes.
+pub const MAX_KEY_BYTES: usize = 256;
+/// Largest prompt, answer or progress report (encoded JSON), in bytes.
+pub const MAX_JSON_BYTES: usize = 64 << 10;
+/// Most distinct questions one item may ask in one child.
+pub const MAX_QUESTIONS_PER_ITEM: usize = 64;
+
 /// The outcome stored for an item a cancel ended.
 pub const CANCELLED: &str = "cancelled";
 
@@ -150,11 +170,20 @@ pub fn ended_how(cause: &str, fate: Fate, counts: bool, started: bool) -> String
         Fate::Interrupted => format!(
             "interrupted: held for an operator (redeliver = \"hold\"), not run again: {cause}"
         ),
+        Fate::Awaiting => {
+            format!(
+                "returned, not counted: waiting for an answer, delivered once answered ({cause})"
+            )
+        }
         _ if !started => format!("returned unstarted, not counted: {cause}"),
         _ if !counts => format!("returned, not counted: {cause}"),
         _ => cause.to_owned(),
     }
 }
+
+/// The history's words for an item its child gave back while its handler
+/// waited for an answer.
+pub const GIVEN_BACK_HOW: &str = "given back, not counted: waiting for an answer";
 
 /// The history's words for an item cancelled while it waited (in the
 /// inbox, or interrupted).
@@ -193,7 +222,28 @@ mod tests {
             failures,
             started,
             cancel_asked,
+            awaiting: false,
         }
+    }
+
+    #[test]
+    fn an_item_waiting_on_a_person_goes_back_uncounted_whatever_ended_its_holder() {
+        let waiting = Held {
+            awaiting: true,
+            ..held(2, true, false)
+        };
+        assert_eq!(after_ending(waiting, true, 3, false), Fate::Awaiting);
+        assert_eq!(
+            after_ending(waiting, true, 3, true),
+            Fate::Awaiting,
+            "hold too"
+        );
+        let cancelled = Held {
+            cancel_asked: true,
+            ..waiting
+        };
+        assert_eq!(after_ending(cancelled, true, 3, false), Fate::Cancelled);
+        assert!(ended_how("killed", Fate::Awaiting, true, true).contains("waiting for an answer"));
     }
 
     #[test]

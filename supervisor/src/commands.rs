@@ -1,6 +1,7 @@
 //! The CLI's commands: one module each, and the table below naming each
 //! command with its one-line help and running it.
 
+pub mod answer;
 pub mod call;
 pub mod cancel;
 pub mod check_config;
@@ -15,6 +16,7 @@ pub mod mail;
 pub mod man;
 pub mod move_to;
 pub mod progress;
+pub mod questions;
 pub mod recycle;
 pub mod reload;
 pub mod resume;
@@ -51,8 +53,12 @@ pub enum Command {
     Send(send::Args),
     /// Send mail and wait for its end: its result on stdout (exit 0), or its outcome on stderr (exit 1).
     Call(call::Args),
-    /// Print the durable event stream, optionally following it live.
+    /// Print the durable event stream, optionally following it live (--mail ID: one item, to its end).
     Events(events::Args),
+    /// List the questions items' handlers asked a person and that wait for an answer.
+    Questions(questions::Args),
+    /// Answer a question an item's handler asked (VALUE is JSON); the waiting handler gets it.
+    Answer(answer::Args),
     /// Print a deployment's recent child output, optionally following it.
     Logs(logs::Args),
     /// SIGKILL a deployment's child now, even one stuck stopping.
@@ -104,6 +110,8 @@ pub fn run(command: Command, cli: fn() -> clap::Command) -> u8 {
         Command::Send(args) => send::run(args),
         Command::Call(args) => call::run(args),
         Command::Events(args) => events::run(args),
+        Command::Questions(args) => questions::run(args),
+        Command::Answer(args) => answer::run(args),
         Command::Logs(args) => logs::run(args),
         Command::Kill(args) => kill::run(args),
         Command::Move(args) => move_to::run(args),

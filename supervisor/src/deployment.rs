@@ -88,6 +88,18 @@ pub enum Ask {
     },
     /// Mail was accepted into its inbox.
     MailArrived,
+    /// A person answered question `key` of item `id` (stored): sent to
+    /// its holder, or, waiting in the inbox, the item may now be taken.
+    Answer {
+        /// The child holding the item, if one does.
+        holder: Option<crate::store::Holder>,
+        /// The item.
+        id: u64,
+        /// The question's key.
+        key: String,
+        /// The answer (JSON).
+        value: Vec<u8>,
+    },
     /// A fleet host renewed the deployment's lease: its children hear the
     /// new deadline (`Lease`).
     LeaseRenewed,

@@ -73,6 +73,20 @@ pub fn log(deployment: &str, fact: &Fact) {
              `wfhost mail show {id}`, then `wfhost mail retry {id}` runs it again or `wfhost mail cancel {id}` ends it"
         ),
         Fact::MailRetried { ids, by } => mail_retried(deployment, ids.len(), by),
+        Fact::MailDelivered { .. } | Fact::MailProgress { .. } => {}
+        Fact::QuestionAsked { id, key, .. } => info!(
+            deployment, mail = id, key = %key,
+            "a handler asks a person: `wfhost questions` lists it, `wfhost answer {id} {key} VALUE` answers it"
+        ),
+        Fact::QuestionAnswered { id, key, by, .. } => {
+            info!(deployment, mail = id, key = %key, by = %by, "question answered")
+        }
+        Fact::MailGivenBack { id, pid, .. } => debug!(
+            deployment,
+            mail = id,
+            pid,
+            "item given back while its handler waits for an answer; delivered again once answered"
+        ),
         Fact::MailPurged { count, by, .. } => {
             info!(deployment, items = count, by = %by, "dead mail purged")
         }

@@ -6,7 +6,8 @@
 //! [`Store`] all of them), its errors (`error`), and one file per kind
 //! of thing stored (`children`, `mail`, `events`, `journal_row`; mail
 //! held per child and quarantined in `held`, the operator's view of mail
-//! in `mail_admin`) hold what every backend shares, rules included;
+//! in `mail_admin`, a handler's questions to a person in `questions`)
+//! hold what every backend shares, rules included;
 //! `sqlite` holds the SQLite backend, `postgres` the PostgreSQL one
 //! (`[store] url`), each implementing every noun's trait in its file of
 //! that noun; `guard` checks the journal when a supervisor starts and
@@ -29,6 +30,7 @@ pub mod mail_admin;
 #[cfg(test)]
 mod measure;
 pub mod postgres;
+pub mod questions;
 pub mod retention;
 pub mod send_batch;
 mod sqlite;
@@ -36,14 +38,17 @@ mod sqlite;
 mod suite;
 pub mod unwritten;
 
-pub use api::{ChildrenStore, EventStore, JournalStore, MailAdmin, MailStore, Store};
+pub use api::{
+    ChildrenStore, EventStore, JournalStore, MailAdmin, MailStore, QuestionStore, Store,
+};
 pub use children::ChildRecord;
 pub use error::StoreError;
 pub use events::{EventRecord, NewEvent};
-pub use held::{AckOf, CancelFound, DeadMail, Ending, Holder, Replayed, Settle};
+pub use held::{AckOf, CancelFound, DeadMail, Ending, Holder, Landed, Replayed, Settle};
 pub use mail::{Accepted, MailCounts, MailItem, Offer};
 pub use mail_admin::{MailPage, MailQuery, MailState, MailView, Retried};
 pub use postgres::PostgresStore;
+pub use questions::{Answer, Answering, Asking, Question};
 pub use sqlite::SqliteStore;
 
 use std::path::{Path, PathBuf};

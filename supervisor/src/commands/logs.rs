@@ -2,7 +2,7 @@
 //! (stdout and stderr, across recycles), from the supervisor's bounded
 //! buffer, optionally followed live.
 
-use crate::commands::journal::rfc3339_ms;
+use crate::clock::rfc3339_ms;
 use crate::control::client::{self, Target};
 use crate::control::protocol::Request;
 use crate::deployment::output::{LINE_BURST, LINES_PER_SECOND, MAX_LINES};

@@ -7,8 +7,9 @@ use std::io::Write;
 
 use serde_json::Value;
 
+use crate::clock::rfc3339_ms;
 use crate::commands::call;
-use crate::commands::journal::rfc3339_ms;
+use crate::commands::journal::printable;
 use crate::config::parse_duration;
 use crate::control::client::{self, Target};
 use crate::control::protocol::Request;
@@ -252,7 +253,7 @@ fn table(items: &[Value]) -> String {
         out.push_str(&row([
             &i["id"].to_string(),
             i["deployment"].as_str().unwrap_or("?"),
-            i["state"].as_str().unwrap_or("?"),
+            state_of(i),
             &i["attempts"].to_string(),
             &i["failures"].to_string(),
             &age(i["age_ms"].as_u64().unwrap_or(0)),
@@ -261,6 +262,16 @@ fn table(items: &[Value]) -> String {
         ]));
     }
     out
+}
+
+/// The item's state as operators read it: `waiting for an answer` when
+/// a question of its handler is open, else the stored state.
+fn state_of(i: &Value) -> &str {
+    if i["waiting_for_answer"] == true {
+        "waiting for an answer"
+    } else {
+        i["state"].as_str().unwrap_or("?")
+    }
 }
 
 /// "exited unexpectedly: exit status 3 (pid 812, 2026-12-01T14:20:26.020Z)", or "-".
@@ -276,7 +287,7 @@ fn last_failure(f: &Value) -> String {
 }
 
 /// A coarse age: "850ms", "42s", "3m5s", "4h12m", "2d3h".
-fn age(ms: u64) -> String {
+pub fn age(ms: u64) -> String {
     let s = ms / 1000;
     match s {
         0 => format!("{ms}ms"),
@@ -359,9 +370,10 @@ fn write_payload(args: &ShowArgs, item: &Value) -> u8 {
 fn describe(i: &Value) -> String {
     let id = &i["id"];
     let state = i["state"].as_str().unwrap_or("?");
+    let shown_state = state_of(i);
     let time = |v: &Value| v.as_u64().map_or_else(|| "-".to_owned(), rfc3339_ms);
     let mut out = format!(
-        "mail {id} of {}: {state}\n  attempts {}, failures {}, accepted {} ({} ago), payload {} bytes\n",
+        "mail {id} of {}: {shown_state}\n  attempts {}, failures {}, accepted {} ({} ago), payload {} bytes\n",
         i["deployment"].as_str().unwrap_or("?"),
         i["attempts"],
         i["failures"],
@@ -392,6 +404,7 @@ fn describe(i: &Value) -> String {
     if !i["dead_at_ms"].is_null() {
         out.push_str(&format!("  dead since {}\n", time(&i["dead_at_ms"])));
     }
+    out.push_str(&questions(i));
     let history = i["history"].as_array().cloned().unwrap_or_default();
     out.push_str("history:\n");
     if history.is_empty() {
@@ -415,6 +428,34 @@ fn describe(i: &Value) -> String {
         out.push_str(&format!(
             "next: fix what makes the child end on it (its payload: `wfhost mail show {id} --payload`), then `wfhost mail retry {id}`; or delete it with `wfhost mail purge --dead`\n"
         ));
+    }
+    out
+}
+
+/// The questions its handlers asked, each with its answer or how to give
+/// one (prompts and keys are a child's words: escaped and cut).
+fn questions(i: &Value) -> String {
+    let id = &i["id"];
+    let Some(qs) = i["questions"].as_array().filter(|q| !q.is_empty()) else {
+        return String::new();
+    };
+    let mut out = "questions:\n".to_owned();
+    for q in qs {
+        let key = printable(q["key"].as_str().unwrap_or("?"), 80);
+        let prompt = printable(&q["prompt"].to_string(), 200);
+        out.push_str(&format!("  {key} (attempt {}): {prompt}\n", q["attempt"]));
+        match q["answer"].as_object() {
+            Some(a) => out.push_str(&format!(
+                "    answered {} at {}\n",
+                printable(&a["value"].to_string(), 200),
+                a["at_ms"]
+                    .as_u64()
+                    .map_or_else(|| "-".to_owned(), rfc3339_ms)
+            )),
+            None => out.push_str(&format!(
+                "    waiting: `wfhost answer {id} {key} VALUE` answers it\n"
+            )),
+        }
     }
     out
 }

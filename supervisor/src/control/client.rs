@@ -236,6 +236,18 @@ pub fn run(target: &Target, request: Request, f: impl FnOnce(serde_json::Value))
     report(target.call(request), f)
 }
 
+impl Target {
+    /// One streaming request: each message to `each` until the
+    /// supervisor closes the stream (or the connection ends).
+    pub fn stream_once(
+        &self,
+        request: Request,
+        each: impl FnMut(serde_json::Value),
+    ) -> Result<(), CallError> {
+        self.exchange(request, &[], each).map(|_| ())
+    }
+}
+
 /// Runs a streaming request, printing each message with `each`; returns
 /// the exit code.
 pub fn stream(target: &Target, request: Request, each: impl FnMut(serde_json::Value)) -> u8 {

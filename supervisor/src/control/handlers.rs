@@ -1,6 +1,7 @@
 //! One handler per control request, each answering for one deployment (or
 //! all) from the supervisor's registry.
 
+pub mod answer;
 pub mod cancel;
 pub mod drain;
 pub mod events;
@@ -10,6 +11,7 @@ pub mod logs;
 pub mod mail;
 pub mod mail_cancel;
 pub mod mail_result;
+pub mod questions;
 pub mod recycle;
 pub mod reload;
 pub mod resume;
@@ -107,6 +109,27 @@ pub async fn dispatch(
         Request::MailResult { id, wait_ms } => mail_result::answer(ctx, id, wait_ms).await,
         Request::MailCancel { id, reason } => {
             mail_cancel::answer(ctx, client().ok().map(|s| &*s), id, reason).await
+        }
+        Request::Questions { deployment } => questions::answer(ctx, deployment).await,
+        Request::Answer {
+            id,
+            key,
+            value,
+            by,
+            peer,
+        } => {
+            let stream = client().ok().map(|s| &*s);
+            // Only a forwarding host says who asked it; a client is who
+            // its credentials say.
+            let peer = peer.filter(|_| stream.is_none());
+            let given = answer::Given {
+                id,
+                key,
+                value,
+                by,
+                peer,
+            };
+            answer::answer(ctx, stream, given).await
         }
         Request::MailPayload { id, offset, length } => mail::payload(ctx, id, offset, length).await,
         Request::MailRetry {

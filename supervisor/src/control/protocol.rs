@@ -128,6 +128,13 @@ pub enum Request {
         after: u64,
         /// Keep streaming new events.
         follow: bool,
+        /// Only this mail item's events; a followed stream ends after its
+        /// end.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        mail: Option<u64>,
+        /// Only this deployment's events.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        deployment: Option<String>,
     },
     /// A deployment's recent child output, optionally followed live.
     Logs {
@@ -178,6 +185,29 @@ pub enum Request {
         /// Why, for the journal and the child (default "operator cancel").
         #[serde(default, skip_serializing_if = "Option::is_none")]
         reason: Option<String>,
+    },
+    /// The open questions of items' handlers (of one deployment, or all).
+    Questions {
+        /// One deployment's.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        deployment: Option<String>,
+    },
+    /// A person's answer to question `key` of item `id`.
+    Answer {
+        /// The item.
+        id: u64,
+        /// The question's key.
+        key: String,
+        /// The answer (any JSON value).
+        value: serde_json::Value,
+        /// A label for who answered, beside the peer's credentials.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        by: Option<String>,
+        /// Who asked the host that forwarded this to the item's owner
+        /// (set by that host; a client's own is replaced by its
+        /// credentials).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        peer: Option<serde_json::Value>,
     },
     /// A piece of one item's payload, as hex.
     MailPayload {
@@ -265,6 +295,8 @@ impl Request {
             | Self::MailShow { .. }
             | Self::MailResult { .. }
             | Self::MailCancel { .. }
+            | Self::Questions { .. }
+            | Self::Answer { .. }
             | Self::MailPayload { .. }
             | Self::MailRetry { .. }
             | Self::MailPurge { .. } => Route::Anywhere,

@@ -286,8 +286,14 @@ async fn serve_client(
         )),
     };
     let response = match request {
-        Ok(Request::Events { after, follow }) => {
-            return handlers::events::stream(stream, &ctx.shared, after, follow).await;
+        Ok(Request::Events {
+            after,
+            follow,
+            mail,
+            deployment,
+        }) => {
+            let filter = handlers::events::Filter { mail, deployment };
+            return handlers::events::stream(stream, &ctx.shared, after, follow, filter).await;
         }
         Ok(Request::Logs {
             deployment,

@@ -291,6 +291,12 @@ impl Driver {
                 self.asks_open = false;
                 self.stop();
             }
+            Arrival::Ask(Some(Ask::Answer {
+                holder: Some(holder),
+                id,
+                key,
+                value,
+            })) => self.answer(&holder, id, &key, value).await,
             Arrival::Ask(Some(ask)) => self.ask(ask),
             Arrival::Wake => {
                 for r in &mut self.replicas {

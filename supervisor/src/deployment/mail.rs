@@ -11,12 +11,16 @@
 //! 3. [`deadlines`]: each held item's deadline, counted from its first
 //!    delivery.
 //! 4. [`verdicts`]: cancels of one item awaiting the child's verdict.
-//! 5. [`writes`]: what the deployment owes the store (starts, ends with
-//!    results, replays), in order, retried until it lands.
-//! 6. [`settle`]: those writes in the store, and a gone child's mail
+//! 5. [`questions`]: what a child holds and started, and its handlers'
+//!    questions to a person.
+//! 6. [`writes`]: what the deployment owes the store (starts, ends with
+//!    results, questions, give-backs, replays), in order, retried until
+//!    it lands.
+//! 7. [`settle`]: those writes in the store, and a gone child's mail
 //!    replayed.
 
 pub mod deadlines;
+pub mod questions;
 pub mod settle;
 pub mod spread;
 pub mod verdicts;

@@ -11,8 +11,9 @@
 
 use ed25519_dalek::SigningKey;
 
-use super::held::{AckOf, CancelFound, Ending, Holder, Replayed, Settle};
+use super::held::{AckOf, CancelFound, Ending, Holder, Landed, Replayed, Settle};
 use super::mail_admin::{MailQuery, MailView, Retried};
+use super::questions::{Answering, Question};
 use super::{
     Accepted, ChildRecord, EventRecord, MailCounts, MailItem, MailPage, NewEvent, Offer, StoreError,
 };
@@ -21,10 +22,15 @@ use crate::journal::{JournalHead, JournalHeads, JournalRecord, NewJournalEntry};
 /// Durable state of one supervisor: every store operation, grouped by
 /// what it holds. Every write is durable when it returns. A backend
 /// implements the five traits and gets this one.
-pub trait Store: ChildrenStore + JournalStore + MailStore + MailAdmin + EventStore + Send {}
+pub trait Store:
+    ChildrenStore + JournalStore + MailStore + MailAdmin + EventStore + QuestionStore + Send
+{
+}
 
-impl<T> Store for T where T: ChildrenStore + JournalStore + MailStore + MailAdmin + EventStore + Send
-{}
+impl<T> Store for T where
+    T: ChildrenStore + JournalStore + MailStore + MailAdmin + EventStore + QuestionStore + Send
+{
+}
 
 /// The children table: what is running, for orphan clean-up after a crash.
 pub trait ChildrenStore {
@@ -198,19 +204,24 @@ pub trait MailStore {
         at_ms: u64,
     ) -> Result<Vec<bool>, StoreError> {
         let writes: Vec<Settle> = acks.iter().cloned().map(Settle::Done).collect();
-        self.settle_mail(deployment, &writes, at_ms)
+        let landed = self.settle_mail(deployment, &writes, at_ms)?;
+        Ok(landed.iter().map(Landed::held).collect())
     }
 
-    /// Starts and acknowledgements in one transaction, in order: each
-    /// `true` when its holder held the item (a start: held and not yet
-    /// started), as [`MailStore::ack_mail`] answers. A done item that was
-    /// never reported started counts its delivery as a start.
+    /// Starts, acknowledgements, questions and give-backs in one
+    /// transaction, in order, each as its holder's: ignored unless its
+    /// holder holds the item (a start: held and not yet started), as
+    /// [`MailStore::ack_mail`] answers. A done item that was never
+    /// reported started counts its delivery as a start. A question is
+    /// stored once per (item, key); asked again, its stored answer comes
+    /// back. A given-back item goes back to the inbox uncounted, awaiting
+    /// its answers.
     fn settle_mail(
         &mut self,
         deployment: &str,
         writes: &[Settle],
         at_ms: u64,
-    ) -> Result<Vec<bool>, StoreError>;
+    ) -> Result<Vec<Landed>, StoreError>;
 
     /// Item `id`, still held by `holder`, ends `failed` with `reason` (its
     /// deadline passed and its child did not stop it): taken from the
@@ -323,6 +334,35 @@ pub trait MailAdmin {
         deployment: Option<&str>,
         dead_before_ms: u64,
     ) -> Result<Vec<(String, u64)>, StoreError>;
+}
+
+/// Questions a handler asked a person, and their answers
+/// ([`super::questions`]); asking is a [`Settle::Asked`].
+pub trait QuestionStore {
+    /// Answers question `key` of item `id` with `value` (JSON) given `by`
+    /// (JSON), in one transaction with the item's release (an awaiting
+    /// item with no other question open becomes takeable) and its
+    /// `question_answered` event; the same value again changes nothing; a
+    /// different one is refused. `None`: no such item.
+    fn answer_question(
+        &mut self,
+        id: u64,
+        key: &str,
+        value: &[u8],
+        by: &str,
+        at_ms: u64,
+    ) -> Result<Option<Answering>, StoreError>;
+
+    /// Open questions (of `deployment`, or every one), oldest first, at
+    /// most `limit`.
+    fn open_questions(
+        &mut self,
+        deployment: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<Question>, StoreError>;
+
+    /// Every question of item `id`, answered or not, by when asked.
+    fn questions_of(&mut self, id: u64) -> Result<Vec<Question>, StoreError>;
 }
 
 /// The durable, sequenced event log.

@@ -19,6 +19,29 @@ pub struct EventRecord {
     pub body: serde_json::Value,
 }
 
+impl EventRecord {
+    /// The mail item this event is about, if one: a mail or question
+    /// event's `id`, a cancel's `mail`, or a step of the run `mail-<id>`
+    /// (the run an item's handler runs in unless it names its own).
+    pub fn mail_id(&self) -> Option<u64> {
+        let b = &self.body;
+        match self.kind.as_str() {
+            k if k.starts_with("mail_") || k.starts_with("question_") => b["id"].as_u64(),
+            "cancel_committed" => b["mail"].as_u64(),
+            "step_started" | "step_finished" | "run_terminal" => b["run"]
+                .as_str()
+                .and_then(|r| r.strip_prefix("mail-"))
+                .and_then(|id| id.parse().ok()),
+            _ => None,
+        }
+    }
+
+    /// Whether this event ends its item (`mail_done`, `mail_dead`).
+    pub fn ends_item(&self) -> bool {
+        matches!(self.kind.as_str(), "mail_done" | "mail_dead")
+    }
+}
+
 /// An event to append, before the store numbers it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewEvent {

@@ -42,6 +42,38 @@ pub enum Settle {
     },
     /// The item is done.
     Done(AckOf),
+    /// The holder's handler asks a person a question (stored once per
+    /// item and key; an answer already stored comes back).
+    Asked(super::questions::Asking),
+    /// The holder gave the item back, its handler waiting for an answer:
+    /// back in the inbox, uncounted, not taken until answered.
+    GivenBack {
+        /// The child that gave it back.
+        holder: Holder,
+        /// The item.
+        id: u64,
+    },
+}
+
+/// What one [`Settle`] came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Landed {
+    /// Nothing: the holder does not hold the item (a duplicate, stray or
+    /// late report).
+    Ignored,
+    /// Written.
+    Written,
+    /// A question stored for the first time.
+    Opened,
+    /// A question answered before: its answer (JSON), for the holder.
+    Answered(Vec<u8>),
+}
+
+impl Landed {
+    /// Whether it changed or found anything (not [`Landed::Ignored`]).
+    pub fn held(&self) -> bool {
+        !matches!(self, Self::Ignored)
+    }
 }
 
 /// How a holder's wiring ended, for [`MailStore::replay_mail`](super::MailStore::replay_mail).

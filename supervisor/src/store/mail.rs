@@ -56,6 +56,13 @@ pub struct MailCounts {
     /// Held for an operator after their holder ended mid-item (`redeliver
     /// = "hold"`), until `mail retry` or `mail cancel`.
     pub interrupted: u64,
+    /// Of `inbox`, the items waiting for a person's answer (given back, or
+    /// returned, with a question open): not taken until answered.
+    pub awaiting: u64,
+    /// Questions of its items open (asked, not answered).
+    pub questions_open: u64,
+    /// When the oldest open question was asked (Unix ms).
+    pub oldest_question_at_ms: Option<u64>,
 }
 
 /// One item offered by a sender, for

@@ -147,6 +147,9 @@ pub struct MailView {
     pub done_at_ms: Option<u64>,
     /// When it was quarantined.
     pub dead_at_ms: Option<u64>,
+    /// A question of its handler waits for a person's answer (it is held
+    /// by a child whose handler waits, or waits in the inbox).
+    pub waiting_for_answer: bool,
     /// Its deliveries and retries, oldest first.
     pub history: Vec<HistoryEntry>,
 }

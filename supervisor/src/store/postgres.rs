@@ -22,6 +22,7 @@ mod lease_tests;
 pub mod listen;
 mod mail;
 mod mail_admin;
+mod questions;
 mod schema;
 mod takeover;
 #[cfg(test)]

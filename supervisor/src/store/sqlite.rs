@@ -9,6 +9,7 @@ mod events;
 mod journal;
 mod mail;
 mod mail_admin;
+mod questions;
 mod schema;
 #[cfg(test)]
 mod tests;

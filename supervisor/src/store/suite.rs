@@ -10,6 +10,7 @@ pub mod events;
 pub mod journal;
 pub mod mail;
 pub mod poison;
+pub mod questions;
 
 use super::Store;
 
@@ -76,6 +77,8 @@ macro_rules! backend_suite {
             poison::a_list_filters_pages_and_says_how_many_more,
             poison::a_payload_reads_back_in_pieces,
             poison::random_poison_histories_quarantine_only_the_poison,
+            questions::a_question_is_asked_once_answered_once_and_outlives_its_child,
+            questions::an_item_waiting_for_an_answer_holds_no_child_and_is_charged_nothing,
             events::events_are_numbered_from_one_and_read_back_whole,
             events::a_cursor_and_a_limit_page_through_the_log_without_gaps,
             events::pruning_keeps_the_newest_and_seqs_are_never_reused,

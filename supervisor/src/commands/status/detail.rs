@@ -5,7 +5,7 @@
 use serde_json::Value;
 
 use super::{ms_of, or_dash};
-use crate::commands::journal::rfc3339_ms;
+use crate::clock::rfc3339_ms;
 use crate::human;
 
 /// A line of the detail: its label (empty under a line it continues) and
@@ -178,6 +178,22 @@ fn mail(d: &Value) -> Vec<Line> {
             format!(
                 "dead mail was quarantined after max_deliveries failed deliveries: `wfhost mail list {id} \
                  --state dead` shows why; fix the cause, then `wfhost mail retry --dead {id}`"
+            ),
+        ));
+    }
+    if let Some(open) = mail["questions_open"].as_u64().filter(|n| *n > 0) {
+        let id = d["id"].as_str().unwrap_or("?");
+        let oldest = mail["oldest_question_at_ms"]
+            .as_u64()
+            .map_or_else(String::new, |at| {
+                format!(", the oldest asked {}", rfc3339_ms(at))
+            });
+        lines.push((
+            "",
+            format!(
+                "{open} waiting for an answer{oldest} ({} given back, held by no child): \
+                 `wfhost questions {id}` lists them, `wfhost answer ID KEY VALUE` answers one",
+                mail["awaiting"]
             ),
         ));
     }

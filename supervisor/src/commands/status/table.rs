@@ -114,6 +114,17 @@ fn notes(d: &Value) -> String {
              `wfhost mail list {id} --state dead` shows why; fix the cause, then `wfhost mail retry --dead {id}`"
         )));
     }
+    if let Some(open) = d["mail"]["questions_open"].as_u64().filter(|n| *n > 0) {
+        let questions = if open == 1 {
+            "question waits"
+        } else {
+            "questions wait"
+        };
+        notes.push_str(&wrap(&format!(
+            "  {id}: {open} {questions} for an answer: `wfhost questions {id}` lists them, \
+             `wfhost answer ID KEY VALUE` answers one"
+        )));
+    }
     if let Some(held) = d["mail"]["interrupted"].as_u64().filter(|n| *n > 0) {
         let items = if held == 1 {
             "item waits"

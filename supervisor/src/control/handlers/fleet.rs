@@ -84,9 +84,12 @@ pub async fn local(request: Request, deployment: &str, ctx: &Context) -> Respons
         );
     }
     // What an owner answers, a move (its owner hands it on), and a
-    // cancel of an item its owner's child holds.
+    // cancel of, or an answer for, an item its owner's child holds.
     let owners = matches!(request.route(), Route::Owner(_))
-        || matches!(request, Request::Move { .. } | Request::MailCancel { .. });
+        || matches!(
+            request,
+            Request::Move { .. } | Request::MailCancel { .. } | Request::Answer { .. }
+        );
     if !owners {
         let name = request.name();
         return Response::failed(

@@ -36,6 +36,10 @@ fn usage(e: impl Into<String>) -> Response {
 fn shown(view: &MailView, now_ms: u64) -> Value {
     let mut v = serde_json::to_value(view).unwrap_or(Value::Null);
     if let Some(map) = v.as_object_mut() {
+        // An ended item's unanswered question waits for nobody.
+        if matches!(view.state, MailState::Done | MailState::Dead) {
+            map.insert("waiting_for_answer".into(), false.into());
+        }
         map.insert(
             "age_ms".into(),
             now_ms.saturating_sub(view.enqueued_at_ms).into(),
@@ -150,7 +154,23 @@ pub async fn list(
 /// One item with its history.
 pub async fn show(ctx: &Context, id: u64) -> Result<Response, Response> {
     let view = stored(ctx, id).await?;
-    Ok(Response::ok(shown(&view, unix_ms())))
+    let questions = ctx
+        .shared
+        .reader
+        .call(move |s| s.questions_of(id))
+        .await
+        .map_err(failed)?
+        .map_err(failed)?;
+    let now = unix_ms();
+    let mut shown = shown(&view, now);
+    let questions: Vec<Value> = questions
+        .iter()
+        .map(|q| super::questions::view(q, now))
+        .collect();
+    if let Some(map) = shown.as_object_mut() {
+        map.insert("questions".into(), questions.into());
+    }
+    Ok(Response::ok(shown))
 }
 
 /// A piece of one item's payload, as hex.

@@ -17,11 +17,12 @@ use super::replica::{Replica, Told};
 use crate::clock::unix_ms;
 use crate::deployment::child::{self, Arrived, Frame};
 use crate::deployment::mail::deadlines::Due;
+use crate::deployment::mail::questions;
 use crate::deployment::mail::settle;
 use crate::deployment::mail::writes::{Ack, Report};
 use crate::deployment::throttle::Verdict;
 use crate::deployment::{MailCancelAnswer, Waiter, cancel};
-use crate::store::CancelFound;
+use crate::store::{Asking, CancelFound};
 
 impl Replica {
     pub(super) async fn frame(&mut self, arrived: Arrived) {
@@ -75,17 +76,15 @@ impl Replica {
                 result,
             } => self.mail_done(id, outcome, result),
             Event::MailStarted { id, .. } => self.mail_started(id),
+            Event::Ask { id, key, prompt } => self.asked(id, key, &prompt),
+            Event::Progress { id, data } => self.progressed(id, &data),
+            Event::GiveBack { id, .. } => self.given_back(id),
             Event::MailCancelVerdict { id, verdict } => {
                 if let Some(w) = self.wired.as_mut() {
                     w.verdicts.heard(id, &verdict);
                 }
                 None
             }
-            // Recorded, rate-bounded like `Custom`, until the supervisor
-            // answers questions (docs/protocol.md §4.12).
-            Event::Ask { prompt, .. } => custom("wfhost.ask", prompt.len()),
-            Event::Progress { data, .. } => custom("wfhost.progress", data.len()),
-            Event::GiveBack { .. } => custom("wfhost.give-back", 0),
             Event::Drained => self.child_drained(),
             Event::RecycleRequest { reason } => self.recycle_asked(&reason),
             Event::Custom { kind, bytes } => custom(&kind, bytes.len()),
@@ -164,6 +163,7 @@ impl Replica {
     fn mail_done(&mut self, id: u64, outcome: Outcome, result: Vec<u8>) -> Option<Fact> {
         let w = self.wired.as_mut()?;
         w.deadlines.ended(id);
+        w.holding.ended(id);
         let (outcome, result) = match settle::result_too_large(&self.cfg, &result) {
             None => (outcome, result),
             Some(failed) => {
@@ -183,8 +183,72 @@ impl Replica {
     /// A mail item's handler took it: this delivery is a start (its
     /// `attempt`), written in order with the deployment's other mail writes.
     fn mail_started(&mut self, id: u64) -> Option<Fact> {
-        let w = self.wired.as_ref()?;
+        let w = self.wired.as_mut()?;
+        w.holding.started(id);
         self.reports.push(Report::Started {
+            holder: settle::holder(&w.io),
+            id,
+        });
+        None
+    }
+
+    /// A handler asks a person a question: stored (once per item and
+    /// key) in order with the deployment's other mail writes, then
+    /// answered at once if an answer is stored (docs/protocol.md §4.12).
+    /// A question about an item the child does not hold or has not
+    /// started, a bad key or prompt, or a flood of them is a violation.
+    fn asked(&mut self, id: u64, key: String, prompt: &[u8]) -> Option<Fact> {
+        let w = self.wired.as_mut()?;
+        match w.holding.ask(id, &key, prompt) {
+            Ok((_, false)) => None,
+            Ok((_, true)) => {
+                let holder = settle::holder(&w.io);
+                self.reports.push(Report::Asked(Asking {
+                    holder,
+                    id,
+                    key,
+                    prompt: prompt.to_vec(),
+                }));
+                None
+            }
+            Err(v) => {
+                self.inputs
+                    .push_back(Input::Misbehaved(Misconduct::Violation(v)));
+                None
+            }
+        }
+    }
+
+    /// A handler's progress: kept in the event log, as far as the child's
+    /// rate of facts admits (the excess is counted, as for `Custom`).
+    fn progressed(&mut self, id: u64, data: &[u8]) -> Option<Fact> {
+        let w = self.wired.as_mut()?;
+        let checked = w
+            .holding
+            .check_started(id, "Progress")
+            .and_then(|()| questions::json("progress", data));
+        match checked {
+            Ok(data) => Some(Fact::MailProgress { id, data }),
+            Err(v) => {
+                self.inputs
+                    .push_back(Input::Misbehaved(Misconduct::Violation(v)));
+                None
+            }
+        }
+    }
+
+    /// The child gave an item back, its handler waiting for an answer:
+    /// back to the inbox uncounted, in order with the other mail writes.
+    fn given_back(&mut self, id: u64) -> Option<Fact> {
+        let w = self.wired.as_mut()?;
+        if let Err(v) = w.holding.check_started(id, "GiveBack") {
+            self.inputs
+                .push_back(Input::Misbehaved(Misconduct::Violation(v)));
+            return None;
+        }
+        w.holding.ended(id);
+        w.deadlines.ended(id);
+        self.reports.push(Report::GivenBack {
             holder: settle::holder(&w.io),
             id,
         });

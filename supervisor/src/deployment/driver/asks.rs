@@ -43,11 +43,8 @@ impl Driver {
     /// An operator's, the policy's or the host's request.
     pub(super) fn ask(&mut self, ask: Ask) {
         match ask {
-            Ask::MailArrived => {
-                for w in self.replicas.iter_mut().filter_map(|r| r.wired.as_mut()) {
-                    w.dispatch.want();
-                }
-            }
+            // (An answer for a held item is sent by `Driver::handle`.)
+            Ask::MailArrived | Ask::Answer { .. } => self.mail_waits(),
             Ask::LeaseRenewed => self.lease_due = true,
             Ask::LeaseLost => self.lease_lost(),
             Ask::Life(Request::Stop) => self.stop(),

@@ -7,9 +7,9 @@ use std::time::Instant;
 use tracing::{error, info};
 use wfhost_ipc::Control;
 use wfhost_policy::crew::{self, Which};
-use wfhost_policy::format_duration;
 use wfhost_policy::life::RecycleCause;
 use wfhost_policy::recycle::RecycleReason;
+use wfhost_policy::{Fact, format_duration};
 
 use super::Driver;
 use crate::clock::unix_ms;
@@ -17,7 +17,8 @@ use crate::deployment::mail::settle;
 use crate::deployment::mail::spread::{self, Hand};
 use crate::deployment::mail::writes::{Next, Report};
 use crate::deployment::recycle;
-use crate::store::{Holder, MailItem};
+use crate::record;
+use crate::store::{Holder, Landed, MailItem};
 
 impl Driver {
     /// Spreads the head of the inbox over the replicas that take mail and
@@ -53,7 +54,9 @@ impl Driver {
                 let plan = if single {
                     hands.iter().map(|h| (h.who, h.room)).collect()
                 } else {
-                    spread::plan(s.mail_counts(&deployment)?.inbox, &hands)
+                    let counts = s.mail_counts(&deployment)?;
+                    // Items waiting for an answer are not taken.
+                    spread::plan(counts.inbox.saturating_sub(counts.awaiting), &hands)
                 };
                 let mut taken = Vec::with_capacity(plan.len());
                 for (who, n) in plan {
@@ -115,6 +118,13 @@ impl Driver {
             short |= got < asked;
             for item in items {
                 w.deadlines.track(&item, r.cfg.mail_deadline);
+                w.holding.delivered(item.id);
+                let delivered = Fact::MailDelivered {
+                    id: item.id,
+                    attempt: item.attempt,
+                    pid: w.io.pid,
+                };
+                self.parts.shared.publish(Some(&r.cfg.id), &delivered);
                 // A failed send ends the wiring soon; the item is in
                 // processing and goes back to the inbox then.
                 let message = Control::Mail {
@@ -152,10 +162,8 @@ impl Driver {
                     let reports = reports.to_vec();
                     match settle::write_reports(self.shared(), &id, &reports).await {
                         Ok(landed) => {
-                            for (report, _) in reports.iter().zip(landed).filter(|(_, l)| *l) {
-                                if let Report::Done(ack) = report {
-                                    self.acked(ack.holder.pid);
-                                }
+                            for (report, landed) in reports.iter().zip(landed) {
+                                self.landed(report, landed).await;
                             }
                             Ok(("mail acknowledgements", reports.len()))
                         }
@@ -169,9 +177,7 @@ impl Driver {
                         Ok(()) => {
                             // What came back is for whichever replica
                             // takes mail now.
-                            for w in self.replicas.iter_mut().filter_map(|r| r.wired.as_mut()) {
-                                w.dispatch.want();
-                            }
+                            self.mail_waits();
                             Ok(("the replay of unacknowledged mail", 0))
                         }
                         Err(e) => Err(("returning unacknowledged mail to the inbox", e)),
@@ -188,6 +194,86 @@ impl Driver {
                 }
                 Err((what, e)) => return self.refused(what, e, now),
             }
+        }
+    }
+
+    /// What follows a report that landed: an ack frees its child's window;
+    /// a question first asked is journaled, one answered before is sent
+    /// to the child; a give-back frees the window and is published.
+    async fn landed(&mut self, report: &Report, landed: Landed) {
+        let id = self.id.clone();
+        match (report, landed) {
+            (_, Landed::Ignored) => {}
+            (Report::Done(ack), _) => self.acked(ack.holder.pid),
+            (Report::Asked(q), Landed::Opened) => {
+                let prompt = serde_json::from_slice(&q.prompt).unwrap_or_default();
+                let fact = Fact::QuestionAsked {
+                    id: q.id,
+                    key: q.key.clone(),
+                    prompt,
+                };
+                record::log(&id, &fact);
+                self.shared().record(Some(&id), &fact);
+            }
+            (Report::Asked(q), Landed::Answered(value)) => {
+                self.answer(&q.holder, q.id, &q.key, value).await;
+            }
+            (Report::GivenBack { holder, id: item }, _) => {
+                self.released(holder.pid);
+                let fact = Fact::MailGivenBack {
+                    id: *item,
+                    pid: holder.pid,
+                };
+                record::log(&id, &fact);
+                self.shared().publish(Some(&id), &fact);
+            }
+            (Report::Started { .. } | Report::Asked(_), _) => {}
+        }
+    }
+
+    /// Sends the answer to question `key` of item `id` to the child that
+    /// holds it, if it still runs (else its next attempt's `ask` gets it
+    /// from the store).
+    pub(super) async fn answer(&mut self, holder: &Holder, id: u64, key: &str, value: Vec<u8>) {
+        let Some(r) = self.replicas.iter_mut().find(|r| {
+            r.wired
+                .as_ref()
+                .is_some_and(|w| w.io.channel_id == holder.channel_id)
+        }) else {
+            return;
+        };
+        let Some(w) = r.wired.as_mut() else { return };
+        if w.io.protocol() < 3 {
+            return;
+        }
+        let message = Control::Answer {
+            id,
+            key: key.to_owned(),
+            value,
+        };
+        if let Err(e) = w.io.send(&r.cfg, message).await {
+            tracing::debug!(deployment = %r.label, pid = w.io.pid, error = %e, "answer not sent");
+        }
+    }
+
+    /// Mail came back to the inbox or became takeable (an answer stored):
+    /// every replica may take again.
+    pub(super) fn mail_waits(&mut self) {
+        for w in self.replicas.iter_mut().filter_map(|r| r.wired.as_mut()) {
+            w.dispatch.want();
+        }
+    }
+
+    /// An item child `pid` held left it unfinished (given back): its
+    /// window frees.
+    fn released(&mut self, pid: u32) {
+        if let Some(w) = self
+            .replicas
+            .iter_mut()
+            .find(|r| r.pid() == Some(pid))
+            .and_then(|r| r.wired.as_mut())
+        {
+            w.dispatch.acked();
         }
     }
 

@@ -19,6 +19,7 @@ use crate::config::DeploymentConfig;
 use crate::deployment::cancel::{self, CancelQueue, Commit};
 use crate::deployment::child::{Arrived, LiveChild};
 use crate::deployment::mail::deadlines::Deadlines;
+use crate::deployment::mail::questions::Held;
 use crate::deployment::mail::verdicts::Verdicts;
 use crate::deployment::mail::window::Dispatch;
 use crate::deployment::mail::writes::{Replay, Report};
@@ -40,6 +41,8 @@ pub(super) struct Wired {
     pub(super) verdicts: Verdicts,
     /// The deadlines of the mail items it holds.
     pub(super) deadlines: Deadlines,
+    /// The mail items it holds, which it started, and their questions.
+    pub(super) holding: Held,
     pub(super) commit: Option<Commit>,
     pub(super) dispatch: Dispatch,
     /// What the machine was last told about steps in flight.
@@ -79,6 +82,7 @@ impl Wired {
             cancels: CancelQueue::default(),
             verdicts: Verdicts::default(),
             deadlines: Deadlines::default(),
+            holding: Held::default(),
             commit: None,
             dispatch: Dispatch::default(),
             steps_told: false,

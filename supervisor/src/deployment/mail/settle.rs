@@ -15,7 +15,7 @@ use crate::clock::unix_ms;
 use crate::deployment::child::LiveChild;
 use crate::record;
 use crate::shared::Shared;
-use crate::store::{AckOf, Ending, Holder, Settle};
+use crate::store::{AckOf, Ending, Holder, Landed, Settle};
 
 /// Why a result cannot be kept, if it cannot: it is over the
 /// deployment's `max_result_bytes` (the item then ends failed, naming it).
@@ -49,15 +49,15 @@ pub fn ending(cause: &ExitCause, stopping: bool, hold: bool) -> Ending {
     }
 }
 
-/// Writes what children reported of the mail they hold (starts, and
-/// acknowledged mail moved to done) in one transaction: for each, true
-/// when its child held it (false for a duplicate, stray or late report),
-/// or why the store refused them all.
+/// Writes what children reported of the mail they hold (starts,
+/// acknowledged mail moved to done, questions, give-backs) in one
+/// transaction: for each, what it came to ([`Landed::Ignored`] for a
+/// duplicate, stray or late report), or why the store refused them all.
 pub async fn write_reports(
     shared: &Shared,
     deployment: &str,
     reports: &[Report],
-) -> Result<Vec<bool>, String> {
+) -> Result<Vec<Landed>, String> {
     let owner = deployment.to_owned();
     let batch: Vec<Settle> = reports
         .iter()
@@ -72,6 +72,11 @@ pub async fn write_reports(
                 outcome: outcome_text(&a.outcome),
                 result: a.result.clone(),
             }),
+            Report::Asked(q) => Settle::Asked(q.clone()),
+            Report::GivenBack { holder, id } => Settle::GivenBack {
+                holder: holder.clone(),
+                id: *id,
+            },
         })
         .collect();
     let at = unix_ms();
@@ -81,11 +86,11 @@ pub async fn write_reports(
         .await
         .map_err(|e| e.to_string())?
         .map_err(|e| e.to_string())?;
-    if landed.iter().any(|&l| l) {
+    if landed.iter().any(Landed::held) {
         // The store wrote each `mail_done` event with its ack.
         shared.events_written();
     }
-    for (r, _) in reports.iter().zip(&landed).filter(|(_, l)| !**l) {
+    for (r, _) in reports.iter().zip(&landed).filter(|(_, l)| !l.held()) {
         if let Report::Done(a) = r {
             debug!(
                 deployment,

@@ -13,7 +13,7 @@ use wfhost_ipc::Outcome;
 
 use crate::clock::unix_ms;
 use crate::store::unwritten::AckRecord;
-use crate::store::{Ending, Holder};
+use crate::store::{Asking, Ending, Holder};
 
 /// First retry delay after a refused write.
 const RETRY_INITIAL: Duration = Duration::from_millis(100);
@@ -47,6 +47,15 @@ pub enum Report {
     },
     /// It is done with the item.
     Done(Ack),
+    /// Its handler asks a person a question.
+    Asked(Asking),
+    /// It gave the item back, its handler waiting for an answer.
+    GivenBack {
+        /// The child.
+        holder: Holder,
+        /// The item.
+        id: u64,
+    },
 }
 
 /// `deployment`'s acknowledgements as kept for the next start when the
@@ -158,14 +167,15 @@ impl Writes {
     }
 
     /// Every acknowledgement still owed (the supervisor is stopping; a
-    /// start not written is lost: the next supervisor returns the item
-    /// uncounted, as it returns everything in flight).
+    /// start, question or give-back not written is lost: the next
+    /// supervisor returns the item uncounted, as it returns everything in
+    /// flight, and its next attempt asks again).
     pub fn take_acks(&mut self) -> Vec<Ack> {
         self.acks
             .drain(..)
             .filter_map(|r| match r {
                 Report::Done(a) => Some(a),
-                Report::Started { .. } => None,
+                Report::Started { .. } | Report::Asked(_) | Report::GivenBack { .. } => None,
             })
             .collect()
     }
@@ -206,7 +216,8 @@ mod tests {
     fn id_of(r: &Report) -> u64 {
         match r {
             Report::Done(a) => a.id,
-            Report::Started { id, .. } => *id,
+            Report::Asked(q) => q.id,
+            Report::Started { id, .. } | Report::GivenBack { id, .. } => *id,
         }
     }
 

@@ -240,6 +240,30 @@ fn mail_families(e: &mut Exposition, snapshots: &[(Status, MailCounts)]) {
         e.sample(name, &[("deployment", &s.id)], mail.working);
     }
 
+    let name = "wfhost_questions_open";
+    e.family(
+        name,
+        "gauge",
+        "Questions items' handlers asked a person, waiting for an answer.",
+    );
+    for (s, mail) in snapshots {
+        e.sample(name, &[("deployment", &s.id)], mail.questions_open);
+    }
+
+    let name = "wfhost_question_oldest_age_seconds";
+    e.family(
+        name,
+        "gauge",
+        "How long the oldest open question has waited for an answer (0: none open).",
+    );
+    let now = crate::clock::unix_ms();
+    for (s, mail) in snapshots {
+        let age = mail
+            .oldest_question_at_ms
+            .map_or(0, |at| now.saturating_sub(at) / 1000);
+        e.sample(name, &[("deployment", &s.id)], age);
+    }
+
     let name = "wfhost_mail_dead";
     e.family(
         name,

@@ -161,6 +161,9 @@ fn renders_every_family_for_a_deployment() {
         processing: 1,
         working: 1,
         interrupted: 0,
+        awaiting: 0,
+        questions_open: 0,
+        oldest_question_at_ms: None,
         done: 17,
         dead: 2,
     };
@@ -215,6 +218,12 @@ wfhost_mail{deployment="billing",state="interrupted"} 0
 # HELP wfhost_mail_working Mail items a child's handler has started and not finished (the rest of processing waits in the child).
 # TYPE wfhost_mail_working gauge
 wfhost_mail_working{deployment="billing"} 1
+# HELP wfhost_questions_open Questions items' handlers asked a person, waiting for an answer.
+# TYPE wfhost_questions_open gauge
+wfhost_questions_open{deployment="billing"} 0
+# HELP wfhost_question_oldest_age_seconds How long the oldest open question has waited for an answer (0: none open).
+# TYPE wfhost_question_oldest_age_seconds gauge
+wfhost_question_oldest_age_seconds{deployment="billing"} 0
 # HELP wfhost_mail_dead Mail quarantined after max_deliveries failed deliveries, waiting for `wfhost mail retry` or `purge`.
 # TYPE wfhost_mail_dead gauge
 wfhost_mail_dead{deployment="billing"} 2
@@ -251,7 +260,7 @@ fn leaves_out_what_cannot_be_measured() {
     assert!(text.contains("wfhost_deployment_state{deployment=\"idle\",state=\"starting\"} 1\n"));
     // With no deployments every family is still described.
     let empty = render(&[], None, now);
-    assert_eq!(empty.lines().count(), 2 * 15, "{empty}");
+    assert_eq!(empty.lines().count(), 2 * 17, "{empty}");
     assert!(empty.lines().all(|l| l.starts_with("# ")));
 }
 

@@ -8,9 +8,10 @@
 use super::events::{EVENTS_LOCK, insert};
 use super::{PostgresStore, col, fence, signed, unsigned};
 use crate::store::mail::{self, Admission, Earlier};
+use crate::store::questions::{Asking, OPEN_QUESTION};
 use crate::store::{
-    Accepted, AckOf, CancelFound, DeadMail, Ending, Holder, MailCounts, MailItem, MailStore, Offer,
-    Replayed, Settle, StoreError,
+    Accepted, AckOf, CancelFound, DeadMail, Ending, Holder, Landed, MailCounts, MailItem,
+    MailStore, Offer, Replayed, Settle, StoreError,
 };
 use wfhost_policy::item::{self, Fate, Held, Holding, OnCancel};
 
@@ -48,7 +49,8 @@ impl MailStore for PostgresStore {
             let rows = tx.query(
                 "SELECT id, payload, starts, failures, deadline_ms, coalesce(first_taken_at_ms, $3)
                  FROM mail
-                 WHERE deployment = $1 AND state = 'inbox' ORDER BY id LIMIT $2 FOR UPDATE",
+                 WHERE deployment = $1 AND state = 'inbox' AND NOT awaiting
+                 ORDER BY id LIMIT $2 FOR UPDATE",
                 &[&deployment, &head, &signed(at_ms)],
             )?;
             let rows = rows
@@ -123,18 +125,31 @@ impl MailStore for PostgresStore {
         deployment: &str,
         writes: &[Settle],
         at_ms: u64,
-    ) -> Result<Vec<bool>, StoreError> {
+    ) -> Result<Vec<Landed>, StoreError> {
+        let written = |yes: bool| {
+            if yes {
+                Landed::Written
+            } else {
+                Landed::Ignored
+            }
+        };
         let fenced = self.fence.clone();
         let client = self.client()?;
-        let result = (|| -> Result<Vec<bool>, postgres::Error> {
+        let result = (|| -> Result<Vec<Landed>, postgres::Error> {
             let mut tx = client.transaction()?;
             fence::check(&mut tx, fenced.as_deref(), deployment)?;
             tx.execute("SELECT pg_advisory_xact_lock($1)", &[&EVENTS_LOCK])?;
             let mut landed = Vec::with_capacity(writes.len());
             for w in writes {
                 landed.push(match w {
-                    Settle::Started { holder, id } => start_one(&mut tx, deployment, holder, *id)?,
-                    Settle::Done(a) => ack_one(&mut tx, deployment, a, at_ms)?,
+                    Settle::Started { holder, id } => {
+                        written(start_one(&mut tx, deployment, holder, *id)?)
+                    }
+                    Settle::Done(a) => written(ack_one(&mut tx, deployment, a, at_ms)?),
+                    Settle::Asked(q) => ask_one(&mut tx, deployment, q, at_ms)?,
+                    Settle::GivenBack { holder, id } => {
+                        written(give_back_one(&mut tx, deployment, holder, *id, at_ms)?)
+                    }
                 });
             }
             tx.commit()?;
@@ -303,9 +318,12 @@ impl MailStore for PostgresStore {
             let mut tx = client.transaction()?;
             fence::check(&mut tx, fenced.as_deref(), deployment)?;
             let rows = tx.query(
-                "SELECT id, failures, started, cancel_reason IS NOT NULL FROM mail
-                 WHERE deployment = $1 AND state = 'processing' AND holder_channel = $2
-                 ORDER BY id FOR UPDATE",
+                &format!(
+                    "SELECT id, failures, started, cancel_reason IS NOT NULL, {OPEN_QUESTION}
+                     FROM mail
+                     WHERE deployment = $1 AND state = 'processing' AND holder_channel = $2
+                     ORDER BY id FOR UPDATE"
+                ),
                 &[&deployment, &holder.channel_id],
             )?;
             let mut replayed = Replayed::default();
@@ -322,6 +340,7 @@ impl MailStore for PostgresStore {
                     failures: u32::try_from(failures).unwrap_or(u32::MAX),
                     started,
                     cancel_asked: r.try_get(3)?,
+                    awaiting: r.try_get(4)?,
                 };
                 let fate = item::after_ending(held, ending.counts, max_deliveries, ending.hold);
                 let how = item::ended_how(&ending.cause, fate, ending.counts, started);
@@ -336,11 +355,20 @@ impl MailStore for PostgresStore {
                          WHERE id = $1",
                         &[&id, &ending.cause, &pid, &at],
                     )?;
+                } else if fate == Fate::Awaiting {
+                    tx.execute(
+                        "UPDATE mail SET state = 'inbox', holder_channel = NULL, holder_pid = NULL,
+                             started = false, awaiting = true
+                         WHERE id = $1",
+                        &[&id],
+                    )?;
                 } else if counted {
                     let (state, failures, dead_at) = match fate {
                         Fate::Dead(f) => ("dead", f, Some(at)),
                         Fate::Inbox(f) => ("inbox", f, None),
-                        Fate::Cancelled | Fate::Interrupted => ("inbox", held.failures, None),
+                        Fate::Cancelled | Fate::Interrupted | Fate::Awaiting => {
+                            ("inbox", held.failures, None)
+                        }
                     };
                     tx.execute(
                         "UPDATE mail SET state = $2, failures = $3, holder_channel = NULL,
@@ -367,7 +395,7 @@ impl MailStore for PostgresStore {
                 }
                 end_delivery(&mut tx, id, ending.at_ms, &how)?;
                 match fate {
-                    Fate::Inbox(_) => replayed.returned += 1,
+                    Fate::Inbox(_) | Fate::Awaiting => replayed.returned += 1,
                     Fate::Cancelled => replayed.cancelled += 1,
                     Fate::Interrupted => replayed.interrupted.push(u64::try_from(id).unwrap_or(0)),
                     Fate::Dead(failures) => replayed.dead.push(DeadMail {
@@ -411,17 +439,24 @@ impl MailStore for PostgresStore {
             }
             // A deployment that holds: its started items wait for an operator.
             let held_how = item::ended_how(gone, Fate::Interrupted, false, true);
+            // (Not one waiting for an answer: that waits for its answer.)
             tx.execute(
-                "UPDATE mail_history SET ended_at_ms = $1, how = $2
-                 WHERE ended_at_ms IS NULL AND attempt IS NOT NULL
-                   AND mail_id IN (SELECT id FROM mail WHERE state = 'processing'
-                                   AND started AND deployment = ANY($3))",
+                &format!(
+                    "UPDATE mail_history SET ended_at_ms = $1, how = $2
+                     WHERE ended_at_ms IS NULL AND attempt IS NOT NULL
+                       AND mail_id IN (SELECT id FROM mail WHERE state = 'processing'
+                                       AND started AND deployment = ANY($3)
+                                       AND NOT {OPEN_QUESTION})"
+                ),
                 &[&signed(at_ms), &held_how, &hold],
             )?;
             tx.execute(
-                "UPDATE mail SET state = 'interrupted', holder_channel = NULL, holder_pid = NULL,
-                     started = false, last_cause = $2
-                 WHERE state = 'processing' AND started AND deployment = ANY($1)",
+                &format!(
+                    "UPDATE mail SET state = 'interrupted', holder_channel = NULL, holder_pid = NULL,
+                         started = false, last_cause = $2
+                     WHERE state = 'processing' AND started AND deployment = ANY($1)
+                       AND NOT {OPEN_QUESTION}"
+                ),
                 &[&hold, &gone],
             )?;
             tx.execute(
@@ -431,9 +466,11 @@ impl MailStore for PostgresStore {
                 &[&signed(at_ms), &item::RETURNED_AT_START],
             )?;
             let changed = tx.execute(
-                "UPDATE mail SET state = 'inbox', holder_channel = NULL, holder_pid = NULL,
-                     started = false
-                 WHERE state = 'processing'",
+                &format!(
+                    "UPDATE mail SET state = 'inbox', holder_channel = NULL, holder_pid = NULL,
+                         started = false, awaiting = {OPEN_QUESTION}
+                     WHERE state = 'processing'"
+                ),
                 &[],
             )?;
             tx.commit()?;
@@ -479,8 +516,15 @@ impl MailStore for PostgresStore {
             "SELECT c.inbox, c.processing, c.done, c.dead,
                  (SELECT count(*) FROM mail
                   WHERE deployment = $1 AND state = 'processing' AND started),
-                 c.interrupted
-             FROM mail_counts c WHERE c.deployment = $1",
+                 c.interrupted,
+                 (SELECT count(*) FROM mail WHERE deployment = $1 AND awaiting AND state = 'inbox'),
+                 q.n, q.oldest
+             FROM mail_counts c,
+                 (SELECT count(*) AS n, min(q.asked_at_ms) AS oldest
+                  FROM questions q JOIN mail m ON m.id = q.mail_id
+                  WHERE q.deployment = $1 AND q.answer IS NULL
+                    AND m.state IN ('inbox', 'processing', 'interrupted')) q
+             WHERE c.deployment = $1",
             &[&deployment],
         );
         let Some(row) = row.map_err(|e| self.fail("counting mail", &e))? else {
@@ -495,6 +539,11 @@ impl MailStore for PostgresStore {
                 done: unsigned(what, col(&row, 2)?)?,
                 dead: unsigned(what, col(&row, 3)?)?,
                 interrupted: unsigned(what, col(&row, 5)?)?,
+                awaiting: unsigned(what, col(&row, 6)?)?,
+                questions_open: unsigned(what, col(&row, 7)?)?,
+                oldest_question_at_ms: col::<Option<i64>>(&row, 8)?
+                    .map(|v| unsigned(what, v))
+                    .transpose()?,
             })
         })()
         .map_err(|what| self.corrupt(what))
@@ -544,6 +593,96 @@ fn cancel_held(
         &mail::done_event(deployment, id, item::CANCELLED, at_ms),
     )?;
     Ok(())
+}
+
+/// A question of item `id`'s handler inside [`MailStore::settle_mail`]'s
+/// transaction: stored once per (item, key); asked again, its stored
+/// answer, if any, comes back.
+fn ask_one(
+    tx: &mut postgres::Transaction<'_>,
+    deployment: &str,
+    asking: &Asking,
+    at_ms: u64,
+) -> Result<Landed, postgres::Error> {
+    let Ok(id) = i64::try_from(asking.id) else {
+        return Ok(Landed::Ignored);
+    };
+    let Some(held) = tx.query_opt(
+        "SELECT starts FROM mail
+         WHERE id = $1 AND deployment = $2 AND state = 'processing' AND holder_channel = $3",
+        &[&id, &deployment, &asking.holder.channel_id],
+    )?
+    else {
+        return Ok(Landed::Ignored);
+    };
+    let starts: i64 = held.try_get(0)?;
+    let stored = tx.query_opt(
+        "SELECT answer FROM questions WHERE mail_id = $1 AND key = $2",
+        &[&id, &asking.key],
+    )?;
+    if let Some(row) = stored {
+        return Ok(match row.try_get::<_, Option<Vec<u8>>>(0)? {
+            Some(answer) => Landed::Answered(answer),
+            None => Landed::Written,
+        });
+    }
+    let inserted = tx.execute(
+        "INSERT INTO questions (mail_id, key, deployment, prompt, attempt, asked_at_ms)
+         VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (mail_id, key) DO NOTHING",
+        &[
+            &id,
+            &asking.key,
+            &deployment,
+            &asking.prompt,
+            &starts.max(1),
+            &signed(at_ms),
+        ],
+    )?;
+    Ok(if inserted == 1 {
+        Landed::Opened
+    } else {
+        Landed::Written
+    })
+}
+
+/// Item `id`, held by `holder`, given back while its handler waits for
+/// an answer: back in the inbox, uncounted, awaiting (a recorded cancel
+/// ends it cancelled instead).
+fn give_back_one(
+    tx: &mut postgres::Transaction<'_>,
+    deployment: &str,
+    holder: &Holder,
+    id: u64,
+    at_ms: u64,
+) -> Result<bool, postgres::Error> {
+    let Ok(row_id) = i64::try_from(id) else {
+        return Ok(false);
+    };
+    let Some(row) = tx.query_opt(
+        "SELECT cancel_reason IS NOT NULL FROM mail
+         WHERE id = $1 AND deployment = $2 AND state = 'processing' AND holder_channel = $3
+         FOR UPDATE",
+        &[&row_id, &deployment, &holder.channel_id],
+    )?
+    else {
+        return Ok(false);
+    };
+    if row.try_get::<_, bool>(0)? {
+        cancel_held(tx, deployment, row_id, at_ms)?;
+        let how = item::ended_how("given back", Fate::Cancelled, false, true);
+        end_delivery(tx, row_id, at_ms, &how)?;
+        return Ok(true);
+    }
+    tx.execute(
+        &format!(
+            "UPDATE mail SET state = 'inbox', holder_channel = NULL, holder_pid = NULL,
+                 started = false, awaiting = {OPEN_QUESTION}
+             WHERE id = $1"
+        ),
+        &[&row_id],
+    )?;
+    end_delivery(tx, row_id, at_ms, item::GIVEN_BACK_HOW)?;
+    Ok(true)
 }
 
 /// One start inside [`MailStore::settle_mail`]'s transaction: true when
@@ -695,5 +834,6 @@ pub(super) fn delete_ids(
         return Ok(0);
     }
     tx.execute("DELETE FROM mail_history WHERE mail_id = ANY($1)", &[&ids])?;
+    tx.execute("DELETE FROM questions WHERE mail_id = ANY($1)", &[&ids])?;
     tx.execute("DELETE FROM mail WHERE id = ANY($1)", &[&ids])
 }

@@ -13,13 +13,17 @@ use crate::store::held::Holder;
 use crate::store::mail_admin::{
     self, HistoryEntry, LastFailure, MailPage, MailQuery, MailState, MailView, RETRY_BATCH, Retried,
 };
+use crate::store::questions::{OPEN_QUESTION, open_question};
 use crate::store::{MailAdmin, StoreError};
 
 /// The columns [`view`] reads, in its order.
-const COLUMNS: &str = "id, deployment, state, starts, failures, enqueued_at_ms,
+const COLUMNS: &str = concat!(
+    "id, deployment, state, starts, failures, enqueued_at_ms,
      octet_length(payload)::BIGINT, holder_channel, holder_pid, taken_at_ms, last_cause,
      last_pid, last_failed_at_ms, outcome, done_at_ms, dead_at_ms,
-     coalesce(octet_length(result), 0)::BIGINT";
+     coalesce(octet_length(result), 0)::BIGINT, ",
+    open_question!()
+);
 
 const HISTORY: &str =
     "SELECT mail_id, attempt, holder_pid, holder_channel, taken_at_ms, ended_at_ms, how
@@ -73,6 +77,7 @@ fn view(r: &Row) -> Result<MailView, String> {
         done_at_ms: opt_u64(what, col(r, 14)?)?,
         dead_at_ms: opt_u64(what, col(r, 15)?)?,
         result_bytes: unsigned(what, col(r, 16)?)?,
+        waiting_for_answer: col(r, 17)?,
         history: Vec::new(),
     })
 }
@@ -292,7 +297,10 @@ impl MailAdmin for PostgresStore {
                         Ok(MailState::Interrupted) => {
                             // Its starts kept: it runs as its next attempt.
                             tx.execute(
-                                "UPDATE mail SET state = 'inbox' WHERE id = $1 AND state = 'interrupted'",
+                                &format!(
+                                    "UPDATE mail SET state = 'inbox', awaiting = {OPEN_QUESTION}
+                                     WHERE id = $1 AND state = 'interrupted'"
+                                ),
                                 &[&signed(id)],
                             )?;
                             tx.execute(
@@ -321,9 +329,11 @@ impl MailAdmin for PostgresStore {
             };
             if !ids.is_empty() {
                 tx.execute(
-                    "UPDATE mail SET state = 'inbox', failures = 0, deliveries = 0, starts = 0, dead_at_ms = NULL,
-                         first_taken_at_ms = NULL
-                     WHERE id = ANY($1) AND state = 'dead'",
+                    &format!(
+                        "UPDATE mail SET state = 'inbox', failures = 0, deliveries = 0, starts = 0,
+                             dead_at_ms = NULL, first_taken_at_ms = NULL, awaiting = {OPEN_QUESTION}
+                         WHERE id = ANY($1) AND state = 'dead'"
+                    ),
                     &[&ids],
                 )?;
                 tx.execute(

@@ -205,6 +205,25 @@ pub(super) const MIGRATIONS: &[&str] = &[
          END IF;
          RETURN NULL;
      END $$;",
+    // 5: questions a handler asked a person, keyed by (item, key), with
+    // their answers; `awaiting`, an inbox item not taken until its open
+    // questions are answered (given back, or returned, while its handler
+    // waited).
+    "ALTER TABLE mail ADD COLUMN awaiting BOOLEAN NOT NULL DEFAULT false;
+     CREATE INDEX mail_awaiting ON mail (deployment) WHERE awaiting;
+     CREATE TABLE questions (
+         mail_id BIGINT NOT NULL,
+         key TEXT NOT NULL,
+         deployment TEXT NOT NULL,
+         prompt BYTEA NOT NULL,
+         attempt BIGINT NOT NULL,
+         asked_at_ms BIGINT NOT NULL,
+         answer BYTEA,
+         answered_at_ms BIGINT,
+         answered_by TEXT,
+         PRIMARY KEY (mail_id, key)
+     );
+     CREATE INDEX questions_open ON questions (deployment, asked_at_ms) WHERE answer IS NULL;",
 ];
 
 /// The schema version this build writes.

@@ -9,6 +9,7 @@
 use super::{PostgresStore, fence, signed};
 use crate::store::StoreError;
 use crate::store::fence::Fence;
+use crate::store::questions::OPEN_QUESTION;
 
 /// The history's words for a delivery the new owner returned.
 const RETURNED_AT_TAKEOVER: &str = "returned, not counted: the host that sent it stopped, died or lost the lease before it was acknowledged";
@@ -34,8 +35,11 @@ impl PostgresStore {
                 &[&deployment, &signed(at_ms), &RETURNED_AT_TAKEOVER],
             )?;
             let changed = tx.execute(
-                "UPDATE mail SET state = 'inbox', holder_channel = NULL, holder_pid = NULL
-                 WHERE deployment = $1 AND state = 'processing'",
+                &format!(
+                    "UPDATE mail SET state = 'inbox', holder_channel = NULL, holder_pid = NULL,
+                         started = false, awaiting = {OPEN_QUESTION}
+                     WHERE deployment = $1 AND state = 'processing'"
+                ),
                 &[&deployment],
             )?;
             tx.commit()?;

@@ -12,9 +12,10 @@ use super::SqliteStore;
 use wfhost_policy::item::{self, Fate, Held, Holding, OnCancel};
 
 use crate::store::mail::{self, Admission, Earlier};
+use crate::store::questions::{Asking, OPEN_QUESTION};
 use crate::store::{
-    Accepted, AckOf, CancelFound, DeadMail, Ending, Holder, MailCounts, MailItem, MailStore,
-    NewEvent, Offer, Replayed, Settle, StoreError,
+    Accepted, AckOf, CancelFound, DeadMail, Ending, Holder, Landed, MailCounts, MailItem,
+    MailStore, NewEvent, Offer, Replayed, Settle, StoreError,
 };
 
 impl MailStore for SqliteStore {
@@ -83,7 +84,8 @@ impl MailStore for SqliteStore {
                 .prepare_cached(
                     "SELECT id, payload, starts, failures, deadline_ms,
                          coalesce(first_taken_at_ms, ?3) FROM mail
-                     WHERE deployment = ?1 AND state = 'inbox' ORDER BY id LIMIT ?2",
+                     WHERE deployment = ?1 AND state = 'inbox' AND awaiting = 0
+                     ORDER BY id LIMIT ?2",
                 )?
                 .query_map(params![deployment, head, at_ms], |r| {
                     Ok((
@@ -110,7 +112,7 @@ impl MailStore for SqliteStore {
                      holder_channel = ?3, holder_pid = ?4, taken_at_ms = ?5,
                      started = ?6, starts = starts + ?6,
                      first_taken_at_ms = coalesce(first_taken_at_ms, ?5)
-                 WHERE deployment = ?1 AND state = 'inbox' AND id <= ?2",
+                 WHERE deployment = ?1 AND state = 'inbox' AND awaiting = 0 AND id <= ?2",
             )?
             .execute(params![
                 deployment,
@@ -146,19 +148,32 @@ impl MailStore for SqliteStore {
         deployment: &str,
         writes: &[Settle],
         at_ms: u64,
-    ) -> Result<Vec<bool>, StoreError> {
-        (|| -> rusqlite::Result<Vec<bool>> {
+    ) -> Result<Vec<Landed>, StoreError> {
+        let written = |yes: bool| {
+            if yes {
+                Landed::Written
+            } else {
+                Landed::Ignored
+            }
+        };
+        (|| -> rusqlite::Result<Vec<Landed>> {
             let tx = self
                 .conn
                 .transaction_with_behavior(TransactionBehavior::Immediate)?;
             let mut landed = Vec::with_capacity(writes.len());
             for w in writes {
                 landed.push(match w {
-                    Settle::Started { holder, id } => start_in(&tx, deployment, holder, *id)?,
-                    Settle::Done(a) => ack_in(&tx, deployment, a, at_ms)?,
+                    Settle::Started { holder, id } => {
+                        written(start_in(&tx, deployment, holder, *id)?)
+                    }
+                    Settle::Done(a) => written(ack_in(&tx, deployment, a, at_ms)?),
+                    Settle::Asked(q) => ask_in(&tx, deployment, q, at_ms)?,
+                    Settle::GivenBack { holder, id } => {
+                        written(give_back_in(&tx, deployment, holder, *id, at_ms)?)
+                    }
                 });
             }
-            if landed.iter().any(|&l| l) {
+            if landed.iter().any(Landed::held) {
                 tx.commit()?;
             }
             Ok(landed)
@@ -277,26 +292,27 @@ impl MailStore for SqliteStore {
                 .conn
                 .transaction_with_behavior(TransactionBehavior::Immediate)?;
             let held_items = tx
-                .prepare_cached(
-                    "SELECT id, failures, started, cancel_reason IS NOT NULL FROM mail
-                     WHERE deployment = ?1 AND state = 'processing' AND holder_channel = ?2 ORDER BY id",
-                )?
+                .prepare_cached(&format!(
+                    "SELECT id, failures, started, cancel_reason IS NOT NULL, {OPEN_QUESTION}
+                         FROM mail
+                         WHERE deployment = ?1 AND state = 'processing' AND holder_channel = ?2
+                         ORDER BY id"
+                ))?
                 .query_map(params![deployment, holder.channel_id], |r| {
                     Ok((
                         r.get::<_, u64>(0)?,
-                        r.get::<_, u32>(1)?,
-                        r.get::<_, bool>(2)?,
-                        r.get::<_, bool>(3)?,
+                        Held {
+                            failures: r.get(1)?,
+                            started: r.get(2)?,
+                            cancel_asked: r.get(3)?,
+                            awaiting: r.get(4)?,
+                        },
                     ))
                 })?
                 .collect::<rusqlite::Result<Vec<_>>>()?;
             let mut replayed = Replayed::default();
-            for (id, failures, started, cancel_asked) in held_items {
-                let held = Held {
-                    failures,
-                    started,
-                    cancel_asked,
-                };
+            for (id, held) in held_items {
+                let (failures, started) = (held.failures, held.started);
                 let fate = item::after_ending(held, ending.counts, max_deliveries, ending.hold);
                 let how = item::ended_how(&ending.cause, fate, ending.counts, started);
                 let counted = ending.counts && started;
@@ -309,12 +325,26 @@ impl MailStore for SqliteStore {
                              last_failed_at_ms = ?4
                          WHERE id = ?1",
                     )?
-                    .execute(params![id, ending.cause, holder.pid, ending.at_ms])?;
+                    .execute(params![
+                        id,
+                        ending.cause,
+                        holder.pid,
+                        ending.at_ms
+                    ])?;
+                } else if fate == Fate::Awaiting {
+                    tx.prepare_cached(
+                        "UPDATE mail SET state = 'inbox', holder_channel = NULL, holder_pid = NULL,
+                             started = 0, awaiting = 1
+                         WHERE id = ?1",
+                    )?
+                    .execute(params![id])?;
                 } else if counted {
                     let (state, failures, dead_at) = match fate {
                         Fate::Dead(f) => ("dead", f, Some(ending.at_ms)),
                         Fate::Inbox(f) => ("inbox", f, None),
-                        Fate::Cancelled | Fate::Interrupted => ("inbox", held.failures, None),
+                        Fate::Cancelled | Fate::Interrupted | Fate::Awaiting => {
+                            ("inbox", failures, None)
+                        }
                     };
                     tx.prepare_cached(
                         "UPDATE mail SET state = ?2, failures = ?3, holder_channel = NULL,
@@ -341,7 +371,7 @@ impl MailStore for SqliteStore {
                 }
                 end_delivery(&tx, id, ending.at_ms, &how)?;
                 match fate {
-                    Fate::Inbox(_) => replayed.returned += 1,
+                    Fate::Inbox(_) | Fate::Awaiting => replayed.returned += 1,
                     Fate::Cancelled => replayed.cancelled += 1,
                     Fate::Interrupted => replayed.interrupted.push(id),
                     Fate::Dead(failures) => replayed.dead.push(DeadMail {
@@ -382,18 +412,21 @@ impl MailStore for SqliteStore {
             // A deployment that holds: its started items wait for an operator.
             let held_how = item::ended_how(gone, Fate::Interrupted, false, true);
             for deployment in hold {
-                tx.prepare_cached(
+                // (Not one waiting for an answer: that waits for its answer.)
+                tx.prepare_cached(&format!(
                     "UPDATE mail_history SET ended_at_ms = ?1, how = ?2
                      WHERE ended_at_ms IS NULL AND attempt IS NOT NULL
                        AND mail_id IN (SELECT id FROM mail WHERE state = 'processing'
-                                       AND started = 1 AND deployment = ?3)",
-                )?
+                                       AND started = 1 AND deployment = ?3
+                                       AND NOT {OPEN_QUESTION})"
+                ))?
                 .execute(params![at_ms, held_how, deployment])?;
-                tx.prepare_cached(
+                tx.prepare_cached(&format!(
                     "UPDATE mail SET state = 'interrupted', holder_channel = NULL,
                          holder_pid = NULL, started = 0, last_cause = ?2
-                     WHERE state = 'processing' AND started = 1 AND deployment = ?1",
-                )?
+                     WHERE state = 'processing' AND started = 1 AND deployment = ?1
+                       AND NOT {OPEN_QUESTION}"
+                ))?
                 .execute(params![deployment, gone])?;
             }
             tx.prepare_cached(
@@ -403,11 +436,11 @@ impl MailStore for SqliteStore {
             )?
             .execute(params![at_ms, item::RETURNED_AT_START])?;
             let changed = tx
-                .prepare_cached(
+                .prepare_cached(&format!(
                     "UPDATE mail SET state = 'inbox', holder_channel = NULL, holder_pid = NULL,
-                         started = 0
-                     WHERE state = 'processing'",
-                )?
+                         started = 0, awaiting = {OPEN_QUESTION}
+                     WHERE state = 'processing'"
+                ))?
                 .execute([])?;
             tx.commit()?;
             Ok(u64::try_from(changed).unwrap_or(u64::MAX))
@@ -442,8 +475,16 @@ impl MailStore for SqliteStore {
                 "SELECT c.inbox, c.processing, c.done, c.dead,
                      (SELECT count(*) FROM mail
                       WHERE deployment = ?1 AND state = 'processing' AND started = 1),
-                     c.interrupted
-                 FROM mail_counts c WHERE c.deployment = ?1",
+                     c.interrupted,
+                     (SELECT count(*) FROM mail
+                      WHERE deployment = ?1 AND awaiting = 1 AND state = 'inbox'),
+                     q.n, q.oldest
+                 FROM mail_counts c,
+                     (SELECT count(*) AS n, min(q.asked_at_ms) AS oldest
+                      FROM questions q JOIN mail m ON m.id = q.mail_id
+                      WHERE q.deployment = ?1 AND q.answer IS NULL
+                        AND m.state IN ('inbox', 'processing', 'interrupted')) q
+                 WHERE c.deployment = ?1",
             )
             .and_then(|mut stmt| {
                 stmt.query_row(params![deployment], |r| {
@@ -454,6 +495,9 @@ impl MailStore for SqliteStore {
                         done: r.get(2)?,
                         dead: r.get(3)?,
                         interrupted: r.get(5)?,
+                        awaiting: r.get(6)?,
+                        questions_open: r.get(7)?,
+                        oldest_question_at_ms: r.get(8)?,
                     })
                 })
                 .optional()
@@ -588,6 +632,95 @@ fn cancel_held(
     )
 }
 
+/// A question of item `id`'s handler, held by `asking.holder`: stored
+/// once per (item, key), with the attempt that first asked it; asked
+/// again, its stored answer, if any, comes back.
+fn ask_in(
+    tx: &rusqlite::Transaction<'_>,
+    deployment: &str,
+    asking: &Asking,
+    at_ms: u64,
+) -> rusqlite::Result<Landed> {
+    let Ok(id) = i64::try_from(asking.id) else {
+        return Ok(Landed::Ignored);
+    };
+    let starts: Option<u32> = tx
+        .prepare_cached(
+            "SELECT starts FROM mail
+             WHERE id = ?1 AND deployment = ?2 AND state = 'processing' AND holder_channel = ?3",
+        )?
+        .query_row(params![id, deployment, asking.holder.channel_id], |r| {
+            r.get(0)
+        })
+        .optional()?;
+    let Some(starts) = starts else {
+        return Ok(Landed::Ignored);
+    };
+    let stored: Option<Option<Vec<u8>>> = tx
+        .prepare_cached("SELECT answer FROM questions WHERE mail_id = ?1 AND key = ?2")?
+        .query_row(params![id, asking.key], |r| r.get(0))
+        .optional()?;
+    Ok(match stored {
+        Some(Some(answer)) => Landed::Answered(answer),
+        Some(None) => Landed::Written,
+        None => {
+            tx.prepare_cached(
+                "INSERT INTO questions (mail_id, key, deployment, prompt, attempt, asked_at_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            )?
+            .execute(params![
+                id,
+                asking.key,
+                deployment,
+                asking.prompt,
+                starts.max(1),
+                at_ms
+            ])?;
+            Landed::Opened
+        }
+    })
+}
+
+/// Item `id`, held by `holder`, given back while its handler waits for
+/// an answer: back in the inbox, uncounted, awaiting (a recorded cancel
+/// ends it cancelled instead).
+fn give_back_in(
+    tx: &rusqlite::Transaction<'_>,
+    deployment: &str,
+    holder: &Holder,
+    id: u64,
+    at_ms: u64,
+) -> rusqlite::Result<bool> {
+    let Ok(row) = i64::try_from(id) else {
+        return Ok(false);
+    };
+    let cancel: Option<bool> = tx
+        .prepare_cached(
+            "SELECT cancel_reason IS NOT NULL FROM mail
+             WHERE id = ?1 AND deployment = ?2 AND state = 'processing' AND holder_channel = ?3",
+        )?
+        .query_row(params![row, deployment, holder.channel_id], |r| r.get(0))
+        .optional()?;
+    match cancel {
+        None => return Ok(false),
+        Some(true) => {
+            cancel_held(tx, deployment, id, at_ms)?;
+            let how = item::ended_how("given back", Fate::Cancelled, false, true);
+            end_delivery(tx, id, at_ms, &how)?;
+            return Ok(true);
+        }
+        Some(false) => {}
+    }
+    tx.prepare_cached(&format!(
+        "UPDATE mail SET state = 'inbox', holder_channel = NULL, holder_pid = NULL,
+             started = 0, awaiting = {OPEN_QUESTION}
+         WHERE id = ?1"
+    ))?
+    .execute(params![row])?;
+    end_delivery(tx, id, at_ms, item::GIVEN_BACK_HOW)?;
+    Ok(true)
+}
+
 /// Item `id`'s delivery to `holder` becomes a start: true when `holder`
 /// holds it and had not started it.
 fn start_in(
@@ -654,6 +787,10 @@ pub(super) fn delete_batch(
         .transaction_with_behavior(TransactionBehavior::Immediate)?;
     tx.prepare_cached(&format!(
         "DELETE FROM mail_history WHERE mail_id IN ({select})"
+    ))?
+    .execute(args)?;
+    tx.prepare_cached(&format!(
+        "DELETE FROM questions WHERE mail_id IN ({select})"
     ))?
     .execute(args)?;
     let deleted = tx

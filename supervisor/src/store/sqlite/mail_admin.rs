@@ -12,12 +12,16 @@ use crate::store::held::Holder;
 use crate::store::mail_admin::{
     self, HistoryEntry, LastFailure, MailPage, MailQuery, MailState, MailView, RETRY_BATCH, Retried,
 };
+use crate::store::questions::{OPEN_QUESTION, open_question};
 use crate::store::{MailAdmin, StoreError};
 
 /// The columns [`view`] reads, in its order.
-const COLUMNS: &str = "id, deployment, state, starts, failures, enqueued_at_ms, length(payload),
+const COLUMNS: &str = concat!(
+    "id, deployment, state, starts, failures, enqueued_at_ms, length(payload),
      holder_channel, holder_pid, taken_at_ms, last_cause, last_pid, last_failed_at_ms,
-     outcome, done_at_ms, dead_at_ms, coalesce(length(result), 0)";
+     outcome, done_at_ms, dead_at_ms, coalesce(length(result), 0), ",
+    open_question!()
+);
 
 /// A row of [`COLUMNS`] as a view without its history; a state wfhost
 /// never writes is a conversion failure (reported as corruption).
@@ -53,6 +57,7 @@ fn view(r: &Row<'_>) -> rusqlite::Result<MailView> {
         done_at_ms: r.get(14)?,
         dead_at_ms: r.get(15)?,
         result_bytes: r.get(16)?,
+        waiting_for_answer: r.get(17)?,
         history: Vec::new(),
     })
 }
@@ -228,9 +233,10 @@ impl MailAdmin for SqliteStore {
                     }
                     if state == MailState::Interrupted {
                         // Its starts kept: it runs as its next attempt.
-                        tx.prepare_cached(
-                            "UPDATE mail SET state = 'inbox' WHERE id = ?1 AND state = 'interrupted'",
-                        )?
+                        tx.prepare_cached(&format!(
+                            "UPDATE mail SET state = 'inbox', awaiting = {OPEN_QUESTION}
+                             WHERE id = ?1 AND state = 'interrupted'"
+                        ))?
                         .execute(params![id])?;
                         tx.prepare_cached(
                             "INSERT INTO mail_history (mail_id, ended_at_ms, how) VALUES (?1, ?2, ?3)",
@@ -253,11 +259,11 @@ impl MailAdmin for SqliteStore {
             };
             let how = mail_admin::retried_how(by, true);
             for id in &ids {
-                tx.prepare_cached(
+                tx.prepare_cached(&format!(
                     "UPDATE mail SET state = 'inbox', failures = 0, deliveries = 0, starts = 0, dead_at_ms = NULL,
-                         first_taken_at_ms = NULL
-                     WHERE id = ?1 AND state = 'dead'",
-                )?
+                         first_taken_at_ms = NULL, awaiting = {OPEN_QUESTION}
+                     WHERE id = ?1 AND state = 'dead'"
+                ))?
                 .execute(params![id])?;
                 tx.prepare_cached(
                     "INSERT INTO mail_history (mail_id, ended_at_ms, how) VALUES (?1, ?2, ?3)",
@@ -302,6 +308,8 @@ impl MailAdmin for SqliteStore {
                     .collect::<rusqlite::Result<_>>()?;
                 for (id, d) in &rows {
                     tx.prepare_cached("DELETE FROM mail_history WHERE mail_id = ?1")?
+                        .execute(params![id])?;
+                    tx.prepare_cached("DELETE FROM questions WHERE mail_id = ?1")?
                         .execute(params![id])?;
                     tx.prepare_cached("DELETE FROM mail WHERE id = ?1")?
                         .execute(params![id])?;

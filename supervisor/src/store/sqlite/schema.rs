@@ -299,6 +299,25 @@ pub const MIGRATIONS: &[&str] = &[
              interrupted = interrupted - (old.state = 'interrupted')
          WHERE deployment = old.deployment;
      END;",
+    // 8: questions a handler asked a person, keyed by (item, key), with
+    // their answers; `awaiting`, an inbox item not taken until its open
+    // questions are answered (given back, or returned, while its handler
+    // waited).
+    "ALTER TABLE mail ADD COLUMN awaiting INTEGER NOT NULL DEFAULT 0;
+     CREATE INDEX mail_awaiting ON mail (deployment) WHERE awaiting = 1;
+     CREATE TABLE questions (
+         mail_id INTEGER NOT NULL,
+         key TEXT NOT NULL,
+         deployment TEXT NOT NULL,
+         prompt BLOB NOT NULL,
+         attempt INTEGER NOT NULL,
+         asked_at_ms INTEGER NOT NULL,
+         answer BLOB,
+         answered_at_ms INTEGER,
+         answered_by TEXT,
+         PRIMARY KEY (mail_id, key)
+     ) STRICT, WITHOUT ROWID;
+     CREATE INDEX questions_open ON questions (deployment, asked_at_ms) WHERE answer IS NULL;",
 ];
 
 /// The schema version this build writes.

@@ -4,7 +4,7 @@
 
 use super::Fixture;
 use super::mail::{holder, recount};
-use crate::store::{AckOf, CancelFound, Ending, MailCounts, Offer, Settle, StoreError};
+use crate::store::{AckOf, CancelFound, Ending, Landed, MailCounts, Offer, Settle, StoreError};
 
 fn offer(deployment: &str, key: Option<&str>, payload: &str, max_inbox: u64) -> Offer {
     Offer {
@@ -99,6 +99,9 @@ pub fn acks_in_one_write_each_land_or_not(f: &dyn Fixture) {
             done: 3,
             dead: 0,
             interrupted: 0,
+            awaiting: 0,
+            questions_open: 0,
+            oldest_question_at_ms: None,
         }
     );
     let done = f.count("SELECT count(*) FROM events WHERE kind = 'mail_done'");
@@ -183,10 +186,13 @@ pub fn attempts_count_starts_and_an_unstarted_item_is_never_charged(f: &dyn Fixt
         store
             .settle_mail("d", std::slice::from_ref(&start), 3)
             .unwrap(),
-        [true]
+        [Landed::Written]
     );
     // A second start report of the same delivery changes nothing.
-    assert_eq!(store.settle_mail("d", &[start], 3).unwrap(), [false]);
+    assert_eq!(
+        store.settle_mail("d", &[start], 3).unwrap(),
+        [Landed::Ignored]
+    );
     store.replay_mail("d", &holder(2), &crash, 5).unwrap();
     let item = view(&mut store);
     assert_eq!((item.attempts, item.failures), (1, 1));
@@ -202,7 +208,7 @@ pub fn attempts_count_starts_and_an_unstarted_item_is_never_charged(f: &dyn Fixt
     };
     assert_eq!(
         store.settle_mail("d", &[Settle::Done(done)], 7).unwrap(),
-        [true]
+        [Landed::Written]
     );
     let item = view(&mut store);
     assert_eq!((item.attempts, item.failures), (2, 1));
@@ -320,7 +326,10 @@ pub fn a_held_deployment_keeps_a_started_item_for_an_operator(f: &dyn Fixture) {
             holder: holder(1),
             id,
         };
-        assert_eq!(store.settle_mail("d", &[start], 2).unwrap(), [true]);
+        assert_eq!(
+            store.settle_mail("d", &[start], 2).unwrap(),
+            [Landed::Written]
+        );
     }
     let killed = Ending {
         cause: "killed by signal 9 (SIGKILL)".into(),
@@ -364,7 +373,10 @@ pub fn a_held_deployment_keeps_a_started_item_for_an_operator(f: &dyn Fixture) {
         holder: holder(2),
         id: ids[1],
     };
-    assert_eq!(store.settle_mail("d", &[start], 8).unwrap(), [true]);
+    assert_eq!(
+        store.settle_mail("d", &[start], 8).unwrap(),
+        [Landed::Written]
+    );
     store.replay_all_mail_holding(9, &["d".to_owned()]).unwrap();
     let started = store.mail_item(ids[1]).unwrap().unwrap();
     assert_eq!(started.state.as_str(), "interrupted");

@@ -53,6 +53,9 @@ fn counts(inbox: u64, processing: u64, done: u64) -> MailCounts {
         done,
         dead: 0,
         interrupted: 0,
+        awaiting: 0,
+        questions_open: 0,
+        oldest_question_at_ms: None,
     }
 }
 

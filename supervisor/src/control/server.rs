@@ -293,7 +293,13 @@ async fn serve_client(
             deployment,
         }) => {
             let filter = handlers::events::Filter { mail, deployment };
-            return handlers::events::stream(stream, &ctx.shared, after, follow, filter).await;
+            match handlers::events::known(&ctx.shared, &filter).await {
+                Ok(()) => {
+                    return handlers::events::stream(stream, &ctx.shared, after, follow, filter)
+                        .await;
+                }
+                Err(refusal) => refusal,
+            }
         }
         Ok(Request::Logs {
             deployment,

@@ -1,5 +1,5 @@
 //! `wfh-testchild MODE`: workflow children that misbehave on purpose, for
-//! black-box tests of the supervisor. Each speaks the raw protocol, version 2, over the
+//! black-box tests of the supervisor. Each speaks the raw protocol, version 2 (`asker`: 3), over the
 //! inherited control fd (`WFHOST_CONTROL_FD`, normally 3).
 //!
 //! Every mode first prints the fds it was started with
@@ -21,6 +21,7 @@
 //! | `slow-ready` | like `well-behaved`, but sends `Ready` only 1 s after `Welcome` |
 //! | `last-words` | handshake and `Ready`; on its first mail reports run `mail-ID` (step `work` started and finished, run terminal), acks it, and exits 0 at once |
 //! | `worker` | handshake and `Ready`; works its mail one item at a time, `WFH_WORK_MS` (5) each, acking each and printing `wfh-testchild worker id=ID pid=PID at_ms=T`; on `Drain` it finishes what it holds, winds down for `WFH_DRAIN_MS` (2000), then sends `Drained` |
+//! | `asker` | protocol 3: handshake and `Ready`, answers `Ping`, `Drained` on drain; starts every mail item and does what its payload says: `ask-flood` sends `WFH_FLOOD` (10000) `Ask`s of distinct keys, `ask-huge` one `Ask` with a 512 KiB prompt, `progress-flood` `WFH_FLOOD` `Progress` reports then ends the item, anything else ends it at once |
 //! | `poison` | like `well-behaved`, and prints `wfh-testchild poison mail id=ID attempt=N payload=TEXT` for every mail; payload `poison` makes it exit 3 at once (unless the file `$WFH_CURED` exists), a payload starting with `hold` is never acknowledged |
 
 use std::os::fd::{FromRawFd, RawFd};
@@ -32,10 +33,10 @@ use tokio::net::UnixStream;
 use wfhost_ipc::handshake::{CONTROL_FD, ENV_CHANNEL_ID, ENV_CONTROL_FD};
 use wfhost_ipc::{
     Control, DEFAULT_MAX_FRAME_BYTES, DrainBehavior, Event, FrameReader, FrameWriter, Hello,
-    OLDEST_PROTOCOL, Outcome,
+    OLDEST_PROTOCOL, Outcome, PROTOCOL_VERSION,
 };
 
-const USAGE: &str = "usage: wfh-testchild garbage|protocol-1|wrong-channel|no-ready|ignore-term|recycle-loop|step-flood|custom-flood|outlive|well-behaved|slow-ready|last-words|worker|poison";
+const USAGE: &str = "usage: wfh-testchild garbage|protocol-1|wrong-channel|no-ready|ignore-term|recycle-loop|step-flood|custom-flood|outlive|well-behaved|slow-ready|last-words|worker|poison|asker";
 
 /// The exit code of `poison` on its poison mail.
 const POISONED: i32 = 3;
@@ -100,6 +101,7 @@ fn main() -> ExitCode {
             "last-words" => last_words().await,
             "poison" => poison().await,
             "worker" => worker().await,
+            "asker" => asker().await,
             _ => Err(format!("unknown mode {mode:?}\n{USAGE}")),
         }
     });
@@ -144,8 +146,13 @@ fn channel_id() -> Result<String, Failure> {
 /// before 3, so every take is a start (and the supervisor's support for
 /// them stays tested).
 fn hello(channel_id: String) -> Event {
+    hello_of(OLDEST_PROTOCOL, channel_id)
+}
+
+/// A Hello of `protocol`.
+fn hello_of(protocol: u32, channel_id: String) -> Event {
     Event::Hello(Hello {
-        protocol: OLDEST_PROTOCOL,
+        protocol,
         channel_id,
         pid: std::process::id(),
         takes_mail: true,
@@ -353,6 +360,87 @@ async fn well_behaved(ready_after: Duration, after_ready: Vec<Event>) -> Result<
                 | Control::CancelMail(_)
                 | Control::Answer { .. },
             )) => {}
+            Err(e) => return Err(format!("control channel: {e}")),
+        }
+    }
+}
+
+/// A protocol-3 child whose handlers ask too much, or report too much.
+async fn asker() -> Result<(), Failure> {
+    let (mut reader, mut writer) =
+        wfhost_ipc::split::<Control, Event>(control_stream()?, DEFAULT_MAX_FRAME_BYTES);
+    send(&mut writer, hello_of(PROTOCOL_VERSION, channel_id()?)).await?;
+    match reader.next().await {
+        Ok(Some(Control::Welcome(_))) => {}
+        other => return Err(format!("expected Welcome, got {other:?}")),
+    }
+    send(&mut writer, Event::Ready).await?;
+    let flood = std::env::var("WFH_FLOOD")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10_000u32);
+    loop {
+        match reader.next().await {
+            Ok(Some(Control::Ping { nonce })) => send(&mut writer, Event::Pong { nonce }).await?,
+            Ok(Some(Control::Mail { id, payload, .. })) => {
+                let started = Event::MailStarted {
+                    id,
+                    cancellable: true,
+                };
+                send(&mut writer, started).await?;
+                let mut events = Vec::new();
+                match payload.as_slice() {
+                    b"ask-flood" => events.extend((0..flood).map(|n| Event::Ask {
+                        id,
+                        key: format!("q{n}"),
+                        prompt: b"{}".to_vec(),
+                    })),
+                    b"ask-huge" => {
+                        let mut prompt = vec![b'p'; 512 << 10];
+                        prompt[0] = b'"';
+                        prompt[(512 << 10) - 1] = b'"';
+                        events.push(Event::Ask {
+                            id,
+                            key: "huge".into(),
+                            prompt,
+                        });
+                    }
+                    b"progress-flood" => {
+                        events.extend((0..flood).map(|n| Event::Progress {
+                            id,
+                            data: format!("{{\"n\":{n}}}").into_bytes(),
+                        }));
+                        events.push(Event::MailDone {
+                            id,
+                            outcome: Outcome::Succeeded,
+                            result: Vec::new(),
+                        });
+                    }
+                    _ => events.push(Event::MailDone {
+                        id,
+                        outcome: Outcome::Succeeded,
+                        result: Vec::new(),
+                    }),
+                }
+                for event in events {
+                    writer
+                        .queue(event)
+                        .map_err(|e| format!("cannot queue: {e}"))?;
+                    if writer.queued_bytes() > 64 << 10 {
+                        writer
+                            .flush()
+                            .await
+                            .map_err(|e| format!("send failed: {e}"))?;
+                    }
+                }
+                writer
+                    .flush()
+                    .await
+                    .map_err(|e| format!("send failed: {e}"))?;
+            }
+            Ok(Some(Control::Drain { .. })) => send(&mut writer, Event::Drained).await?,
+            Ok(Some(Control::Shutdown)) | Ok(None) => return Ok(()),
+            Ok(Some(_)) => {}
             Err(e) => return Err(format!("control channel: {e}")),
         }
     }

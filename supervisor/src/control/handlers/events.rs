@@ -5,6 +5,7 @@
 use tokio::net::UnixStream;
 
 use crate::control::protocol::{self, Response};
+use crate::exit;
 use crate::shared::Shared;
 use crate::store::EventRecord;
 
@@ -24,6 +25,26 @@ impl Filter {
                 .deployment
                 .as_deref()
                 .is_none_or(|d| e.deployment.as_deref() == Some(d))
+    }
+}
+
+/// Refuses a filter naming an item that is not stored (never accepted,
+/// or pruned after `mail_retention`): its stream would wait for nothing.
+pub async fn known(shared: &Shared, filter: &Filter) -> Result<(), Response> {
+    let Some(id) = filter.mail else {
+        return Ok(());
+    };
+    let found = shared.reader.call(move |s| s.mail_item(id)).await;
+    match found {
+        Ok(Ok(Some(_))) => Ok(()),
+        Ok(Ok(None)) => Err(Response::failed(
+            exit::FAILED,
+            format!(
+                "no mail item {id} is stored (never accepted, or done and pruned after mail_retention)\n  help: `wfhost mail list` shows the items there are"
+            ),
+        )),
+        Ok(Err(e)) => Err(Response::failed(exit::FAILED, e.to_string())),
+        Err(e) => Err(Response::failed(exit::FAILED, e.to_string())),
     }
 }
 

@@ -10,7 +10,7 @@ fn the_demo_tells_each_stage_and_exits_0() {
     for (what, words) in [
         (
             "start",
-            "started four workflow children, each on a private socketpair at fd 3",
+            "started five workflow children, each on a private socketpair at fd 3",
         ),
         (
             "mail",
@@ -32,6 +32,18 @@ fn the_demo_tells_each_stage_and_exits_0() {
         (
             "outlasted",
             "drained with 0 ms of its budget used and no cancel (escalated: false)",
+        ),
+        (
+            "asked",
+            "signoff's handler asked a person to approve order D-7",
+        ),
+        (
+            "given back",
+            "because the child gave the waiting item back instead of holding the drain",
+        ),
+        (
+            "answered",
+            "got the stored answer at once, and mail 9 ended succeeded with the result {\"approved\":true}",
         ),
         (
             "escalation",

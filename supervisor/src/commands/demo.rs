@@ -3,7 +3,9 @@
 //! a stage, what wfhost does that other supervisors do not: mail that is
 //! never lost while a child asks to be replaced and the policy replaces
 //! it; a drain whose budget stays paused while a wait step (a person
-//! approving) outlasts it; a budget that runs out, so a signed cancel is
+//! approving) outlasts it; a question to a person that a recycle does not
+//! wait for, answered after it and delivered to the new child; a budget
+//! that runs out, so a signed cancel is
 //! journaled, sent, and verified by the child; a recycle without a gap
 //! (`recycle.overlap`), the new child serving while the old one winds
 //! down; a graceful stop; a journal whose every signature and link checks
@@ -33,7 +35,8 @@ pub struct Args {
 /// `approvals` has a 3 s approval (a wait step) against a 1 s budget;
 /// `reports` hosts a command that ignores SIGTERM, so its drain budget runs
 /// out; `checkout` recycles make-before-break, its drained steps winding
-/// down for 2 s.
+/// down for 2 s; `signoff` runs the conformance child, whose handlers ask
+/// a person when the payload says so.
 const CONFIG: &str = r#"[supervisor]
 state_dir = "state"
 policy_interval = "200ms"
@@ -50,6 +53,11 @@ recycle = { max_uptime = "6s" }
 id = "approvals"
 command = ["wfhost-child", "demo", "--step-ms", "50", "--approve-ms", "3000"]
 drain_timeout = "1s"
+
+[[deployment]]
+id = "signoff"
+command = ["wfhost-child", "conformance"]
+drain_timeout = "30s"
 
 [[deployment]]
 id = "reports"
@@ -177,14 +185,16 @@ impl Tour {
         let ready = |d: &Value| d["state"] == "ready";
         let orders = self.wait("orders", "ready", ready)?;
         self.wait("approvals", "ready", ready)?;
+        self.wait("signoff", "ready", ready)?;
         let reports = self.wait("reports", "ready", ready)?;
         self.say(&format!(
-            "The supervisor started four workflow children, each on a private socketpair at fd 3: \
-             orders (pid {}), approvals, reports (pid {}, a command that ignores SIGTERM) and checkout.",
+            "The supervisor started five workflow children, each on a private socketpair at fd 3: \
+             orders (pid {}), approvals, signoff, reports (pid {}, a command that ignores SIGTERM) and checkout.",
             orders["pid"], reports["pid"]
         ));
         self.mail_and_recycles(&orders)?;
         self.wait_step_outlasts_the_drain()?;
+        self.answer_after_a_recycle()?;
         self.budget_runs_out()?;
         self.gapless()?;
         self.stop()?;
@@ -257,6 +267,59 @@ impl Tour {
             began.elapsed().as_secs_f64(),
             n(&d["drain"]["used_ms"]),
             d["drain"]["escalated"]
+        ));
+        Ok(())
+    }
+
+    /// A handler asks a person; a recycle gives the item back instead of
+    /// waiting, and the answer, given afterwards, reaches the new child.
+    fn answer_after_a_recycle(&self) -> anyhow::Result<()> {
+        let payload = br#"{"ask":{"key":"approve","prompt":{"order":"D-7","amount":420}}}"#;
+        let sent = self
+            .target()
+            .send("signoff", payload, None, None)
+            .map_err(|e| anyhow::anyhow!(e.message))?;
+        let id = n(&sent["id"]);
+        let old = self.wait("signoff", "the question", |d| {
+            n(&d["mail"]["questions_open"]) == 1
+        })?;
+        self.say(&format!(
+            "signoff's handler asked a person to approve order D-7 (mail {id}); `wfhost questions` lists it."
+        ));
+        let began = Instant::now();
+        self.call(Request::Recycle {
+            deployment: "signoff".into(),
+            reason: Some("demo upgrade".into()),
+        })?;
+        let new = self.deployment("signoff")?;
+        self.say(&format!(
+            "We recycled signoff: it took {} ms of its 30 s drain budget, because the child gave the waiting item back instead of holding the drain (pid {} replaced pid {}; the item waits, uncounted).",
+            began.elapsed().as_millis(),
+            new["pid"],
+            old["pid"]
+        ));
+        let answered = self.call(Request::Answer {
+            id,
+            key: "approve".into(),
+            value: serde_json::json!({"approved": true}),
+            by: Some("demo".into()),
+            peer: None,
+        })?;
+        let end = self.call(Request::MailResult {
+            id,
+            wait_ms: Some(10_000),
+        })?;
+        let result = end["result"]
+            .as_str()
+            .and_then(|b| {
+                base64::engine::Engine::decode(&base64::engine::general_purpose::STANDARD, b).ok()
+            })
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .unwrap_or_default();
+        self.say(&format!(
+            "Then a person answered (journal record {}): the new child's handler asked again, got the stored answer at once, and mail {id} ended {} with the result {result}.",
+            answered["journal_seq"],
+            end["outcome"].as_str().unwrap_or("?"),
         ));
         Ok(())
     }

@@ -503,8 +503,8 @@ export class Client {
    * the last `seq` seen (no event missed, none twice), up to 5 times in a
    * row, pausing 100 ms, then 200, 400 and 800; then it throws a
    * `WfhostError` (code 3) naming the item and the last `seq`. A refusal
-   * throws at once with the supervisor's words. (Following an id no item
-   * has yet waits: the supervisor streams nothing until there is one.)
+   * throws at once with the supervisor's words; an id no item has (never
+   * accepted, or pruned after `mail_retention`) is refused so.
    * Breaking out of the loop closes the connection.
    */
   async *follow(id: number | bigint, options: { after?: number } = {}): AsyncGenerator<WfhostEvent, void, undefined> {

@@ -60,7 +60,9 @@
 // gives back the ones it had not started), so it proves no work done. The
 // markers of an order are removed once it is acknowledged.
 //
-// Orders are handled one at a time (`rt.handleMail`, concurrency 1).
+// Orders are handled one at a time (`rt.handleMail`, concurrency 1), or,
+// with `--approval ask`, up to 16 at once, so that orders waiting for a
+// person never keep the next order waiting (`--concurrency N` sets it).
 // Every `--recycle-every N` acknowledged items the child asks to be recycled.
 //
 // Hosted by `wfhost supervise` (see wfhost.toml beside this file):
@@ -82,6 +84,7 @@ const { values: args } = parseArgs({
     "approve-ms": { type: "string", default: "200" },
     "fetch-ignores-drain": { type: "boolean", default: false },
     approval: { type: "string", default: "timer" },
+    concurrency: { type: "string" },
     markers: { type: "string" },
   },
 });
@@ -475,6 +478,8 @@ async function handle(mail) {
   }
 }
 
-// One order at a time; resolves once a drain starts and the order in hand is settled.
-await rt.handleMail(handle, { concurrency: 1, cancellable: (mail) => !nothingLeftToRun(mail) });
+// One order at a time (asking people: 16); resolves once a drain starts
+// and the orders in hand are settled or given back.
+const concurrency = args.concurrency === undefined ? (args.approval === "ask" ? 16 : 1) : number("concurrency");
+await rt.handleMail(handle, { concurrency: Math.max(1, concurrency), cancellable: (mail) => !nothingLeftToRun(mail) });
 say("draining: taking no more mail; waiting for the supervisor to stop this child");

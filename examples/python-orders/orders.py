@@ -90,6 +90,7 @@ import hashlib
 import json
 import os
 import sys
+import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -406,6 +407,7 @@ def main(argv: list[str]) -> int:
         f"recycle {'every ' + str(every) + ' items' if every else 'never'}, markers in {markers})"
     )
     acked = 0
+    counting = threading.Lock()
 
     def handle(mail: wfhost.Mail) -> None:
         """One order; it settles its item itself (ack with the result, or release)."""
@@ -422,14 +424,22 @@ def main(argv: list[str]) -> int:
             # next child runs it again. Nothing more is sent for it here.
             say(f"mail {mail.id}: given back while it waits for approval; a later child ends it")
             raise
-        acked += 1
-        if every and acked % every == 0 and not rt.draining.is_set():
-            say(f"served {acked} items: asking to be recycled")
-            rt.request_recycle(f"served {acked} items")
+        with counting:
+            acked += 1
+            served = acked
+        if every and served % every == 0 and not rt.draining.is_set():
+            say(f"served {served} items: asking to be recycled")
+            rt.request_recycle(f"served {served} items")
 
-    # One order at a time; returns once a drain starts and the order in
-    # hand is settled.
-    rt.serve(handle, cancellable=lambda mail: not nothing_left_to_run(mail, markers))
+    # One order at a time (asking people: 8 at once, so orders waiting for
+    # a person never keep the next one waiting); returns once a drain
+    # starts and the orders in hand are settled or given back.
+    workers = 8 if args.approval == "ask" else 1
+    rt.serve(
+        handle,
+        cancellable=lambda mail: not nothing_left_to_run(mail, markers),
+        workers=workers,
+    )
     if rt.draining.is_set() and rt.close_reason is None:
         say(
             "draining: taking no more mail; waiting for the supervisor to stop this child"

@@ -22,7 +22,7 @@ use serde_json::Value;
 use wfhost_tests::node::{example_dir, node};
 use wfhost_tests::{
     LONG, Supervisor, command, deployment, describe, example_steps, mail_counts, mail_result_json,
-    query, wait_for,
+    ok, query, wait_for,
 };
 
 // --- finding node, the SDK and the example ------------------------------
@@ -607,4 +607,85 @@ fn a_node_order_called_returns_its_result_and_one_cancelled_in_approval_ends_can
         pid,
         "the same child serves on"
     );
+}
+
+/// `wfhost questions --json`, one object per open question.
+fn open_questions(sup: &Supervisor) -> Vec<Value> {
+    wfhost_tests::json_lines(&ok("questions", &sup.client(&["questions", "--json"])))
+}
+
+#[test]
+fn a_node_order_asks_a_person_who_approves_one_and_rejects_another_across_a_recycle() {
+    let sup = Supervisor::start(&orders(
+        "asks",
+        &["--fetch-ms", "10", "--approval", "ask"],
+        "drain_timeout = \"60s\"",
+    ));
+    let first = sup.ready_pid("asks", LONG);
+    for order in ["A-1", "A-2"] {
+        let payload = format!("{{\"order\":\"{order}\"}}");
+        ok("send", &sup.client(&["send", "asks", &payload]));
+    }
+    let open = wait_for("two questions", LONG, || {
+        let open = open_questions(&sup);
+        (open.len() == 2).then_some(open)
+    });
+    assert!(open.iter().all(|q| q["key"] == "approve"), "{open:?}");
+    assert_eq!(open[0]["prompt"]["order"], "A-1", "{open:?}");
+    // A recycle while both wait: it does not wait for the people.
+    let began = Instant::now();
+    ok("recycle", &sup.client(&["recycle", "asks"]));
+    assert!(
+        began.elapsed() < Duration::from_secs(30),
+        "{:?}",
+        began.elapsed()
+    );
+    let second = sup.ready_pid("asks", LONG);
+    assert_ne!(first, second);
+    let ids: Vec<u64> = open.iter().filter_map(|q| q["id"].as_u64()).collect();
+    ok(
+        "answer",
+        &sup.client(&[
+            "answer",
+            &ids[0].to_string(),
+            "approve",
+            r#"{"approved":true}"#,
+            "--by",
+            "ana",
+        ]),
+    );
+    ok(
+        "answer",
+        &sup.client(&[
+            "answer",
+            &ids[1].to_string(),
+            "approve",
+            r#"{"approved":false,"note":"over budget"}"#,
+        ]),
+    );
+    for id in &ids {
+        let out = sup.client(&[
+            "mail",
+            "result",
+            &id.to_string(),
+            "--wait",
+            "--timeout",
+            "60s",
+        ]);
+        ok("mail result", &out);
+    }
+    let (end, approved) = mail_result_json(&sup, ids[0]);
+    assert_eq!(end["outcome"], "succeeded", "{end}");
+    assert_eq!(approved["status"], "approved", "{approved}");
+    assert_eq!(
+        approved["attempt"], 2,
+        "run again after the recycle: {approved}"
+    );
+    let (_, rejected) = mail_result_json(&sup, ids[1]);
+    assert_eq!(rejected["status"], "rejected", "{rejected}");
+    assert!(rejected.to_string().contains("over budget"), "{rejected}");
+    // Given back at the recycle, not charged, asked once each.
+    let events = sup.events();
+    assert_eq!(of_kind(&events, "mail_given_back").len(), 2, "{events:?}");
+    assert_eq!(of_kind(&sup.journal(), "question_asked").len(), 2);
 }

@@ -708,3 +708,55 @@ fn a_spent_budget_on_a_stubborn_blocking_step_is_cancelled_signed_then_killed() 
     assert_eq!(committed["body"]["journal_seq"], seq(cancel), "{committed}");
     ok("journal verify", &sup.client(&["journal", "verify"]));
 }
+
+/// `wfhost questions --json`, one object per open question.
+fn open_questions(sup: &Supervisor) -> Vec<Value> {
+    wfhost_tests::json_lines(&ok("questions", &sup.client(&["questions", "--json"])))
+}
+
+#[test]
+fn a_python_order_asks_a_person_and_the_answer_reaches_it_after_a_recycle() {
+    let markers = Markers::new();
+    let sup = Supervisor::start(&orders_deployment(
+        &markers.path(),
+        &["--fetch-ms", "10", "--approval", "ask"],
+        "drain_timeout = \"60s\"",
+    ));
+    let first = sup.ready_pid("orders-py", LONG);
+    ok(
+        "send",
+        &sup.client(&["send", "orders-py", r#"{"order":"P-1"}"#]),
+    );
+    let open = wfhost_tests::wait_for("the question", LONG, || {
+        let open = open_questions(&sup);
+        (open.len() == 1).then_some(open)
+    });
+    assert_eq!(
+        (open[0]["key"].as_str(), open[0]["prompt"]["order"].as_str()),
+        (Some("approve"), Some("P-1"))
+    );
+    let id = open[0]["id"].as_u64().expect("id");
+    ok("recycle", &sup.client(&["recycle", "orders-py"]));
+    let second = sup.ready_pid("orders-py", LONG);
+    assert_ne!(first, second);
+    ok(
+        "answer",
+        &sup.client(&["answer", &id.to_string(), "approve", r#"{"approved":true}"#]),
+    );
+    ok(
+        "mail result",
+        &sup.client(&[
+            "mail",
+            "result",
+            &id.to_string(),
+            "--wait",
+            "--timeout",
+            "60s",
+        ]),
+    );
+    let (end, result) = mail_result_json(&sup, id);
+    assert_eq!(end["outcome"], "succeeded", "{end}");
+    assert_eq!(result["status"], "approved", "{result}");
+    assert_eq!(result["approval"]["approved"], true, "{result}");
+    assert_eq!(of_kind(&sup.events(), "mail_given_back").len(), 1);
+}

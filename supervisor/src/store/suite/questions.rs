@@ -155,7 +155,9 @@ pub fn an_item_waiting_for_an_answer_holds_no_child_and_is_charged_nothing(f: &d
         id: given,
     };
     assert_eq!(
-        store.settle_mail("d", &[back.clone()], 12).unwrap(),
+        store
+            .settle_mail("d", std::slice::from_ref(&back), 12)
+            .unwrap(),
         [Landed::Written]
     );
     assert_eq!(

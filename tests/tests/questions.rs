@@ -321,6 +321,7 @@ fn waiting_items_hold_nothing(store: &str) {
         sup.log()
     );
     assert!(took < Duration::from_secs(20), "the recycle took {took:?}");
+    eprintln!("a recycle with {N} items waiting for answers took {took:?} (drain_timeout 60 s)");
     let second = sup.ready_pid("orders", LONG);
     assert_ne!(first, second);
     // Nothing delivered again before its answer, nothing charged.

@@ -160,6 +160,26 @@ fn hello_of(protocol: u32, channel_id: String) -> Event {
     })
 }
 
+/// Sends `events` in batches of about 64 KiB (a flood as fast as the
+/// channel takes it).
+async fn send_all(writer: &mut FrameWriter<Event>, events: Vec<Event>) -> Result<(), Failure> {
+    for event in events {
+        writer
+            .queue(event)
+            .map_err(|e| format!("cannot queue: {e}"))?;
+        if writer.queued_bytes() > 64 << 10 {
+            writer
+                .flush()
+                .await
+                .map_err(|e| format!("send failed: {e}"))?;
+        }
+    }
+    writer
+        .flush()
+        .await
+        .map_err(|e| format!("send failed: {e}"))
+}
+
 async fn send(writer: &mut FrameWriter<Event>, event: Event) -> Result<(), Failure> {
     writer
         .send(event)
@@ -167,11 +187,19 @@ async fn send(writer: &mut FrameWriter<Event>, event: Event) -> Result<(), Failu
         .map_err(|e| format!("send failed: {e}"))
 }
 
-/// Hello, Welcome, and (when `ready`) Ready.
+/// Hello (protocol 2), Welcome, and (when `ready`) Ready.
 async fn handshake(ready: bool) -> Result<(FrameReader<Control>, FrameWriter<Event>), Failure> {
+    handshake_of(OLDEST_PROTOCOL, ready).await
+}
+
+/// Hello of `protocol`, Welcome, and (when `ready`) Ready.
+async fn handshake_of(
+    protocol: u32,
+    ready: bool,
+) -> Result<(FrameReader<Control>, FrameWriter<Event>), Failure> {
     let (mut reader, mut writer) =
         wfhost_ipc::split::<Control, Event>(control_stream()?, DEFAULT_MAX_FRAME_BYTES);
-    send(&mut writer, hello(channel_id()?)).await?;
+    send(&mut writer, hello_of(protocol, channel_id()?)).await?;
     match reader.next().await {
         Ok(Some(Control::Welcome(_))) => {}
         Ok(Some(other)) => return Err(format!("expected Welcome, got {}", other.name())),
@@ -322,21 +350,7 @@ async fn well_behaved(ready_after: Duration, after_ready: Vec<Event>) -> Result<
         "wfh-testchild well-behaved ready pid={}",
         std::process::id()
     );
-    for event in after_ready {
-        writer
-            .queue(event)
-            .map_err(|e| format!("cannot queue: {e}"))?;
-        if writer.queued_bytes() > 64 << 10 {
-            writer
-                .flush()
-                .await
-                .map_err(|e| format!("send failed: {e}"))?;
-        }
-    }
-    writer
-        .flush()
-        .await
-        .map_err(|e| format!("send failed: {e}"))?;
+    send_all(&mut writer, after_ready).await?;
     loop {
         let message = tokio::select! {
             _ = term.recv() => return Ok(()),
@@ -367,14 +381,7 @@ async fn well_behaved(ready_after: Duration, after_ready: Vec<Event>) -> Result<
 
 /// A protocol-3 child whose handlers ask too much, or report too much.
 async fn asker() -> Result<(), Failure> {
-    let (mut reader, mut writer) =
-        wfhost_ipc::split::<Control, Event>(control_stream()?, DEFAULT_MAX_FRAME_BYTES);
-    send(&mut writer, hello_of(PROTOCOL_VERSION, channel_id()?)).await?;
-    match reader.next().await {
-        Ok(Some(Control::Welcome(_))) => {}
-        other => return Err(format!("expected Welcome, got {other:?}")),
-    }
-    send(&mut writer, Event::Ready).await?;
+    let (mut reader, mut writer) = handshake_of(PROTOCOL_VERSION, true).await?;
     let flood = std::env::var("WFH_FLOOD")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -422,21 +429,7 @@ async fn asker() -> Result<(), Failure> {
                         result: Vec::new(),
                     }),
                 }
-                for event in events {
-                    writer
-                        .queue(event)
-                        .map_err(|e| format!("cannot queue: {e}"))?;
-                    if writer.queued_bytes() > 64 << 10 {
-                        writer
-                            .flush()
-                            .await
-                            .map_err(|e| format!("send failed: {e}"))?;
-                    }
-                }
-                writer
-                    .flush()
-                    .await
-                    .map_err(|e| format!("send failed: {e}"))?;
+                send_all(&mut writer, events).await?;
             }
             Ok(Some(Control::Drain { .. })) => send(&mut writer, Event::Drained).await?,
             Ok(Some(Control::Shutdown)) | Ok(None) => return Ok(()),

@@ -408,8 +408,9 @@ fn a_killed_childs_waiting_items_are_not_asked_twice_and_answers_given_meanwhile
         .collect();
     wait_questions(&sup, 3);
     signal(pid, Signal::SIGKILL);
-    let next = sup.ready_pid("orders", LONG);
-    assert_ne!(next, pid);
+    sup.wait_deployment("orders", "a new child ready", LONG, |d| {
+        d["state"] == "ready" && d["pid"].as_u64().is_some_and(|p| p != u64::from(pid))
+    });
     // Back in the inbox, charged nothing, waiting.
     wait_for("the items back, waiting", LONG, || {
         ids.iter()

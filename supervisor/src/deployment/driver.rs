@@ -23,9 +23,11 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
 use tokio::time::sleep_until;
+use wfhost_ipc::Event;
 use wfhost_policy::crew::{self, Crew};
 use wfhost_policy::life::Answer;
 
+use super::child::Arrived;
 use super::mail::writes::{self, Writes};
 use super::timer;
 use super::{Ask, ConfigSlot, Waiter};
@@ -41,6 +43,24 @@ const MAX_REASON_CHARS: usize = 512;
 /// Frames handled in a row before the task yields, so a child flooding
 /// its channel delays no other deployment and not the control socket.
 const FRAMES_PER_TURN: u32 = 64;
+
+/// Most arrivals handled in one turn before the state is settled (and
+/// what they owe the store written in one commit).
+const GATHERED_PER_TURN: usize = 32;
+
+/// Whether `arrival` is a child's report of the mail it holds (a start,
+/// an end), which is written to the store and published only then.
+fn reports_mail(arrival: &Arrival) -> bool {
+    matches!(
+        arrival,
+        Arrival::Replica(
+            _,
+            Raw::Child(Arrived::Frame(Ok(Some(
+                Event::MailStarted { .. } | Event::MailDone { .. } | Event::MailAck { .. }
+            ))))
+        )
+    )
+}
 
 /// What arrived for the deployment.
 enum Arrival {
@@ -76,6 +96,8 @@ pub struct Driver {
     lease_due: bool,
     /// The fleet lease is gone: nothing owed is kept for the store.
     lease_lost: bool,
+    /// What arrived while mail reports were gathered, handled next turn.
+    stashed: Option<Arrival>,
 }
 
 impl Driver {
@@ -111,6 +133,7 @@ impl Driver {
             answers: Vec::new(),
             lease_due: false,
             lease_lost: false,
+            stashed: None,
             counted: Vec::new(),
         }
     }
@@ -136,7 +159,10 @@ impl Driver {
                 }
                 return;
             }
-            let arrival = self.next().await;
+            let arrival = match self.stashed.take() {
+                Some(arrival) => arrival,
+                None => self.next().await,
+            };
             if matches!(arrival, Arrival::Replica(_, Raw::Child(_))) {
                 frames_in_a_row += 1;
                 if frames_in_a_row >= FRAMES_PER_TURN {
@@ -147,6 +173,21 @@ impl Driver {
                 frames_in_a_row = 0;
             }
             self.handle(arrival).await;
+            // Mail reports that have already arrived are handled before the
+            // state is settled, so what they owe the store (a start and its
+            // end, the acks of several children) goes in one commit.
+            // Anything else waits for the next turn, after the settling, so
+            // the event log keeps the order the child said things in.
+            for _ in 1..GATHERED_PER_TURN {
+                let Some(more) = self.ready_now().await else {
+                    break;
+                };
+                if !reports_mail(&more) {
+                    self.stashed = Some(more);
+                    break;
+                }
+                self.handle(more).await;
+            }
         }
     }
 
@@ -223,6 +264,15 @@ impl Driver {
         self.deliver_mail().await;
         self.collect();
         any || self.replicas.iter().any(|r| !r.inputs.is_empty()) || !self.crew_inputs.is_empty()
+    }
+
+    /// The next thing to arrive if it already has, without waiting.
+    async fn ready_now(&mut self) -> Option<Arrival> {
+        tokio::select! {
+            biased;
+            arrival = self.next() => Some(arrival),
+            () = std::future::ready(()) => None,
+        }
     }
 
     /// Waits for the next thing to arrive.

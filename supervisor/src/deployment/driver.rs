@@ -48,18 +48,19 @@ const FRAMES_PER_TURN: u32 = 64;
 /// what they owe the store written in one commit).
 const GATHERED_PER_TURN: usize = 32;
 
-/// Whether `arrival` is a child's report of the mail it holds (a start,
-/// an end), which is written to the store and published only then.
-fn reports_mail(arrival: &Arrival) -> bool {
-    matches!(
-        arrival,
-        Arrival::Replica(
-            _,
-            Raw::Child(Arrived::Frame(Ok(Some(
-                Event::MailStarted { .. } | Event::MailDone { .. } | Event::MailAck { .. }
-            ))))
-        )
-    )
+/// Whether `arrival` may be handled in the turn of the one before it:
+/// anything but what ends a child's work (its Drained, a recycle request,
+/// the end of its channel or process, a handshake).
+fn gathered(arrival: &Arrival) -> bool {
+    match arrival {
+        Arrival::Replica(_, Raw::Child(Arrived::Frame(Ok(Some(event))))) => !matches!(
+            event,
+            Event::Drained | Event::RecycleRequest { .. } | Event::Hello(_) | Event::Ready
+        ),
+        Arrival::Replica(_, Raw::Child(_) | Raw::Exit(_)) => false,
+        Arrival::Replica(_, Raw::Commit(_)) | Arrival::Ask(Some(_)) | Arrival::Wake => true,
+        Arrival::Ask(None) => false,
+    }
 }
 
 /// What arrived for the deployment.
@@ -173,16 +174,18 @@ impl Driver {
                 frames_in_a_row = 0;
             }
             self.handle(arrival).await;
-            // Mail reports that have already arrived are handled before the
-            // state is settled, so what they owe the store (a start and its
-            // end, the acks of several children) goes in one commit.
-            // Anything else waits for the next turn, after the settling, so
-            // the event log keeps the order the child said things in.
+            // A child's frames that have already arrived are handled before
+            // the state is settled, so what they owe the store (a start and
+            // its end, the acks of several children) goes in one commit.
+            // What ends a child's work (its Drained, a recycle request, its
+            // exit) waits for the next turn, after the settling, so an end
+            // the child reported before it drained or exited is written
+            // before that is told.
             for _ in 1..GATHERED_PER_TURN {
                 let Some(more) = self.ready_now().await else {
                     break;
                 };
-                if !reports_mail(&more) {
+                if !gathered(&more) {
                     self.stashed = Some(more);
                     break;
                 }

@@ -97,7 +97,8 @@ pub struct Driver {
     lease_due: bool,
     /// The fleet lease is gone: nothing owed is kept for the store.
     lease_lost: bool,
-    /// What arrived while mail reports were gathered, handled next turn.
+    /// What arrived while a turn gathered, waiting for the settling: it
+    /// is handled first next turn.
     stashed: Option<Arrival>,
 }
 
@@ -181,13 +182,21 @@ impl Driver {
             // exit) waits for the next turn, after the settling, so an end
             // the child reported before it drained or exited is written
             // before that is told.
+            // Gathered frames count as frames in a row: a flooding child
+            // still yields every FRAMES_PER_TURN.
             for _ in 1..GATHERED_PER_TURN {
+                if frames_in_a_row >= FRAMES_PER_TURN {
+                    break;
+                }
                 let Some(more) = self.ready_now().await else {
                     break;
                 };
                 if !gathered(&more) {
                     self.stashed = Some(more);
                     break;
+                }
+                if matches!(more, Arrival::Replica(_, Raw::Child(_))) {
+                    frames_in_a_row += 1;
                 }
                 self.handle(more).await;
             }

@@ -626,10 +626,12 @@ fn a_node_order_asks_a_person_who_approves_one_and_rejects_another_across_a_recy
         let payload = format!("{{\"order\":\"{order}\"}}");
         ok("send", &sup.client(&["send", "asks", &payload]));
     }
-    let open = wait_for("two questions", LONG, || {
+    let mut open = wait_for("two questions", LONG, || {
         let open = open_questions(&sup);
         (open.len() == 2).then_some(open)
     });
+    // Asked concurrently: listed oldest first, in either order.
+    open.sort_by_key(|q| q["id"].as_u64());
     assert!(open.iter().all(|q| q["key"] == "approve"), "{open:?}");
     assert_eq!(open[0]["prompt"]["order"], "A-1", "{open:?}");
     // A recycle while both wait: it does not wait for the people.

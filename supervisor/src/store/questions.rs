@@ -109,3 +109,17 @@ pub enum Answering {
         how: String,
     },
 }
+
+/// A question answered before, answered again with `value`: the same
+/// value changes nothing, another is refused (both backends ask here).
+pub fn again(deployment: String, holder: Option<Holder>, first: Answer, value: &[u8]) -> Answering {
+    if first.value == value {
+        Answering::Same {
+            deployment,
+            holder,
+            first,
+        }
+    } else {
+        Answering::Different { deployment, first }
+    }
+}

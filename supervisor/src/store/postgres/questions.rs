@@ -6,7 +6,7 @@ use postgres::Row;
 use wfhost_policy::item;
 
 use super::{PostgresStore, signed, unsigned};
-use crate::store::questions::{Answer, Answering, OPEN_QUESTION, Question};
+use crate::store::questions::{self, Answer, Answering, OPEN_QUESTION, Question};
 use crate::store::{Holder, QuestionStore, StoreError};
 
 /// The columns [`question`] reads, in order.
@@ -40,12 +40,6 @@ fn question(r: &Row) -> Result<Question, String> {
             None => None,
         },
     })
-}
-
-/// What [`QuestionStore::answer_question`] read, before it decided.
-enum Found {
-    Done(Answering),
-    Stored(String, Option<Holder>, Question),
 }
 
 impl QuestionStore for PostgresStore {
@@ -84,43 +78,27 @@ impl QuestionStore for PostgresStore {
                 channel_id,
                 pid: u32::try_from(pid).unwrap_or(0),
             });
-            let found = match tx.query_opt(
+            let Some(row) = tx.query_opt(
                 &format!("SELECT {COLUMNS} FROM questions q WHERE q.mail_id = $1 AND q.key = $2"),
                 &[&row_id, &key],
-            )? {
-                None => {
-                    let keys = tx
-                        .query(
-                            "SELECT key FROM questions WHERE mail_id = $1 ORDER BY key",
-                            &[&row_id],
-                        )?
-                        .iter()
-                        .map(|r| r.try_get(0))
-                        .collect::<Result<Vec<String>, _>>()?;
-                    Found::Done(Answering::UnknownKey {
-                        deployment: deployment.clone(),
-                        keys,
-                    })
-                }
-                Some(r) => match question(&r) {
-                    Ok(q) => Found::Stored(deployment.clone(), holder, q),
-                    Err(e) => return Ok(Err(e)),
-                },
+            )?
+            else {
+                let keys = tx
+                    .query(
+                        "SELECT key FROM questions WHERE mail_id = $1 ORDER BY key",
+                        &[&row_id],
+                    )?
+                    .iter()
+                    .map(|r| r.try_get(0))
+                    .collect::<Result<Vec<String>, _>>()?;
+                return Ok(Ok(Some(Answering::UnknownKey { deployment, keys })));
             };
-            let (deployment, holder, stored) = match found {
-                Found::Done(a) => return Ok(Ok(Some(a))),
-                Found::Stored(d, h, q) => (d, h, q),
+            let stored = match question(&row) {
+                Ok(q) => q,
+                Err(e) => return Ok(Err(e)),
             };
             if let Some(first) = stored.answer {
-                return Ok(Ok(Some(if first.value == value {
-                    Answering::Same {
-                        deployment,
-                        holder,
-                        first,
-                    }
-                } else {
-                    Answering::Different { deployment, first }
-                })));
+                return Ok(Ok(Some(questions::again(deployment, holder, first, value))));
             }
             tx.execute(
                 "UPDATE questions SET answer = $3, answered_at_ms = $4, answered_by = $5

@@ -5,7 +5,7 @@ use rusqlite::{OptionalExtension, Row, TransactionBehavior, params};
 use wfhost_policy::item;
 
 use super::SqliteStore;
-use crate::store::questions::{Answer, Answering, OPEN_QUESTION, Question};
+use crate::store::questions::{self, Answer, Answering, OPEN_QUESTION, Question};
 use crate::store::{Holder, QuestionStore, StoreError};
 
 /// The columns [`question`] reads, in order.
@@ -86,15 +86,7 @@ impl QuestionStore for SqliteStore {
                 return Ok(Some(Answering::UnknownKey { deployment, keys }));
             };
             if let Some(first) = stored.answer {
-                return Ok(Some(if first.value == value {
-                    Answering::Same {
-                        deployment,
-                        holder,
-                        first,
-                    }
-                } else {
-                    Answering::Different { deployment, first }
-                }));
+                return Ok(Some(questions::again(deployment, holder, first, value)));
             }
             tx.prepare_cached(
                 "UPDATE questions SET answer = ?3, answered_at_ms = ?4, answered_by = ?5

@@ -18,7 +18,7 @@ use tracing::{error, info};
 use crate::clock::unix_ms;
 use crate::journal::NewJournalEntry;
 use crate::procfs;
-use crate::store::handle::StoreHandle;
+use crate::store::handle::{Settled, StoreHandle};
 use crate::store::unwritten::{AckRecord, Record, Unwritten};
 use crate::store::{ChildRecord, NewEvent, Store, StoreError};
 use wfhost_policy::Fact;
@@ -134,31 +134,47 @@ impl Backlog {
         }
     }
 
-    /// Writes queued events in one transaction and tells followers; a
-    /// refused batch goes back to the head of the queue.
-    fn flush_events(&self, s: &mut dyn Store, feed: &watch::Sender<()>, retention: u64) {
+    /// Writes queued events in the next group commit and, once it landed,
+    /// tells followers; a refused batch goes back to the head of the queue.
+    fn flush_events(
+        self: Arc<Self>,
+        s: &mut dyn Store,
+        feed: watch::Sender<()>,
+        retention: u64,
+    ) -> Settled {
         let batch = std::mem::take(&mut *self.events.lock().unwrap_or_else(|p| p.into_inner()));
         if batch.is_empty() {
-            return;
+            return Box::new(|_| {});
         }
         match s.append_events(&batch) {
             Ok(seqs) => {
-                self.recovered(EVENTS);
-                feed.send_replace(());
                 // Pruning is cheap but not free: once per PRUNE_EVERY events.
                 if seqs.iter().any(|seq| seq % PRUNE_EVERY == 0)
                     && let Err(e) = s.prune_events(retention)
                 {
                     error!(error = %e, "cannot prune the event log");
                 }
+                Box::new(move |commit| match commit {
+                    Ok(()) => {
+                        self.recovered(EVENTS);
+                        feed.send_replace(());
+                    }
+                    Err(e) => self.requeue_events(batch, e),
+                })
             }
             Err(e) => {
-                self.failed(EVENTS, &e);
-                let mut queue = self.events.lock().unwrap_or_else(|p| p.into_inner());
-                let newer = std::mem::replace(&mut *queue, batch);
-                queue.extend(newer);
+                self.requeue_events(batch, &e);
+                Box::new(|_| {})
             }
         }
+    }
+
+    /// Puts a refused batch of events back at the head of the queue.
+    fn requeue_events(&self, batch: Vec<NewEvent>, e: &StoreError) {
+        self.failed(EVENTS, e);
+        let mut queue = self.events.lock().unwrap_or_else(|p| p.into_inner());
+        let newer = std::mem::replace(&mut *queue, batch);
+        queue.extend(newer);
     }
 }
 
@@ -262,7 +278,7 @@ impl Shared {
             self.event_retention.load(Ordering::Relaxed),
         );
         self.store
-            .submit(move |s| backlog.flush_events(s, &feed, retention));
+            .submit_grouped(move |s| backlog.flush_events(s, feed, retention));
     }
 
     /// Retries whatever the store refused earlier (called every tick of the

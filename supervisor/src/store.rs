@@ -32,6 +32,7 @@ mod measure;
 pub mod postgres;
 pub mod questions;
 pub mod retention;
+pub mod rooms;
 pub mod send_batch;
 mod sqlite;
 #[cfg(test)]
@@ -39,7 +40,7 @@ mod suite;
 pub mod unwritten;
 
 pub use api::{
-    ChildrenStore, EventStore, JournalStore, MailAdmin, MailStore, QuestionStore, Store,
+    ChildrenStore, EventStore, Grouping, JournalStore, MailAdmin, MailStore, QuestionStore, Store,
 };
 pub use children::ChildRecord;
 pub use error::StoreError;

@@ -35,6 +35,7 @@ use crate::config::DeploymentConfig;
 use crate::deployment::policy_tick::Watchlist;
 use crate::shared::Shared;
 use crate::status::{ReplicaView, Role, State, Status};
+use crate::store::rooms::Room;
 use replica::{Parts, Raw, Replica};
 
 /// Longest reason or kind text taken from a child.
@@ -100,6 +101,14 @@ pub struct Driver {
     /// What arrived while a turn gathered, waiting for the settling: it
     /// is handled first next turn.
     stashed: Option<Arrival>,
+    /// Room in the children's windows that senders' writes may fill.
+    room: Arc<Room>,
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        self.parts.shared.sends.rooms.close(&self.id, &self.room);
+    }
 }
 
 impl Driver {
@@ -114,7 +123,9 @@ impl Driver {
         status: Arc<Mutex<Status>>,
     ) -> Self {
         let (crew, first) = Crew::new(cfg.replicas, cfg.recycle.overlap);
+        let room = shared.sends.rooms.open(&cfg.id);
         Self {
+            room,
             id: cfg.id.clone(),
             parts: Parts {
                 slot,

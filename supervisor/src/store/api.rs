@@ -23,13 +23,39 @@ use crate::journal::{JournalHead, JournalHeads, JournalRecord, NewJournalEntry};
 /// what it holds. Every write is durable when it returns. A backend
 /// implements the five traits and gets this one.
 pub trait Store:
-    ChildrenStore + JournalStore + MailStore + MailAdmin + EventStore + QuestionStore + Send
+    ChildrenStore + JournalStore + MailStore + MailAdmin + EventStore + QuestionStore + Grouping + Send
 {
 }
 
 impl<T> Store for T where
-    T: ChildrenStore + JournalStore + MailStore + MailAdmin + EventStore + QuestionStore + Send
+    T: ChildrenStore
+        + JournalStore
+        + MailStore
+        + MailAdmin
+        + EventStore
+        + QuestionStore
+        + Grouping
+        + Send
 {
+}
+
+/// Several writes in one commit (group commit, `handle.rs`): between
+/// [`Grouping::begin_group`] and [`Grouping::end_group`] each write runs
+/// inside the group's transaction (a savepoint of it, so one refused
+/// write rolls back only its own part), and none of them is durable
+/// before the group commits.
+pub trait Grouping {
+    /// Opens a group: `Ok(false)` when this backend writes each call in a
+    /// transaction of its own (then nothing is grouped).
+    fn begin_group(&mut self) -> Result<bool, StoreError>;
+
+    /// Whether the open group's transaction is still there: the database
+    /// may roll all of it back after an error (a full disk, an I/O error),
+    /// and then none of the writes before is kept.
+    fn group_open(&mut self) -> bool;
+
+    /// Commits the group; an error leaves it unknown whether it landed.
+    fn end_group(&mut self) -> Result<(), StoreError>;
 }
 
 /// The children table: what is running, for orphan clean-up after a crash.

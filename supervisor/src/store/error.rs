@@ -183,6 +183,12 @@ pub enum StoreError {
     /// by sending again under the same idempotency key.
     #[error("{0}\n  note: whether the commit landed is unknown; it may have been written")]
     CommitUnknown(Failure),
+    /// The group commit this write was part of was rolled back by the
+    /// database after another write in it failed: nothing of it was kept.
+    #[error(
+        "the store rolled back the commit this write shared with others after one of them failed; nothing of it was written\n  help: it is retried; if it keeps failing, the error of the write that failed is logged beside it"
+    )]
+    GroupLost,
     /// The store was written by a newer wfhost.
     #[error(
         "{location}: schema version {found} is newer than this wfhost knows ({known})\n  help: run the newer wfhost that wrote it, or point the supervisor at another store"
@@ -263,6 +269,22 @@ impl StoreError {
 
     /// This error, as the error of a commit: a backend failure there
     /// leaves unknown whether what it wrote landed.
+    /// The same error for another write of the group whose commit
+    /// failed (errors hold an `io::Error` now and then, so are not Clone).
+    pub fn for_group(&self) -> Self {
+        match self {
+            Self::Backend(f) => Self::Backend(f.clone()),
+            Self::CommitUnknown(f) => Self::CommitUnknown(f.clone()),
+            Self::GroupLost => Self::GroupLost,
+            other => Self::CommitUnknown(Failure {
+                location: Location::Server("the store".into()),
+                action: "committing a group of writes",
+                kind: ErrorKind::Other,
+                message: other.to_string(),
+            }),
+        }
+    }
+
     pub fn at_commit(self) -> Self {
         match self {
             Self::Backend(f) => Self::CommitUnknown(f),

@@ -53,7 +53,19 @@ pub enum Settle {
         /// The item.
         id: u64,
     },
+    /// The item was taken for the holder but never sent (it stopped taking
+    /// mail first): back at the head of the inbox, its take undone, so
+    /// the next child gets it now, not when the holder ends.
+    Unsent {
+        /// The child it was taken for.
+        holder: Holder,
+        /// The item.
+        id: u64,
+    },
 }
+
+/// How the history ends a delivery that was never sent.
+pub const UNSENT: &str = "never sent: its child stopped taking mail first; not counted";
 
 /// What one [`Settle`] came to.
 #[derive(Debug, Clone, PartialEq, Eq)]

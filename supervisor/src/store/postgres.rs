@@ -217,3 +217,19 @@ fn unsigned(what: &str, value: i64) -> Result<u64, String> {
 fn signed(value: u64) -> i64 {
     i64::try_from(value).unwrap_or(i64::MAX)
 }
+
+/// Each write is a transaction of its own on PostgreSQL: its client's
+/// transactions cannot nest in a group opened outside them.
+impl super::Grouping for PostgresStore {
+    fn begin_group(&mut self) -> Result<bool, StoreError> {
+        Ok(false)
+    }
+
+    fn group_open(&mut self) -> bool {
+        false
+    }
+
+    fn end_group(&mut self) -> Result<(), StoreError> {
+        Ok(())
+    }
+}

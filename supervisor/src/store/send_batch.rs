@@ -10,8 +10,10 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::oneshot;
 
-use crate::store::handle::StoreHandle;
-use crate::store::{Accepted, Offer};
+use crate::clock::unix_ms;
+use crate::store::handle::{StoreGone, StoreHandle};
+use crate::store::rooms::{Room, Rooms};
+use crate::store::{Accepted, Offer, StoreError};
 
 /// Most offers written in one transaction.
 const MAX_BATCH: usize = 256;
@@ -50,6 +52,8 @@ type Waiting = Vec<(Offer, oneshot::Sender<Answer>)>;
 pub struct SendBatch {
     waiting: Mutex<Waiting>,
     writing: AtomicBool,
+    /// Room in the children's windows these writes may fill.
+    pub rooms: Rooms,
 }
 
 impl SendBatch {
@@ -94,15 +98,60 @@ impl SendBatch {
                 }
                 continue;
             }
-            write(&store, batch).await;
+            write(&store, &self.rooms, batch).await;
         }
     }
 }
 
-/// One transaction for `batch`, each sender answered.
-async fn write(store: &StoreHandle, batch: Waiting) {
+/// One transaction for `batch`, each sender answered once it is durable.
+/// The same write takes the new mail for children with room in their
+/// windows ([`Rooms`]), so it reaches them without a commit of its own.
+async fn write(store: &StoreHandle, rooms: &Rooms, batch: Waiting) {
     let (offers, answers): (Vec<Offer>, Vec<oneshot::Sender<Answer>>) = batch.into_iter().unzip();
-    let results = store.call(move |s| s.enqueue_mail_many(&offers)).await;
+    let mut filling: Vec<(String, Arc<Room>)> = Vec::new();
+    for offer in &offers {
+        if !filling.iter().any(|(d, _)| *d == offer.deployment)
+            && let Some(room) = rooms.of(&offer.deployment)
+        {
+            filling.push((offer.deployment.clone(), room));
+        }
+    }
+    let (tx, rx) = oneshot::channel();
+    // In the next group commit: with the takes and acknowledgements that
+    // wait beside it, one commit for all.
+    store.submit_grouped(move |s| {
+        let accepted = s.enqueue_mail_many(&offers);
+        let mut taken = Vec::new();
+        if let Ok(results) = &accepted {
+            let at_ms = unix_ms();
+            for (deployment, room) in filling {
+                let new = offers.iter().zip(results).any(|(o, r)| {
+                    o.deployment == deployment && r.as_ref().is_ok_and(|a| a.new)
+                });
+                if !new {
+                    continue;
+                }
+                // A take that fails leaves the mail in the inbox for the
+                // driver; the accept stands.
+                match room.take_in(s, &deployment, at_ms) {
+                    Ok(t) => taken.push((room, t)),
+                    Err(e) => {
+                        tracing::debug!(deployment, error = %e, "new mail left for the driver to take")
+                    }
+                }
+            }
+        }
+        Box::new(move |commit: Result<(), &StoreError>| {
+            for (room, t) in taken {
+                room.settle(t, commit.is_ok());
+            }
+            let _ = tx.send(match commit {
+                Ok(()) => accepted,
+                Err(e) => Err(e.for_group()),
+            });
+        })
+    });
+    let results = rx.await;
     match results {
         Ok(Ok(results)) => {
             for (tx, result) in answers.into_iter().zip(results) {
@@ -115,9 +164,9 @@ async fn write(store: &StoreHandle, batch: Waiting) {
                 let _ = tx.send(Err(refused.clone()));
             }
         }
-        Err(gone) => {
+        Err(_) => {
             for tx in answers {
-                let _ = tx.send(Err(Refused::gone(gone.to_string())));
+                let _ = tx.send(Err(Refused::gone(StoreGone.to_string())));
             }
         }
     }

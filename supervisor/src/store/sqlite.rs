@@ -37,6 +37,80 @@ pub struct SqliteStore {
     conn: Connection,
     path: PathBuf,
     location: Location,
+    /// Whether a group's transaction is open (`Grouping`): writes then
+    /// run in savepoints of it.
+    grouped: bool,
+}
+
+/// Where one write runs: a write transaction of its own (IMMEDIATE: it
+/// waits for another process's lock up front instead of failing half-way),
+/// or a savepoint of the open group's, committed with the group.
+enum Write<'c> {
+    Own(rusqlite::Transaction<'c>),
+    Part(rusqlite::Savepoint<'c>),
+}
+
+impl std::ops::Deref for Write<'_> {
+    type Target = Connection;
+
+    fn deref(&self) -> &Connection {
+        match self {
+            Self::Own(tx) => tx,
+            Self::Part(sp) => sp,
+        }
+    }
+}
+
+impl Write<'_> {
+    /// Commits a write of its own; releases a savepoint into its group.
+    fn commit(self) -> rusqlite::Result<()> {
+        match self {
+            Self::Own(tx) => tx.commit(),
+            Self::Part(sp) => sp.commit(),
+        }
+    }
+}
+
+/// Starts a write on `conn`: in the open group if `grouped`.
+fn write(conn: &mut Connection, grouped: bool) -> rusqlite::Result<Write<'_>> {
+    if grouped {
+        conn.savepoint().map(Write::Part)
+    } else {
+        conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .map(Write::Own)
+    }
+}
+
+impl super::Grouping for SqliteStore {
+    fn begin_group(&mut self) -> Result<bool, StoreError> {
+        self.conn
+            .execute_batch("BEGIN IMMEDIATE")
+            .map_err(|e| self.fail("starting a group of writes", &e))?;
+        self.grouped = true;
+        Ok(true)
+    }
+
+    fn group_open(&mut self) -> bool {
+        // SQLite rolls a whole transaction back after some errors (a full
+        // disk, an I/O error) and is in autocommit mode again.
+        let open = !self.conn.is_autocommit();
+        self.grouped = open;
+        open
+    }
+
+    fn end_group(&mut self) -> Result<(), StoreError> {
+        self.grouped = false;
+        if let Err(e) = self.conn.execute_batch("COMMIT") {
+            let e = self.fail("committing a group of writes", &e).at_commit();
+            if !self.conn.is_autocommit() {
+                // A COMMIT that could not finish (busy) leaves the
+                // transaction open: end it, or the next write joins it.
+                let _ = self.conn.execute_batch("ROLLBACK");
+            }
+            return Err(e);
+        }
+        Ok(())
+    }
 }
 
 impl SqliteStore {
@@ -102,6 +176,7 @@ impl SqliteStore {
             conn,
             path,
             location,
+            grouped: false,
         };
         store.configure()?;
         store.migrate()?;

@@ -50,6 +50,7 @@ macro_rules! backend_suite {
             journal::the_guard_refuses_a_forged_record_and_an_edited_anchor,
             mail::acceptance_and_completion_write_their_events_with_the_mail,
             mail::mail_is_taken_in_fifo_order_and_moves_to_processing,
+            mail::an_unsent_item_goes_back_to_the_head_with_its_take_undone,
             mail::an_ack_counts_once_and_a_duplicate_or_unknown_ack_changes_nothing,
             mail::replay_puts_processing_back_at_the_head_in_original_order,
             mail::replay_after_a_partial_retake_keeps_order,

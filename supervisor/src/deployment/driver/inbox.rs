@@ -2,6 +2,7 @@
 //! then replays, retried in order until they land) and the inbox's head
 //! spread over the replicas that take mail, the least loaded first.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use tracing::{error, info};
@@ -18,6 +19,7 @@ use crate::deployment::mail::spread::{self, Hand};
 use crate::deployment::mail::writes::{Next, Report};
 use crate::deployment::recycle;
 use crate::record;
+use crate::store::rooms::Open;
 use crate::store::{Holder, Landed, MailItem};
 
 impl Driver {
@@ -25,10 +27,12 @@ impl Driver {
     /// have room, the least loaded first; a take the store refuses leaves
     /// them wanting (retried after the backoff).
     pub(super) async fn deliver_mail(&mut self) {
+        self.hand_out_arrived().await;
         let now = Instant::now();
         if !self.writes.clear(now) {
             return;
         }
+        self.offer_room();
         let hands = self.hands();
         if hands.is_empty() {
             return;
@@ -44,11 +48,16 @@ impl Driver {
             .collect();
         let (deployment, at) = (self.id.clone(), unix_ms());
         let single = hands.len() == 1;
+        let room = Arc::clone(&self.room);
         // `hands` goes to the store thread and comes back.
+        // In the next group commit, with the senders' offers and the
+        // acknowledgements that wait beside it; nothing is handed out
+        // before that commit returns.
+        let asked = hands.clone();
         let taken = self
             .shared()
             .store
-            .call(move |s| {
+            .call_grouped(move |s| {
                 // One replica asks for all it has room for; several share
                 // what waits.
                 let plan = if single {
@@ -67,20 +76,70 @@ impl Driver {
                     else {
                         continue;
                     };
-                    let items = s.take_mail_for(&deployment, holder, n, at, *starts)?;
+                    // What senders' writes took for it meanwhile counts.
+                    let items = room.take_own(s, &deployment, holder, n, at, *starts)?;
                     taken.push((who, n, items));
                 }
-                Ok::<_, crate::store::StoreError>((hands, taken))
+                Ok(taken)
             })
             .await;
         match taken {
-            Ok(Ok((hands, taken))) => {
+            Ok(Ok(taken)) => {
                 self.writes.took();
                 self.mail_accepted();
-                self.hand_out(hands, taken).await;
+                self.hand_out(asked, taken).await;
             }
             Ok(Err(e)) => self.refused("taking mail from the inbox", e.to_string(), now),
             Err(e) => self.refused("taking mail from the inbox", e.to_string(), now),
+        }
+    }
+
+    /// Tells senders' writes how much each child that takes mail may
+    /// still be sent (before any replay is queued, so a replay of a gone
+    /// child always follows every take for it).
+    pub(super) fn offer_room(&self) {
+        let open = self
+            .replicas
+            .iter()
+            .filter(|r| r.life.takes_mail())
+            .filter_map(|r| {
+                let w = r.wired.as_ref()?;
+                Some(Open::new(
+                    settle::holder(&w.io),
+                    w.io.protocol() < 3,
+                    w.dispatch.room(),
+                ))
+            })
+            .collect();
+        self.room.offer(open);
+    }
+
+    /// Sends each child what senders' writes took for it; mail taken for
+    /// a child that no longer takes any goes back to the inbox (written
+    /// with the next acknowledgements), for the next child.
+    async fn hand_out_arrived(&mut self) {
+        for (holder, items) in self.room.arrived() {
+            let Some(who) = self.replicas.iter().position(|r| {
+                r.life.takes_mail()
+                    && r.wired
+                        .as_ref()
+                        .is_some_and(|w| w.io.channel_id == holder.channel_id)
+            }) else {
+                tracing::debug!(deployment = %self.id, n = items.len(),
+                    "mail taken for a child that no longer takes any goes back to the inbox");
+                for item in items {
+                    self.writes.report(Report::Unsent {
+                        holder: holder.clone(),
+                        id: item.id,
+                    });
+                }
+                continue;
+            };
+            let n = items.len();
+            self.send_items(who, items).await;
+            if let Some(w) = self.replicas.get_mut(who).and_then(|r| r.wired.as_mut()) {
+                w.dispatch.took(n, n);
+            }
         }
     }
 
@@ -110,12 +169,32 @@ impl Driver {
         let mut short = false;
         for (who, asked, items) in taken {
             planned += asked;
-            let Some(r) = self.replicas.get_mut(who) else {
-                continue;
-            };
-            let Some(w) = r.wired.as_mut() else { continue };
             let got = items.len();
             short |= got < asked;
+            self.send_items(who, items).await;
+            if let Some(w) = self.replicas.get_mut(who).and_then(|r| r.wired.as_mut()) {
+                w.dispatch.took(got, asked);
+            }
+        }
+        // Everything that waited was taken: nobody asks again until new
+        // mail arrives (or an ack frees room).
+        if short || planned < total_room {
+            for h in hands {
+                if let Some(w) = self.replicas.get_mut(h.who).and_then(|r| r.wired.as_mut()) {
+                    w.dispatch.took(0, 1);
+                }
+            }
+        }
+    }
+
+    /// Sends replica `who` the items taken for it, each tracked for its
+    /// deadline and published as delivered.
+    async fn send_items(&mut self, who: usize, items: Vec<MailItem>) {
+        let Some(r) = self.replicas.get_mut(who) else {
+            return;
+        };
+        let Some(w) = r.wired.as_mut() else { return };
+        {
             for item in items {
                 w.deadlines.track(&item, r.cfg.mail_deadline);
                 w.holding.delivered(item.id);
@@ -137,22 +216,15 @@ impl Driver {
                     break;
                 }
             }
-            w.dispatch.took(got, asked);
-        }
-        // Everything that waited was taken: nobody asks again until new
-        // mail arrives (or an ack frees room).
-        if short || planned < total_room {
-            for h in hands {
-                if let Some(w) = self.replicas.get_mut(h.who).and_then(|r| r.wired.as_mut()) {
-                    w.dispatch.took(0, 1);
-                }
-            }
         }
     }
 
     /// Writes what this deployment owes the store, in order, until one is
     /// refused (then everything waits for the retry).
     pub(super) async fn write_mail(&mut self) {
+        // A child that no longer takes mail gets no more before its
+        // replay is queued below.
+        self.offer_room();
         let id = self.id.clone();
         loop {
             let now = Instant::now();
@@ -227,6 +299,8 @@ impl Driver {
                 record::log(&id, &fact);
                 self.shared().publish(Some(&id), &fact);
             }
+            // Back in the inbox: whoever takes mail now gets it.
+            (Report::Unsent { .. }, _) => self.mail_waits(),
             (Report::Started { .. } | Report::Asked(_), _) => {}
         }
     }

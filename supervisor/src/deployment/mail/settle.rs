@@ -77,12 +77,16 @@ pub async fn write_reports(
                 holder: holder.clone(),
                 id: *id,
             },
+            Report::Unsent { holder, id } => Settle::Unsent {
+                holder: holder.clone(),
+                id: *id,
+            },
         })
         .collect();
     let at = unix_ms();
     let landed = shared
         .store
-        .call(move |s| s.settle_mail(&owner, &batch, at))
+        .call_grouped(move |s| s.settle_mail(&owner, &batch, at))
         .await
         .map_err(|e| e.to_string())?
         .map_err(|e| e.to_string())?;

@@ -38,6 +38,11 @@ impl Dispatch {
         (self.wanted && self.in_flight < WINDOW).then(|| WINDOW - self.in_flight)
     }
 
+    /// How many more items the child may be sent, wanted or not.
+    pub fn room(&self) -> usize {
+        WINDOW.saturating_sub(self.in_flight)
+    }
+
     /// `got` items of `asked` were taken and sent; fewer means the inbox is
     /// empty for now.
     pub fn took(&mut self, got: usize, asked: usize) {

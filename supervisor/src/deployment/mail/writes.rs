@@ -56,6 +56,14 @@ pub enum Report {
         /// The item.
         id: u64,
     },
+    /// Taken for it by a senders' write, but it stopped taking mail before
+    /// the item could be sent: back to the inbox for the next child.
+    Unsent {
+        /// The child.
+        holder: Holder,
+        /// The item.
+        id: u64,
+    },
 }
 
 /// `deployment`'s acknowledgements as kept for the next start when the
@@ -175,7 +183,10 @@ impl Writes {
             .drain(..)
             .filter_map(|r| match r {
                 Report::Done(a) => Some(a),
-                Report::Started { .. } | Report::Asked(_) | Report::GivenBack { .. } => None,
+                Report::Started { .. }
+                | Report::Asked(_)
+                | Report::GivenBack { .. }
+                | Report::Unsent { .. } => None,
             })
             .collect()
     }
@@ -217,7 +228,9 @@ mod tests {
         match r {
             Report::Done(a) => a.id,
             Report::Asked(q) => q.id,
-            Report::Started { id, .. } | Report::GivenBack { id, .. } => *id,
+            Report::Started { id, .. }
+            | Report::GivenBack { id, .. }
+            | Report::Unsent { id, .. } => *id,
         }
     }
 

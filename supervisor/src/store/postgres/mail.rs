@@ -150,6 +150,9 @@ impl MailStore for PostgresStore {
                     Settle::GivenBack { holder, id } => {
                         written(give_back_one(&mut tx, deployment, holder, *id, at_ms)?)
                     }
+                    Settle::Unsent { holder, id } => {
+                        written(unsent_one(&mut tx, deployment, holder, *id, at_ms)?)
+                    }
                 });
             }
             tx.commit()?;
@@ -807,6 +810,30 @@ fn admit_one(
 }
 
 /// Ends item `id`'s delivery in flight in the history.
+/// Item `id`, taken for `holder` but never sent, back in the inbox with
+/// its take undone (a protocol-2 holder's take was a start).
+fn unsent_one(
+    tx: &mut postgres::Transaction<'_>,
+    deployment: &str,
+    holder: &Holder,
+    id: u64,
+    at_ms: u64,
+) -> Result<bool, postgres::Error> {
+    let Ok(row_id) = i64::try_from(id) else {
+        return Ok(false);
+    };
+    let changed = tx.execute(
+        "UPDATE mail SET state = 'inbox', holder_channel = NULL, holder_pid = NULL,
+             starts = starts - (CASE WHEN started THEN 1 ELSE 0 END), started = false
+         WHERE id = $1 AND deployment = $2 AND state = 'processing' AND holder_channel = $3",
+        &[&row_id, &deployment, &holder.channel_id],
+    )?;
+    if changed == 1 {
+        end_delivery(tx, row_id, at_ms, crate::store::held::UNSENT)?;
+    }
+    Ok(changed == 1)
+}
+
 fn end_delivery(
     tx: &mut postgres::Transaction<'_>,
     id: i64,

@@ -4,7 +4,7 @@
 //! each commits the seq it was given, so a reader never sees a later seq
 //! before an earlier one: catching up after a cursor has no gap.
 
-use rusqlite::{TransactionBehavior, params};
+use rusqlite::params;
 
 use super::SqliteStore;
 use crate::store::events::parse_body;
@@ -14,9 +14,7 @@ impl EventStore for SqliteStore {
     /// Appends events in one IMMEDIATE transaction; returns their seqs.
     fn append_events(&mut self, events: &[NewEvent]) -> Result<Vec<u64>, StoreError> {
         (|| -> rusqlite::Result<Vec<u64>> {
-            let tx = self
-                .conn
-                .transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let tx = super::write(&mut self.conn, self.grouped)?;
             let mut seqs = Vec::with_capacity(events.len());
             {
                 let mut stmt = tx.prepare_cached(

@@ -4,7 +4,7 @@
 //! so appends from every connection and process are serialized by
 //! SQLite's write lock and make one chain.
 
-use rusqlite::{OptionalExtension, TransactionBehavior, params};
+use rusqlite::{OptionalExtension, params};
 
 use super::SqliteStore;
 use crate::journal::{JournalHead, JournalHeads, JournalRecord};
@@ -19,9 +19,7 @@ impl JournalStore for SqliteStore {
         seal: &dyn Fn(JournalHead) -> JournalRecord,
     ) -> Result<JournalRecord, StoreError> {
         let result = (|| -> rusqlite::Result<Appended> {
-            let tx = self
-                .conn
-                .transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let tx = super::write(&mut self.conn, self.grouped)?;
             let row: Option<(i64, Vec<u8>)> = tx
                 .prepare_cached("SELECT seq, hash FROM journal_head WHERE id = 1")?
                 .query_row([], |r| Ok((r.get(0)?, r.get(1)?)))

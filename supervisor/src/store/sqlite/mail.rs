@@ -6,7 +6,7 @@
 //! operation is one transaction, so an event is never written without its
 //! mail row or the other way round.
 
-use rusqlite::{OptionalExtension, TransactionBehavior, params};
+use rusqlite::{OptionalExtension, params};
 
 use super::SqliteStore;
 use wfhost_policy::item::{self, Fate, Held, Holding, OnCancel};
@@ -29,9 +29,7 @@ impl MailStore for SqliteStore {
     ) -> Result<Vec<Result<Accepted, StoreError>>, StoreError> {
         let mut committing = false;
         (|| -> rusqlite::Result<Vec<Result<Accepted, StoreError>>> {
-            let tx = self
-                .conn
-                .transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let tx = super::write(&mut self.conn, self.grouped)?;
             let mut answers = Vec::with_capacity(offers.len());
             for offer in offers {
                 answers.push(enqueue_in(&tx, offer)?);
@@ -66,9 +64,7 @@ impl MailStore for SqliteStore {
         }
         let head = i64::try_from(limit).unwrap_or(i64::MAX);
         (|| -> rusqlite::Result<Vec<MailItem>> {
-            let tx = self
-                .conn
-                .transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let tx = super::write(&mut self.conn, self.grouped)?;
             let holding = tx
                 .prepare_cached(
                     "SELECT count(*), coalesce(max(failures > 0), 0) FROM mail
@@ -157,9 +153,7 @@ impl MailStore for SqliteStore {
             }
         };
         (|| -> rusqlite::Result<Vec<Landed>> {
-            let tx = self
-                .conn
-                .transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let tx = super::write(&mut self.conn, self.grouped)?;
             let mut landed = Vec::with_capacity(writes.len());
             for w in writes {
                 landed.push(match w {
@@ -170,6 +164,9 @@ impl MailStore for SqliteStore {
                     Settle::Asked(q) => ask_in(&tx, deployment, q, at_ms)?,
                     Settle::GivenBack { holder, id } => {
                         written(give_back_in(&tx, deployment, holder, *id, at_ms)?)
+                    }
+                    Settle::Unsent { holder, id } => {
+                        written(unsent_in(&tx, deployment, holder, *id, at_ms)?)
                     }
                 });
             }
@@ -195,9 +192,7 @@ impl MailStore for SqliteStore {
         }
         let outcome = format!("failed: {reason}");
         (|| -> rusqlite::Result<bool> {
-            let tx = self
-                .conn
-                .transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let tx = super::write(&mut self.conn, self.grouped)?;
             let changed = tx
                 .prepare_cached(
                     "UPDATE mail SET state = 'done', outcome = ?4, done_at_ms = ?5, payload = x'',
@@ -229,9 +224,7 @@ impl MailStore for SqliteStore {
             return Ok(None);
         }
         (|| -> rusqlite::Result<Option<CancelFound>> {
-            let tx = self
-                .conn
-                .transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let tx = super::write(&mut self.conn, self.grouped)?;
             type Row = (String, String, Option<String>, Option<u32>, Option<String>);
             let row: Option<Row> = tx
                 .prepare_cached(
@@ -288,9 +281,7 @@ impl MailStore for SqliteStore {
         max_deliveries: u32,
     ) -> Result<Replayed, StoreError> {
         (|| -> rusqlite::Result<Replayed> {
-            let tx = self
-                .conn
-                .transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let tx = super::write(&mut self.conn, self.grouped)?;
             let held_items = tx
                 .prepare_cached(&format!(
                     "SELECT id, failures, started, cancel_reason IS NOT NULL, {OPEN_QUESTION}
@@ -392,9 +383,7 @@ impl MailStore for SqliteStore {
     /// counted; returns how many.
     fn replay_all_mail_holding(&mut self, at_ms: u64, hold: &[String]) -> Result<u64, StoreError> {
         (|| -> rusqlite::Result<u64> {
-            let tx = self
-                .conn
-                .transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let tx = super::write(&mut self.conn, self.grouped)?;
             // What a committed cancel named ends cancelled, not returned.
             let cancelled: Vec<(u64, String)> = tx
                 .prepare_cached(
@@ -520,7 +509,7 @@ impl MailStore for SqliteStore {
 
 /// One offer inside the caller's transaction.
 fn enqueue_in(
-    tx: &rusqlite::Transaction<'_>,
+    tx: &rusqlite::Connection,
     offer: &Offer,
 ) -> rusqlite::Result<Result<Accepted, StoreError>> {
     let (deployment, key) = (offer.deployment.as_str(), offer.key.as_deref());
@@ -580,7 +569,7 @@ fn enqueue_in(
 
 /// One acknowledgement inside the caller's transaction.
 fn ack_in(
-    tx: &rusqlite::Transaction<'_>,
+    tx: &rusqlite::Connection,
     deployment: &str,
     a: &AckOf,
     at_ms: u64,
@@ -615,7 +604,7 @@ fn ack_in(
 /// A held item whose cancel was recorded, its holder gone: done,
 /// cancelled, never run again (the caller ends its delivery).
 fn cancel_held(
-    tx: &rusqlite::Transaction<'_>,
+    tx: &rusqlite::Connection,
     deployment: &str,
     id: u64,
     at_ms: u64,
@@ -636,7 +625,7 @@ fn cancel_held(
 /// once per (item, key), with the attempt that first asked it; asked
 /// again, its stored answer, if any, comes back.
 fn ask_in(
-    tx: &rusqlite::Transaction<'_>,
+    tx: &rusqlite::Connection,
     deployment: &str,
     asking: &Asking,
     at_ms: u64,
@@ -685,7 +674,7 @@ fn ask_in(
 /// an answer: back in the inbox, uncounted, awaiting (a recorded cancel
 /// ends it cancelled instead).
 fn give_back_in(
-    tx: &rusqlite::Transaction<'_>,
+    tx: &rusqlite::Connection,
     deployment: &str,
     holder: &Holder,
     id: u64,
@@ -724,7 +713,7 @@ fn give_back_in(
 /// Item `id`'s delivery to `holder` becomes a start: true when `holder`
 /// holds it and had not started it.
 fn start_in(
-    tx: &rusqlite::Transaction<'_>,
+    tx: &rusqlite::Connection,
     deployment: &str,
     holder: &Holder,
     id: u64,
@@ -742,13 +731,33 @@ fn start_in(
     Ok(changed == 1)
 }
 
-/// Ends item `id`'s delivery in flight in the history.
-fn end_delivery(
-    tx: &rusqlite::Transaction<'_>,
+/// Item `id`, taken for `holder` but never sent, back in the inbox with
+/// its take undone (a protocol-2 holder's take was a start).
+fn unsent_in(
+    tx: &rusqlite::Connection,
+    deployment: &str,
+    holder: &Holder,
     id: u64,
     at_ms: u64,
-    how: &str,
-) -> rusqlite::Result<()> {
+) -> rusqlite::Result<bool> {
+    let Ok(row) = i64::try_from(id) else {
+        return Ok(false);
+    };
+    let changed = tx
+        .prepare_cached(
+            "UPDATE mail SET state = 'inbox', holder_channel = NULL, holder_pid = NULL,
+                 starts = starts - started, started = 0
+             WHERE id = ?1 AND deployment = ?2 AND state = 'processing' AND holder_channel = ?3",
+        )?
+        .execute(params![row, deployment, holder.channel_id])?;
+    if changed == 1 {
+        end_delivery(tx, id, at_ms, crate::store::held::UNSENT)?;
+    }
+    Ok(changed == 1)
+}
+
+/// Ends item `id`'s delivery in flight in the history.
+fn end_delivery(tx: &rusqlite::Connection, id: u64, at_ms: u64, how: &str) -> rusqlite::Result<()> {
     tx.prepare_cached(
         "UPDATE mail_history SET ended_at_ms = ?2, how = ?3
          WHERE mail_id = ?1 AND ended_at_ms IS NULL AND attempt IS NOT NULL",
@@ -758,7 +767,7 @@ fn end_delivery(
 }
 
 /// Adds an event row inside the caller's transaction.
-fn note(tx: &rusqlite::Transaction<'_>, event: &NewEvent) -> rusqlite::Result<()> {
+fn note(tx: &rusqlite::Connection, event: &NewEvent) -> rusqlite::Result<()> {
     tx.prepare_cached(
         "INSERT INTO events (at_ms, deployment, kind, body) VALUES (?1, ?2, ?3, ?4)",
     )?
@@ -782,9 +791,7 @@ pub(super) fn delete_batch(
     select: &str,
     args: impl rusqlite::Params + Copy,
 ) -> rusqlite::Result<u64> {
-    let tx = store
-        .conn
-        .transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let tx = super::write(&mut store.conn, store.grouped)?;
     tx.prepare_cached(&format!(
         "DELETE FROM mail_history WHERE mail_id IN ({select})"
     ))?

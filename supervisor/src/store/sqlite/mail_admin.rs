@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use rusqlite::types::ToSql;
-use rusqlite::{OptionalExtension, Row, TransactionBehavior, params};
+use rusqlite::{OptionalExtension, Row, params};
 
 use super::SqliteStore;
 use crate::store::held::Holder;
@@ -211,9 +211,7 @@ impl MailAdmin for SqliteStore {
         at_ms: u64,
     ) -> Result<Retried, StoreError> {
         (|| -> rusqlite::Result<Result<Retried, StoreError>> {
-            let tx = self
-                .conn
-                .transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let tx = super::write(&mut self.conn, self.grouped)?;
             let ids: Vec<u64> = match id {
                 Some(id) => {
                     let state: Option<String> = tx
@@ -293,9 +291,7 @@ impl MailAdmin for SqliteStore {
         let mut purged: BTreeMap<String, u64> = BTreeMap::new();
         loop {
             let batch = (|| -> rusqlite::Result<usize> {
-                let tx = self
-                    .conn
-                    .transaction_with_behavior(TransactionBehavior::Immediate)?;
+                let tx = super::write(&mut self.conn, self.grouped)?;
                 let rows: Vec<(u64, String)> = tx
                     .prepare_cached(
                         "SELECT id, deployment FROM mail

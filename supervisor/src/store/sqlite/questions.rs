@@ -1,7 +1,7 @@
 //! Questions and answers in SQLite: one `questions` row per (item, key);
 //! an answer is stored in one transaction with the item's release.
 
-use rusqlite::{OptionalExtension, Row, TransactionBehavior, params};
+use rusqlite::{OptionalExtension, Row, params};
 use wfhost_policy::item;
 
 use super::SqliteStore;
@@ -46,9 +46,7 @@ impl QuestionStore for SqliteStore {
             return Ok(None);
         };
         (|| -> rusqlite::Result<Option<Answering>> {
-            let tx = self
-                .conn
-                .transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let tx = super::write(&mut self.conn, self.grouped)?;
             let found = tx
                 .prepare_cached(
                     "SELECT deployment, state, outcome, holder_channel, holder_pid FROM mail

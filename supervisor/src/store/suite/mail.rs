@@ -6,7 +6,9 @@
 use std::collections::{BTreeSet, HashMap};
 
 use super::Fixture;
-use crate::store::{Accepted, Ending, Holder, MailCounts, MailItem, Store, StoreError};
+use crate::store::{
+    Accepted, Ending, Holder, Landed, MailCounts, MailItem, Settle, Store, StoreError,
+};
 
 const MAX: u64 = 1_000;
 
@@ -130,6 +132,37 @@ pub fn mail_is_taken_in_fifo_order_and_moves_to_processing(f: &dyn Fixture) {
     assert!(store.take_mail("d", &one(), 0, 0).unwrap().is_empty());
     assert_eq!(store.mail_counts("d").unwrap(), counts(0, 3, 0));
     assert_eq!(recount(f, "d"), counts(0, 3, 0));
+}
+
+pub fn an_unsent_item_goes_back_to_the_head_with_its_take_undone(f: &dyn Fixture) {
+    let mut store = f.open();
+    let a = send(&mut *store, "d", "a");
+    let b = send(&mut *store, "d", "b");
+    // A protocol-2 holder's take is a start: undone with the take.
+    assert_eq!(ids(&store.take_mail("d", &one(), 2, 10).unwrap()), [a, b]);
+    let unsent = |id| Settle::Unsent { holder: one(), id };
+    let landed = store
+        .settle_mail("d", &[unsent(b), unsent(a), unsent(a)], 20)
+        .unwrap();
+    assert_eq!(landed, [Landed::Written, Landed::Written, Landed::Ignored]);
+    assert_eq!(store.mail_counts("d").unwrap(), counts(2, 0, 0));
+    // Another holder's report changes nothing.
+    let taken = store.take_mail("d", &holder(2), 2, 30).unwrap();
+    assert_eq!(ids(&taken), [a, b], "back at the head, in order");
+    assert!(
+        taken.iter().all(|m| m.attempt == 1),
+        "not counted: {taken:?}"
+    );
+    let other = store.settle_mail("d", &[unsent(a)], 40).unwrap();
+    assert_eq!(other, [Landed::Ignored]);
+    let view = store.mail_item(a).unwrap().unwrap();
+    assert_eq!(view.attempts, 1, "{view:?}");
+    assert_eq!(
+        view.history.first().and_then(|h| h.how.as_deref()),
+        Some(crate::store::held::UNSENT),
+        "{view:?}"
+    );
+    assert_eq!(recount(f, "d"), counts(0, 2, 0));
 }
 
 pub fn an_ack_counts_once_and_a_duplicate_or_unknown_ack_changes_nothing(f: &dyn Fixture) {

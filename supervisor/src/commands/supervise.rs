@@ -111,6 +111,7 @@ async fn supervise(config: Config, config_path: &Path) -> anyhow::Result<()> {
         started: tokio::sync::Notify::new(),
         fleet: fleet.as_ref().map(|f| f.fleet.clone()),
         sends: Default::default(),
+        door: Default::default(),
     });
     let mut sup = Supervisor::new(&shared);
     if let Some(f) = fleet {

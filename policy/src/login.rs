@@ -161,10 +161,16 @@ mod tests {
         let mut book = Logins::default();
         let t0 = Instant::now();
         book.mint(d(1), "ana", Duration::from_secs(60), t0);
-        assert_eq!(book.redeem(&d(1), d(2), "c".into(), t0 + Duration::from_secs(61)), None);
+        assert_eq!(
+            book.redeem(&d(1), d(2), "c".into(), t0 + Duration::from_secs(61)),
+            None
+        );
         book.mint(d(1), "ana", Duration::from_secs(60), t0);
         book.redeem(&d(1), d(2), "c".into(), t0).unwrap();
-        assert!(book.session(&d(2), t0 + SESSION_TTL - Duration::from_secs(1)).is_some());
+        assert!(
+            book.session(&d(2), t0 + SESSION_TTL - Duration::from_secs(1))
+                .is_some()
+        );
         assert_eq!(book.session(&d(2), t0 + SESSION_TTL), None);
     }
 

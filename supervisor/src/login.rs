@@ -80,7 +80,10 @@ impl Door {
     /// the console is off.
     pub fn mint(&self, who: Who, ttl: Duration) -> Result<Minted, String> {
         let Some(base) = self.url() else {
-            return Err("the console is off: set [console] listen in the config and restart the supervisor".into());
+            return Err(
+                "the console is off: set [console] listen in the config and restart the supervisor"
+                    .into(),
+            );
         };
         let token = secret()?;
         let now = Instant::now();

@@ -132,6 +132,10 @@ async fn supervise(config: Config, config_path: &Path) -> anyhow::Result<()> {
         Some(addr) => Some(crate::observe::metrics::bind(addr).await?),
         None => None,
     };
+    let console = match &config.console {
+        Some(c) => Some(crate::console::bind(c).await?),
+        None => None,
+    };
     // A store that did not exist holds no children to clean up after, no
     // kept records and no mail: nothing of it precedes the first spawn.
     if !fresh {
@@ -152,6 +156,16 @@ async fn supervise(config: Config, config_path: &Path) -> anyhow::Result<()> {
     tokio::task::spawn_blocking(move || warn_missing_programs(&checked));
     info!(socket = %control.path().display(), deployments = config.deployments.len(), "supervising");
     let admission = control.admission();
+    // The console answers through the control socket's handlers.
+    let console_task = console.map(|bound| {
+        let ctx = crate::control::handlers::Context {
+            registry: sup.registry(),
+            shared: shared.clone(),
+            host: host_asks.clone(),
+            budget: Default::default(),
+        };
+        tokio::spawn(crate::console::serve(bound, ctx))
+    });
     let control_task = tokio::spawn(control.serve(server::Served {
         registry: sup.registry(),
         shared: shared.clone(),
@@ -173,6 +187,9 @@ async fn supervise(config: Config, config_path: &Path) -> anyhow::Result<()> {
     serving.wind_down(graceful).await;
     let serving::Serving { in_force, .. } = serving;
     control_task.abort();
+    if let Some(task) = console_task {
+        task.abort();
+    }
     in_force.abort();
     progress_task.abort();
     finish(&shared, &settings.state_dir, store_failed).await

@@ -58,7 +58,9 @@ impl Caller<'_> {
     /// "ana (uid 1000)", or "ana (uid 1000) in the console": the words of
     /// a mail change's journal record.
     pub fn name(&self) -> String {
-        let name = self.who().map_or_else(|| "an operator".into(), |w| w.name());
+        let name = self
+            .who()
+            .map_or_else(|| "an operator".into(), |w| w.name());
         match self {
             Self::Client(_) => name,
             Self::Console(_) => format!("{name} in the console"),

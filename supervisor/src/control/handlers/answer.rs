@@ -34,11 +34,7 @@ pub struct Given {
 }
 
 /// Stores the answer and delivers it, or says why not.
-pub async fn answer(
-    ctx: &Context,
-    caller: Option<Value>,
-    a: Given,
-) -> Result<Response, Response> {
+pub async fn answer(ctx: &Context, caller: Option<Value>, a: Given) -> Result<Response, Response> {
     let usage = |e: String| Response::failed(exit::USAGE, e);
     if a.key.is_empty() || a.key.len() > MAX_KEY_BYTES {
         return Err(usage(format!(

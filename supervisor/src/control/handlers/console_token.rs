@@ -16,7 +16,11 @@ use crate::human;
 
 /// Mints the link, or says why not (the console is off, a TTL out of
 /// bounds).
-pub fn answer(ctx: &Context, stream: &UnixStream, ttl_ms: Option<u64>) -> Result<Response, Response> {
+pub fn answer(
+    ctx: &Context,
+    stream: &UnixStream,
+    ttl_ms: Option<u64>,
+) -> Result<Response, Response> {
     let ttl = ttl_ms.map_or(TOKEN_TTL, Duration::from_millis);
     if !(MIN_TOKEN_TTL..=MAX_TOKEN_TTL).contains(&ttl) {
         return Err(Response::failed(
@@ -29,9 +33,9 @@ pub fn answer(ctx: &Context, stream: &UnixStream, ttl_ms: Option<u64>) -> Result
             ),
         ));
     }
-    let cred = stream
-        .peer_cred()
-        .map_err(|e| Response::failed(exit::FAILED, format!("cannot read peer credentials: {e}")))?;
+    let cred = stream.peer_cred().map_err(|e| {
+        Response::failed(exit::FAILED, format!("cannot read peer credentials: {e}"))
+    })?;
     let who = who_of(cred.uid());
     let minted = ctx
         .shared

@@ -587,3 +587,71 @@ fn tls_is_served_with_a_secure_cookie() {
     let _ = c.read_to_end(&mut buf);
     assert!(!String::from_utf8_lossy(&buf).contains("<h1>"));
 }
+
+/// The repository's root (the tests crate's parent).
+fn repo() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the repository")
+        .to_path_buf()
+}
+
+/// A real Chromium (Debian's `chromium`) through the operator's story,
+/// driven by `tests/console/browser.mjs`. `WFHOST_CONSOLE_SHOTS=DIR`
+/// saves the main pages' screenshots there (`docs/console` in the
+/// README).
+#[test]
+fn a_real_browser_answers_retries_and_sees_a_recycle_live() {
+    let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
+    if !Path::new(&chromium).exists() {
+        eprintln!("SKIPPED: no Chromium at {chromium} (apt-get install chromium; .ci/run installs it)");
+        return;
+    }
+    let script = repo().join("tests/console/browser.mjs");
+    assert!(
+        repo().join("tests/console/node_modules/puppeteer-core").exists(),
+        "tests/console has no node_modules: run `npm ci --prefix tests/console` (scripts/test does)"
+    );
+    let port = free_port();
+    let dir = TempDir::new();
+    let cured = dir.join("cured");
+    let body = format!(
+        "{}{}\n{}",
+        console(port),
+        asking("orders"),
+        deployment(
+            "poisoned",
+            &testchild("poison"),
+            &format!("max_deliveries = 1\nenv = {{ WFH_CURED = \"{}\" }}", cured.display())
+        )
+    );
+    let sup = Supervisor::start(&body);
+    sup.wait_deployment("orders", "ready", LONG, |d| d["state"] == "ready");
+    sup.wait_deployment("poisoned", "ready", LONG, |d| d["state"] == "ready");
+    let ask = r#"{"ask":{"key":"approve","prompt":{"order":"A-1042","amount":120,"note":"<script>alert('from a child')</script>"}}}"#;
+    ok("send", &sup.client(&["send", "orders", ask]));
+    ok("send", &sup.client(&["send", "poisoned", "poison"]));
+    sup.wait_deployment("orders", "a question", LONG, |d| d["mail"]["questions_open"] == 1);
+    sup.wait_deployment("poisoned", "dead mail", LONG, |d| d["mail"]["dead"] == 1);
+    std::fs::write(&cured, "").unwrap();
+    let url = ok("console token", &sup.client(&["console", "token"]));
+    let mut node = Command::new("node");
+    node.arg(&script)
+        .env("LOGIN_URL", url.trim())
+        .env("CHROMIUM", &chromium)
+        .current_dir(repo().join("tests/console"));
+    if let Ok(shots) = std::env::var("WFHOST_CONSOLE_SHOTS") {
+        node.env("SHOTS", repo().join(shots));
+    }
+    let out = node.output().expect("run node");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "the browser's story failed:\n{said}\nsupervisor log:\n{}", sup.log());
+    assert!(said.contains("browser: done"), "{said}");
+    let journal = sup.journal();
+    assert!(journal.iter().any(|r| r["kind"] == "question_answered"
+        && r["body"].to_string().contains("console")));
+}

@@ -604,12 +604,16 @@ fn repo() -> std::path::PathBuf {
 fn a_real_browser_answers_retries_and_sees_a_recycle_live() {
     let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
     if !Path::new(&chromium).exists() {
-        eprintln!("SKIPPED: no Chromium at {chromium} (apt-get install chromium; .ci/run installs it)");
+        eprintln!(
+            "SKIPPED: no Chromium at {chromium} (apt-get install chromium; .ci/run installs it)"
+        );
         return;
     }
     let script = repo().join("tests/console/browser.mjs");
     assert!(
-        repo().join("tests/console/node_modules/puppeteer-core").exists(),
+        repo()
+            .join("tests/console/node_modules/puppeteer-core")
+            .exists(),
         "tests/console has no node_modules: run `npm ci --prefix tests/console` (scripts/test does)"
     );
     let port = free_port();
@@ -622,7 +626,10 @@ fn a_real_browser_answers_retries_and_sees_a_recycle_live() {
         deployment(
             "poisoned",
             &testchild("poison"),
-            &format!("max_deliveries = 1\nenv = {{ WFH_CURED = \"{}\" }}", cured.display())
+            &format!(
+                "max_deliveries = 1\nenv = {{ WFH_CURED = \"{}\" }}",
+                cured.display()
+            )
         )
     );
     let sup = Supervisor::start(&body);
@@ -631,7 +638,9 @@ fn a_real_browser_answers_retries_and_sees_a_recycle_live() {
     let ask = r#"{"ask":{"key":"approve","prompt":{"order":"A-1042","amount":120,"note":"<script>alert('from a child')</script>"}}}"#;
     ok("send", &sup.client(&["send", "orders", ask]));
     ok("send", &sup.client(&["send", "poisoned", "poison"]));
-    sup.wait_deployment("orders", "a question", LONG, |d| d["mail"]["questions_open"] == 1);
+    sup.wait_deployment("orders", "a question", LONG, |d| {
+        d["mail"]["questions_open"] == 1
+    });
     sup.wait_deployment("poisoned", "dead mail", LONG, |d| d["mail"]["dead"] == 1);
     std::fs::write(&cured, "").unwrap();
     let url = ok("console token", &sup.client(&["console", "token"]));
@@ -649,9 +658,16 @@ fn a_real_browser_answers_retries_and_sees_a_recycle_live() {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(out.status.success(), "the browser's story failed:\n{said}\nsupervisor log:\n{}", sup.log());
+    assert!(
+        out.status.success(),
+        "the browser's story failed:\n{said}\nsupervisor log:\n{}",
+        sup.log()
+    );
     assert!(said.contains("browser: done"), "{said}");
     let journal = sup.journal();
-    assert!(journal.iter().any(|r| r["kind"] == "question_answered"
-        && r["body"].to_string().contains("console")));
+    assert!(
+        journal
+            .iter()
+            .any(|r| r["kind"] == "question_answered" && r["body"].to_string().contains("console"))
+    );
 }

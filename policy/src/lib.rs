@@ -17,6 +17,7 @@
 //! | [`life`] | a deployment's whole life: phases, inputs, actions ([`Life`]) | §3–§5 |
 //! | [`schedule`] | when the clock recycles a child (`recycle.at`, [`schedule::Schedule`]) | §5 |
 //! | [`fact`] | the vocabulary of journaled and published facts ([`Fact`]) | §7 |
+//! | [`login`] | who may use the console: one-time login tokens and the sessions they open ([`login::Logins`]) | §8 |
 //! | [`lease`] | which host of a fleet takes, keeps or hands off which deployment ([`lease::plan`]) | §10b |
 //!
 //! Every type tolerates every input: transitions that make no sense are
@@ -48,6 +49,7 @@ pub mod item;
 pub mod lease;
 pub mod life;
 pub mod liveness;
+pub mod login;
 pub mod recycle;
 pub mod restart;
 pub mod schedule;

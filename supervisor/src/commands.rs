@@ -5,6 +5,7 @@ pub mod answer;
 pub mod call;
 pub mod cancel;
 pub mod check_config;
+pub mod console;
 pub mod demo;
 pub mod drain;
 pub mod events;
@@ -83,6 +84,9 @@ pub enum Command {
     /// List and inspect stored mail; retry or purge dead mail.
     #[command(subcommand)]
     Mail(mail::Command),
+    /// The browser console: `token` prints a one-time login link.
+    #[command(subcommand)]
+    Console(console::Command),
 }
 
 /// Where each shell looks for completions.
@@ -120,6 +124,7 @@ pub fn run(command: Command, cli: fn() -> clap::Command) -> u8 {
         Command::Journal(cmd) => journal::run(cmd),
         Command::Man(args) => man::run(args, cli()),
         Command::Mail(cmd) => mail::run(cmd),
+        Command::Console(cmd) => console::run(cmd),
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut cli(), "wfhost", &mut std::io::stdout());
             exit::OK

@@ -44,6 +44,8 @@
 //! | `[fleet] host_id` | the hostname | 1 to 64 of `A-Za-z0-9_.-`; `[fleet]` needs `[store] url` |
 //! | `[fleet] lease_ttl` | 15s | 1s to 1h |
 //! | `[fleet] lease_renew` | 5s | ≥ 100ms, ≤ a third of `lease_ttl` |
+//! | `[console] listen` | none: the console is off | `IP:PORT` on loopback, any address with TLS, or a Unix socket path |
+//! | `[console] tls_cert`, `tls_key` | none: plain HTTP | both or neither; PEM files; needed for a non-loopback `listen` |
 //! | `cgroup_root` | the supervisor's own cgroup if delegated, else none | an absolute path, or `"none"` |
 //! | `limits.*` | none | see `containment.rs` |
 //! | `working_dir` | the config file's directory | must exist; relative to the config file's directory |
@@ -63,6 +65,7 @@
 
 mod build;
 pub mod changes;
+mod console;
 mod containment;
 pub mod defaults;
 mod error;
@@ -102,6 +105,7 @@ const MAX_ENV_BYTES: usize = 256 << 10;
 use build::Build;
 pub use error::ConfigError;
 use error::Problem;
+pub use fleet::hostname;
 pub use programs::{missing as missing_program, programs};
 pub use types::*;
 
@@ -263,6 +267,7 @@ fn parse_with(text: &str, path: &Path, lookup: &Lookup) -> Result<Config, Config
     let store_url = store_url(raw.store).map_err(|p| p.into_error(text, path))?;
     let fleet = fleet::settings(raw.fleet, store_url.is_some(), &fleet::hostname)
         .map_err(|p| p.into_error(text, path))?;
+    let console = console::settings(raw.console, &dir).map_err(|p| p.into_error(text, path))?;
     let defaults = raw.defaults.unwrap_or_default();
     let mut seen: HashMap<String, Range<usize>> = HashMap::new();
     let mut deployments = Vec::with_capacity(raw.deployment.len());
@@ -277,6 +282,7 @@ fn parse_with(text: &str, path: &Path, lookup: &Lookup) -> Result<Config, Config
         supervisor,
         store_url,
         fleet,
+        console,
         log_format,
         deployments,
         allow_empty,

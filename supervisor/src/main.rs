@@ -3,6 +3,7 @@
 mod clock;
 mod commands;
 mod config;
+mod console;
 mod contain;
 mod control;
 mod deployment;
@@ -13,6 +14,7 @@ mod human;
 mod journal;
 mod localtime;
 mod logging;
+mod login;
 mod observe;
 mod procfs;
 mod record;

@@ -51,6 +51,8 @@ pub struct Shared {
     pub fleet: Option<Arc<crate::fleet::Fleet>>,
     /// Mail offered by senders, written together.
     pub sends: Arc<crate::store::send_batch::SendBatch>,
+    /// The console's logins (`console token` mints them), and its address.
+    pub door: crate::login::Door,
 }
 
 /// Records waiting for the store, oldest first.

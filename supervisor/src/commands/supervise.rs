@@ -111,6 +111,7 @@ async fn supervise(config: Config, config_path: &Path) -> anyhow::Result<()> {
         started: tokio::sync::Notify::new(),
         fleet: fleet.as_ref().map(|f| f.fleet.clone()),
         sends: Default::default(),
+        door: Default::default(),
     });
     let mut sup = Supervisor::new(&shared);
     if let Some(f) = fleet {
@@ -129,6 +130,10 @@ async fn supervise(config: Config, config_path: &Path) -> anyhow::Result<()> {
     let (host_asks, asks) = mpsc::channel(8);
     let metrics = match settings.metrics_listen {
         Some(addr) => Some(crate::observe::metrics::bind(addr).await?),
+        None => None,
+    };
+    let console = match &config.console {
+        Some(c) => Some(crate::console::bind(c).await?),
         None => None,
     };
     // A store that did not exist holds no children to clean up after, no
@@ -151,6 +156,16 @@ async fn supervise(config: Config, config_path: &Path) -> anyhow::Result<()> {
     tokio::task::spawn_blocking(move || warn_missing_programs(&checked));
     info!(socket = %control.path().display(), deployments = config.deployments.len(), "supervising");
     let admission = control.admission();
+    // The console answers through the control socket's handlers.
+    let console_task = console.map(|bound| {
+        let ctx = crate::control::handlers::Context {
+            registry: sup.registry(),
+            shared: shared.clone(),
+            host: host_asks.clone(),
+            budget: Default::default(),
+        };
+        tokio::spawn(crate::console::serve(bound, ctx))
+    });
     let control_task = tokio::spawn(control.serve(server::Served {
         registry: sup.registry(),
         shared: shared.clone(),
@@ -172,6 +187,9 @@ async fn supervise(config: Config, config_path: &Path) -> anyhow::Result<()> {
     serving.wind_down(graceful).await;
     let serving::Serving { in_force, .. } = serving;
     control_task.abort();
+    if let Some(task) = console_task {
+        task.abort();
+    }
     in_force.abort();
     progress_task.abort();
     finish(&shared, &settings.state_dir, store_failed).await

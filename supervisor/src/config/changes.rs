@@ -90,6 +90,11 @@ pub fn compare(running: &Config, new: &Config) -> Changes {
             log_format(running.log_format),
             log_format(new.log_format),
         ),
+        differ(
+            "[console]",
+            super::console::describe(running.console.as_ref()),
+            super::console::describe(new.console.as_ref()),
+        ),
     ];
     let applied = [
         differ(

@@ -91,7 +91,14 @@ fn every_config_key_is_in_the_example_with_its_meaning_and_default() {
     let tables = keys::<RawFile>();
     assert_eq!(
         tables,
-        ["supervisor", "defaults", "store", "fleet", "deployment"]
+        [
+            "supervisor",
+            "defaults",
+            "store",
+            "fleet",
+            "console",
+            "deployment"
+        ]
     );
     let mut wanted: Vec<(&str, &str)> = Vec::new();
     wanted.extend(
@@ -101,6 +108,11 @@ fn every_config_key_is_in_the_example_with_its_meaning_and_default() {
     );
     wanted.extend(keys::<RawStore>().into_iter().map(|k| ("store", k)));
     wanted.extend(keys::<RawFleet>().into_iter().map(|k| ("fleet", k)));
+    wanted.extend(
+        keys::<super::raw::RawConsole>()
+            .into_iter()
+            .map(|k| ("console", k)),
+    );
     for key in keys::<RawCommon>() {
         match key {
             "recycle" => wanted.extend(

@@ -156,6 +156,8 @@ pub struct RawFile {
     pub store: Option<RawStore>,
     /// `[fleet]`: this host is one of several sharing the store.
     pub fleet: Option<Spanned<RawFleet>>,
+    /// `[console]`: the browser console (`config/console.rs`).
+    pub console: Option<Spanned<RawConsole>>,
     /// Every `[[deployment]]`.
     #[serde(default)]
     pub deployment: Vec<Spanned<RawDeployment>>,
@@ -205,6 +207,18 @@ pub struct RawFleet {
     pub lease_ttl: Option<Spanned<DurationValue>>,
     /// How often leases are renewed.
     pub lease_renew: Option<Spanned<DurationValue>>,
+}
+
+/// `[console]`: where the browser console listens, and its TLS files.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawConsole {
+    /// `IP:PORT` or a Unix socket path.
+    pub listen: Option<Spanned<Text<PATH_MAX>>>,
+    /// A PEM certificate chain.
+    pub tls_cert: Option<Spanned<Text<PATH_MAX>>>,
+    /// Its PEM private key.
+    pub tls_key: Option<Spanned<Text<PATH_MAX>>>,
 }
 
 /// `recycle = { .. }`: each key merged on its own with `[defaults]`.

@@ -20,6 +20,8 @@ pub struct Config {
     pub store_url: Option<String>,
     /// `[fleet]`: this host shares the store's deployments with others.
     pub fleet: Option<FleetSettings>,
+    /// `[console]`: the browser console, off without the table.
+    pub console: Option<ConsoleSettings>,
     /// `[supervisor] log_format`: how log lines are written
     /// (`supervise --log-format` overrides it). Kept beside the settings,
     /// which the supervisor's parts take, since only start-up reads it.
@@ -30,6 +32,33 @@ pub struct Config {
     /// running deployment (without it, a file with none is refused by a
     /// reload while any run: an emptied file is more often an accident).
     pub allow_empty: bool,
+}
+
+/// `[console]`: where the browser console listens, and how.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsoleSettings {
+    /// A TCP address (loopback unless TLS is set) or a Unix socket.
+    pub listen: ConsoleListen,
+    /// The certificate and key files, for HTTPS.
+    pub tls: Option<ConsoleTls>,
+}
+
+/// Where the console listens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConsoleListen {
+    /// `IP:PORT`.
+    Tcp(SocketAddr),
+    /// A Unix socket path, absolute.
+    Unix(PathBuf),
+}
+
+/// The console's TLS files (PEM).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsoleTls {
+    /// The certificate chain.
+    pub cert: PathBuf,
+    /// The private key.
+    pub key: PathBuf,
 }
 
 /// `[fleet]`: one host of several that share one PostgreSQL store, each

@@ -241,6 +241,13 @@ pub enum Request {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         older_than_ms: Option<u64>,
     },
+    /// A one-time login link to this supervisor's console, usable for
+    /// `ttl_ms` (default 15 minutes); its sessions act as the client.
+    ConsoleToken {
+        /// How long the link may be used.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        ttl_ms: Option<u64>,
+    },
 }
 
 /// Which host of a fleet answers a request (a host outside a fleet
@@ -299,7 +306,8 @@ impl Request {
             | Self::Answer { .. }
             | Self::MailPayload { .. }
             | Self::MailRetry { .. }
-            | Self::MailPurge { .. } => Route::Anywhere,
+            | Self::MailPurge { .. }
+            | Self::ConsoleToken { .. } => Route::Anywhere,
         }
     }
 

@@ -425,8 +425,7 @@ pub trait EventStore {
     /// many were deleted.
     fn prune_events(&mut self, keep: u64) -> Result<u64, StoreError>;
 
-    #[cfg(test)]
     /// The highest seq ever assigned (0 when none), even if pruned since:
-    /// the cursor for following from now on.
+    /// the cursor for following from now on (the console's pages).
     fn last_event_seq(&mut self) -> Result<u64, StoreError>;
 }

@@ -5,7 +5,6 @@
 //! owner.
 
 use serde_json::{Value, json};
-use tokio::net::UnixStream;
 
 use super::{Context, lookup};
 use crate::clock::unix_ms;
@@ -35,11 +34,7 @@ pub struct Given {
 }
 
 /// Stores the answer and delivers it, or says why not.
-pub async fn answer(
-    ctx: &Context,
-    stream: Option<&UnixStream>,
-    a: Given,
-) -> Result<Response, Response> {
+pub async fn answer(ctx: &Context, caller: Option<Value>, a: Given) -> Result<Response, Response> {
     let usage = |e: String| Response::failed(exit::USAGE, e);
     if a.key.is_empty() || a.key.len() > MAX_KEY_BYTES {
         return Err(usage(format!(
@@ -63,7 +58,7 @@ pub async fn answer(
             "--by is a label of at most {MAX_LABEL_CHARS} characters"
         )));
     }
-    let by = who(stream, a.peer.clone(), a.by.clone());
+    let by = who(caller, a.peer.clone(), a.by.clone());
     let (id, key) = (a.id, a.key.clone());
     let (stored_value, stored_by) = (value.clone(), by.to_string());
     let found = ctx
@@ -203,22 +198,13 @@ async fn deliver(
     forward::to_owner(fleet, deployment, &request).await.ok
 }
 
-/// Who answered: the client's uid and user name from its peer
-/// credentials (or, forwarded, what the forwarding host saw), and the
-/// label it gave.
-fn who(stream: Option<&UnixStream>, forwarded: Option<Value>, label: Option<String>) -> Value {
-    let mut by = match stream.map(UnixStream::peer_cred) {
-        Some(Ok(cred)) => {
-            let uid = cred.uid();
-            let user = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
-                .ok()
-                .flatten()
-                .map(|u| u.name);
-            json!({"uid": uid, "user": user})
-        }
-        Some(Err(_)) => json!({"uid": null, "user": null}),
-        None => forwarded.unwrap_or_else(|| json!({"uid": null, "user": null})),
-    };
+/// Who answered: the caller's uid and user name (a client's peer
+/// credentials, a console session's minter, or, forwarded, what the
+/// forwarding host saw), and the label it gave.
+fn who(caller: Option<Value>, forwarded: Option<Value>, label: Option<String>) -> Value {
+    let mut by = caller
+        .or(forwarded)
+        .unwrap_or_else(|| json!({"uid": null, "user": null}));
     if let (Some(label), Some(map)) = (label, by.as_object_mut()) {
         map.insert("label".into(), Value::String(label));
     }

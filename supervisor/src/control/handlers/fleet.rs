@@ -23,7 +23,7 @@ use crate::status::Status;
 /// it back for this host's handlers (`Err`): always so on a single host.
 pub async fn route(
     request: Request,
-    stream: &mut UnixStream,
+    stream: Option<&mut UnixStream>,
     ctx: &Context,
 ) -> Result<Response, Request> {
     let Some(fleet) = ctx.shared.fleet.clone() else {
@@ -42,7 +42,9 @@ pub async fn route(
                 payload_bytes,
                 key,
                 deadline_ms,
-            } if !here(ctx, &deployment) => {
+            } if !here(ctx, &deployment)
+                && let Some(stream) = stream =>
+            {
                 let sending = send::Sending {
                     payload_bytes,
                     key,

@@ -1,13 +1,12 @@
 //! `mail-list`, `mail-show`, `mail-payload`, `mail-retry`, `mail-purge`:
 //! what operators see of stored mail, and their two decisions about dead
 //! mail. Reads go to the store's read connection; a retry or a purge is
-//! journaled with who asked (the peer's user), and a retry wakes the
+//! journaled with who asked (the peer's user, or the console session's), and a retry wakes the
 //! deployment's dispatcher so the mail is delivered at once.
 
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use tokio::net::UnixStream;
 use wfhost_policy::Fact;
 
 use super::{Context, lookup};
@@ -76,20 +75,6 @@ async fn known(ctx: &Context, deployment: &str) -> Result<(), Response> {
         return Ok(());
     }
     Err(unknown)
-}
-
-/// Who is asking, for the journal: the peer's user name and uid.
-pub(super) fn peer(stream: &UnixStream) -> String {
-    match stream.peer_cred() {
-        Ok(cred) => {
-            let uid = cred.uid();
-            match nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid)) {
-                Ok(Some(user)) => format!("{} (uid {uid})", user.name),
-                _ => format!("uid {uid}"),
-            }
-        }
-        Err(_) => "an operator".into(),
-    }
 }
 
 /// Item `id` as stored, or the refusal naming it.
@@ -202,7 +187,7 @@ pub async fn payload(
 /// `deployment` or of every running deployment.
 pub async fn retry(
     ctx: &Context,
-    stream: &UnixStream,
+    by: String,
     id: Option<u64>,
     dead: bool,
     deployment: Option<String>,
@@ -234,7 +219,6 @@ pub async fn retry(
         }
         (None, true, None) => configured(ctx).into_iter().map(|d| (d, None)).collect(),
     };
-    let by = peer(stream);
     let (who, at) = (by.clone(), unix_ms());
     let work = targets.clone();
     let retried = ctx
@@ -272,7 +256,7 @@ pub async fn retry(
 /// longer than `older_than_ms` if given.
 pub async fn purge(
     ctx: &Context,
-    stream: &UnixStream,
+    by: String,
     deployment: Option<String>,
     older_than_ms: Option<u64>,
 ) -> Result<Response, Response> {
@@ -290,7 +274,6 @@ pub async fn purge(
         .await
         .map_err(failed)?
         .map_err(failed)?;
-    let by = peer(stream);
     let mut total = 0;
     let mut out = Vec::new();
     for (deployment, count) in purged {

@@ -5,7 +5,6 @@
 //! with the child's verdict; an item that has ended is left as it was.
 
 use serde_json::json;
-use tokio::net::UnixStream;
 
 use super::{Context, lookup};
 use crate::clock::unix_ms;
@@ -21,12 +20,12 @@ const OPERATOR: &str = "operator cancel";
 /// Cancels item `id` as its state allows, and says what came of it.
 pub async fn answer(
     ctx: &Context,
-    stream: Option<&UnixStream>,
+    by: Option<String>,
     id: u64,
     reason: Option<String>,
 ) -> Result<Response, Response> {
     let reason = reason.unwrap_or_else(|| OPERATOR.to_owned());
-    let by = stream.map_or_else(|| "a host of the fleet".to_owned(), super::mail::peer);
+    let by = by.unwrap_or_else(|| "a host of the fleet".to_owned());
     let why = reason.clone();
     let found = ctx
         .shared

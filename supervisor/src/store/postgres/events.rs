@@ -99,7 +99,6 @@ impl EventStore for PostgresStore {
         deleted.map_err(|e| self.fail("pruning the event log", &e))
     }
 
-    #[cfg(test)]
     /// The highest seq ever assigned, 0 when none: the identity sequence's
     /// high-water mark survives pruning every row.
     fn last_event_seq(&mut self) -> Result<u64, StoreError> {

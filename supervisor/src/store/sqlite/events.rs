@@ -92,7 +92,6 @@ impl EventStore for SqliteStore {
         Ok(u64::try_from(deleted).unwrap_or(u64::MAX))
     }
 
-    #[cfg(test)]
     /// The highest seq ever assigned, 0 when none: AUTOINCREMENT's high-water
     /// mark survives pruning every row.
     fn last_event_seq(&mut self) -> Result<u64, StoreError> {

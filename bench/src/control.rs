@@ -177,6 +177,15 @@ pub fn last_seq(socket: &Path) -> anyhow::Result<u64> {
     Ok(last)
 }
 
+/// How a flood's senders reach the supervisor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Senders {
+    /// Each keeps one connection for all its sends, as the SDK clients do.
+    Kept,
+    /// Each send connects anew (a client of before issue 24, or the CLI).
+    ConnectEach,
+}
+
 /// `senders` threads each sending `per_sender` `{}` items to `deployment`
 /// as fast as they are answered; the time from the first send to the last
 /// `mail_done`.
@@ -185,6 +194,7 @@ pub fn flood(
     deployment: &str,
     senders: usize,
     per_sender: usize,
+    how: Senders,
 ) -> anyhow::Result<Duration> {
     let mut follow = Follow::open(socket, last_seq(socket)?)?;
     let t = Instant::now();
@@ -192,8 +202,23 @@ pub fn flood(
         .map(|_| {
             let (socket, deployment) = (socket.to_path_buf(), deployment.to_owned());
             std::thread::spawn(move || -> anyhow::Result<()> {
+                let request = json!({"v": 2, "cmd": "send", "deployment": deployment, "payload_bytes": 2});
+                let mut kept = match how {
+                    Senders::Kept => Some(UnixStream::connect(&socket)?),
+                    Senders::ConnectEach => None,
+                };
                 for _ in 0..per_sender {
-                    send(&socket, &deployment)?;
+                    let answer = match kept.as_mut() {
+                        Some(s) => {
+                            write_message(s, &request)?;
+                            s.write_all(b"{}")?;
+                            read_message(s)?
+                        }
+                        None => call(&socket, &request, b"{}")?,
+                    };
+                    if answer["ok"] != true {
+                        bail!("send refused: {answer}");
+                    }
                 }
                 Ok(())
             })

@@ -48,3 +48,31 @@ pub fn send_keyed(socket: &Path, deployment: &str, payload: &[u8], key: &str) ->
     s.write_all(payload).expect("write the payload");
     read_message(&mut s).expect("read the answer")
 }
+
+/// One control connection kept for many requests, as an SDK producer
+/// keeps it (docs/control.md "One connection, many requests").
+pub struct Connection(UnixStream);
+
+impl Connection {
+    /// Connects to the control socket at `socket`.
+    pub fn open(socket: &Path) -> std::io::Result<Self> {
+        UnixStream::connect(socket).map(Self)
+    }
+
+    /// Sends `request` (and `payload` after it) and reads the answer.
+    pub fn ask(&mut self, request: &Value, payload: &[u8]) -> std::io::Result<Value> {
+        write_message(&mut self.0, request)?;
+        self.0.write_all(payload)?;
+        read_message(&mut self.0)
+    }
+
+    /// Whether the supervisor closed the connection (reads its end; a
+    /// close with bytes of ours unread is a reset on Linux).
+    pub fn closed(&mut self) -> bool {
+        let mut byte = [0u8; 1];
+        match self.0.read(&mut byte) {
+            Ok(n) => n == 0,
+            Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
+        }
+    }
+}

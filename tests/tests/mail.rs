@@ -599,3 +599,62 @@ fn a_send_whose_answer_is_lost_is_retried_under_one_key() {
     assert_eq!(requests[1]["key"], key, "the retry reuses the key");
     assert_eq!(requests[0]["v"], 2);
 }
+
+/// A producer keeps one connection for many requests: sends, a status and
+/// a result on one; a refused send (its payload maybe unread) is the
+/// connection's last answer, and an unreadable request too.
+#[test]
+fn one_connection_carries_many_requests_until_a_refusal() {
+    use serde_json::json;
+    use wfhost_tests::control::Connection;
+    let sup = Supervisor::start(&deployment(
+        "orders",
+        &demo(&["--step-ms", "1", "--approve-ms", "1"]),
+        "",
+    ));
+    sup.ready_pid("orders", LONG);
+    let mut conn = Connection::open(&sup.socket()).expect("connect");
+    let mut ids = Vec::new();
+    for i in 0..20 {
+        let payload = format!("{{\"order\":{i}}}");
+        let answer = conn
+            .ask(
+                &json!({"v": 2, "cmd": "send", "deployment": "orders", "payload_bytes": payload.len()}),
+                payload.as_bytes(),
+            )
+            .expect("send on the kept connection");
+        ids.push(answer["data"]["id"].as_u64().expect("an id"));
+    }
+    let status = conn
+        .ask(&json!({"v": 2, "cmd": "status"}), b"")
+        .expect("status on the kept connection");
+    assert_eq!(status["ok"], true, "{status}");
+    let last = *ids.last().expect("ids");
+    let result = conn
+        .ask(
+            &json!({"v": 2, "cmd": "mail-result", "id": last, "wait_ms": 30_000}),
+            b"",
+        )
+        .expect("mail-result on the kept connection");
+    assert_eq!(result["data"]["outcome"], "succeeded", "{result}");
+    // Refused before its payload is read: the answer, then the end.
+    let refused = conn
+        .ask(
+            &json!({"v": 2, "cmd": "send", "deployment": "nowhere", "payload_bytes": 5}),
+            b"hello",
+        )
+        .expect("the refusal");
+    assert_eq!(refused["ok"], false, "{refused}");
+    assert!(conn.closed(), "a refused send ends its connection");
+    // An unreadable request is answered, then the connection ends.
+    let mut conn = Connection::open(&sup.socket()).expect("connect");
+    let ok = conn.ask(&json!({"v": 2, "cmd": "status"}), b"").expect("status");
+    assert_eq!(ok["ok"], true);
+    let bad = conn
+        .ask(&json!({"v": 2, "cmd": "no-such-request"}), b"")
+        .expect("the refusal");
+    assert_eq!(bad["ok"], false, "{bad}");
+    assert!(conn.closed(), "an unreadable request ends its connection");
+    let d = sup.wait_deployment("orders", "all twenty done", LONG, |d| mail_counts(d).2 >= 20);
+    assert_eq!(mail_counts(&d).0, 0, "{d}");
+}

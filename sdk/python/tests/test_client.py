@@ -673,3 +673,21 @@ def test_events_of_one_item_or_one_deployment():
         "mail": 17,
         "deployment": "orders",
     }
+
+
+def test_a_producer_keeps_one_connection_for_many_requests(sup):
+    """The supervisor serves request after request on one connection: the
+    client keeps it, and a refused send's connection is not used again."""
+    with wfhost.Client(socket=sup.socket) as client:
+        first = client.send("orders", b"{}")
+        (kept, _), = client._idle
+        for _ in range(20):
+            client.send("orders", b"{}")
+        client.mail_result(first.id)
+        assert [s for s, _ in client._idle] == [kept], "every request went on one connection"
+        with pytest.raises(wfhost.ClientError):
+            client.send("nowhere", b"{}")
+        assert client._idle == [] and kept.fileno() == -1, "the refused send's connection is closed"
+        client.send("orders", b"{}")
+        (again, _), = client._idle
+    assert client._idle == [] and again.fileno() == -1, "closed with the client"

@@ -69,6 +69,72 @@ async function server(answer: (r: Received, n: number) => void): Promise<string>
   return path;
 }
 
+/** A control socket that keeps each connection and answers every request on it, as the supervisor does; counts connections. */
+async function keepingServer(answer: (request: Record<string, unknown>, n: number) => Buffer | null): Promise<{ path: string; connections: () => number }> {
+  const path = join(tempDir(), "wfhost.sock");
+  let connections = 0;
+  let n = 0;
+  const srv = createServer((socket) => {
+    connections++;
+    let buf = Buffer.alloc(0);
+    socket.on("data", (chunk: Buffer) => {
+      buf = Buffer.concat([buf, chunk]);
+      for (;;) {
+        if (buf.length < 4) return;
+        const len = buf.readUInt32BE(0);
+        if (buf.length < 4 + len) return;
+        const request = JSON.parse(buf.subarray(4, 4 + len).toString()) as Record<string, unknown>;
+        const want = Number(request["payload_bytes"] ?? 0);
+        if (buf.length < 4 + len + want) return;
+        buf = buf.subarray(4 + len + want);
+        const reply = answer(request, ++n);
+        if (reply === null) socket.destroy();
+        else socket.write(reply);
+      }
+    });
+    socket.on("error", () => undefined);
+  });
+  servers.push(srv);
+  await new Promise<void>((resolve) => srv.listen(path, resolve));
+  return { path, connections: () => connections };
+}
+
+describe("kept connections", () => {
+  test("sends and results go on one kept connection; a refusal is not kept; close() ends them", async () => {
+    const { path, connections } = await keepingServer((r, n) =>
+      r["deployment"] === "nowhere"
+        ? frame({ ok: false, code: 1, error: "no deployment nowhere" })
+        : r["cmd"] === "send"
+          ? frame({ ok: true, data: { deployment: "orders", id: n, new: true } })
+          : frame({ ok: true, data: { id: r["id"], deployment: "orders", ended: false, state: "inbox", outcome: null, reason: null, result: null } }),
+    );
+    const client = new Client({ socket: path });
+    for (let i = 0; i < 20; i++) await client.send("orders", `item ${i}`);
+    const r = await client.mailResult(3);
+    assert.equal(r.ended, false);
+    assert.equal(connections(), 1, "twenty sends and a result on one connection");
+    await assert.rejects(client.send("nowhere", "x"), /no deployment nowhere/);
+    await client.send("orders", "after a refusal");
+    assert.equal(connections(), 2, "the refused request's connection is not used again");
+    client.close();
+    await client.send("orders", "after close");
+    assert.equal(connections(), 3);
+    client.close();
+  });
+
+  test("a kept connection the supervisor closed is replaced without a lost answer", async () => {
+    const { path, connections } = await keepingServer((_r, n) =>
+      // The second request finds its connection closed under it.
+      n === 2 ? null : frame({ ok: true, data: { deployment: "orders", id: n, new: true } }),
+    );
+    const client = new Client({ socket: path });
+    assert.equal((await client.send("orders", "a")).id, 1);
+    assert.equal((await client.send("orders", "b")).id, 3, "sent again on a new connection");
+    assert.equal(connections(), 2);
+    client.close();
+  });
+});
+
 describe("send", () => {
   test("writes the JSON then the raw payload, always with a key, and returns the id as a number", async () => {
     const seen: Received[] = [];

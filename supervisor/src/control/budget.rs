@@ -188,11 +188,22 @@ async fn read_charged(
 
 /// Reads one length-prefixed request (at most [`MAX_REQUEST`] bytes) and
 /// parses it.
-pub async fn read_request<T: for<'de> serde::Deserialize<'de>>(
+#[cfg(test)]
+async fn read_request<T: for<'de> serde::Deserialize<'de>>(
     stream: &mut (impl AsyncRead + Unpin),
     budget: &Budget,
 ) -> Result<T, ReadError> {
     let len = stream.read_u32().await?;
+    read_request_of(stream, len, budget).await
+}
+
+/// Reads the request of `len` bytes (at most [`MAX_REQUEST`]) that
+/// follows its length prefix, and parses it.
+pub async fn read_request_of<T: for<'de> serde::Deserialize<'de>>(
+    stream: &mut (impl AsyncRead + Unpin),
+    len: u32,
+    budget: &Budget,
+) -> Result<T, ReadError> {
     if len == 0 || len > MAX_REQUEST {
         return Err(ReadError::Invalid(format!(
             "control request of {len} bytes: a request is 1 to {MAX_REQUEST} bytes of JSON (a send's payload \

@@ -1,8 +1,10 @@
 //! The control-socket protocol, in one place (`docs/control.md` is the
 //! contract other clients implement).
 //!
-//! A client connects to the supervisor's Unix socket and sends one request;
-//! the supervisor answers with one response and closes. Each message is a
+//! A client connects to the supervisor's Unix socket and sends a request;
+//! the supervisor answers with one response, and serves the next request
+//! on the same connection while the client keeps it (`server.rs` says when
+//! it closes one). Each message is a
 //! `u32` big-endian length followed by that many bytes of JSON (at most
 //! [`MAX_MESSAGE`]). Requests carry the protocol version `v`; a supervisor
 //! refuses versions it does not speak. A `send` carries its payload raw,

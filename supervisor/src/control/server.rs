@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+use tokio::io::AsyncReadExt;
 use tokio::net::{UnixListener, UnixStream};
 use tracing::{debug, warn};
 
@@ -204,7 +205,6 @@ const REFUSED_READ_LIMIT: usize = 64 << 10;
 /// so it is waiting for the answer when the refusal is written, rather
 /// than finding a closed socket.
 async fn discard_request(stream: &mut UnixStream) {
-    use tokio::io::AsyncReadExt;
     let _ = tokio::time::timeout(Duration::from_secs(1), async {
         let len = stream.read_u32().await? as usize;
         let mut left = len.min(REFUSED_READ_LIMIT);
@@ -222,96 +222,159 @@ async fn discard_request(stream: &mut UnixStream) {
     .await;
 }
 
-/// Serves one client; its seat is held until it is gone.
+/// How long a kept-open connection may wait for its next request.
+pub(super) const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Serves one client, request after request until it closes the
+/// connection, idles past [`IDLE_TIMEOUT`] or asks for a stream; its seat
+/// is held until it is gone. A producer that keeps one connection pays
+/// the connect and the peer-credential check once, not per request.
 async fn serve_client(
     mut stream: UnixStream,
     ctx: ClientContext,
     admission: Admission,
     _seat: Seat,
 ) {
-    let request = match stream.peer_cred() {
-        Ok(cred) if admission.admits(cred.uid(), cred.gid()) => {
-            let read = tokio::time::timeout(
-                REQUEST_TIMEOUT,
-                budget::read_request::<Envelope>(&mut stream, &ctx.budget),
-            );
-            let read = match read.await {
-                Ok(r) => r,
-                Err(_) => Err(budget::ReadError::Io(std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    "no request within 10s",
-                ))),
-            };
-            match read {
-                Ok(envelope) if envelope.v != protocol::VERSION => Err(Response::failed(
-                    exit::USAGE,
-                    format!(
-                        "control protocol version {} is not spoken here (supervisor speaks {}); use a matching wfhost",
-                        envelope.v,
-                        protocol::VERSION
-                    ),
-                )),
-                Ok(envelope) => Ok(envelope.request),
-                Err(budget::ReadError::Full(why)) => {
-                    debug!(error = %why, "control request refused: the buffer budget is spent");
-                    Err(Response::failed(exit::FAILED, why))
-                }
-                Err(e) => {
-                    debug!(error = %e, "unreadable control request");
-                    Err(Response::failed(
-                        exit::USAGE,
-                        format!("unreadable control request: {e}"),
-                    ))
-                }
-            }
-        }
+    match stream.peer_cred() {
+        Ok(cred) if admission.admits(cred.uid(), cred.gid()) => {}
         Ok(cred) => {
             let pid = cred
                 .pid()
                 .map_or_else(|| "unknown".to_owned(), |p| p.to_string());
             warn!(uid = cred.uid(), pid = %pid, "refused a control-socket client");
             discard_request(&mut stream).await;
-            Err(Response::failed(
+            let refusal = Response::failed(
                 exit::FAILED,
                 format!(
                     "permission denied: uid {} is not root, the supervisor's user, or in its admin_group; \
                      run as one of those or ask for admin_group membership",
                     cred.uid()
                 ),
+            );
+            let _ = protocol::write_message(&mut stream, &refusal).await;
+            return;
+        }
+        Err(e) => {
+            let refusal = Response::failed(
+                exit::FAILED,
+                format!("cannot read peer credentials: {e}"),
+            );
+            let _ = protocol::write_message(&mut stream, &refusal).await;
+            return;
+        }
+    }
+    let mut wait = REQUEST_TIMEOUT;
+    loop {
+        // The first request is due within REQUEST_TIMEOUT; between
+        // requests the client may idle, and closing is how it says it is
+        // done.
+        let len = match tokio::time::timeout(wait, stream.read_u32()).await {
+            Ok(Ok(len)) => len,
+            Ok(Err(e)) if wait == IDLE_TIMEOUT => {
+                debug!(error = %e, "control client closed its connection");
+                return;
+            }
+            Ok(Err(e)) => {
+                debug!(error = %e, "unreadable control request");
+                return;
+            }
+            Err(_) if wait == IDLE_TIMEOUT => return,
+            Err(_) => {
+                let response = Response::failed(
+                    exit::USAGE,
+                    "unreadable control request: no request within 10s".to_owned(),
+                );
+                let _ = protocol::write_message(&mut stream, &response).await;
+                return;
+            }
+        };
+        let request = read(&mut stream, len, &ctx).await;
+        // A refused send may leave its payload unread, and an unreadable
+        // request leaves the framing unknown: their answer is the
+        // connection's last.
+        let last = match &request {
+            Ok(Request::Send { .. }) => None,
+            Ok(_) => Some(false),
+            Err(_) => Some(true),
+        };
+        let response = match request {
+            Ok(Request::Events {
+                after,
+                follow,
+                mail,
+                deployment,
+            }) => {
+                let filter = handlers::events::Filter { mail, deployment };
+                match handlers::events::known(&ctx.shared, &filter).await {
+                    Ok(()) => {
+                        return handlers::events::stream(
+                            stream,
+                            &ctx.shared,
+                            after,
+                            follow,
+                            filter,
+                        )
+                        .await;
+                    }
+                    Err(refusal) => refusal,
+                }
+            }
+            Ok(Request::Logs {
+                deployment,
+                lines,
+                follow,
+            }) => match handlers::fleet::elsewhere(&ctx, &deployment, "its output").await {
+                // A fleet host that does not run it names the one that does.
+                Some(refusal) => refusal,
+                None => {
+                    return handlers::logs::stream(stream, &ctx, &deployment, lines, follow).await;
+                }
+            },
+            Ok(request) => handlers::answer(request, &mut stream, &ctx).await,
+            Err(response) => response,
+        };
+        let last = last.unwrap_or(!response.ok);
+        if protocol::write_message(&mut stream, &response).await.is_err() || last {
+            return;
+        }
+        wait = IDLE_TIMEOUT;
+    }
+}
+
+/// The request of `len` bytes that follows its length prefix, checked
+/// for the protocol version, or the refusal to answer with.
+async fn read(stream: &mut UnixStream, len: u32, ctx: &ClientContext) -> Result<Request, Response> {
+    let read = tokio::time::timeout(
+        REQUEST_TIMEOUT,
+        budget::read_request_of::<Envelope>(stream, len, &ctx.budget),
+    );
+    let read = match read.await {
+        Ok(r) => r,
+        Err(_) => Err(budget::ReadError::Io(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "no request within 10s",
+        ))),
+    };
+    match read {
+        Ok(envelope) if envelope.v != protocol::VERSION => Err(Response::failed(
+            exit::USAGE,
+            format!(
+                "control protocol version {} is not spoken here (supervisor speaks {}); use a matching wfhost",
+                envelope.v,
+                protocol::VERSION
+            ),
+        )),
+        Ok(envelope) => Ok(envelope.request),
+        Err(budget::ReadError::Full(why)) => {
+            debug!(error = %why, "control request refused: the buffer budget is spent");
+            Err(Response::failed(exit::FAILED, why))
+        }
+        Err(e) => {
+            debug!(error = %e, "unreadable control request");
+            Err(Response::failed(
+                exit::USAGE,
+                format!("unreadable control request: {e}"),
             ))
         }
-        Err(e) => Err(Response::failed(
-            exit::FAILED,
-            format!("cannot read peer credentials: {e}"),
-        )),
-    };
-    let response = match request {
-        Ok(Request::Events {
-            after,
-            follow,
-            mail,
-            deployment,
-        }) => {
-            let filter = handlers::events::Filter { mail, deployment };
-            match handlers::events::known(&ctx.shared, &filter).await {
-                Ok(()) => {
-                    return handlers::events::stream(stream, &ctx.shared, after, follow, filter)
-                        .await;
-                }
-                Err(refusal) => refusal,
-            }
-        }
-        Ok(Request::Logs {
-            deployment,
-            lines,
-            follow,
-        }) => match handlers::fleet::elsewhere(&ctx, &deployment, "its output").await {
-            // A fleet host that does not run it names the one that does.
-            Some(refusal) => refusal,
-            None => return handlers::logs::stream(stream, &ctx, &deployment, lines, follow).await,
-        },
-        Ok(request) => handlers::answer(request, &mut stream, &ctx).await,
-        Err(response) => response,
-    };
-    let _ = protocol::write_message(&mut stream, &response).await;
+    }
 }

@@ -1,22 +1,18 @@
-//! Mail offered by concurrent senders, written to the store together: the
-//! first sender to find no write under way starts a writer, which writes
-//! every offer waiting at that moment in one transaction (one durable
-//! commit), then whatever arrived meanwhile, until nothing waits. One
-//! sender alone pays one commit, as before; eight at once pay about one
-//! between them.
-
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+//! Mail offered by senders, each offer a grouped write on the store
+//! thread (`handle.rs`): the offers that wait there together, with the
+//! takes and acknowledgements beside them, share one transaction and one
+//! durable commit, and each sender is answered once it returned. One
+//! sender alone pays one commit; eight at once pay about one between
+//! them, however they arrive. The same write takes the new mail for a
+//! child with room in its window ([`Rooms`]), so it reaches the child
+//! without a commit of its own.
 
 use tokio::sync::oneshot;
 
 use crate::clock::unix_ms;
 use crate::store::handle::{StoreGone, StoreHandle};
-use crate::store::rooms::{Room, Rooms};
+use crate::store::rooms::Rooms;
 use crate::store::{Accepted, Offer, StoreError};
-
-/// Most offers written in one transaction.
-const MAX_BATCH: usize = 256;
 
 type Answer = Result<Accepted, Refused>;
 
@@ -45,129 +41,52 @@ impl Refused {
         }
     }
 }
-type Waiting = Vec<(Offer, oneshot::Sender<Answer>)>;
-
-/// The offers waiting for the next write.
+/// Offers written as they come, and the room they may fill.
 #[derive(Default)]
 pub struct SendBatch {
-    waiting: Mutex<Waiting>,
-    writing: AtomicBool,
     /// Room in the children's windows these writes may fill.
     pub rooms: Rooms,
 }
 
 impl SendBatch {
-    /// Writes `offer` (with whatever else waits) and answers once it is
+    /// Writes `offer` in the next group commit and answers once it is
     /// durable, or refused (writing nothing of it).
-    pub async fn offer(self: &Arc<Self>, store: &StoreHandle, offer: Offer) -> Answer {
+    pub async fn offer(&self, store: &StoreHandle, offer: Offer) -> Answer {
+        let room = self.rooms.of(&offer.deployment);
         let (tx, rx) = oneshot::channel();
-        self.lock().push((offer, tx));
-        if !self.writing.swap(true, Ordering::AcqRel) {
-            // A task of its own: a sender that goes away mid-write cannot
-            // leave the others unanswered or the writer flag set.
-            tokio::spawn(Arc::clone(self).write_all(store.clone()));
-        }
-        rx.await.unwrap_or_else(|_| {
-            Err(Refused::gone(
-                "the store thread is gone; nothing was accepted".into(),
-            ))
-        })
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Waiting> {
-        self.waiting.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn take(&self) -> Waiting {
-        let mut waiting = self.lock();
-        let n = waiting.len().min(MAX_BATCH);
-        waiting.drain(..n).collect()
-    }
-
-    /// Writes batches until nothing waits, then lets the next sender start
-    /// a writer.
-    async fn write_all(self: Arc<Self>, store: StoreHandle) {
-        loop {
-            let batch = self.take();
-            if batch.is_empty() {
-                self.writing.store(false, Ordering::Release);
-                // An offer queued after `take` by a sender that still saw
-                // `writing` set is ours to write.
-                if self.lock().is_empty() || self.writing.swap(true, Ordering::AcqRel) {
-                    return;
-                }
-                continue;
-            }
-            write(&store, &self.rooms, batch).await;
-        }
-    }
-}
-
-/// One transaction for `batch`, each sender answered once it is durable.
-/// The same write takes the new mail for children with room in their
-/// windows ([`Rooms`]), so it reaches them without a commit of its own.
-async fn write(store: &StoreHandle, rooms: &Rooms, batch: Waiting) {
-    let (offers, answers): (Vec<Offer>, Vec<oneshot::Sender<Answer>>) = batch.into_iter().unzip();
-    let mut filling: Vec<(String, Arc<Room>)> = Vec::new();
-    for offer in &offers {
-        if !filling.iter().any(|(d, _)| *d == offer.deployment)
-            && let Some(room) = rooms.of(&offer.deployment)
-        {
-            filling.push((offer.deployment.clone(), room));
-        }
-    }
-    let (tx, rx) = oneshot::channel();
-    // In the next group commit: with the takes and acknowledgements that
-    // wait beside it, one commit for all.
-    store.submit_grouped(move |s| {
-        let accepted = s.enqueue_mail_many(&offers);
-        let mut taken = Vec::new();
-        if let Ok(results) = &accepted {
-            let at_ms = unix_ms();
-            for (deployment, room) in filling {
-                let new = offers.iter().zip(results).any(|(o, r)| {
-                    o.deployment == deployment && r.as_ref().is_ok_and(|a| a.new)
-                });
-                if !new {
-                    continue;
-                }
+        store.submit_grouped(move |s| {
+            // One answer per offer, by the store's contract.
+            let accepted = s
+                .enqueue_mail_many(std::slice::from_ref(&offer))
+                .map(|mut answers| answers.pop());
+            let mut taken = None;
+            if let (Ok(Some(Ok(a))), Some(room)) = (&accepted, room)
+                && a.new
+            {
                 // A take that fails leaves the mail in the inbox for the
                 // driver; the accept stands.
-                match room.take_in(s, &deployment, at_ms) {
-                    Ok(t) => taken.push((room, t)),
-                    Err(e) => {
-                        tracing::debug!(deployment, error = %e, "new mail left for the driver to take")
-                    }
+                match room.take_in(s, &offer.deployment, unix_ms()) {
+                    Ok(t) => taken = Some((room, t)),
+                    Err(e) => tracing::debug!(deployment = %offer.deployment, error = %e,
+                        "new mail left for the driver to take"),
                 }
             }
-        }
-        Box::new(move |commit: Result<(), &StoreError>| {
-            for (room, t) in taken {
-                room.settle(t, commit.is_ok());
-            }
-            let _ = tx.send(match commit {
-                Ok(()) => accepted,
-                Err(e) => Err(e.for_group()),
-            });
-        })
-    });
-    let results = rx.await;
-    match results {
-        Ok(Ok(results)) => {
-            for (tx, result) in answers.into_iter().zip(results) {
-                let _ = tx.send(result.map_err(|e| Refused::of(&e)));
-            }
-        }
-        Ok(Err(e)) => {
-            let refused = Refused::of(&e);
-            for tx in answers {
-                let _ = tx.send(Err(refused.clone()));
-            }
-        }
-        Err(_) => {
-            for tx in answers {
-                let _ = tx.send(Err(Refused::gone(StoreGone.to_string())));
-            }
-        }
+            Box::new(move |commit: Result<(), &StoreError>| {
+                if let Some((room, t)) = taken {
+                    room.settle(t, commit.is_ok());
+                }
+                let answer = match (accepted, commit) {
+                    (Ok(Some(Ok(a))), Ok(())) => Ok(a),
+                    (Ok(Some(Err(e))) | Err(e), _) => Err(Refused::of(&e)),
+                    (Ok(Some(Ok(_))), Err(e)) => Err(Refused::of(e)),
+                    (Ok(None), _) => Err(Refused::gone(
+                        "the store gave no answer for the offer; nothing was accepted".into(),
+                    )),
+                };
+                let _ = tx.send(answer);
+            })
+        });
+        rx.await
+            .unwrap_or_else(|_| Err(Refused::gone(StoreGone.to_string())))
     }
 }

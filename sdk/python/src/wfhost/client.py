@@ -11,6 +11,7 @@ import math
 import os
 import secrets
 import socket
+import threading
 import time
 import tomllib
 from dataclasses import dataclass, replace
@@ -154,7 +155,16 @@ def socket_of_config(config: str | os.PathLike[str]) -> Path:
 
 
 class _LostAnswer(Exception):
-    """The request was written (or may have been) but no answer came."""
+    """The request was written (or may have been) but no answer came;
+    ``before_answer`` when the connection ended before any byte of one."""
+
+    def __init__(self, message: str, before_answer: bool = False) -> None:
+        super().__init__(message)
+        self.before_answer = before_answer
+
+
+class _NoAnswer(Exception):
+    """A kept connection ended before any byte of the answer."""
 
 
 class _OutcomeUnknown(ClientError):
@@ -189,6 +199,25 @@ class Client:
             )
         self.socket_path = Path(socket) if socket is not None else socket_of_config(config)  # type: ignore[arg-type]
         self.timeout = timeout
+        # Connections kept open between requests (the supervisor serves
+        # request after request on one), with when each went idle: a
+        # producer pays the connect once, not per send.
+        self._idle: list[tuple[socket.socket, float]] = []
+        self._idle_lock = threading.Lock()
+
+    def close(self) -> None:
+        """Closes the connections kept open between requests (the next
+        request opens a new one)."""
+        with self._idle_lock:
+            idle, self._idle = self._idle, []
+        for sock, _ in idle:
+            sock.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     # --- requests ---------------------------------------------------------
 
@@ -498,7 +527,26 @@ class Client:
     def _call(self, request: dict, body: bytes, read_timeout: Any = ...) -> Any:
         if read_timeout is ...:
             read_timeout = self.timeout
-        sock = self._connect()
+        # Only requests safe to repeat go on a kept connection: one the
+        # supervisor closed just before the request arrived (it closes
+        # kept connections between requests only) is tried once more on a
+        # new one.
+        repeatable = request.get("cmd") in _REPEATABLE
+        kept_sock = self._kept() if repeatable else None
+        if kept_sock is not None:
+            try:
+                return self._call_on(kept_sock, request, body, read_timeout, repeatable)
+            except _NoAnswer:
+                pass
+        try:
+            return self._call_on(self._connect(), request, body, read_timeout, repeatable)
+        except _NoAnswer as e:
+            raise _LostAnswer(str(e)) from None
+
+    def _call_on(
+        self, sock: socket.socket, request: dict, body: bytes, read_timeout: Any, keep: bool
+    ) -> Any:
+        kept = False
         try:
             wrote: OSError | None = None
             try:
@@ -508,15 +556,42 @@ class Client:
                 # written without reading the whole request).
                 wrote = e
             try:
-                return self._answer(sock, read_timeout=read_timeout)
-            except _LostAnswer:
+                answer = self._answer(sock, read_timeout=read_timeout)
+            except _LostAnswer as e:
                 if wrote is not None:
                     raise _LostAnswer(
                         f"the supervisor at {self.socket_path} did not answer: {wrote.strerror or wrote}"
                     ) from None
-                raise
+                raise _NoAnswer(str(e)) if e.before_answer else e
+            # Answered in full: the connection serves the next request.
+            kept = keep
+            return answer
         finally:
+            if kept:
+                self._keep(sock)
+            else:
+                sock.close()
+
+    def _kept(self) -> socket.socket | None:
+        """A connection kept from an earlier request that is still open, if
+        any; one idle too long (the supervisor closes them after 30 s) or
+        closed by the supervisor is dropped."""
+        now = time.monotonic()
+        while True:
+            with self._idle_lock:
+                if not self._idle:
+                    return None
+                sock, since = self._idle.pop()
+            if now - since < _KEEP_IDLE_S and _still_open(sock, self.timeout):
+                return sock
             sock.close()
+
+    def _keep(self, sock: socket.socket) -> None:
+        with self._idle_lock:
+            if len(self._idle) < _KEEP_MAX:
+                self._idle.append((sock, time.monotonic()))
+                return
+        sock.close()
 
     def _connect(self) -> socket.socket:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -561,6 +636,31 @@ class Client:
         return response.get("data")
 
 
+# Connections kept between requests: at most this many, each at most
+# this long idle (the supervisor closes a connection idle for 30 s).
+_KEEP_MAX = 8
+_KEEP_IDLE_S = 20.0
+
+# The requests that may go on a kept connection: each is safe to repeat.
+_REPEATABLE = frozenset({"send", "mail-result", "status", "questions", "answer"})
+
+
+def _still_open(sock: socket.socket, timeout: float | None) -> bool:
+    """Whether a kept connection is still open: nothing is owed on it, so
+    anything to read (the end, mostly) means it is no longer usable."""
+    try:
+        sock.setblocking(False)
+        try:
+            sock.recv(1, socket.MSG_PEEK)
+            return False
+        finally:
+            sock.settimeout(timeout)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+
+
 def _mail_id(id: object) -> int:
     if isinstance(id, bool) or not isinstance(id, int) or id < 0:
         raise ClientError(f"a mail id is a whole number, not {id!r}", 2)
@@ -571,7 +671,9 @@ def _with_new(got: MailResult, new: bool) -> MailResult:
     return replace(got, new=new)
 
 
-def _read_exact(sock: socket.socket, n: int, path: Path, eof_ok: bool) -> bytes | None:
+def _read_exact(
+    sock: socket.socket, n: int, path: Path, eof_ok: bool, first: bool = False
+) -> bytes | None:
     chunks = []
     left = n
     while left:
@@ -581,19 +683,23 @@ def _read_exact(sock: socket.socket, n: int, path: Path, eof_ok: bool) -> bytes 
             raise _LostAnswer(f"the supervisor at {path} did not answer in time") from None
         except OSError as e:
             raise _LostAnswer(
-                f"the supervisor at {path} did not answer: {e.strerror or e}"
+                f"the supervisor at {path} did not answer: {e.strerror or e}",
+                before_answer=first and left == n,
             ) from None
         if not chunk:
             if eof_ok and left == n:
                 return None
-            raise _LostAnswer(f"the supervisor at {path} closed the connection before its answer")
+            raise _LostAnswer(
+                f"the supervisor at {path} closed the connection before its answer",
+                before_answer=first and left == n,
+            )
         chunks.append(chunk)
         left -= len(chunk)
     return b"".join(chunks)
 
 
 def _read_message(sock: socket.socket, path: Path, eof_ok: bool) -> Any:
-    header = _read_exact(sock, 4, path, eof_ok)
+    header = _read_exact(sock, 4, path, eof_ok, first=True)
     if header is None:
         return None
     n = int.from_bytes(header, "big")

@@ -314,9 +314,29 @@ const SEND_RETRY_PAUSE_MS = 100;
 /** How long `call` waits for a result unless told. */
 const DEFAULT_CALL_TIMEOUT_MS = 30_000;
 
+/**
+ * Connections kept open between requests (the supervisor serves request
+ * after request on one, and closes one idle for 30 s): at most this many,
+ * each at most this long idle. A producer pays the connect once, not per
+ * send.
+ */
+const KEEP_MAX = 8;
+const KEEP_IDLE_MS = 20_000;
+
+/** The requests that may go on a kept connection: each is safe to repeat. */
+const REPEATABLE: ReadonlySet<string> = new Set(["send", "mail-result", "status", "questions", "answer"]);
+
+/** A connection with its reader, and since when it is idle. */
+interface Kept {
+  socket: Socket;
+  reader: MessageReader;
+  since: number;
+}
+
 export class Client {
   /** The control socket's path. */
   readonly socketPath: string;
+  private readonly idle: Kept[] = [];
 
   constructor(options: ClientOptions) {
     if (options.socket !== undefined) {
@@ -477,7 +497,7 @@ export class Client {
     const request: Record<string, unknown> = { cmd: "events", after: cursorOf(options.after), follow: options.follow ?? false };
     if (options.mail !== undefined) request["mail"] = requestId(options.mail);
     if (options.deployment !== undefined) request["deployment"] = options.deployment;
-    const { socket, reader } = await this.open(request);
+    const { socket, reader } = await this.openStream(request);
     try {
       await this.streamStarted(reader);
       for (;;) {
@@ -516,7 +536,7 @@ export class Client {
       let broke: WfhostError;
       let opened: { socket: Socket; reader: MessageReader } | null = null;
       try {
-        opened = await this.open({ cmd: "events", mail, follow: true, after });
+        opened = await this.openStream({ cmd: "events", mail, follow: true, after });
         await this.streamStarted(opened.reader);
         for (;;) {
           const m = await opened.reader.next();
@@ -600,17 +620,73 @@ export class Client {
 
   /** One request and its answer on a fresh connection. */
   private async exchange(request: Record<string, unknown>, body?: Uint8Array): Promise<{ data: unknown; text: string }> {
-    const { socket, reader } = await this.open(request, body);
-    try {
-      return await this.answer_(reader);
-    } finally {
-      socket.destroy();
+    const message = encodeMessage({ v: CONTROL_VERSION, ...request });
+    // Only requests safe to repeat go on a kept connection: one the
+    // supervisor closed just before the request arrived (it closes kept
+    // connections between requests only) is then tried once more on a
+    // new one.
+    const repeatable = REPEATABLE.has(String(request["cmd"]));
+    for (let fresh = !repeatable; ; fresh = true) {
+      const kept = fresh ? null : this.kept();
+      const { socket, reader } = kept ?? (await this.open());
+      socket.ref();
+      // A write that fails still leaves the answer to read: the
+      // supervisor may refuse before it reads the whole request.
+      socket.write(message);
+      if (body !== undefined && body.length > 0) socket.write(body);
+      let keep = false;
+      try {
+        const answer = await this.answer_(reader);
+        // Answered in full: the connection serves the next request.
+        keep = repeatable;
+        return answer;
+      } catch (e) {
+        if (kept !== null && e instanceof WfhostError && e.answerLost && !reader.answered) continue;
+        throw e;
+      } finally {
+        if (keep) this.keep(socket, reader);
+        else socket.destroy();
+      }
     }
   }
 
-  /** Connects and writes `request` (and `body`). */
-  private open(request: Record<string, unknown>, body?: Uint8Array): Promise<{ socket: Socket; reader: MessageReader }> {
+  /**
+   * Closes the connections kept open between requests (the next request
+   * opens a new one). Kept connections never hold the process open.
+   */
+  close(): void {
+    for (const c of this.idle.splice(0)) c.socket.destroy();
+  }
+
+  /** A connection kept from an earlier request that is still open, if any. */
+  private kept(): Kept | null {
+    const now = performance.now();
+    for (let c = this.idle.pop(); c !== undefined; c = this.idle.pop()) {
+      if (!c.reader.ended && now - c.since < KEEP_IDLE_MS) return c;
+      c.socket.destroy();
+    }
+    return null;
+  }
+
+  private keep(socket: Socket, reader: MessageReader): void {
+    if (this.idle.length >= KEEP_MAX) {
+      socket.destroy();
+      return;
+    }
+    socket.unref();
+    this.idle.push({ socket, reader, since: performance.now() });
+  }
+
+  /** A connection of its own for a streaming request, which it ends. */
+  private async openStream(request: Record<string, unknown>): Promise<Kept> {
     const message = encodeMessage({ v: CONTROL_VERSION, ...request });
+    const opened = await this.open();
+    opened.socket.write(message);
+    return opened;
+  }
+
+  /** Connects. */
+  private open(): Promise<Kept> {
     return new Promise((resolve, reject) => {
       const socket = netConnect({ path: this.socketPath });
       const onError = (e: NodeJS.ErrnoException) => {
@@ -635,12 +711,8 @@ export class Client {
       socket.once("connect", () => {
         socket.off("error", onError);
         const reader = new MessageReader(socket);
-        // A write that fails still leaves the answer to read: the
-        // supervisor may refuse before it reads the whole request.
         socket.on("error", () => undefined);
-        socket.write(message);
-        if (body !== undefined && body.length > 0) socket.write(body);
-        resolve({ socket, reader });
+        resolve({ socket, reader, since: performance.now() });
       });
     });
   }

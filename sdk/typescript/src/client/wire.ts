@@ -30,6 +30,16 @@ export class MessageReader {
   private waiter: ((m: Incoming) => void) | null = null;
   private finished = false;
 
+  /** Whether the connection ended (or failed): nothing more will come. */
+  get ended(): boolean {
+    return this.finished;
+  }
+
+  /** Whether any byte of an answer came since the last `next()`. */
+  get answered(): boolean {
+    return this.buf.length > 0 || this.queue.length > 0;
+  }
+
   constructor(socket: Socket) {
     socket.on("data", (chunk: Buffer) => this.onData(chunk));
     socket.on("end", () => this.finish({ kind: "end" }));

@@ -27,7 +27,11 @@ impl Driver {
     /// have room, the least loaded first; a take the store refuses leaves
     /// them wanting (retried after the backoff).
     pub(super) async fn deliver_mail(&mut self) {
-        self.hand_out_arrived().await;
+        if self.hand_out_arrived().await {
+            // Mail taken for a child that stopped taking any goes back now,
+            // not at the next turn something else brings.
+            self.write_mail().await;
+        }
         let now = Instant::now();
         if !self.writes.clear(now) {
             return;
@@ -117,7 +121,8 @@ impl Driver {
     /// Sends each child what senders' writes took for it; mail taken for
     /// a child that no longer takes any goes back to the inbox (written
     /// with the next acknowledgements), for the next child.
-    async fn hand_out_arrived(&mut self) {
+    async fn hand_out_arrived(&mut self) -> bool {
+        let mut unsent = false;
         for (holder, items) in self.room.arrived() {
             let Some(who) = self.replicas.iter().position(|r| {
                 r.life.takes_mail()
@@ -133,6 +138,7 @@ impl Driver {
                         id: item.id,
                     });
                 }
+                unsent = true;
                 continue;
             };
             let n = items.len();
@@ -141,6 +147,7 @@ impl Driver {
                 w.dispatch.took(n, n);
             }
         }
+        unsent
     }
 
     /// The replicas that take mail now and have room, with what they hold.

@@ -639,7 +639,9 @@ fn console_cost(bins: &Binaries, report: &mut Report) -> anyhow::Result<()> {
     let w_off = off_window
         .join()
         .map_err(|_| anyhow::anyhow!("the measuring thread panicked"))??;
-    off.stop();
+    // Alone: `stop` would kill every process this bench started, the
+    // other supervisor too.
+    off.kill_alone();
     drop(off);
     let delta = w_on.rss_last as f64 - w_off.rss_last as f64;
     report.row(
@@ -662,7 +664,10 @@ fn console_cost(bins: &Binaries, report: &mut Report) -> anyhow::Result<()> {
     report.note(
         "11c",
         format!(
-            "Two supervisors of the same 100 × `exec -- sleep` fleet, started one after the other and measured              over the same {:.1} s window, 2 s after the last Ready; the second with `[console] listen =              \"127.0.0.1:{port}\"` and no browser connected. Console on: {}; CPU {:.4} % of a core. Console              off: {}; CPU {:.4} % of a core. The assets compiled in: app.js {} bytes, app.css {} bytes.",
+            "Two supervisors of the same 100 × `exec -- sleep` fleet, started one after the other and measured \
+             over the same {:.1} s window, 2 s after the last Ready (RUST_LOG=info); the second with `[console] listen = \
+             \"127.0.0.1:{port}\"` and no browser connected. Console on: {}; CPU {:.4} % of a core. Console \
+             off: {}; CPU {:.4} % of a core. The assets compiled in: app.js {} bytes, app.css {} bytes.",
             w_on.wall,
             w_on.parts_text(),
             100.0 * w_on.cpu / w_on.wall,
@@ -720,7 +725,10 @@ fn console_cost(bins: &Binaries, report: &mut Report) -> anyhow::Result<()> {
     report.note(
         "11d",
         format!(
-            "{PAGE_LOADS} × GET / with the session cookie of a `wfhost console token` login, a new TCP              connection each (the console answers one request per connection), connect → close: {}; the              page is {} KiB of HTML. In alternation, the `status` request the page is made from, over the              control socket from this process: {}. Supervisor RSS after the page loads: {}.",
+            "{PAGE_LOADS} × GET / with the session cookie of a `wfhost console token` login, a new TCP \
+             connection each (the console answers one request per connection), connect → close: {}; the \
+             page is {} KiB of HTML. In alternation, the `status` request the page is made from, over the \
+             control socket from this process: {}. Supervisor RSS after the page loads: {}.",
             page.describe(),
             bytes / 1024,
             st.describe(),

@@ -12,6 +12,9 @@
 //! - **RSS bound**: 7 (a python child grows; crossing → "recycle bound
 //!   passed" at a 100 ms policy_interval).
 //! - **fleet of 1,000**: 12 (idle RSS and CPU), 9 (policy tick CPU).
+//! - **console**: 11c (idle RSS and CPU of the fleet of 100 with
+//!   `[console] listen` set, beside the same fleet without it, measured
+//!   over the same window), 11d (GET of the host page with a session).
 //!
 //! A Drop guard stops each supervisor (SIGQUIT, then SIGKILL) and this
 //! process, a child subreaper, kills and reaps whatever is left.
@@ -75,7 +78,7 @@ fn main() -> ExitCode {
     let mut report = Report::new();
     let mut carry = Carry::default();
     // `cargo bench -p wfhost-bench --bench supervisor -- PHASE…` runs only
-    // the phases named (fleet100, operator, rss, fleet1000).
+    // the phases named (fleet100, operator, rss, fleet1000, console).
     let filters: Vec<String> = std::env::args()
         .skip(1)
         .filter(|a| !a.starts_with('-'))
@@ -153,6 +156,23 @@ fn main() -> ExitCode {
                 ),
             ],
             |r| fleet_of_many(&bins, r, &mut carry, many),
+        );
+    }
+    if wanted("console") {
+        report.run_many(
+            &[
+                (
+                    "11c",
+                    "idle supervisor, 100 children, console on: RSS",
+                    "≤ console off + 1 MiB",
+                ),
+                (
+                    "11d",
+                    "console host page (100 deployments), GET with a session, p50",
+                    "≤ 20 ms",
+                ),
+            ],
+            |r| console_cost(&bins, r),
         );
     }
     if let Some((tick, n)) = carry.tick {
@@ -557,6 +577,162 @@ fn fleet_of_100(bins: &Binaries, report: &mut Report, carry: &mut Carry) -> anyh
             p50(&to_restarting),
             p50(&restarting_to_spawning),
             dur(spawn.p50),
+        ),
+    );
+    Ok(())
+}
+
+// ------------------------------------------------------- phase: console
+
+/// Page loads timed for figure 11d.
+const PAGE_LOADS: usize = 50;
+
+/// One HTTP/1.1 request to the console on `port` (it answers and
+/// closes); the answer's head and body, and the time from connect to
+/// the close.
+fn http_get(port: u16, path: &str, cookie: &str) -> anyhow::Result<(String, String, f64)> {
+    use std::io::{Read as _, Write as _};
+    let t = Instant::now();
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).context("connecting")?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let cookie = if cookie.is_empty() {
+        String::new()
+    } else {
+        format!("Cookie: {cookie}\r\n")
+    };
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n{cookie}Accept: text/html\r\n\r\n"
+    )?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw)?;
+    let took = t.elapsed().as_secs_f64();
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    Ok((head.to_owned(), body.to_owned(), took))
+}
+
+/// Figures 11c and 11d: the fleet of 100 idle under two supervisors
+/// started together and measured over the same window, one with
+/// `[console] listen` and one without; then, on the one with it, a login
+/// and [`PAGE_LOADS`] GETs of the host page, beside the control socket's
+/// `status` (what the page is made from) in alternation.
+fn console_cost(bins: &Binaries, report: &mut Report) -> anyhow::Result<()> {
+    let ids: Vec<String> = (0..FLEET).map(|i| format!("d{i:03}")).collect();
+    let body: String = ids
+        .iter()
+        .map(|id| deployment(id, &exec_sleep(bins, "1000"), ""))
+        .collect();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let on_body = format!("[console]\nlisten = \"127.0.0.1:{port}\"\n\n{body}");
+    let (off_dir, on_dir) = (TempDir::new()?, TempDir::new()?);
+    let mut off = Supervisor::start(bins, &off_dir, "", &body, "info")?;
+    off.wait_ready(&ids, off.started_us, Duration::from_secs(60))?;
+    let mut on = Supervisor::start(bins, &on_dir, "", &on_body, "info")?;
+    on.wait_ready(&ids, on.started_us, Duration::from_secs(60))?;
+    std::thread::sleep(Duration::from_secs(2));
+    let (off_pid, on_pid) = (off.pid, on.pid);
+    let off_window = std::thread::spawn(move || measure_idle(off_pid, &[], IDLE_WINDOW));
+    let w_on = measure_idle(on_pid, &[], IDLE_WINDOW)?;
+    let w_off = off_window
+        .join()
+        .map_err(|_| anyhow::anyhow!("the measuring thread panicked"))??;
+    // Alone: `stop` would kill every process this bench started, the
+    // other supervisor too.
+    off.kill_alone();
+    drop(off);
+    let delta = w_on.rss_last as f64 - w_off.rss_last as f64;
+    report.row(
+        "11c",
+        "idle supervisor, 100 children, console on: RSS",
+        format!(
+            "{} (max {}; {:+.0} KiB)",
+            mib(w_on.rss_last as f64),
+            mib(w_on.rss_max as f64),
+            delta / 1024.0
+        ),
+        format!(
+            "console off: {} (max {})",
+            mib(w_off.rss_last as f64),
+            mib(w_off.rss_max as f64)
+        ),
+        "≤ console off + 1 MiB",
+        Verdict::of(w_on.rss_max as f64 <= w_off.rss_max as f64 + 1024.0 * 1024.0),
+    );
+    report.note(
+        "11c",
+        format!(
+            "Two supervisors of the same 100 × `exec -- sleep` fleet, started one after the other and measured \
+             over the same {:.1} s window, 2 s after the last Ready (RUST_LOG=info); the second with `[console] listen = \
+             \"127.0.0.1:{port}\"` and no browser connected. Console on: {}; CPU {:.4} % of a core. Console \
+             off: {}; CPU {:.4} % of a core. The assets compiled in: app.js {} bytes, app.css {} bytes.",
+            w_on.wall,
+            w_on.parts_text(),
+            100.0 * w_on.cpu / w_on.wall,
+            w_off.parts_text(),
+            100.0 * w_off.cpu / w_off.wall,
+            http_get(port, "/static/app.js", "")?.1.len(),
+            http_get(port, "/static/app.css", "")?.1.len(),
+        ),
+    );
+
+    // Figure 11d: a session, then page loads beside `status` round trips.
+    let (out, _) = on.client(&["console", "token"])?;
+    let link = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    let path = link
+        .split_once(&format!("127.0.0.1:{port}"))
+        .map(|(_, p)| p.to_owned())
+        .with_context(|| format!("no login link to port {port} in {link:?}"))?;
+    let (head, _, _) = http_get(port, &path, "")?;
+    let cookie = head
+        .lines()
+        .find_map(|l| l.strip_prefix("Set-Cookie: "))
+        .and_then(|c| c.split(';').next())
+        .with_context(|| format!("no session cookie in {head:?}"))?
+        .to_owned();
+    let socket = on_dir.path().join("state/wfhost.sock");
+    let status = serde_json::json!({"v": 2, "cmd": "status"});
+    let (mut pages, mut statuses, mut bytes) = (Vec::new(), Vec::new(), 0);
+    for _ in 0..PAGE_LOADS {
+        let (head, body, took) = http_get(port, "/", &cookie)?;
+        if !head.starts_with("HTTP/1.1 200") || !body.contains("d099") {
+            bail!("the host page was not served: {head}");
+        }
+        pages.push(took);
+        bytes = body.len();
+        let t = Instant::now();
+        let answer = wfhost_bench::control::call(&socket, &status, &[])?;
+        statuses.push(t.elapsed().as_secs_f64());
+        if answer["ok"] != serde_json::Value::Bool(true) {
+            bail!("status refused: {answer}");
+        }
+    }
+    let rss_after = procs::vm_rss_bytes(on.pid).unwrap_or(0);
+    on.stop();
+    drop(on);
+    let page = summary(&pages)?;
+    let st = summary(&statuses)?;
+    report.row(
+        "11d",
+        "console host page (100 deployments), GET with a session, p50",
+        format!("{} (p99 {})", dur(page.p50), dur(page.p99)),
+        format!("control socket `status` {}", dur(st.p50)),
+        "≤ 20 ms",
+        Verdict::of(page.p50 <= 0.020),
+    );
+    report.note(
+        "11d",
+        format!(
+            "{PAGE_LOADS} × GET / with the session cookie of a `wfhost console token` login, a new TCP \
+             connection each (the console answers one request per connection), connect → close: {}; the \
+             page is {} KiB of HTML. In alternation, the `status` request the page is made from, over the \
+             control socket from this process: {}. Supervisor RSS after the page loads: {}.",
+            page.describe(),
+            bytes / 1024,
+            st.describe(),
+            mib(rss_after as f64),
         ),
     );
     Ok(())

@@ -241,7 +241,12 @@ async fn connection<S: AsyncRead + AsyncWrite + Unpin + Send>(mut stream: S, ser
     };
     if request.method == "GET" && request.path == "/live" {
         match session(&request, served) {
-            Some(_) => return live::stream(stream, &request, &served.ctx, served.tls).await,
+            Some((id, _)) => {
+                // The stream ends with its session (a logout, or the end
+                // of its 12 hours), as every other request does.
+                let open = || served.ctx.shared.door.session(&id).is_some();
+                return live::stream(stream, &request, &served.ctx, served.tls, open).await;
+            }
             None => {
                 let _ = http::write(&mut stream, &unauthorised(), served.tls).await;
                 return;

@@ -487,6 +487,79 @@ fn bodies_and_heads_are_bounded() {
     let r = http(port, "GET", "/", &[("X-Big", &big)], "");
     assert_eq!(r.status, 431);
     assert!(r.header("content-security-policy").is_some());
+    // A length a proxy in front could read otherwise than the console:
+    // two of them, a sign, a space before the colon.
+    for lengths in [
+        "Content-Length: 0\r\nContent-Length: 40",
+        "Content-Length: +0",
+        "Content-Length : 0",
+    ] {
+        let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(20))).ok();
+        write!(
+            c,
+            "POST /logout HTTP/1.1\r\nCookie: {}\r\n{lengths}\r\n\r\n",
+            s.cookie
+        )
+        .unwrap();
+        let mut answer = String::new();
+        let _ = c.read_to_string(&mut answer);
+        assert!(answer.starts_with("HTTP/1.1 400"), "{lengths}: {answer}");
+    }
+    assert_eq!(s.get(port, "/").status, 200, "still logged in");
+}
+
+#[test]
+fn an_event_stream_ends_with_its_session() {
+    let port = free_port();
+    let sup = Supervisor::start(&format!("{}{}", console(port), asking("orders")));
+    sup.wait_deployment("orders", "ready", LONG, |d| d["state"] == "ready");
+    let s = login(&sup, port);
+    let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(30))).ok();
+    write!(c, "GET /live HTTP/1.1\r\nCookie: {}\r\n\r\n", s.cookie).unwrap();
+    let mut buf = [0u8; 4096];
+    let n = c.read(&mut buf).unwrap();
+    assert!(
+        String::from_utf8_lossy(&buf[..n]).contains("text/event-stream"),
+        "{}",
+        String::from_utf8_lossy(&buf[..n])
+    );
+    assert_eq!(s.post(port, "/logout", &[]).status, 303);
+    // Something happens: the stream wakes, finds its session gone, ends.
+    ok("drain", &sup.client(&["drain", "orders"]));
+    let started = std::time::Instant::now();
+    loop {
+        match c.read(&mut buf) {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(e) => panic!("the stream outlived its session ({e})"),
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the stream outlived its session"
+        );
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[test]
+fn a_filter_s_words_are_quoted_in_the_command_shown() {
+    let port = free_port();
+    let sup = Supervisor::start(&format!("{}{}", console(port), asking("orders")));
+    let s = login(&sup, port);
+    let page = s.get(port, "/mail?deployment=x%3Btouch%20pwned&state=%24(id)");
+    assert_eq!(page.status, 200);
+    assert!(
+        page.body
+            .contains("wfhost mail list &#39;x;touch pwned&#39; --state &#39;$(id)&#39;"),
+        "{}",
+        page.body
+    );
 }
 
 /// Makes a self-signed certificate for 127.0.0.1 with openssl.

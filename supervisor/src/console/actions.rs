@@ -29,7 +29,7 @@ struct Action {
 }
 
 /// `text` quoted for a POSIX shell.
-fn quoted(text: &str) -> String {
+pub fn quoted(text: &str) -> String {
     if !text.is_empty()
         && text
             .bytes()

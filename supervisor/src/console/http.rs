@@ -107,10 +107,20 @@ pub async fn read<R: AsyncRead + Unpin>(reader: &mut R) -> Result<Request, Unrea
     }
     let mut headers = HashMap::new();
     for line in lines.filter(|l| !l.is_empty()) {
-        let Some((name, value)) = line.split_once(':') else {
+        // A name is a token: no space before the colon, no folded line
+        // (RFC 9112 §5.1, 5.2), which a proxy in front might read
+        // otherwise than this server does.
+        let Some((name, value)) = line
+            .split_once(':')
+            .filter(|(name, _)| !name.is_empty() && name.bytes().all(is_tchar))
+        else {
             return Err(Unread::Refuse(400, "a malformed header"));
         };
-        headers.insert(name.trim().to_ascii_lowercase(), value.trim().to_owned());
+        let name = name.to_ascii_lowercase();
+        if name == "content-length" && headers.contains_key(&name) {
+            return Err(Unread::Refuse(400, "more than one Content-Length"));
+        }
+        headers.insert(name, value.trim().to_owned());
     }
     if headers.contains_key("transfer-encoding") {
         return Err(Unread::Refuse(
@@ -119,9 +129,16 @@ pub async fn read<R: AsyncRead + Unpin>(reader: &mut R) -> Result<Request, Unrea
         ));
     }
     let length: usize = match headers.get("content-length") {
-        Some(v) => v
-            .parse()
-            .map_err(|_| Unread::Refuse(400, "a malformed Content-Length"))?,
+        // Digits only: `usize::from_str` would take "+5" too.
+        Some(v) if !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()) => {
+            v.parse().map_err(|_| {
+                Unread::Refuse(
+                    413,
+                    "the request body is larger than the console reads (256 KiB)",
+                )
+            })?
+        }
+        Some(_) => return Err(Unread::Refuse(400, "a malformed Content-Length")),
         None => 0,
     };
     if length > MAX_BODY {
@@ -150,6 +167,11 @@ pub async fn read<R: AsyncRead + Unpin>(reader: &mut R) -> Result<Request, Unrea
         headers,
         body,
     })
+}
+
+/// A byte a header name may hold (RFC 9110 §5.6.2, `tchar`).
+fn is_tchar(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 
 /// The length of the head in `buf`, through its blank line.
@@ -343,6 +365,49 @@ mod tests {
             read(&mut raw.as_bytes()).await,
             Err(Unread::Refuse(431, _))
         ));
+    }
+
+    #[tokio::test]
+    async fn a_length_read_two_ways_is_refused() {
+        for raw in [
+            "POST / HTTP/1.1\r\nContent-Length: 4\r\nContent-Length: 40\r\n\r\nabcd",
+            "POST / HTTP/1.1\r\nContent-Length: 4\r\ncontent-length: 4\r\n\r\nabcd",
+            "POST / HTTP/1.1\r\nContent-Length: +4\r\n\r\nabcd",
+            "POST / HTTP/1.1\r\nContent-Length: 4, 4\r\n\r\nabcd",
+            "POST / HTTP/1.1\r\nContent-Length : 4\r\n\r\nabcd",
+            "POST / HTTP/1.1\r\nX: a\r\n Content-Length: 4\r\n\r\nabcd",
+            "POST / HTTP/1.1\r\n: 4\r\n\r\nabcd",
+        ] {
+            assert!(
+                matches!(read(&mut raw.as_bytes()).await, Err(Unread::Refuse(400, _))),
+                "{raw:?}"
+            );
+        }
+        let huge = "POST / HTTP/1.1\r\nContent-Length: 99999999999999999999999\r\n\r\n";
+        assert!(matches!(
+            read(&mut huge.as_bytes()).await,
+            Err(Unread::Refuse(413, _))
+        ));
+        let chunked = "POST / HTTP/1.1\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n";
+        assert!(matches!(
+            read(&mut chunked.as_bytes()).await,
+            Err(Unread::Refuse(411, _))
+        ));
+    }
+
+    #[tokio::test]
+    async fn malformed_bytes_are_refused_or_kept_never_a_panic() {
+        let raw = b"GET /d/%ff%fe%2 HTTP/1.1\r\nCookie: =; ;a\r\n\r\n";
+        let r = read(&mut &raw[..]).await.unwrap();
+        assert_eq!(r.path, "/d/\u{fffd}\u{fffd}%2");
+        assert_eq!(r.cookie("a"), None);
+        let raw = b"GET / HTTP/1.1\r\nX: \xff\r\n\r\n";
+        assert!(matches!(
+            read(&mut &raw[..]).await,
+            Err(Unread::Refuse(400, _))
+        ));
+        let f = fields("=&&a&%=%%3D");
+        assert_eq!((f["%"].as_str(), f["a"].as_str()), ("%=", ""));
     }
 
     #[test]

@@ -6,7 +6,7 @@
 //! first, then read from the cursor. Each event names only its sequence
 //! number, deployment and kind: the script refetches the page (whose
 //! every child-written word is escaped) rather than putting a child's
-//! words into it.
+//! words into it. A stream ends with the session that opened it.
 
 use std::time::Duration;
 
@@ -23,12 +23,15 @@ const PAGE: usize = 1000;
 /// finds a browser that went away.
 const KEEPALIVE: Duration = Duration::from_secs(15);
 
-/// Streams events after the cursor until the browser goes away.
+/// Streams events after the cursor until the browser goes away or
+/// `open` says its session has ended (asked at every wake-up: a commit
+/// tick or the keep-alive).
 pub async fn stream<S: AsyncRead + AsyncWrite + Unpin>(
     mut s: S,
     request: &Request,
     ctx: &Context,
     tls: bool,
+    open: impl Fn() -> bool,
 ) {
     let cursor = request
         .header("last-event-id")
@@ -50,6 +53,9 @@ pub async fn stream<S: AsyncRead + AsyncWrite + Unpin>(
         return;
     }
     loop {
+        if !open() {
+            return;
+        }
         loop {
             let after = last;
             let page = match ctx

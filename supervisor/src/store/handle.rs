@@ -176,10 +176,7 @@ fn serve<S: ?Sized + Grouping>(owned: &mut S, rx: &mpsc::Receiver<Job<S>>) {
 /// known. When the database drops the transaction mid-way (after an
 /// error), the jobs before are settled as failed and the rest go on in a
 /// new group; a backend that cannot group runs each in its own.
-fn run_group<S: ?Sized + Grouping>(
-    owned: &mut S,
-    jobs: Vec<GroupJob<S>>,
-) {
+fn run_group<S: ?Sized + Grouping>(owned: &mut S, jobs: Vec<GroupJob<S>>) {
     let mut open = open_group(owned);
     let mut waiting: Vec<Settled> = Vec::with_capacity(jobs.len());
     for job in jobs {

@@ -60,12 +60,15 @@ pub async fn list(seen: &Seen<'_>) -> Response {
         }
         Err(e) => main.push_str(&html::refusal(&e)),
     }
+    // The filter's words came in the query: quoted, so the command shown
+    // to be pasted into a shell runs nothing else.
+    let quoted = crate::console::actions::quoted;
     let mut cli = "wfhost mail list".to_owned();
     if let Some(d) = &deployment {
-        cli.push_str(&format!(" {d}"));
+        cli.push_str(&format!(" {}", quoted(d)));
     }
     if let Some(s) = &state {
-        cli.push_str(&format!(" --state {s}"));
+        cli.push_str(&format!(" --state {}", quoted(s)));
     }
     main.push_str(&html::cli(&cli));
     seen.page("Mail", &main).await

@@ -285,7 +285,13 @@ fn takeover(bins: &Binaries, pg: &PgServer, report: &mut Report) -> anyhow::Resu
 
 /// Items per second through the supervisor at `socket`, 8 senders.
 fn flow(socket: &Path) -> anyhow::Result<f64> {
-    let took = control::flood(socket, "orders", SENDERS, PER_SENDER, control::Senders::Kept)?;
+    let took = control::flood(
+        socket,
+        "orders",
+        SENDERS,
+        PER_SENDER,
+        control::Senders::Kept,
+    )?;
     Ok((SENDERS * PER_SENDER) as f64 / took.as_secs_f64())
 }
 

@@ -202,7 +202,8 @@ pub fn flood(
         .map(|_| {
             let (socket, deployment) = (socket.to_path_buf(), deployment.to_owned());
             std::thread::spawn(move || -> anyhow::Result<()> {
-                let request = json!({"v": 2, "cmd": "send", "deployment": deployment, "payload_bytes": 2});
+                let request =
+                    json!({"v": 2, "cmd": "send", "deployment": deployment, "payload_bytes": 2});
                 let mut kept = match how {
                     Senders::Kept => Some(UnixStream::connect(&socket)?),
                     Senders::ConnectEach => None,

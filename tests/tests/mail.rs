@@ -648,13 +648,17 @@ fn one_connection_carries_many_requests_until_a_refusal() {
     assert!(conn.closed(), "a refused send ends its connection");
     // An unreadable request is answered, then the connection ends.
     let mut conn = Connection::open(&sup.socket()).expect("connect");
-    let ok = conn.ask(&json!({"v": 2, "cmd": "status"}), b"").expect("status");
+    let ok = conn
+        .ask(&json!({"v": 2, "cmd": "status"}), b"")
+        .expect("status");
     assert_eq!(ok["ok"], true);
     let bad = conn
         .ask(&json!({"v": 2, "cmd": "no-such-request"}), b"")
         .expect("the refusal");
     assert_eq!(bad["ok"], false, "{bad}");
     assert!(conn.closed(), "an unreadable request ends its connection");
-    let d = sup.wait_deployment("orders", "all twenty done", LONG, |d| mail_counts(d).2 >= 20);
+    let d = sup.wait_deployment("orders", "all twenty done", LONG, |d| {
+        mail_counts(d).2 >= 20
+    });
     assert_eq!(mail_counts(&d).0, 0, "{d}");
 }

@@ -255,10 +255,8 @@ async fn serve_client(
             return;
         }
         Err(e) => {
-            let refusal = Response::failed(
-                exit::FAILED,
-                format!("cannot read peer credentials: {e}"),
-            );
+            let refusal =
+                Response::failed(exit::FAILED, format!("cannot read peer credentials: {e}"));
             let _ = protocol::write_message(&mut stream, &refusal).await;
             return;
         }
@@ -334,7 +332,11 @@ async fn serve_client(
             Err(response) => response,
         };
         let last = last.unwrap_or(!response.ok);
-        if protocol::write_message(&mut stream, &response).await.is_err() || last {
+        if protocol::write_message(&mut stream, &response)
+            .await
+            .is_err()
+            || last
+        {
             return;
         }
         wait = IDLE_TIMEOUT;

@@ -130,6 +130,7 @@ async fn serve_connection(
                     let mut text = render(&snapshots, host.as_ref(), Instant::now());
                     let acks = snapshots.iter().map(|(s, _)| s.acks_pending).sum();
                     text.push_str(&render::store(&shared.store_view(acks), unix_ms()));
+                    text.push_str(&render::grouping(crate::store::handle::grouping()));
                     if let Some(f) = &shared.fleet {
                         text.push_str(&fleet::render(f).await);
                     }

@@ -12,6 +12,7 @@
 //! next group gathers, so a slow disk widens groups instead of stalling
 //! the writers behind it.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 
 use tokio::sync::oneshot;
@@ -35,6 +36,20 @@ enum Job<S: ?Sized> {
 
 /// Most writes in one group: bounds how long the first one waits.
 const MAX_GROUP: usize = 256;
+
+/// Group commits and the grouped writes they carried, since start (for
+/// metrics: their ratio is how many writes share one commit). Process-wide:
+/// only the store's writer groups.
+static GROUP_COMMITS: AtomicU64 = AtomicU64::new(0);
+static GROUPED_WRITES: AtomicU64 = AtomicU64::new(0);
+
+/// (group commits, grouped writes) since start.
+pub fn grouping() -> (u64, u64) {
+    (
+        GROUP_COMMITS.load(Ordering::Relaxed),
+        GROUPED_WRITES.load(Ordering::Relaxed),
+    )
+}
 
 /// A cheap handle on a thread that owns an `S` and runs the calls queued
 /// for it, in order. The store's two connections are [`StoreHandle`]s;
@@ -192,6 +207,8 @@ fn run_group<S: ?Sized + Grouping>(owned: &mut S, jobs: Vec<GroupJob<S>>) {
         }
     }
     if open {
+        GROUP_COMMITS.fetch_add(1, Ordering::Relaxed);
+        GROUPED_WRITES.fetch_add(waiting.len() as u64, Ordering::Relaxed);
         match owned.end_group() {
             Ok(()) => waiting.into_iter().for_each(|settled| settled(Ok(()))),
             Err(e) => fail(waiting, &e),

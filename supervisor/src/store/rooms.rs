@@ -18,7 +18,10 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::store::{Holder, MailItem, Store, StoreError};
+use wfhost_policy::Fact;
+
+use crate::clock::unix_ms;
+use crate::store::{Holder, MailItem, NewEvent, Store, StoreError};
 
 /// Each deployment's [`Room`], by id, for the senders' write.
 #[derive(Default)]
@@ -74,8 +77,49 @@ impl Open {
     }
 }
 
-/// Items taken for one child by a senders' write.
-pub type Take = (Holder, Vec<MailItem>);
+/// Items taken for one child.
+#[derive(Debug)]
+pub struct Take {
+    /// The child.
+    pub holder: Holder,
+    /// The items, in order.
+    pub items: Vec<MailItem>,
+    /// Whether their `mail_delivered` events went in the take's write (else
+    /// the driver publishes them as it hands the items out).
+    pub noted: bool,
+}
+
+impl Take {
+    /// `items` taken for `holder` in `s`, with their `mail_delivered`
+    /// events written in the same write when the store takes them.
+    fn noting(s: &mut dyn Store, deployment: &str, holder: &Holder, items: Vec<MailItem>) -> Self {
+        let events: Vec<NewEvent> = items
+            .iter()
+            .map(|m| {
+                let fact = Fact::MailDelivered {
+                    id: m.id,
+                    attempt: m.attempt,
+                    pid: holder.pid,
+                };
+                NewEvent {
+                    at_ms: unix_ms(),
+                    deployment: Some(deployment.to_owned()),
+                    kind: fact.kind().to_owned(),
+                    body: fact.body(),
+                }
+            })
+            .collect();
+        let noted = events.is_empty()
+            || s.append_events(&events)
+                .map_err(|e| tracing::debug!(deployment, error = %e, "delivery events left for the driver"))
+                .is_ok();
+        Self {
+            holder: holder.clone(),
+            items,
+            noted,
+        }
+    }
+}
 
 /// One deployment's ledger of room, shared by its driver and the senders'
 /// write.
@@ -131,7 +175,7 @@ impl Room {
             }
             o.free -= items.len();
             o.outstanding += items.len();
-            taken.push((o.holder.clone(), items));
+            taken.push(Take::noting(s, deployment, &o.holder, items));
         }
         Ok(taken)
     }
@@ -144,14 +188,14 @@ impl Room {
             ledger.arrived.extend(taken);
             return;
         }
-        for (holder, items) in taken {
+        for t in taken {
             if let Some(o) = ledger
                 .open
                 .iter_mut()
-                .find(|o| o.holder.channel_id == holder.channel_id)
+                .find(|o| o.holder.channel_id == t.holder.channel_id)
             {
-                o.free += items.len();
-                o.outstanding = o.outstanding.saturating_sub(items.len());
+                o.free += t.items.len();
+                o.outstanding = o.outstanding.saturating_sub(t.items.len());
             }
         }
     }
@@ -160,13 +204,13 @@ impl Room {
     pub fn arrived(&self) -> Vec<Take> {
         let mut ledger = lock(&self.ledger);
         let arrived = std::mem::take(&mut ledger.arrived);
-        for (holder, items) in &arrived {
+        for t in &arrived {
             if let Some(o) = ledger
                 .open
                 .iter_mut()
-                .find(|o| o.holder.channel_id == holder.channel_id)
+                .find(|o| o.holder.channel_id == t.holder.channel_id)
             {
-                o.outstanding = o.outstanding.saturating_sub(items.len());
+                o.outstanding = o.outstanding.saturating_sub(t.items.len());
             }
         }
         arrived
@@ -183,18 +227,18 @@ impl Room {
         n: usize,
         at_ms: u64,
         starts: bool,
-    ) -> Result<Vec<MailItem>, StoreError> {
+    ) -> Result<Take, StoreError> {
         let mut ledger = lock(&self.ledger);
         let Some(o) = ledger
             .open
             .iter_mut()
             .find(|o| o.holder.channel_id == holder.channel_id)
         else {
-            return Ok(Vec::new());
+            return Ok(Take::noting(s, deployment, holder, Vec::new()));
         };
         let items = s.take_mail_for(deployment, holder, n.min(o.free), at_ms, starts)?;
         o.free = o.free.saturating_sub(items.len());
-        Ok(items)
+        Ok(Take::noting(s, deployment, holder, items))
     }
 }
 

@@ -19,7 +19,7 @@ use crate::deployment::mail::spread::{self, Hand};
 use crate::deployment::mail::writes::{Next, Report};
 use crate::deployment::recycle;
 use crate::record;
-use crate::store::rooms::Open;
+use crate::store::rooms::{Open, Take};
 use crate::store::{Holder, Landed, MailItem};
 
 impl Driver {
@@ -81,14 +81,16 @@ impl Driver {
                         continue;
                     };
                     // What senders' writes took for it meanwhile counts.
-                    let items = room.take_own(s, &deployment, holder, n, at, *starts)?;
-                    taken.push((who, n, items));
+                    let take = room.take_own(s, &deployment, holder, n, at, *starts)?;
+                    taken.push((who, n, take));
                 }
                 Ok(taken)
             })
             .await;
         match taken {
             Ok(Ok(taken)) => {
+                // The store wrote the `mail_delivered` events with the take.
+                self.shared().events_written();
                 self.writes.took();
                 self.mail_accepted();
                 self.hand_out(asked, taken).await;
@@ -123,7 +125,12 @@ impl Driver {
     /// with the next acknowledgements), for the next child.
     async fn hand_out_arrived(&mut self) -> bool {
         let mut unsent = false;
-        for (holder, items) in self.room.arrived() {
+        for Take {
+            holder,
+            items,
+            noted,
+        } in self.room.arrived()
+        {
             let Some(who) = self.replicas.iter().position(|r| {
                 r.life.takes_mail()
                     && r.wired
@@ -142,7 +149,7 @@ impl Driver {
                 continue;
             };
             let n = items.len();
-            self.send_items(who, items).await;
+            self.send_items(who, items, noted).await;
             if let Some(w) = self.replicas.get_mut(who).and_then(|r| r.wired.as_mut()) {
                 w.dispatch.took(n, n);
             }
@@ -170,15 +177,15 @@ impl Driver {
 
     /// Sends each replica the items taken for it (`who`, how many were
     /// asked, what came).
-    async fn hand_out(&mut self, hands: Vec<Hand>, taken: Vec<(usize, usize, Vec<MailItem>)>) {
+    async fn hand_out(&mut self, hands: Vec<Hand>, taken: Vec<(usize, usize, Take)>) {
         let total_room: usize = hands.iter().map(|h| h.room).sum();
         let mut planned = 0;
         let mut short = false;
-        for (who, asked, items) in taken {
+        for (who, asked, Take { items, noted, .. }) in taken {
             planned += asked;
             let got = items.len();
             short |= got < asked;
-            self.send_items(who, items).await;
+            self.send_items(who, items, noted).await;
             if let Some(w) = self.replicas.get_mut(who).and_then(|r| r.wired.as_mut()) {
                 w.dispatch.took(got, asked);
             }
@@ -195,33 +202,34 @@ impl Driver {
     }
 
     /// Sends replica `who` the items taken for it, each tracked for its
-    /// deadline and published as delivered.
-    async fn send_items(&mut self, who: usize, items: Vec<MailItem>) {
+    /// deadline and published as delivered unless the take wrote that
+    /// (`noted`).
+    async fn send_items(&mut self, who: usize, items: Vec<MailItem>, noted: bool) {
         let Some(r) = self.replicas.get_mut(who) else {
             return;
         };
         let Some(w) = r.wired.as_mut() else { return };
-        {
-            for item in items {
-                w.deadlines.track(&item, r.cfg.mail_deadline);
-                w.holding.delivered(item.id);
+        for item in items {
+            w.deadlines.track(&item, r.cfg.mail_deadline);
+            w.holding.delivered(item.id);
+            if !noted {
                 let delivered = Fact::MailDelivered {
                     id: item.id,
                     attempt: item.attempt,
                     pid: w.io.pid,
                 };
                 self.parts.shared.publish(Some(&r.cfg.id), &delivered);
-                // A failed send ends the wiring soon; the item is in
-                // processing and goes back to the inbox then.
-                let message = Control::Mail {
-                    id: item.id,
-                    attempt: item.attempt,
-                    payload: item.payload,
-                };
-                if let Err(e) = w.io.send(&r.cfg, message).await {
-                    tracing::debug!(deployment = %r.label, pid = w.io.pid, error = %e, "mail not sent");
-                    break;
-                }
+            }
+            // A failed send ends the wiring soon; the item is in
+            // processing and goes back to the inbox then.
+            let message = Control::Mail {
+                id: item.id,
+                attempt: item.attempt,
+                payload: item.payload,
+            };
+            if let Err(e) = w.io.send(&r.cfg, message).await {
+                tracing::debug!(deployment = %r.label, pid = w.io.pid, error = %e, "mail not sent");
+                break;
             }
         }
     }

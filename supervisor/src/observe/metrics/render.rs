@@ -337,6 +337,27 @@ fn host_families(e: &mut Exposition, h: &Host) {
     }
 }
 
+/// How the store's writes share commits: group commits and the writes
+/// they carried, since start.
+pub fn grouping((commits, writes): (u64, u64)) -> String {
+    let mut e = Exposition::default();
+    let name = "wfhost_store_group_commits_total";
+    e.family(
+        name,
+        "counter",
+        "Durable commits of grouped writes (mail accepted, taken, acknowledged; events).",
+    );
+    e.sample(name, &[], commits);
+    let name = "wfhost_store_grouped_writes_total";
+    e.family(
+        name,
+        "counter",
+        "Grouped writes committed; divided by wfhost_store_group_commits_total, the writes one commit carries.",
+    );
+    e.sample(name, &[], writes);
+    e.out
+}
+
 /// The store's gauges at `now_ms` (Unix milliseconds): whether it takes
 /// writes, for how long it has refused, and what waits for it.
 pub fn store(view: &StoreView, now_ms: u64) -> String {

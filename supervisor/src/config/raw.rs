@@ -193,6 +193,16 @@ pub struct RawSupervisor {
 pub struct RawStore {
     /// A PostgreSQL connection string; none means SQLite in `state_dir`.
     pub url: Option<Spanned<Text<PATH_MAX>>>,
+    /// libpq's `sslmode` (`config/conninfo.rs`).
+    pub sslmode: Option<Spanned<Text<PATH_MAX>>>,
+    /// The CA certificates that verify the server (PEM), or `system`.
+    pub sslrootcert: Option<Spanned<Text<PATH_MAX>>>,
+    /// This host's client certificate (PEM).
+    pub sslcert: Option<Spanned<Text<PATH_MAX>>>,
+    /// Its private key (PEM, mode 0600).
+    pub sslkey: Option<Spanned<Text<PATH_MAX>>>,
+    /// A file holding only the password (mode 0600).
+    pub password_file: Option<Spanned<Text<PATH_MAX>>>,
 }
 
 /// `[fleet]`: the host's name and its leases (`config/fleet.rs`).

@@ -48,6 +48,9 @@ pub(super) fn table(data: &Value) -> String {
     }
     let mut out = data.get("host").and_then(host_line).unwrap_or_default();
     out.push_str(&data.get("store").and_then(store_line).unwrap_or_default());
+    if let Some(e) = data["store"]["encryption"].as_str() {
+        out.push_str(&format!("store connection: {e}\n"));
+    }
     out.push_str(&render(&header, &rows));
     if !notes.is_empty() {
         out.push('\n');

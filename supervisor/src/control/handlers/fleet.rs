@@ -158,6 +158,7 @@ fn unknown(fleet: &Fleet, id: &str) -> Response {
 /// mail counts read from the store.
 async fn status(ctx: &Context, fleet: &Arc<Fleet>) -> Result<Response, Response> {
     let local = status::answer(ctx).await?;
+    let store = local.data.as_ref().and_then(|d| d.get("store").cloned());
     let mut mine: Vec<Value> = local
         .data
         .and_then(|d| d.get("deployments").cloned())
@@ -195,7 +196,7 @@ async fn status(ctx: &Context, fleet: &Arc<Fleet>) -> Result<Response, Response>
     }
     mine.sort_by(|a, b| a["id"].as_str().cmp(&b["id"].as_str()));
     Ok(Response::ok(
-        json!({ "host": fleet.host(), "deployments": mine }),
+        json!({ "host": fleet.host(), "deployments": mine, "store": store }),
     ))
 }
 

@@ -61,6 +61,9 @@ pub struct HostRow {
     pub heartbeat_ms: i64,
     /// It is stopping: it takes nothing more, and hands its leases off.
     pub stopping: bool,
+    /// An operator drained it (`wfhost host drain`): it takes nothing and
+    /// hands every lease it holds to the others, until `host resume`.
+    pub paused: bool,
 }
 
 /// A deployment's lease row.
@@ -156,8 +159,9 @@ pub struct Plan {
     pub wake_ms: Option<i64>,
 }
 
-/// The hosts that count for the fair share: heartbeated within the TTL
-/// and not stopping, this one always (unless it is stopping).
+/// The hosts that count for the fair share: heartbeated within the TTL,
+/// neither stopping nor drained, this one always (unless it is stopping
+/// or drained).
 pub fn live_hosts<'a>(
     view: &'a View,
     me: &'a str,
@@ -168,14 +172,24 @@ pub fn live_hosts<'a>(
     let mut live: Vec<&str> = view
         .hosts
         .iter()
-        .filter(|h| h.host != me && !h.stopping && h.heartbeat_ms.saturating_add(ttl) > view.now_ms)
+        .filter(|h| {
+            h.host != me
+                && !h.stopping
+                && !h.paused
+                && h.heartbeat_ms.saturating_add(ttl) > view.now_ms
+        })
         .map(|h| h.host.as_str())
         .collect();
-    if !stopping {
+    if !stopping && !paused(view, me) {
         live.push(me);
     }
     live.sort_unstable();
     live
+}
+
+/// Whether `host` is drained by an operator (`wfhost host drain`).
+pub fn paused(view: &View, host: &str) -> bool {
+    view.hosts.iter().any(|h| h.host == host && h.paused)
 }
 
 /// Each live host's fair share of `deployments`: rounded up, so every
@@ -232,6 +246,12 @@ pub fn plan(view: &View, mine: &Mine, timing: &Timing) -> Plan {
         return plan;
     }
     let me = mine.host.as_str();
+    if paused(view, me) {
+        // Drained: everything goes to the others at once, cooldown or not
+        // (an operator asked), and nothing is taken.
+        plan.shed = mine.held.keys().cloned().collect();
+        return plan;
+    }
     let now = view.now_ms;
     let rows: BTreeMap<&str, &LeaseRow> = view
         .leases

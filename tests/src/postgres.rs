@@ -175,11 +175,7 @@ impl PgServer {
 
     /// Makes the cluster, lets `prepare` change its data dir (given the
     /// server's owner), and starts it.
-    fn start_prepared(
-        settings: &str,
-        port: u16,
-        prepare: &dyn Fn(&Path, Option<Ids>),
-    ) -> Self {
+    fn start_prepared(settings: &str, port: u16, prepare: &dyn Fn(&Path, Option<Ids>)) -> Self {
         let bin = bin_dir();
         let dir = TempDir::new();
         // SAFETY: geteuid has no preconditions.

@@ -548,8 +548,10 @@ fn a_host_cut_off_from_postgresql_self_fences_before_its_ttl_and_rejoins() {
     let mut fleet = Fleet::empty(pg, local.clone(), 6, "", lock);
     fleet.add(&local, &[]);
     fleet.add(&local, &[]);
+    // A plaintext test server on a non-local address: TLS (verify-full by
+    // default there) is turned off by name.
     let tcp = format!(
-        "host={} port={port} user=wfhost dbname=postgres",
+        "host={} port={port} user=wfhost dbname=postgres sslmode=disable",
         ns.outside
     );
     fleet.add(&tcp, &ns.exec());

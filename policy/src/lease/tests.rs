@@ -14,6 +14,14 @@ fn host(id: &str, heartbeat_ago_ms: i64, stopping: bool) -> HostRow {
         host: id.into(),
         heartbeat_ms: NOW - heartbeat_ago_ms,
         stopping,
+        paused: false,
+    }
+}
+
+fn drained(id: &str) -> HostRow {
+    HostRow {
+        paused: true,
+        ..host(id, 0, false)
     }
 }
 
@@ -325,4 +333,34 @@ fn ranks_differ_by_host_and_are_stable() {
         [Claim::New.how(), Claim::Released { epoch: 1 }.how()],
         ["unowned", "released"]
     );
+}
+
+#[test]
+fn a_drained_host_takes_nothing_hands_everything_off_and_counts_for_no_share() {
+    let ds = ["d1", "d2", "d3", "d4"];
+    // a holds two it took a moment ago (within the cooldown): drained, it
+    // hands both off anyway, and takes neither the free ones nor a hand-off.
+    let mut a = mine("a", &ds, &["d1", "d2"]);
+    a.held.insert("d1".into(), NOW - 10);
+    let mut handed = lease("d3", 4, None, 5_000);
+    handed.reserved_for = Some("a".into());
+    let v = view(
+        vec![drained("a"), host("b", 0, false)],
+        vec![
+            lease("d1", 1, Some("a"), 9_000),
+            lease("d2", 1, Some("a"), 9_000),
+            handed,
+        ],
+    );
+    let p = plan(&v, &a, &TIMING);
+    assert!(p.acquire.is_empty(), "{p:?}");
+    let mut shed = p.shed.clone();
+    shed.sort();
+    assert_eq!(shed, ["d1", "d2"]);
+    // b alone is live: its share is all four.
+    assert_eq!(live_hosts(&v, "b", false, &TIMING), ["b"]);
+    let b = mine("b", &ds, &[]);
+    let v = view(vec![drained("a"), host("b", 0, false)], vec![]);
+    assert_eq!(names(&plan(&v, &b, &TIMING).acquire), ds);
+    assert!(paused(&v, "a") && !paused(&v, "b"));
 }

@@ -6,6 +6,7 @@ pub mod cancel;
 pub mod drain;
 pub mod events;
 pub mod fleet;
+pub mod hosts;
 pub mod kill;
 pub mod logs;
 pub mod mail;
@@ -99,6 +100,11 @@ pub async fn dispatch(
             "events and logs are streaming requests",
         )),
         Request::Move { deployment, to } => fleet::moved(ctx, &deployment, &to).await,
+        Request::HostDrain { host, wait } => {
+            hosts::drain(ctx, client().ok().map(|s| &*s), &host, wait).await
+        }
+        Request::HostResume { host } => hosts::resume(ctx, client().ok().map(|s| &*s), &host).await,
+        Request::Hosts => hosts::list(ctx).await,
         Request::MailList {
             deployment,
             state,

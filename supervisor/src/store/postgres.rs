@@ -22,6 +22,7 @@ mod lease_tests;
 pub mod listen;
 mod mail;
 mod mail_admin;
+pub mod maintenance;
 mod password;
 mod questions;
 mod schema;
@@ -314,6 +315,11 @@ impl PostgresStore {
             .batch_execute(&format!("SET lock_timeout = '{LOCK_TIMEOUT}'"))
             .map_err(|e| errors::failure(location, "configuring the session", &e))?;
         Ok((client, encryption))
+    }
+
+    /// How this store's connection is protected (plaintext or TLS).
+    pub fn encryption(&self) -> &Encryption {
+        &self.encryption
     }
 
     /// The session, made again first if the last one was lost (a server

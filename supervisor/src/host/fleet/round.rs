@@ -45,9 +45,22 @@ impl Leases {
             }
             self.acquire(d, claim).await;
         }
+        let drained = lease::paused(&view, self.fleet.host());
         for d in plan.shed {
-            info!(deployment = %d, host = %self.fleet.host(), "above this host's fair share: handing it off");
-            self.hand_off(&d, "shed", None, None);
+            if !self
+                .held
+                .get(&d)
+                .is_some_and(|e| matches!(e.state, State::Running))
+            {
+                continue;
+            }
+            if drained {
+                info!(deployment = %d, host = %self.fleet.host(), "this host is drained for maintenance: handing it off");
+                self.hand_off(&d, "drain", None, None);
+            } else {
+                info!(deployment = %d, host = %self.fleet.host(), "above this host's fair share: handing it off");
+                self.hand_off(&d, "shed", None, None);
+            }
         }
     }
 

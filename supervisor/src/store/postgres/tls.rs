@@ -485,18 +485,29 @@ fn explain(err: &io::Error, host: &str, mode: SslMode) -> String {
                 "was not signed by a CA in sslrootcert".to_owned(),
                 "point [store] sslrootcert at the CA that signed the server's certificate".to_owned(),
             ),
-            CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. } => (
-                format!("is not valid for the name {host:?} ({c:?})"),
+            CertificateError::NotValidForName => (
+                format!("is not valid for the name {host:?}"),
+                name_help(host),
+            ),
+            CertificateError::NotValidForNameContext { presented, .. } => (
                 format!(
-                    "connect by a name the certificate lists ([store] url's host), or reissue the server's certificate with {host} in its subjectAltName; sslmode=verify-ca checks the chain only"
+                    "is not valid for the name {host:?} (it names {})",
+                    presented.iter().map(|p| unquote(p)).collect::<Vec<_>>().join(", ")
                 ),
+                name_help(host),
             ),
             CertificateError::Expired | CertificateError::ExpiredContext { .. } => (
-                format!("has expired ({c:?})"),
+                match c {
+                    CertificateError::ExpiredContext { time, not_after } => format!(
+                        "has expired ({} s ago)",
+                        time.as_secs().saturating_sub(not_after.as_secs())
+                    ),
+                    _ => "has expired".to_owned(),
+                },
                 "renew the server's certificate (ssl_cert_file) and reload PostgreSQL".to_owned(),
             ),
             CertificateError::NotValidYet | CertificateError::NotValidYetContext { .. } => (
-                format!("is not valid yet ({c:?})"),
+                "is not valid yet".to_owned(),
                 "check the clocks of this host and of whoever issued the certificate".to_owned(),
             ),
             other => (
@@ -519,6 +530,21 @@ fn explain(err: &io::Error, host: &str, mode: SslMode) -> String {
         "the server's certificate"
     };
     format!("{subject} of {host} {what} (sslmode={mode})\n  help: {help}")
+}
+
+/// What to do about a certificate not valid for `host`.
+fn name_help(host: &str) -> String {
+    format!(
+        "connect by a name the certificate lists ([store] url's host), or reissue the server's certificate with {host} in its subjectAltName; sslmode=verify-ca checks the chain only"
+    )
+}
+
+/// `DnsName("db.example")` as `db.example`: the name a certificate lists.
+fn unquote(presented: &str) -> &str {
+    match (presented.find('"'), presented.rfind('"')) {
+        (Some(a), Some(b)) if b > a => &presented[a + 1..b],
+        _ => presented,
+    }
 }
 
 /// A TLS connection.

@@ -46,6 +46,8 @@
 //! | `[store] password_file` | none (then `PGPASSWORD`, then `PGPASSFILE` or `~/.pgpass`) | a file holding the password, mode 0600 or stricter |
 //! | `[fleet] host_id` | the hostname | 1 to 64 of `A-Za-z0-9_.-`; `[fleet]` needs `[store] url` |
 //! | `[fleet] lease_ttl` | 15s | 1s to 1h |
+//! | `[fleet] capacity` | 1 | 1 to 1000: this host's weight in the fair share |
+//! | `hosts` | none: any host | in a fleet, the only hosts (their `host_id`s) that may run the deployment |
 //! | `[fleet] lease_renew` | 5s | ≥ 100ms, ≤ a third of `lease_ttl` |
 //! | `cgroup_root` | the supervisor's own cgroup if delegated, else none | an absolute path, or `"none"` |
 //! | `limits.*` | none | see `containment.rs` |

@@ -128,8 +128,32 @@ impl PgServer {
     /// `hba` lines ahead of pg_hba.conf's own (e.g. `hostssl all all
     /// 127.0.0.1/32 cert`). Nothing plain is allowed over TCP.
     pub fn start_tls(port: u16, cert: &Path, key: &Path, ca: Option<&Path>, hba: &str) -> Self {
+        Self::start_tls_with(
+            "-c fsync=off -c full_page_writes=off",
+            port,
+            cert,
+            key,
+            ca,
+            hba,
+        )
+    }
+
+    /// Like [`PgServer::start_tls`], durable as in production (fsync on),
+    /// for measuring what TLS costs.
+    pub fn start_tls_durable(port: u16, cert: &Path, key: &Path, hba: &str) -> Self {
+        Self::start_tls_with("", port, cert, key, None, hba)
+    }
+
+    fn start_tls_with(
+        durability: &str,
+        port: u16,
+        cert: &Path,
+        key: &Path,
+        ca: Option<&Path>,
+        hba: &str,
+    ) -> Self {
         let settings = format!(
-            "-c fsync=off -c full_page_writes=off -c listen_addresses='127.0.0.1' -c ssl=on \
+            "{durability} -c listen_addresses='127.0.0.1' -c ssl=on \
              -c ssl_cert_file=server.crt -c ssl_key_file=server.key{}",
             if ca.is_some() {
                 " -c ssl_ca_file=ca.crt"

@@ -215,6 +215,8 @@ pub struct RawFleet {
     pub lease_ttl: Option<Spanned<DurationValue>>,
     /// How often leases are renewed.
     pub lease_renew: Option<Spanned<DurationValue>>,
+    /// This host's weight in the fair share.
+    pub capacity: Option<Spanned<u32>>,
 }
 
 /// `recycle = { .. }`: each key merged on its own with `[defaults]`.
@@ -290,6 +292,8 @@ macro_rules! deployment_keys {
 }
 
 deployment_keys! {
+    /// In a fleet, the only hosts that may run it.
+    hosts: Spanned<Vec<Spanned<Text<PATH_MAX>>>>,
     /// Extra environment (merged key by key with `[defaults]`).
     env: Spanned<BTreeMap<EnvKey, Text<ENV_VALUE_MAX>>>,
     /// Run as this user.

@@ -149,6 +149,12 @@ fn notes(d: &Value) -> String {
     if let Some(owner) = d["owner"].as_object() {
         notes.push_str(&owner_note(id, owner));
     }
+    // Where it may run, when that limits it or it runs nowhere.
+    if let Some(placement) = d["placement"].as_str()
+        && (d["hosts"].is_array() || placement.starts_with("runs nowhere"))
+    {
+        notes.push_str(&wrap(&format!("  {id}: {placement}")));
+    }
     notes
 }
 

@@ -58,8 +58,9 @@ impl Leases {
                 info!(deployment = %d, host = %self.fleet.host(), "this host is drained for maintenance: handing it off");
                 self.hand_off(&d, "drain", None, None);
             } else {
-                info!(deployment = %d, host = %self.fleet.host(), "above this host's fair share: handing it off");
-                self.hand_off(&d, "shed", None, None);
+                let to = plan.to.get(&d).cloned();
+                info!(deployment = %d, host = %self.fleet.host(), to = to.as_deref().unwrap_or("any host"), "above this host's fair share: handing it off");
+                self.hand_off(&d, "shed", to, None);
             }
         }
     }
@@ -78,6 +79,12 @@ impl Leases {
                 .map(|(d, e)| (d.clone(), e.acquired_ms))
                 .collect(),
             cooldown: self.cooldown.clone(),
+            leaving: self
+                .held
+                .iter()
+                .filter(|(_, e)| matches!(e.state, State::Leaving { .. }))
+                .map(|(d, _)| d.clone())
+                .collect(),
             busy: self
                 .held
                 .iter()
@@ -85,6 +92,7 @@ impl Leases {
                 .map(|(d, _)| d.clone())
                 .collect(),
             stopping: self.stopping,
+            allowed: self.fleet.placement(),
         }
     }
 

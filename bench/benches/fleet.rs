@@ -143,30 +143,7 @@ fn renewal(bins: &Binaries, pg: &PgServer, report: &mut Report) -> anyhow::Resul
     let mut sup = Supervisor::start(bins, &dir, "", &body, "info,wfhost::host::fleet=debug")?;
     sup.wait_ready(&ids, sup.started_us, Duration::from_secs(120))?;
     // Steady state: every lease held, every status snapshot stored once.
-    let mut scanned = 0;
-    let mut samples = Vec::with_capacity(RENEWALS);
-    sup.wait_for(
-        "10 renewals of 1,000 leases",
-        Duration::from_secs(60),
-        |lines| {
-            for l in &lines[scanned..] {
-                let full = l.fields.get("renewed").and_then(|v| v.as_u64())
-                    == Some(RENEWAL_DEPLOYMENTS as u64);
-                if l.msg == "leases renewed" && full {
-                    samples.push(
-                        l.fields
-                            .get("took_us")
-                            .and_then(|v| v.as_u64())
-                            .unwrap_or(0) as f64
-                            / 1e6,
-                    );
-                }
-            }
-            scanned = lines.len();
-            // The first full renewal stores 1,000 snapshots: steady state after.
-            (samples.len() > RENEWALS).then_some(())
-        },
-    )?;
+    let samples = renewals(&mut sup, RENEWAL_DEPLOYMENTS)?;
     let steady = Summary::of(&samples[1..]).context("no renewals measured")?;
     let reference =
         Summary::of(&round_trips(&pg.url("renewal"), 200)?).context("no round trips")?;
@@ -192,6 +169,35 @@ fn renewal(bins: &Binaries, pg: &PgServer, report: &mut Report) -> anyhow::Resul
     );
     sup.kill_alone();
     Ok(())
+}
+
+/// The durations (s) of the first `RENEWALS + 1` renewals of all
+/// `leases`, as the host logs them; the first also stores every status
+/// snapshot, so steady state is after it.
+fn renewals(sup: &mut Supervisor, leases: usize) -> anyhow::Result<Vec<f64>> {
+    let mut scanned = 0;
+    let mut samples = Vec::with_capacity(RENEWALS + 1);
+    sup.wait_for(
+        "10 renewals of every lease",
+        Duration::from_secs(60),
+        |lines| {
+            for l in &lines[scanned..] {
+                let full = l.fields.get("renewed").and_then(|v| v.as_u64()) == Some(leases as u64);
+                if l.msg == "leases renewed" && full {
+                    samples.push(
+                        l.fields
+                            .get("took_us")
+                            .and_then(|v| v.as_u64())
+                            .unwrap_or(0) as f64
+                            / 1e6,
+                    );
+                }
+            }
+            scanned = lines.len();
+            (samples.len() > RENEWALS).then_some(())
+        },
+    )?;
+    Ok(samples)
 }
 
 /// Which of `socks` runs `deployment` ready, by its status.
@@ -370,7 +376,7 @@ fn tls_cost(bins: &Binaries, _: &PgServer, report: &mut Report) -> anyhow::Resul
         format!("sslmode = \"verify-full\"\nsslrootcert = {}", toml_str(ca)),
     ];
     let mut rates = Vec::new();
-    let mut renewals = Vec::new();
+    let mut renewal = Vec::new();
     for (i, tls) in modes.iter().enumerate() {
         let store = |db: &str| {
             pg.create_database(db);
@@ -405,27 +411,9 @@ fn tls_cost(bins: &Binaries, _: &PgServer, report: &mut Report) -> anyhow::Resul
         let run = TempDir::new()?;
         let mut sup = Supervisor::start(bins, &run, "", &body, "info,wfhost::host::fleet=debug")?;
         sup.wait_ready(&ids, sup.started_us, Duration::from_secs(120))?;
-        let mut scanned = 0;
-        let mut samples = Vec::with_capacity(RENEWALS);
-        sup.wait_for("10 full renewals", Duration::from_secs(60), |lines| {
-            for l in &lines[scanned..] {
-                let full = l.fields.get("renewed").and_then(|v| v.as_u64())
-                    == Some(TLS_RENEWAL_DEPLOYMENTS as u64);
-                if l.msg == "leases renewed" && full {
-                    samples.push(
-                        l.fields
-                            .get("took_us")
-                            .and_then(|v| v.as_u64())
-                            .unwrap_or(0) as f64
-                            / 1e6,
-                    );
-                }
-            }
-            scanned = lines.len();
-            (samples.len() > RENEWALS).then_some(())
-        })?;
+        let samples = renewals(&mut sup, TLS_RENEWAL_DEPLOYMENTS)?;
         sup.kill_alone();
-        renewals.push(Summary::of(&samples[1..]).context("no renewals measured")?);
+        renewal.push(Summary::of(&samples[1..]).context("no renewals measured")?);
     }
     let (plain, tls) = (rates[0], rates[1]);
     let ratio = tls / plain;
@@ -437,7 +425,7 @@ fn tls_cost(bins: &Binaries, _: &PgServer, report: &mut Report) -> anyhow::Resul
         "TLS ≥ 0.8× plaintext throughput",
         Verdict::of(ratio >= 0.8),
     );
-    let (p, t) = (&renewals[0], &renewals[1]);
+    let (p, t) = (&renewal[0], &renewal[1]);
     report.row(
         "F5",
         "TLS beside plaintext, one run: lease renewal, 200 deployments, p50",

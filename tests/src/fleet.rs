@@ -377,6 +377,31 @@ impl Fleet {
     }
 }
 
+/// Waits (as host `i` reads the event log, up to `timeout`) until every
+/// item of `sent` is done, and asserts each was done exactly once: one
+/// `mail_done` event each, one child's `done` line each, and no two
+/// children of one deployment working at once.
+pub fn assert_done_once(fleet: &Fleet, i: usize, sent: &[(String, u64)], timeout: Duration) {
+    let done = fleet.wait_done(i, sent, timeout);
+    assert_eq!(
+        done.len(),
+        sent.len(),
+        "each id done once: {} done events",
+        done.len()
+    );
+    let unique: std::collections::BTreeSet<_> = done.iter().collect();
+    assert_eq!(unique.len(), sent.len());
+    let work = fleet.work();
+    assert_no_overlap(&work);
+    for (d, id) in sent {
+        let by: Vec<_> = work
+            .iter()
+            .filter(|w| &w.deployment == d && w.id == *id && w.outcome == "done")
+            .collect();
+        assert_eq!(by.len(), 1, "{d} mail {id}: {by:?}");
+    }
+}
+
 /// Asserts that no two pids of one deployment worked at the same time:
 /// at most one child per deployment ran anywhere at any moment.
 pub fn assert_no_overlap(work: &[Work]) {

@@ -5,11 +5,11 @@
 //! hosts` lists them; a rolling drain of every host with mail flowing
 //! does every item exactly once.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use wfhost_tests::fleet::{Fleet, RENEW, WAIT, assert_no_overlap};
+use wfhost_tests::fleet::{Fleet, RENEW, WAIT, assert_done_once};
 use wfhost_tests::{bin, ok};
 
 fn two_each(owners: &BTreeMap<String, String>) -> bool {
@@ -168,22 +168,5 @@ fn a_rolling_drain_of_every_host_with_mail_flowing_does_every_item_once() {
         send(&fleet, i, 20);
     }
     assert_eq!(sent.len(), 300);
-    let done = fleet.wait_done(0, &sent, WAIT * 2);
-    assert_eq!(
-        done.len(),
-        300,
-        "each item done once: {} done events",
-        done.len()
-    );
-    let unique: BTreeSet<_> = done.iter().collect();
-    assert_eq!(unique.len(), 300);
-    let work = fleet.work();
-    assert_no_overlap(&work);
-    for (d, id) in &sent {
-        let by: Vec<_> = work
-            .iter()
-            .filter(|w| &w.deployment == d && w.id == *id && w.outcome == "done")
-            .collect();
-        assert_eq!(by.len(), 1, "{d} mail {id}: {by:?}");
-    }
+    assert_done_once(&fleet, 0, &sent, WAIT * 2);
 }

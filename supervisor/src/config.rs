@@ -269,6 +269,25 @@ fn parse_with(text: &str, path: &Path, lookup: &Lookup) -> Result<Config, Config
     let fleet = fleet::settings(raw.fleet, store_url.is_some(), &fleet::hostname)
         .map_err(|p| p.into_error(text, path))?;
     let defaults = raw.defaults.unwrap_or_default();
+    // `hosts` places a deployment among a fleet's hosts: a single host
+    // would ignore it, so it is refused there.
+    let hosts_set = defaults
+        .hosts
+        .as_ref()
+        .map(toml::Spanned::span)
+        .or_else(|| {
+            raw.deployment
+                .iter()
+                .find_map(|d| d.get_ref().hosts.as_ref().map(toml::Spanned::span))
+        });
+    if let (None, Some(span)) = (&fleet, hosts_set) {
+        return Err(Problem::new(
+            span,
+            "hosts names the fleet hosts that may run a deployment, and this config has no [fleet]",
+            "add [fleet] (and [store] url) to run on several hosts, or remove hosts",
+        )
+        .into_error(text, path));
+    }
     let mut seen: HashMap<String, Range<usize>> = HashMap::new();
     let mut deployments = Vec::with_capacity(raw.deployment.len());
     for dep in raw.deployment {

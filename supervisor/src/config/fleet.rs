@@ -210,6 +210,31 @@ mod tests {
     }
 
     #[test]
+    fn hosts_and_capacity_are_checked_and_hosts_needs_a_fleet() {
+        let dep = "[[deployment]]\nid = \"d\"\ncommand = [\"/bin/sh\"]\n";
+        let c = load(&format!(
+            "{STORE}[fleet]\nhost_id = \"a\"\ncapacity = 3\n{dep}hosts = [\"a\", \"b\"]\n"
+        ))
+        .expect("loads");
+        assert_eq!(c.fleet.expect("a fleet").capacity, 3);
+        assert_eq!(c.deployments[0].hosts, ["a", "b"]);
+        let (_, _, message, hint) = refused(&format!("{STORE}{dep}hosts = [\"a\"]\n"));
+        assert!(
+            message.contains("no [fleet]") && hint.contains("remove hosts"),
+            "{message}"
+        );
+        let fleet = format!("{STORE}[fleet]\nhost_id = \"a\"\n");
+        let (_, _, message, _) = refused(&format!("{fleet}{dep}hosts = []\n"));
+        assert!(message.contains("hosts is empty"), "{message}");
+        let (_, _, message, _) = refused(&format!("{fleet}{dep}hosts = [\"a\", \"a\"]\n"));
+        assert!(message.contains("twice"), "{message}");
+        let (_, _, message, _) = refused(&format!("{fleet}{dep}hosts = [\"a b\"]\n"));
+        assert!(message.contains("invalid host id"), "{message}");
+        let (_, _, message, _) = refused(&format!("{STORE}[fleet]\ncapacity = 0\n"));
+        assert!(message.contains("capacity 0 is out of range"), "{message}");
+    }
+
+    #[test]
     fn defaults_are_the_hostname_15s_and_5s() {
         let c = load(&format!("{STORE}[fleet]\n")).expect("loads");
         let f = c.fleet.expect("a fleet");

@@ -12,6 +12,10 @@
 //! - **F3** mail throughput through PostgreSQL (a fleet host, fenced
 //!   writes), 8 senders, beside SQLite and PostgreSQL without a fleet
 //!   in the same run.
+//! - **F4**, **F5** what TLS costs: a fleet host's mail throughput (8
+//!   senders) and its lease renewal (200 deployments), over TCP to one
+//!   server, plaintext (`sslmode = "disable"`) beside TLS (`verify-full`)
+//!   in the same run.
 //!
 //! `cargo bench -p wfhost-bench --bench fleet -- F2` runs one figure.
 
@@ -59,7 +63,7 @@ fn main() -> ExitCode {
     let wanted = |f: &str| only.is_empty() || only.iter().any(|o| o == f);
     let pg = PgServer::start_durable();
     let mut report = Report::new();
-    let figures: [(&str, &str, &str, Figure); 3] = [
+    let figures: [(&str, &str, &str, Figure); 4] = [
         (
             "F1",
             "lease renewal, 1,000 deployments on one host, p50",
@@ -77,6 +81,12 @@ fn main() -> ExitCode {
             "mail through PostgreSQL (fleet host), 8 senders: throughput",
             "≥ 0.5× SQLite",
             throughput,
+        ),
+        (
+            "F4",
+            "TLS beside plaintext, one run: mail throughput and lease renewal",
+            "TLS ≥ 0.8× plaintext throughput",
+            tls_cost,
         ),
     ];
     for (id, what, target, figure) in figures {
@@ -133,30 +143,7 @@ fn renewal(bins: &Binaries, pg: &PgServer, report: &mut Report) -> anyhow::Resul
     let mut sup = Supervisor::start(bins, &dir, "", &body, "info,wfhost::host::fleet=debug")?;
     sup.wait_ready(&ids, sup.started_us, Duration::from_secs(120))?;
     // Steady state: every lease held, every status snapshot stored once.
-    let mut scanned = 0;
-    let mut samples = Vec::with_capacity(RENEWALS);
-    sup.wait_for(
-        "10 renewals of 1,000 leases",
-        Duration::from_secs(60),
-        |lines| {
-            for l in &lines[scanned..] {
-                let full = l.fields.get("renewed").and_then(|v| v.as_u64())
-                    == Some(RENEWAL_DEPLOYMENTS as u64);
-                if l.msg == "leases renewed" && full {
-                    samples.push(
-                        l.fields
-                            .get("took_us")
-                            .and_then(|v| v.as_u64())
-                            .unwrap_or(0) as f64
-                            / 1e6,
-                    );
-                }
-            }
-            scanned = lines.len();
-            // The first full renewal stores 1,000 snapshots: steady state after.
-            (samples.len() > RENEWALS).then_some(())
-        },
-    )?;
+    let samples = renewals(&mut sup, RENEWAL_DEPLOYMENTS)?;
     let steady = Summary::of(&samples[1..]).context("no renewals measured")?;
     let reference =
         Summary::of(&round_trips(&pg.url("renewal"), 200)?).context("no round trips")?;
@@ -182,6 +169,35 @@ fn renewal(bins: &Binaries, pg: &PgServer, report: &mut Report) -> anyhow::Resul
     );
     sup.kill_alone();
     Ok(())
+}
+
+/// The durations (s) of the first `RENEWALS + 1` renewals of all
+/// `leases`, as the host logs them; the first also stores every status
+/// snapshot, so steady state is after it.
+fn renewals(sup: &mut Supervisor, leases: usize) -> anyhow::Result<Vec<f64>> {
+    let mut scanned = 0;
+    let mut samples = Vec::with_capacity(RENEWALS + 1);
+    sup.wait_for(
+        "10 renewals of every lease",
+        Duration::from_secs(60),
+        |lines| {
+            for l in &lines[scanned..] {
+                let full = l.fields.get("renewed").and_then(|v| v.as_u64()) == Some(leases as u64);
+                if l.msg == "leases renewed" && full {
+                    samples.push(
+                        l.fields
+                            .get("took_us")
+                            .and_then(|v| v.as_u64())
+                            .unwrap_or(0) as f64
+                            / 1e6,
+                    );
+                }
+            }
+            scanned = lines.len();
+            (samples.len() > RENEWALS).then_some(())
+        },
+    )?;
+    Ok(samples)
 }
 
 /// Which of `socks` runs `deployment` ready, by its status.
@@ -338,6 +354,100 @@ fn throughput(bins: &Binaries, pg: &PgServer, report: &mut Report) -> anyhow::Re
             "{} items each, from the first send to the last mail_done; PostgreSQL with fsync on; the fleet host fences every take and ack on the lease's epoch",
             SENDERS * PER_SENDER
         ),
+    );
+    Ok(())
+}
+
+/// F5's deployments.
+const TLS_RENEWAL_DEPLOYMENTS: usize = 200;
+
+/// F4 and F5: one durable server over TCP, the same fleet host config but
+/// for `sslmode`, plaintext then TLS.
+fn tls_cost(bins: &Binaries, _: &PgServer, report: &mut Report) -> anyhow::Result<()> {
+    let user = wfhost_tests::postgres::USER;
+    let dir = TempDir::new()?;
+    let certs = wfhost_tests::certs::make(&dir.path().join("certs"), user);
+    let port = PgServer::free_port();
+    // `host` lines take TLS and plaintext alike.
+    let pg = PgServer::start_tls_durable(
+        port,
+        &certs.server_crt,
+        &certs.server_key,
+        "host all all 127.0.0.1/32 trust",
+    );
+    let child = bins.child.to_str().context("non-UTF-8 path")?;
+    let ca = certs.ca.to_str().context("non-UTF-8 path")?;
+    let modes = [
+        "sslmode = \"disable\"".to_owned(),
+        format!("sslmode = \"verify-full\"\nsslrootcert = {}", toml_str(ca)),
+    ];
+    let mut rates = Vec::new();
+    let mut renewal = Vec::new();
+    for (i, tls) in modes.iter().enumerate() {
+        let store = |db: &str| {
+            pg.create_database(db);
+            let url = format!("postgresql://{user}@localhost:{port}/{db}");
+            format!("[store]\nurl = {}\n{tls}\n\n", toml_str(&url))
+        };
+        // Throughput: a fleet host at the default lease timing.
+        let body = format!(
+            "{}[fleet]\nhost_id = \"solo\"\n\n{}",
+            store(&format!("mail{i}")),
+            deployment("orders", &[child, "conformance"], "")
+        );
+        let run = TempDir::new()?;
+        let mut sup = Supervisor::start(bins, &run, "", &body, "info")?;
+        sup.wait_for("orders ready", Duration::from_secs(30), |lines| {
+            lines.iter().find(|l| l.is("ready", "orders")).map(|_| ())
+        })?;
+        let rate = flow(&socket(&run));
+        sup.kill_alone();
+        rates.push(rate?);
+        // Renewal: 200 leases, each renewal timed by the host itself.
+        let mut body = format!(
+            "{}[fleet]\nhost_id = \"solo\"\nlease_ttl = \"{F1_TTL_MS}ms\"\nlease_renew = \"{F1_RENEW_MS}ms\"\n\n",
+            store(&format!("renewal{i}"))
+        );
+        let ids: Vec<String> = (0..TLS_RENEWAL_DEPLOYMENTS)
+            .map(|i| format!("d{i:03}"))
+            .collect();
+        for id in &ids {
+            body.push_str(&deployment(id, &[child, "conformance"], ""));
+        }
+        let run = TempDir::new()?;
+        let mut sup = Supervisor::start(bins, &run, "", &body, "info,wfhost::host::fleet=debug")?;
+        sup.wait_ready(&ids, sup.started_us, Duration::from_secs(120))?;
+        let samples = renewals(&mut sup, TLS_RENEWAL_DEPLOYMENTS)?;
+        sup.kill_alone();
+        renewal.push(Summary::of(&samples[1..]).context("no renewals measured")?);
+    }
+    let (plain, tls) = (rates[0], rates[1]);
+    let ratio = tls / plain;
+    report.row(
+        "F4",
+        "TLS beside plaintext, one run: mail throughput (fleet host, 8 senders, TCP)",
+        format!("{tls:.0} items/s over TLS ({ratio:.2}× plaintext)"),
+        format!("plaintext over TCP to the same server {plain:.0} items/s"),
+        "TLS ≥ 0.8× plaintext throughput",
+        Verdict::of(ratio >= 0.8),
+    );
+    let (p, t) = (&renewal[0], &renewal[1]);
+    report.row(
+        "F5",
+        "TLS beside plaintext, one run: lease renewal, 200 deployments, p50",
+        format!(
+            "{} over TLS (p99 {}, {:.2}× plaintext)",
+            dur(t.p50),
+            dur(t.p99),
+            t.p50 / p.p50
+        ),
+        format!("plaintext {} (p99 {})", dur(p.p50), dur(p.p99)),
+        "≤ 50 ms",
+        Verdict::of(t.p50 <= 0.050),
+    );
+    report.note(
+        "F4",
+        "one durable PostgreSQL on 127.0.0.1 with ssl = on; the same config but for sslmode (disable, or verify-full with a CA made by openssl in the run); TLS 1.3, rustls on ring, for every connection of the host (store, reader, leases, queries, listener)",
     );
     Ok(())
 }

@@ -327,10 +327,20 @@ pub enum Fact {
         host: String,
         /// The epoch it held.
         epoch: u64,
-        /// Why: `stop`, `shed`, `move`, `removed`.
+        /// Why: `stop`, `shed`, `move`, `removed`, `drain` (`host drain`).
         why: &'static str,
         /// The host it was handed to (`wfhost move`), if any.
         to: Option<String>,
+    },
+    /// An operator drained a fleet host (it hands every deployment to the
+    /// others and takes none) or resumed it (`wfhost host drain|resume`).
+    HostMaintenance {
+        /// The host drained or resumed.
+        host: String,
+        /// `drain` or `resume`.
+        action: &'static str,
+        /// Who asked: the client's uid and user, and the host it asked.
+        by: String,
     },
     /// The configuration was reloaded, or a reload refused.
     ConfigReloaded {
@@ -391,6 +401,7 @@ impl Fact {
             Self::LeaseAcquired { .. } => "lease_acquired",
             Self::LeaseLost { .. } => "lease_lost",
             Self::LeaseReleased { .. } => "lease_released",
+            Self::HostMaintenance { .. } => "host_maintenance",
             Self::MailRetried { .. } => "mail_retried",
             Self::MailDelivered { .. } => "mail_delivered",
             Self::QuestionAsked { .. } => "question_asked",
@@ -422,6 +433,7 @@ impl Fact {
                 | Self::LeaseAcquired { .. }
                 | Self::LeaseLost { .. }
                 | Self::LeaseReleased { .. }
+                | Self::HostMaintenance { .. }
                 | Self::MailRetried { .. }
                 | Self::MailPurged { .. }
                 | Self::ConfigReloaded { .. }
@@ -551,6 +563,9 @@ impl Fact {
                 why,
                 to,
             } => json!({"host": host, "epoch": epoch, "why": why, "to": to}),
+            Self::HostMaintenance { host, action, by } => {
+                json!({"host": host, "action": action, "by": by})
+            }
             Self::ConfigReloaded {
                 accepted,
                 added,

@@ -61,6 +61,11 @@ pub struct HostRow {
     pub heartbeat_ms: i64,
     /// It is stopping: it takes nothing more, and hands its leases off.
     pub stopping: bool,
+    /// An operator drained it (`wfhost host drain`): it takes nothing and
+    /// hands every lease it holds to the others, until `host resume`.
+    pub paused: bool,
+    /// Its weight in the fair share (`[fleet] capacity`, at least 1).
+    pub capacity: u32,
 }
 
 /// A deployment's lease row.
@@ -141,8 +146,26 @@ pub struct Mine {
     pub cooldown: BTreeMap<String, i64>,
     /// Deployments whose previous task is still ending: not taken again yet.
     pub busy: BTreeSet<String>,
+    /// Held leases already being handed off (draining, then released):
+    /// they count against what this host still has to give.
+    pub leaving: BTreeSet<String>,
     /// It is stopping: it takes nothing.
     pub stopping: bool,
+    /// The deployments that may run only on some hosts (`hosts = [..]`),
+    /// with those hosts; any other may run anywhere.
+    pub allowed: BTreeMap<String, Vec<String>>,
+}
+
+/// How many leases a host hands off in one round to make room for others
+/// (a host joining, one resumed): a few at a time, so the fleet never
+/// drains many deployments at once.
+pub const SHED_PER_ROUND: usize = 2;
+
+/// Whether `host` may run `deployment` under `allowed`.
+pub fn eligible(allowed: &BTreeMap<String, Vec<String>>, deployment: &str, host: &str) -> bool {
+    allowed
+        .get(deployment)
+        .is_none_or(|hosts| hosts.iter().any(|h| h == host))
 }
 
 /// What to do now.
@@ -152,12 +175,17 @@ pub struct Plan {
     pub acquire: Vec<(String, Claim)>,
     /// Held leases to hand off (drain, then release), above the fair share.
     pub shed: Vec<String>,
+    /// The host each shed lease is released for (the one with room for
+    /// it): only it may take it for a lease's time, so a deployment
+    /// shed for a joining host moves once, not through a third host.
+    pub to: BTreeMap<String, String>,
     /// When (database ms) a lease this host would take becomes claimable.
     pub wake_ms: Option<i64>,
 }
 
-/// The hosts that count for the fair share: heartbeated within the TTL
-/// and not stopping, this one always (unless it is stopping).
+/// The hosts that count for the fair share: heartbeated within the TTL,
+/// neither stopping nor drained, this one always (unless it is stopping
+/// or drained).
 pub fn live_hosts<'a>(
     view: &'a View,
     me: &'a str,
@@ -168,14 +196,24 @@ pub fn live_hosts<'a>(
     let mut live: Vec<&str> = view
         .hosts
         .iter()
-        .filter(|h| h.host != me && !h.stopping && h.heartbeat_ms.saturating_add(ttl) > view.now_ms)
+        .filter(|h| {
+            h.host != me
+                && !h.stopping
+                && !h.paused
+                && h.heartbeat_ms.saturating_add(ttl) > view.now_ms
+        })
         .map(|h| h.host.as_str())
         .collect();
-    if !stopping {
+    if !stopping && !paused(view, me) {
         live.push(me);
     }
     live.sort_unstable();
     live
+}
+
+/// Whether `host` is drained by an operator (`wfhost host drain`).
+pub fn paused(view: &View, host: &str) -> bool {
+    view.hosts.iter().any(|h| h.host == host && h.paused)
 }
 
 /// Each live host's fair share of `deployments`: rounded up, so every
@@ -225,6 +263,36 @@ fn claim(
     }
 }
 
+/// Each live host's weight: its `capacity` (at least 1; 1 for a host
+/// the view does not have yet, this one before its first heartbeat).
+fn weights<'a>(view: &View, live: &[&'a str]) -> Vec<(&'a str, u64)> {
+    live.iter()
+        .map(|h| {
+            let cap = view
+                .hosts
+                .iter()
+                .find(|r| r.host == *h)
+                .map_or(1, |r| r.capacity.max(1));
+            (*h, u64::from(cap))
+        })
+        .collect()
+}
+
+/// `host`'s share of `deployments` by weight: its capacity over the live
+/// hosts' total, rounded up, so every deployment has room somewhere.
+pub fn weighted_share(deployments: usize, weights: &[(&str, u64)], host: &str) -> usize {
+    let total: u64 = weights.iter().map(|(_, w)| *w).sum();
+    let mine = weights
+        .iter()
+        .find(|(h, _)| *h == host)
+        .map_or(0, |(_, w)| *w);
+    if total == 0 || mine == 0 {
+        return 0;
+    }
+    let n = u64::try_from(deployments).unwrap_or(u64::MAX);
+    usize::try_from(n.saturating_mul(mine).div_ceil(total)).unwrap_or(usize::MAX)
+}
+
 /// What `mine` should acquire and shed given `view`.
 pub fn plan(view: &View, mine: &Mine, timing: &Timing) -> Plan {
     let mut plan = Plan::default();
@@ -232,6 +300,12 @@ pub fn plan(view: &View, mine: &Mine, timing: &Timing) -> Plan {
         return plan;
     }
     let me = mine.host.as_str();
+    if paused(view, me) {
+        // Drained: everything goes to the others at once, cooldown or not
+        // (an operator asked), and nothing is taken.
+        plan.shed = mine.held.keys().cloned().collect();
+        return plan;
+    }
     let now = view.now_ms;
     let rows: BTreeMap<&str, &LeaseRow> = view
         .leases
@@ -239,74 +313,213 @@ pub fn plan(view: &View, mine: &Mine, timing: &Timing) -> Plan {
         .map(|l| (l.deployment.as_str(), l))
         .collect();
     let live = live_hosts(view, me, false, timing);
-    let share = fair_share(mine.configured.len(), live.len());
+    let weights = weights(view, &live);
+    let share = weighted_share(mine.configured.len(), &weights, me);
     let grace = Timing::ms(timing.grace());
     let mut handed = Vec::new();
+    let mut sole = Vec::new();
     let mut open = Vec::new();
     for d in &mine.configured {
-        if mine.held.contains_key(d) || mine.busy.contains(d) {
+        if mine.held.contains_key(d) || mine.busy.contains(d) || !eligible(&mine.allowed, d, me) {
             continue;
         }
         let row = rows.get(d.as_str()).copied();
         let for_me =
             row.is_some_and(|r| r.holder.is_none() && r.reserved_for.as_deref() == Some(me));
         let cooling = mine.cooldown.get(d).is_some_and(|until| now < *until);
+        // Only this host of the live ones may run it: taken whatever the
+        // share, or it would run nowhere.
+        let only_here = live
+            .iter()
+            .all(|h| *h == me || !eligible(&mine.allowed, d, h));
         match claim(row, me, now, grace) {
             Ok(c) if for_me => handed.push((d.clone(), c)),
             Ok(_) if cooling => {
                 plan.wake_ms = earliest(plan.wake_ms, mine.cooldown.get(d).copied());
             }
+            Ok(c) if only_here => sole.push((d.clone(), c)),
             Ok(c) => open.push((d.clone(), c)),
             Err(at) => plan.wake_ms = earliest(plan.wake_ms, at),
         }
     }
-    // A hand-off is taken whatever the share; the rest up to it.
-    let room = share.saturating_sub(mine.held.len().saturating_add(handed.len()));
+    // A hand-off, and what only this host may run, are taken whatever the
+    // share; the rest up to it.
+    let room = share.saturating_sub(
+        mine.held
+            .len()
+            .saturating_add(handed.len())
+            .saturating_add(sole.len()),
+    );
     open.sort_by_key(|(d, _)| std::cmp::Reverse(rank(me, d)));
     if open.len() >= room {
         // The share fills now: nothing later is worth waking for.
         plan.wake_ms = None;
     }
     plan.acquire = handed;
+    plan.acquire.extend(sole);
     plan.acquire.extend(open.into_iter().take(room));
-    plan.shed = shed(view, mine, &live, share, timing);
+    let (gone, handed) = shed(view, mine, &weights, share, timing);
+    plan.shed = gone;
+    for (d, to) in handed {
+        plan.shed.push(d.clone());
+        plan.to.insert(d, to);
+    }
     plan
 }
 
-/// Held leases above the fair share that other live hosts have room for,
-/// the ones this host prefers least first, never one taken within the
-/// cooldown.
-fn shed(view: &View, mine: &Mine, live: &[&str], share: usize, timing: &Timing) -> Vec<String> {
-    let excess = mine.held.len().saturating_sub(share);
+/// Held leases to hand off: any this host may no longer run (its `hosts`
+/// changed), released for anyone; and, above the fair share, those
+/// another live host may run and has room for, each for that host, the
+/// ones this host prefers least first, a few a round, never one taken
+/// within the cooldown.
+fn shed(
+    view: &View,
+    mine: &Mine,
+    weights: &[(&str, u64)],
+    share: usize,
+    timing: &Timing,
+) -> (Vec<String>, Vec<(String, String)>) {
+    let me = mine.host.as_str();
+    let out: Vec<String> = mine
+        .held
+        .keys()
+        .filter(|d| !eligible(&mine.allowed, d, me))
+        .cloned()
+        .collect();
+    let kept = mine.held.len().saturating_sub(out.len());
+    let excess = kept.saturating_sub(share);
     if excess == 0 {
-        return Vec::new();
+        return (out, Vec::new());
     }
     let now = view.now_ms;
-    let room_elsewhere: usize = live
+    let configured = mine.configured.len();
+    // What each live host has: the leases it holds, and those released
+    // for it that it has not taken yet (a shed or a move on its way).
+    let has = |h: &str| {
+        view.leases
+            .iter()
+            .filter(|l| l.expires_ms > now)
+            .filter(|l| match &l.holder {
+                Some(holder) => holder == h,
+                None => l.reserved_for.as_deref() == Some(h),
+            })
+            .count()
+    };
+    let share_of = |h: &str| weighted_share(configured, weights, h);
+    // Each other live host's room under its share.
+    let mut room: Vec<(&str, usize)> = weights
         .iter()
-        .filter(|h| **h != mine.host)
-        .map(|h| {
-            let holds = view
-                .leases
-                .iter()
-                .filter(|l| l.holder.as_deref() == Some(*h) && l.expires_ms > now)
-                .count();
-            share.saturating_sub(holds)
-        })
-        .sum();
+        .map(|(h, _)| *h)
+        .filter(|h| *h != me)
+        .map(|h| (h, share_of(h).saturating_sub(has(h))))
+        .filter(|(_, r)| *r > 0)
+        .collect();
+    // Every host above its share reads the same rows: the room is given
+    // out to them in the order of their names, so hosts shedding at the
+    // same moment never send one host more than it has room for.
+    let mut left: usize = room.iter().map(|(_, r)| *r).sum();
+    let mut mine_to_give = 0;
+    for (h, _) in weights {
+        let over = if *h == me {
+            excess
+        } else {
+            has(h).saturating_sub(share_of(h))
+        };
+        let give = over.min(left);
+        left = left.saturating_sub(give);
+        if *h == me {
+            mine_to_give = give;
+            break;
+        }
+    }
     let cooldown = Timing::ms(timing.cooldown());
     let mut movable: Vec<&String> = mine
         .held
         .iter()
-        .filter(|(_, acquired)| acquired.saturating_add(cooldown) <= now)
+        .filter(|(d, acquired)| {
+            acquired.saturating_add(cooldown) <= now
+                && eligible(&mine.allowed, d, me)
+                && !mine.leaving.contains(*d)
+        })
         .map(|(d, _)| d)
         .collect();
-    movable.sort_by_key(|d| rank(&mine.host, d));
-    movable
-        .into_iter()
-        .take(excess.min(room_elsewhere))
-        .cloned()
-        .collect()
+    movable.sort_by_key(|d| rank(me, d));
+    let mut shed = Vec::new();
+    for d in movable {
+        // Those already on their way count: hosts see them as still
+        // this one's, above its share, until released.
+        let on_their_way = mine
+            .leaving
+            .iter()
+            .filter(|d| eligible(&mine.allowed, d, me))
+            .count();
+        let new = mine_to_give
+            .min(SHED_PER_ROUND)
+            .saturating_sub(on_their_way);
+        if shed.len() >= new {
+            break;
+        }
+        // The eligible host with the most room, by name when tied.
+        let best = room
+            .iter_mut()
+            .filter(|(h, r)| *r > 0 && eligible(&mine.allowed, d, h))
+            .max_by(|a, b| a.1.cmp(&b.1).then(b.0.cmp(a.0)));
+        if let Some((h, r)) = best {
+            *r = r.saturating_sub(1);
+            shed.push((d.clone(), (*h).to_owned()));
+        }
+    }
+    (out, shed)
+}
+
+/// Why `deployment` (which may run only on `hosts`, or anywhere when
+/// empty) runs on `holder`, or runs nowhere, for `status`.
+pub fn placement(
+    view: &View,
+    deployment: &str,
+    hosts: &[String],
+    holder: Option<&str>,
+    timing: &Timing,
+) -> String {
+    let live = live_hosts(view, "", true, timing);
+    let list = hosts.join(", ");
+    let drained: Vec<&str> = view
+        .hosts
+        .iter()
+        .filter(|h| h.paused && (hosts.is_empty() || hosts.contains(&h.host)))
+        .map(|h| h.host.as_str())
+        .collect();
+    let note = if drained.is_empty() {
+        String::new()
+    } else {
+        format!("; drained: {}", drained.join(", "))
+    };
+    match holder {
+        Some(h) if paused(view, h) => {
+            format!("on {h}, which is drained: being handed to another host")
+        }
+        Some(h) if hosts.is_empty() => {
+            format!("on {h}: its share of the fleet (any host may run {deployment})")
+        }
+        Some(h) if hosts.iter().any(|a| a == h) => format!("on {h}, one of its hosts ({list})"),
+        Some(h) => format!("on {h}, which is not one of its hosts ({list}): being handed off"),
+        None if hosts.is_empty() && live.is_empty() => {
+            format!("runs nowhere: no host is live (every one is stopped, drained or gone){note}")
+        }
+        None if hosts.is_empty() => "runs nowhere yet: free, a live host takes it".to_owned(),
+        None => {
+            let up: Vec<&str> = live
+                .iter()
+                .copied()
+                .filter(|h| hosts.iter().any(|a| a == h))
+                .collect();
+            if up.is_empty() {
+                format!("runs nowhere: none of its hosts ({list}) is live{note}; it waits for one")
+            } else {
+                format!("runs nowhere yet: free, {} takes it", up.join(" or "))
+            }
+        }
+    }
 }
 
 fn earliest(a: Option<i64>, b: Option<i64>) -> Option<i64> {

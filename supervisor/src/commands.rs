@@ -9,6 +9,8 @@ pub mod console;
 pub mod demo;
 pub mod drain;
 pub mod events;
+pub mod host;
+pub mod hosts;
 pub mod journal;
 pub mod keygen;
 pub mod kill;
@@ -66,6 +68,11 @@ pub enum Command {
     Kill(kill::Args),
     /// In a fleet: hand a deployment to another host (drained, then taken at once).
     Move(move_to::Args),
+    /// In a fleet: drain a host for maintenance (its deployments go to the others) or resume it.
+    #[command(subcommand)]
+    Host(host::Command),
+    /// In a fleet: the live hosts with heartbeat age, state, leases held and encryption.
+    Hosts(hosts::Args),
     /// Validate a config file and every program it names; errors give file, line and column.
     CheckConfig(check_config::Args),
     /// Write a new ed25519 signing key (PKCS#8 PEM, mode 0600).
@@ -119,6 +126,8 @@ pub fn run(command: Command, cli: fn() -> clap::Command) -> u8 {
         Command::Logs(args) => logs::run(args),
         Command::Kill(args) => kill::run(args),
         Command::Move(args) => move_to::run(args),
+        Command::Host(cmd) => host::run(cmd),
+        Command::Hosts(args) => hosts::run(args),
         Command::CheckConfig(args) => check_config::run(args),
         Command::Keygen(args) => keygen::run(args),
         Command::Journal(cmd) => journal::run(cmd),

@@ -41,8 +41,13 @@
 //! | `restart.healthy_after` | 1s | ≥ 100ms; a run this long was healthy: its crash restarts at once and is not counted |
 //! | `restart.max_restarts` in `restart.period` | 5 in 60s | 1 to 10000; period ≥ 1s |
 //! | `[store] url` | none: SQLite in `state_dir` | a PostgreSQL URL or `key=value` string naming a server and database |
+//! | `[store] sslmode` | `verify-full`, or `prefer` for a local server (a socket, `localhost`, a loopback address) | libpq's `disable`, `prefer`, `require`, `verify-ca`, `verify-full` |
+//! | `[store] sslrootcert`, `sslcert`, `sslkey` | none | PEM files, relative to the config file's directory; `sslrootcert = "system"`: the system's CAs; the key must not be readable by group or others |
+//! | `[store] password_file` | none (then `PGPASSWORD`, then `PGPASSFILE` or `~/.pgpass`) | a file holding the password, mode 0600 or stricter |
 //! | `[fleet] host_id` | the hostname | 1 to 64 of `A-Za-z0-9_.-`; `[fleet]` needs `[store] url` |
 //! | `[fleet] lease_ttl` | 15s | 1s to 1h |
+//! | `[fleet] capacity` | 1 | 1 to 1000: this host's weight in the fair share |
+//! | `hosts` | none: any host | in a fleet, the only hosts (their `host_id`s) that may run the deployment |
 //! | `[fleet] lease_renew` | 5s | ≥ 100ms, ≤ a third of `lease_ttl` |
 //! | `[console] listen` | none: the console is off | `IP:PORT` on loopback, any address with TLS, or a Unix socket path |
 //! | `[console] tls_cert`, `tls_key` | none: plain HTTP | both or neither; PEM files; needed for a non-loopback `listen` |
@@ -66,6 +71,7 @@
 mod build;
 pub mod changes;
 mod console;
+pub mod conninfo;
 mod containment;
 pub mod defaults;
 mod error;
@@ -196,10 +202,9 @@ pub fn store_url_of(path: &Path) -> Result<Option<String>, ConfigError> {
     let Some(store) = table.get("store") else {
         return Ok(None);
     };
+    let only_url = store.as_table().is_some_and(|t| t.len() == 1);
     match store.get("url").and_then(|u| u.as_str()) {
-        Some(url) if store.is_table() && resolve::store_url(url).is_ok() => {
-            Ok(Some(url.to_owned()))
-        }
+        Some(url) if only_url && resolve::store_url(url).is_ok() => Ok(Some(url.to_owned())),
         _ => full(),
     }
 }
@@ -264,11 +269,30 @@ fn parse_with(text: &str, path: &Path, lookup: &Lookup) -> Result<Config, Config
     let supervisor = build
         .supervisor(raw.supervisor)
         .map_err(|p| p.into_error(text, path))?;
-    let store_url = store_url(raw.store).map_err(|p| p.into_error(text, path))?;
+    let store_url = store_url(raw.store, path).map_err(|p| p.into_error(text, path))?;
     let fleet = fleet::settings(raw.fleet, store_url.is_some(), &fleet::hostname)
         .map_err(|p| p.into_error(text, path))?;
     let console = console::settings(raw.console, &dir).map_err(|p| p.into_error(text, path))?;
     let defaults = raw.defaults.unwrap_or_default();
+    // `hosts` places a deployment among a fleet's hosts: a single host
+    // would ignore it, so it is refused there.
+    let hosts_set = defaults
+        .hosts
+        .as_ref()
+        .map(toml::Spanned::span)
+        .or_else(|| {
+            raw.deployment
+                .iter()
+                .find_map(|d| d.get_ref().hosts.as_ref().map(toml::Spanned::span))
+        });
+    if let (None, Some(span)) = (&fleet, hosts_set) {
+        return Err(Problem::new(
+            span,
+            "hosts names the fleet hosts that may run a deployment, and this config has no [fleet]",
+            "add [fleet] (and [store] url) to run on several hosts, or remove hosts",
+        )
+        .into_error(text, path));
+    }
     let mut seen: HashMap<String, Range<usize>> = HashMap::new();
     let mut deployments = Vec::with_capacity(raw.deployment.len());
     for dep in raw.deployment {
@@ -289,14 +313,46 @@ fn parse_with(text: &str, path: &Path, lookup: &Lookup) -> Result<Config, Config
     })
 }
 
-/// `[store] url`, checked.
-fn store_url(raw: Option<RawStore>) -> Result<Option<String>, Problem> {
-    let Some(url) = raw.and_then(|s| s.url) else {
+/// `[store] url` with the other `[store]` keys folded in
+/// (`config/conninfo.rs`), checked; paths relative to the config file.
+fn store_url(raw: Option<RawStore>, path: &Path) -> Result<Option<String>, Problem> {
+    let Some(raw) = raw else {
         return Ok(None);
     };
-    let text = &url.get_ref().0;
-    resolve::store_url(text).map_err(|f| Problem::failure(url.span(), f))?;
-    Ok(Some(text.clone()))
+    let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    let dir = absolute.parent().unwrap_or(Path::new("/"));
+    let keys = [
+        ("sslmode", raw.sslmode, false),
+        ("sslrootcert", raw.sslrootcert, true),
+        ("sslcert", raw.sslcert, true),
+        ("sslkey", raw.sslkey, true),
+        ("password_file", raw.password_file, true),
+    ];
+    let Some(url) = raw.url else {
+        if let Some((key, Some(v), _)) = keys.into_iter().find(|(_, v, _)| v.is_some()) {
+            return Err(Problem::failure(
+                v.span(),
+                (
+                    format!("[store] {key} is set but [store] url is not"),
+                    "add [store] url naming the PostgreSQL server, or remove the key".into(),
+                ),
+            ));
+        }
+        return Ok(None);
+    };
+    let mut text = url.get_ref().0.clone();
+    for (key, value, is_path) in keys {
+        let Some(value) = value else { continue };
+        let value = &value.get_ref().0;
+        let value = if is_path && value != "system" {
+            resolve::relative_to(dir, value).display().to_string()
+        } else {
+            value.clone()
+        };
+        text = conninfo::with(&text, key, &value);
+    }
+    resolve::store_url(&text).map_err(|f| Problem::failure(url.span(), f))?;
+    Ok(Some(text))
 }
 
 #[cfg(test)]

@@ -140,6 +140,18 @@ impl Fleet {
             .collect()
     }
 
+    /// The deployments that may run only on some hosts (`hosts = [..]`),
+    /// with those hosts.
+    pub fn placement(&self) -> BTreeMap<String, Vec<String>> {
+        self.configs
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .filter(|(_, c)| !c.hosts.is_empty())
+            .map(|(id, c)| (id.clone(), c.hosts.clone()))
+            .collect()
+    }
+
     /// Asks the lease loop; false when it is gone.
     pub fn tell(&self, command: Command) -> bool {
         self.commands.send(command).is_ok()

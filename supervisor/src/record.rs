@@ -103,6 +103,9 @@ pub fn log(deployment: &str, fact: &Fact) {
             why,
             to,
         } => lease_released(deployment, host, *epoch, why, to.as_deref()),
+        Fact::HostMaintenance { host, action, by } => {
+            info!(host = %host, action, by = %by, "fleet host maintenance")
+        }
         Fact::ConfigReloaded { .. } => {}
     }
 }

@@ -50,6 +50,8 @@ pub struct Fleet {
     dir: TempDir,
     url: String,
     extra: String,
+    /// Lines added to a deployment's table (e.g. `hosts = ["h3"]`), by id.
+    pub deployment_extra: BTreeMap<String, String>,
     _lock: std::fs::File,
 }
 
@@ -109,6 +111,7 @@ impl Fleet {
             dir: TempDir::new(),
             url,
             extra: extra.to_owned(),
+            deployment_extra: BTreeMap::new(),
             _lock: lock,
         }
     }
@@ -124,6 +127,18 @@ impl Fleet {
             Supervisor::start_wrapped(&body, wrapper)
         };
         self.hosts.push(Some(sup));
+    }
+
+    /// Starts the next host with `lines` in its `[fleet]` table (e.g.
+    /// `capacity = 2`).
+    pub fn add_with_fleet(&mut self, lines: &str) {
+        let id = Self::id(self.hosts.len());
+        let body = self.body(&id, &self.url).replacen(
+            "\n\n[defaults]",
+            &format!("\n{lines}\n\n[defaults]"),
+            1,
+        );
+        self.hosts.push(Some(Supervisor::start(&body)));
     }
 
     /// Starts the next host with `settings` in its `[supervisor]` table
@@ -162,8 +177,9 @@ impl Fleet {
             self.extra
         );
         for d in &self.deployments {
+            let extra = self.deployment_extra.get(d).map_or("", String::as_str);
             body.push_str(&format!(
-                "[[deployment]]\nid = \"{d}\"\ncommand = {child}\n\n"
+                "[[deployment]]\nid = \"{d}\"\ncommand = {child}\n{extra}\n"
             ));
         }
         body
@@ -358,6 +374,31 @@ impl Fleet {
     pub fn restart(&mut self, i: usize, sup: Supervisor) {
         let (dir, config) = sup.into_parts();
         self.hosts[i] = Some(Supervisor::start_in(dir, config));
+    }
+}
+
+/// Waits (as host `i` reads the event log, up to `timeout`) until every
+/// item of `sent` is done, and asserts each was done exactly once: one
+/// `mail_done` event each, one child's `done` line each, and no two
+/// children of one deployment working at once.
+pub fn assert_done_once(fleet: &Fleet, i: usize, sent: &[(String, u64)], timeout: Duration) {
+    let done = fleet.wait_done(i, sent, timeout);
+    assert_eq!(
+        done.len(),
+        sent.len(),
+        "each id done once: {} done events",
+        done.len()
+    );
+    let unique: std::collections::BTreeSet<_> = done.iter().collect();
+    assert_eq!(unique.len(), sent.len());
+    let work = fleet.work();
+    assert_no_overlap(&work);
+    for (d, id) in sent {
+        let by: Vec<_> = work
+            .iter()
+            .filter(|w| &w.deployment == d && w.id == *id && w.outcome == "done")
+            .collect();
+        assert_eq!(by.len(), 1, "{d} mail {id}: {by:?}");
     }
 }
 

@@ -3,6 +3,7 @@
 //! operator reads (command output, the journal, the event log, the store).
 //! Tests drive only the binaries.
 
+pub mod certs;
 pub mod control;
 pub mod fleet;
 pub mod netns;

@@ -22,6 +22,9 @@ pub const USER: &str = "wfhost";
 /// packaged `postgres` user if there is one, else this one, created.
 const TEST_USER: &str = "wfhost-pg";
 
+/// A user's uid and gid.
+type Ids = (u32, u32);
+
 /// A running server, stopped on drop.
 pub struct PgServer {
     dir: TempDir,
@@ -119,7 +122,84 @@ impl PgServer {
         Self::start_on(&format!("-c listen_addresses='' {settings}"), 5432, false)
     }
 
+    /// Like [`PgServer::start`], also listening on `127.0.0.1:port` with
+    /// TLS on (`ssl = on`): the server's certificate `cert` and key `key`,
+    /// `ca` (if any) as `ssl_ca_file` for client certificates, and the
+    /// `hba` lines ahead of pg_hba.conf's own (e.g. `hostssl all all
+    /// 127.0.0.1/32 cert`). Nothing plain is allowed over TCP.
+    pub fn start_tls(port: u16, cert: &Path, key: &Path, ca: Option<&Path>, hba: &str) -> Self {
+        Self::start_tls_with(
+            "-c fsync=off -c full_page_writes=off",
+            port,
+            cert,
+            key,
+            ca,
+            hba,
+        )
+    }
+
+    /// Like [`PgServer::start_tls`], durable as in production (fsync on),
+    /// for measuring what TLS costs.
+    pub fn start_tls_durable(port: u16, cert: &Path, key: &Path, hba: &str) -> Self {
+        Self::start_tls_with("", port, cert, key, None, hba)
+    }
+
+    fn start_tls_with(
+        durability: &str,
+        port: u16,
+        cert: &Path,
+        key: &Path,
+        ca: Option<&Path>,
+        hba: &str,
+    ) -> Self {
+        let settings = format!(
+            "{durability} -c listen_addresses='127.0.0.1' -c ssl=on \
+             -c ssl_cert_file=server.crt -c ssl_key_file=server.key{}",
+            if ca.is_some() {
+                " -c ssl_ca_file=ca.crt"
+            } else {
+                ""
+            }
+        );
+        Self::start_prepared(&settings, port, &|data, owner| {
+            let files = [(cert, "server.crt"), (key, "server.key")];
+            for (from, to) in files.into_iter().chain(ca.map(|c| (c, "ca.crt"))) {
+                let dest = data.join(to);
+                std::fs::copy(from, &dest).expect("copy a TLS file into the data dir");
+                crate::certs::private(&dest);
+                if let Some((uid, gid)) = owner {
+                    std::os::unix::fs::chown(&dest, Some(uid), Some(gid))
+                        .expect("chown a TLS file");
+                }
+            }
+            let path = data.join("pg_hba.conf");
+            let conf = std::fs::read_to_string(&path).expect("read pg_hba.conf");
+            std::fs::write(&path, format!("{hba}\n{conf}")).expect("write pg_hba.conf");
+        })
+    }
+
+    /// A port on 127.0.0.1 nothing listens on now.
+    pub fn free_port() -> u16 {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("find a free port")
+    }
+
     fn start_on(settings: &str, port: u16, tcp: bool) -> Self {
+        Self::start_prepared(settings, port, &|data, _| {
+            if tcp {
+                let hba = data.join("pg_hba.conf");
+                let mut conf = std::fs::read_to_string(&hba).expect("read pg_hba.conf");
+                conf.push_str("\nhost all all 0.0.0.0/0 trust\n");
+                std::fs::write(&hba, conf).expect("write pg_hba.conf");
+            }
+        })
+    }
+
+    /// Makes the cluster, lets `prepare` change its data dir (given the
+    /// server's owner), and starts it.
+    fn start_prepared(settings: &str, port: u16, prepare: &dyn Fn(&Path, Option<Ids>)) -> Self {
         let bin = bin_dir();
         let dir = TempDir::new();
         // SAFETY: geteuid has no preconditions.
@@ -146,12 +226,7 @@ impl PgServer {
                 "--no-sync",
             ]),
         );
-        if tcp {
-            let hba = data.join("pg_hba.conf");
-            let mut conf = std::fs::read_to_string(&hba).expect("read pg_hba.conf");
-            conf.push_str("\nhost all all 0.0.0.0/0 trust\n");
-            std::fs::write(&hba, conf).expect("write pg_hba.conf");
-        }
+        prepare(&data, owner);
         server.options = format!(
             "-p {port} -k {} -c max_connections=40 -c shared_buffers=16MB {settings}",
             server.dir.path().display()

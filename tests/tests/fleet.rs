@@ -63,25 +63,8 @@ fn each_deployment_has_one_owner_two_per_host_and_mail_through_any_host_is_done_
             fleet.send(via, deployment, &format!("item-{n}")),
         ));
     }
-    let done = fleet.wait_done(0, &sent, WAIT);
-    assert_eq!(
-        done.len(),
-        300,
-        "each id done once: {} done events",
-        done.len()
-    );
-    let unique: BTreeSet<_> = done.iter().collect();
-    assert_eq!(unique.len(), 300);
     // Each deployment's items were worked on by its owner's child only.
-    let work = fleet.work();
-    assert_no_overlap(&work);
-    for (d, id) in &sent {
-        let by: Vec<_> = work
-            .iter()
-            .filter(|w| &w.deployment == d && w.id == *id && w.outcome == "done")
-            .collect();
-        assert_eq!(by.len(), 1, "{d} mail {id}: {by:?}");
-    }
+    wfhost_tests::fleet::assert_done_once(&fleet, 0, &sent, WAIT);
     // One chain, signed by three hosts, verifies from any host.
     let out = fleet.host(1).client(&["journal", "verify"]);
     let text = ok("journal verify", &out);
@@ -548,8 +531,10 @@ fn a_host_cut_off_from_postgresql_self_fences_before_its_ttl_and_rejoins() {
     let mut fleet = Fleet::empty(pg, local.clone(), 6, "", lock);
     fleet.add(&local, &[]);
     fleet.add(&local, &[]);
+    // A plaintext test server on a non-local address: TLS (verify-full by
+    // default there) is turned off by name.
     let tcp = format!(
-        "host={} port={port} user=wfhost dbname=postgres",
+        "host={} port={port} user=wfhost dbname=postgres sslmode=disable",
         ns.outside
     );
     fleet.add(&tcp, &ns.exec());

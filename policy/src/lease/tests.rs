@@ -14,6 +14,15 @@ fn host(id: &str, heartbeat_ago_ms: i64, stopping: bool) -> HostRow {
         host: id.into(),
         heartbeat_ms: NOW - heartbeat_ago_ms,
         stopping,
+        paused: false,
+        capacity: 1,
+    }
+}
+
+fn drained(id: &str) -> HostRow {
+    HostRow {
+        paused: true,
+        ..host(id, 0, false)
     }
 }
 
@@ -324,5 +333,145 @@ fn ranks_differ_by_host_and_are_stable() {
     assert_eq!(
         [Claim::New.how(), Claim::Released { epoch: 1 }.how()],
         ["unowned", "released"]
+    );
+}
+
+#[test]
+fn a_drained_host_takes_nothing_hands_everything_off_and_counts_for_no_share() {
+    let ds = ["d1", "d2", "d3", "d4"];
+    // a holds two it took a moment ago (within the cooldown): drained, it
+    // hands both off anyway, and takes neither the free ones nor a hand-off.
+    let mut a = mine("a", &ds, &["d1", "d2"]);
+    a.held.insert("d1".into(), NOW - 10);
+    let mut handed = lease("d3", 4, None, 5_000);
+    handed.reserved_for = Some("a".into());
+    let v = view(
+        vec![drained("a"), host("b", 0, false)],
+        vec![
+            lease("d1", 1, Some("a"), 9_000),
+            lease("d2", 1, Some("a"), 9_000),
+            handed,
+        ],
+    );
+    let p = plan(&v, &a, &TIMING);
+    assert!(p.acquire.is_empty(), "{p:?}");
+    let mut shed = p.shed.clone();
+    shed.sort();
+    assert_eq!(shed, ["d1", "d2"]);
+    // b alone is live: its share is all four.
+    assert_eq!(live_hosts(&v, "b", false, &TIMING), ["b"]);
+    let b = mine("b", &ds, &[]);
+    let v = view(vec![drained("a"), host("b", 0, false)], vec![]);
+    assert_eq!(names(&plan(&v, &b, &TIMING).acquire), ds);
+    assert!(paused(&v, "a") && !paused(&v, "b"));
+}
+
+#[test]
+fn capacity_weighs_the_share_and_a_joining_host_gets_it_a_few_at_a_time() {
+    let w = [("a", 1), ("b", 1), ("c", 1), ("d", 2)];
+    assert_eq!(weighted_share(10, &w, "a"), 2);
+    assert_eq!(weighted_share(10, &w, "d"), 4);
+    assert_eq!(weighted_share(10, &w, "zz"), 0);
+    // a holds five, long held; d just joined with capacity 2: a's share
+    // is 2, but it hands off at most SHED_PER_ROUND a round.
+    let ds: Vec<String> = (1..=10).map(|i| format!("d{i}")).collect();
+    let refs: Vec<&str> = ds.iter().map(String::as_str).collect();
+    let a = mine("a", &refs, &refs[..5]);
+    let mut big = host("d", 0, false);
+    big.capacity = 2;
+    let leases: Vec<LeaseRow> = refs[..5]
+        .iter()
+        .map(|d| lease(d, 1, Some("a"), 9_000))
+        .chain(refs[5..].iter().map(|d| lease(d, 1, Some("b"), 9_000)))
+        .collect();
+    let v = view(
+        vec![
+            host("a", 0, false),
+            host("b", 0, false),
+            host("c", 0, false),
+            big,
+        ],
+        leases,
+    );
+    let p = plan(&v, &a, &TIMING);
+    assert_eq!(p.shed.len(), SHED_PER_ROUND, "{p:?}");
+    // Each released for the host with room: d (b holds five too, so it
+    // has none; c holds none, and has two).
+    assert!(
+        p.shed
+            .iter()
+            .all(|s| p.to.get(s).is_some_and(|h| h == "d" || h == "c")),
+        "{p:?}"
+    );
+    assert_eq!(p.to.get(&p.shed[0]).map(String::as_str), Some("d"));
+    // Two already on their way count: nothing more this round.
+    let mut busy = a.clone();
+    busy.leaving = p.shed.iter().cloned().collect();
+    assert!(plan(&v, &busy, &TIMING).shed.is_empty());
+    // Taken a moment ago: nothing moves twice within the cooldown.
+    let mut fresh = a.clone();
+    for t in fresh.held.values_mut() {
+        *t = NOW - 10;
+    }
+    assert!(plan(&v, &fresh, &TIMING).shed.is_empty());
+}
+
+#[test]
+fn hosts_limit_where_a_deployment_runs_even_beyond_the_share() {
+    let mut allowed = BTreeMap::new();
+    allowed.insert("pinned".to_owned(), vec!["c".to_owned()]);
+    let ds = ["pinned", "x1", "x2"];
+    // a may not take it, whatever its room.
+    let mut a = mine("a", &ds, &[]);
+    a.allowed = allowed.clone();
+    let v = view(vec![host("a", 0, false), host("c", 0, false)], vec![]);
+    assert!(!names(&plan(&v, &a, &TIMING).acquire).contains(&"pinned"));
+    // c holds its share already, and still takes it: no one else may.
+    let mut c = mine("c", &ds, &["x1", "x2"]);
+    c.allowed = allowed.clone();
+    let v = view(
+        vec![host("a", 0, false), host("c", 0, false)],
+        vec![
+            lease("x1", 1, Some("c"), 9_000),
+            lease("x2", 1, Some("c"), 9_000),
+        ],
+    );
+    assert_eq!(names(&plan(&v, &c, &TIMING).acquire), ["pinned"]);
+    // Holding one it may no longer run (a reload moved it), it hands it off.
+    let mut a = mine("a", &ds, &["pinned"]);
+    a.allowed = allowed.clone();
+    assert_eq!(plan(&v, &a, &TIMING).shed, ["pinned"]);
+    // Above its share, c never sheds the pinned one.
+    let mut c = mine("c", &ds, &["pinned", "x1", "x2"]);
+    c.allowed = allowed;
+    assert!(!plan(&v, &c, &TIMING).shed.contains(&"pinned".to_owned()));
+}
+
+#[test]
+fn placement_says_why_a_deployment_is_where_it_is_or_nowhere() {
+    let pinned = vec!["c".to_owned()];
+    let v = view(vec![host("a", 0, false), host("c", 0, false)], vec![]);
+    assert_eq!(
+        placement(&v, "p", &pinned, Some("c"), &TIMING),
+        "on c, one of its hosts (c)"
+    );
+    assert_eq!(
+        placement(&v, "p", &[], Some("a"), &TIMING),
+        "on a: its share of the fleet (any host may run p)"
+    );
+    assert_eq!(
+        placement(&v, "p", &pinned, None, &TIMING),
+        "runs nowhere yet: free, c takes it"
+    );
+    // c's heartbeat is older than the TTL: gone.
+    let v = view(vec![host("a", 0, false), host("c", 20_000, false)], vec![]);
+    assert_eq!(
+        placement(&v, "p", &pinned, None, &TIMING),
+        "runs nowhere: none of its hosts (c) is live; it waits for one"
+    );
+    let v = view(vec![host("a", 0, false), drained("c")], vec![]);
+    assert_eq!(
+        placement(&v, "p", &pinned, None, &TIMING),
+        "runs nowhere: none of its hosts (c) is live; drained: c; it waits for one"
     );
 }

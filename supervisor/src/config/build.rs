@@ -165,6 +165,7 @@ impl Build<'_> {
         let (id, command, mut own) = dep.into_inner().split();
         let id = claim_id(id, seen)?;
         let command = self.command(command)?;
+        let hosts = super::fleet::hosts(own.hosts.take(), &defaults.hosts)?;
         let env = merge_env(own.env.take(), &defaults.env)?;
         let user = pick_opt(own.user.take(), &defaults.user, |t| t.0.clone());
         let group = pick_opt(own.group.take(), &defaults.group, |t| t.0.clone());
@@ -193,6 +194,7 @@ impl Build<'_> {
         Ok(DeploymentConfig {
             id,
             command,
+            hosts,
             env,
             user: user.value,
             group: group.value,

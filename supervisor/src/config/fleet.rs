@@ -8,7 +8,7 @@ use toml::Spanned;
 
 use super::error::Problem;
 use super::format_duration;
-use super::raw::RawFleet;
+use super::raw::{PATH_MAX, RawFleet, Text};
 use super::types::FleetSettings;
 
 /// `lease_ttl` by default.
@@ -119,11 +119,68 @@ pub(super) fn settings(
         // The default, shortened to fit a short TTL.
         None => LEASE_RENEW.min(ttl / 3),
     };
+    let capacity = match &raw.capacity {
+        Some(s) => {
+            let c = *s.get_ref();
+            if !(1..=MAX_CAPACITY).contains(&c) {
+                return Err(Problem::new(
+                    s.span(),
+                    format!("capacity {c} is out of range"),
+                    "choose 1 to 1000: this host's weight in the fair share (2 takes twice a capacity-1 host's share)",
+                ));
+            }
+            c
+        }
+        None => 1,
+    };
     Ok(Some(FleetSettings {
         host_id,
         lease_ttl: ttl,
         lease_renew: renew,
+        capacity,
     }))
+}
+
+/// The largest `capacity`.
+const MAX_CAPACITY: u32 = 1000;
+
+/// A deployment's `hosts` (its own, else `[defaults]`'s), each a valid
+/// host id, none twice; empty when unset (any host).
+pub(super) fn hosts(
+    own: Option<Spanned<Vec<Spanned<Text<PATH_MAX>>>>>,
+    defaults: &Option<Spanned<Vec<Spanned<Text<PATH_MAX>>>>>,
+) -> Result<Vec<String>, Problem> {
+    let Some(list) = own.or_else(|| defaults.clone()) else {
+        return Ok(Vec::new());
+    };
+    if list.get_ref().is_empty() {
+        return Err(Problem::new(
+            list.span(),
+            "hosts is empty: the deployment could run nowhere",
+            "name at least one host_id, or remove hosts to let any host run it",
+        ));
+    }
+    let mut out: Vec<String> = Vec::new();
+    for h in list.get_ref() {
+        let id = h.get_ref().0.clone();
+        if !valid_host_id(&id) {
+            let shown: String = id.chars().take(80).collect();
+            return Err(Problem::new(
+                h.span(),
+                format!("invalid host id {shown:?} in hosts"),
+                "use the hosts' [fleet] host_id: 1 to 64 of A-Z, a-z, 0-9, '_', '.', '-'",
+            ));
+        }
+        if out.contains(&id) {
+            return Err(Problem::new(
+                h.span(),
+                format!("hosts names {id} twice"),
+                "name each host once",
+            ));
+        }
+        out.push(id);
+    }
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -150,6 +207,31 @@ mod tests {
             }) => (line, column, message, hint),
             other => panic!("expected Invalid, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn hosts_and_capacity_are_checked_and_hosts_needs_a_fleet() {
+        let dep = "[[deployment]]\nid = \"d\"\ncommand = [\"/bin/sh\"]\n";
+        let c = load(&format!(
+            "{STORE}[fleet]\nhost_id = \"a\"\ncapacity = 3\n{dep}hosts = [\"a\", \"b\"]\n"
+        ))
+        .expect("loads");
+        assert_eq!(c.fleet.expect("a fleet").capacity, 3);
+        assert_eq!(c.deployments[0].hosts, ["a", "b"]);
+        let (_, _, message, hint) = refused(&format!("{STORE}{dep}hosts = [\"a\"]\n"));
+        assert!(
+            message.contains("no [fleet]") && hint.contains("remove hosts"),
+            "{message}"
+        );
+        let fleet = format!("{STORE}[fleet]\nhost_id = \"a\"\n");
+        let (_, _, message, _) = refused(&format!("{fleet}{dep}hosts = []\n"));
+        assert!(message.contains("hosts is empty"), "{message}");
+        let (_, _, message, _) = refused(&format!("{fleet}{dep}hosts = [\"a\", \"a\"]\n"));
+        assert!(message.contains("twice"), "{message}");
+        let (_, _, message, _) = refused(&format!("{fleet}{dep}hosts = [\"a b\"]\n"));
+        assert!(message.contains("invalid host id"), "{message}");
+        let (_, _, message, _) = refused(&format!("{STORE}[fleet]\ncapacity = 0\n"));
+        assert!(message.contains("capacity 0 is out of range"), "{message}");
     }
 
     #[test]

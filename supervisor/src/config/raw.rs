@@ -195,6 +195,16 @@ pub struct RawSupervisor {
 pub struct RawStore {
     /// A PostgreSQL connection string; none means SQLite in `state_dir`.
     pub url: Option<Spanned<Text<PATH_MAX>>>,
+    /// libpq's `sslmode` (`config/conninfo.rs`).
+    pub sslmode: Option<Spanned<Text<PATH_MAX>>>,
+    /// The CA certificates that verify the server (PEM), or `system`.
+    pub sslrootcert: Option<Spanned<Text<PATH_MAX>>>,
+    /// This host's client certificate (PEM).
+    pub sslcert: Option<Spanned<Text<PATH_MAX>>>,
+    /// Its private key (PEM, mode 0600).
+    pub sslkey: Option<Spanned<Text<PATH_MAX>>>,
+    /// A file holding only the password (mode 0600).
+    pub password_file: Option<Spanned<Text<PATH_MAX>>>,
 }
 
 /// `[fleet]`: the host's name and its leases (`config/fleet.rs`).
@@ -207,6 +217,8 @@ pub struct RawFleet {
     pub lease_ttl: Option<Spanned<DurationValue>>,
     /// How often leases are renewed.
     pub lease_renew: Option<Spanned<DurationValue>>,
+    /// This host's weight in the fair share.
+    pub capacity: Option<Spanned<u32>>,
 }
 
 /// `[console]`: where the browser console listens, and its TLS files.
@@ -294,6 +306,8 @@ macro_rules! deployment_keys {
 }
 
 deployment_keys! {
+    /// In a fleet, the only hosts that may run it.
+    hosts: Spanned<Vec<Spanned<Text<PATH_MAX>>>>,
     /// Extra environment (merged key by key with `[defaults]`).
     env: Spanned<BTreeMap<EnvKey, Text<ENV_VALUE_MAX>>>,
     /// Run as this user.

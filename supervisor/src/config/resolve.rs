@@ -204,12 +204,13 @@ pub fn directory(path: &Path) -> Result<(), Failure> {
 pub fn store_url(url: &str) -> Result<(), Failure> {
     let example =
         "e.g. \"postgresql://wfhost@db.example/wfhost\" or \"host=/run/postgresql dbname=wfhost\"";
-    let config = <postgres::Config as std::str::FromStr>::from_str(url).map_err(|e| {
+    let info = super::conninfo::Conninfo::parse(url).map_err(|e| {
         (
             format!("[store] url is not a PostgreSQL connection string: {e}"),
             format!("write a postgresql:// URL or key=value pairs, {example}"),
         )
     })?;
+    let config = info.config;
     if config.get_hosts().is_empty() {
         return Err((
             "[store] url names no server".into(),

@@ -71,6 +71,8 @@ pub struct FleetSettings {
     pub lease_ttl: Duration,
     /// How often this host renews its leases and heartbeats.
     pub lease_renew: Duration,
+    /// Its weight in the fair share (1 to 1000).
+    pub capacity: u32,
 }
 
 /// `[supervisor]`: settings of the supervisor process itself.
@@ -101,6 +103,8 @@ pub struct DeploymentConfig {
     pub id: String,
     /// Program (resolved to an absolute path) and arguments.
     pub command: Vec<String>,
+    /// In a fleet, the only hosts that may run it (empty: any host).
+    pub hosts: Vec<String>,
     /// Environment besides `WFHOST_*` (children start from an empty one).
     pub env: BTreeMap<String, String>,
     /// User name to run as, if any.

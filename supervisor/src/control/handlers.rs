@@ -7,6 +7,7 @@ pub mod console_token;
 pub mod drain;
 pub mod events;
 pub mod fleet;
+pub mod hosts;
 pub mod kill;
 pub mod logs;
 pub mod mail;
@@ -176,6 +177,11 @@ pub async fn dispatch(request: Request, caller: Option<Caller<'_>>, ctx: &Contex
             "events and logs are streaming requests",
         )),
         Request::Move { deployment, to } => fleet::moved(ctx, &deployment, &to).await,
+        Request::HostDrain { host, wait } => {
+            hosts::drain(ctx, client().ok().map(|s| &*s), &host, wait).await
+        }
+        Request::HostResume { host } => hosts::resume(ctx, client().ok().map(|s| &*s), &host).await,
+        Request::Hosts => hosts::list(ctx).await,
         Request::MailList {
             deployment,
             state,

@@ -124,6 +124,24 @@ pub enum Request {
         /// The host to run it.
         to: String,
     },
+    /// A fleet: drain host `host` for maintenance (it hands every
+    /// deployment to the others, as `move` does, and takes none until
+    /// `host-resume`); with `wait`, answered once it holds none.
+    HostDrain {
+        /// The host (its `[fleet] host_id`).
+        host: String,
+        /// Answer once the host holds no lease.
+        #[serde(default)]
+        wait: bool,
+    },
+    /// A fleet: let a drained host take deployments again.
+    HostResume {
+        /// The host.
+        host: String,
+    },
+    /// A fleet: the live hosts (and the drained ones), each with its
+    /// heartbeat age, state, leases held and connection.
+    Hosts,
     /// The durable event stream from a cursor, optionally followed live.
     Events {
         /// Print events with a sequence number above this.
@@ -298,6 +316,9 @@ impl Request {
             },
             Self::Reload
             | Self::Stop
+            | Self::HostDrain { .. }
+            | Self::HostResume { .. }
+            | Self::Hosts
             | Self::Events { .. }
             | Self::Logs { .. }
             | Self::MailList { .. }

@@ -84,7 +84,7 @@ pub fn join(url: &str, settings: &FleetSettings, key: &SigningKey) -> Result<Joi
     let (fence, refusals) = Fence::new(&settings.host_id);
     let fence = Arc::new(fence);
     let mut leases = PostgresStore::open_fleet(url, &tune, None)?;
-    leases.fleet_join(&settings.host_id, &key.verifying_key())?;
+    leases.fleet_join(&settings.host_id, &key.verifying_key(), settings.capacity)?;
     let keys = keys(&mut leases, key)?;
     let store = PostgresStore::open_fleet(url, &tune, Some(fence.clone()))?;
     let reader = PostgresStore::open_fleet(url, &tune, None)?;

@@ -177,6 +177,16 @@ pub enum StoreError {
     /// The backend refused an operation.
     #[error("{0}")]
     Backend(Failure),
+    /// A connection setting was refused (a server certificate that does
+    /// not verify, a secret file others can read): the message names
+    /// what failed and the setting to change.
+    #[error("cannot connect to {location}: {message}")]
+    Settings {
+        /// The server.
+        location: Location,
+        /// What failed, with its help line.
+        message: String,
+    },
     /// A commit failed in a way that leaves open whether it landed (an I/O
     /// error while committing, a connection lost before the server's
     /// answer): what it wrote may be there or not. A sender learns which

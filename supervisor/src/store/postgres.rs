@@ -22,22 +22,26 @@ mod lease_tests;
 pub mod listen;
 mod mail;
 mod mail_admin;
+pub mod maintenance;
+mod password;
 mod questions;
 mod schema;
 mod takeover;
 #[cfg(test)]
 mod tests;
+pub mod tls;
 
-use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use postgres::Client;
 use postgres::config::Host;
-use postgres::{Client, NoTls};
 
 use super::StoreError;
 use super::error::Location;
 use super::fence::Fence;
+use crate::config::conninfo::Conninfo;
+use tls::{Encryption, Tls};
 
 /// How long a statement waits for another session's lock before failing.
 const LOCK_TIMEOUT: &str = "5s";
@@ -46,8 +50,10 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The PostgreSQL store of one supervisor.
 pub struct PostgresStore {
-    config: postgres::Config,
+    target: Target,
     client: Client,
+    /// How the current session is protected.
+    encryption: Encryption,
     location: Location,
     /// A fleet host's leases: its writes concerning a deployment are
     /// conditioned on them (`fence.rs`); none on a single host.
@@ -57,7 +63,13 @@ pub struct PostgresStore {
 /// `url` (a `postgresql://` URL or `key=value` pairs) as a client config,
 /// or what is wrong with it.
 pub fn parse_url(url: &str) -> Result<postgres::Config, String> {
-    let config = postgres::Config::from_str(url).map_err(|e| e.to_string())?;
+    conninfo(url).map(|c| c.config)
+}
+
+/// `url` parsed and checked, with libpq's TLS and password words.
+fn conninfo(url: &str) -> Result<Conninfo, String> {
+    let info = Conninfo::parse(url)?;
+    let config = &info.config;
     if config.get_hosts().is_empty() {
         return Err(
             "it names no server: add host=/path/to/socketdir or postgresql://HOST/DB".into(),
@@ -66,7 +78,149 @@ pub fn parse_url(url: &str) -> Result<postgres::Config, String> {
     if config.get_dbname().is_none() {
         return Err("it names no database: add dbname=NAME or postgresql://HOST/NAME".into());
     }
-    Ok(config)
+    Ok(info)
+}
+
+/// Where and how to connect: the client's config (tuned), its TLS setup
+/// and the password's sources; every connection of a host is made by one
+/// (`Target::connect`), so each is protected alike.
+#[derive(Clone)]
+pub struct Target {
+    info: Conninfo,
+    config: postgres::Config,
+    tls: Tls,
+    location: Location,
+}
+
+/// Why a connection could not be made.
+pub enum Unconnected {
+    /// A setting was refused before connecting (the password file, the
+    /// TLS files): what and the fix.
+    Settings(String),
+    /// The client failed (a refused certificate among its causes).
+    Client(postgres::Error),
+}
+
+impl Target {
+    /// `url` with `tune` applied, its TLS files read and checked.
+    pub fn new(url: &str, tune: &dyn Fn(&mut postgres::Config)) -> Result<Self, StoreError> {
+        let info = conninfo(url).map_err(|message| {
+            StoreError::Backend(super::error::Failure {
+                location: Location::Server("[store] url".into()),
+                action: "reading the connection string",
+                kind: super::error::ErrorKind::Other,
+                message,
+            })
+        })?;
+        let mut config = info.config.clone();
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(CONNECT_TIMEOUT);
+        }
+        config.application_name("wfhost");
+        tune(&mut config);
+        let location = Location::Server(describe(&config));
+        let tls = Tls::new(&info, &mut config).map_err(|message| StoreError::Settings {
+            location: location.clone(),
+            message,
+        })?;
+        Ok(Self {
+            info,
+            config,
+            tls,
+            location,
+        })
+    }
+
+    /// Where it points, for messages (never the password).
+    pub fn location(&self) -> &Location {
+        &self.location
+    }
+
+    /// The client's config (for a connection's own settings).
+    pub fn config_mut(&mut self) -> &mut postgres::Config {
+        &mut self.config
+    }
+
+    /// A new connection, the password read now (a rotated file counts).
+    pub fn connect(&self) -> Result<(Client, Encryption), Unconnected> {
+        let mut config = self.config.clone();
+        password::resolve(&self.info, &mut config).map_err(Unconnected::Settings)?;
+        self.tls
+            .connect(&config, &self.location.to_string())
+            .map_err(Unconnected::Client)
+    }
+}
+
+impl Unconnected {
+    /// As a store error from `action` at `location`.
+    fn into_store(self, location: &Location, action: &'static str) -> StoreError {
+        match self {
+            Self::Settings(message) => StoreError::Settings {
+                location: location.clone(),
+                message,
+            },
+            Self::Client(e) => match refused(&e).or_else(|| credentials(&e)) {
+                Some(message) => StoreError::Settings {
+                    location: location.clone(),
+                    message,
+                },
+                None => errors::failure(location, action, &e),
+            },
+        }
+    }
+}
+
+/// What to set when the server turned this host's credentials down (a
+/// client certificate or a password it wants and did not get).
+fn credentials(err: &postgres::Error) -> Option<String> {
+    if let Some(db) = err.as_db_error() {
+        let code = db.code().code();
+        let text = db.message();
+        if code == "28000" && text.contains("certificate") {
+            return Some(format!(
+                "the server demands a client certificate: {text}\n  help: set [store] sslcert and sslkey to a certificate signed by a CA in the server's ssl_ca_file, whose CN is the database user"
+            ));
+        }
+        if code == "28P01" {
+            return Some(format!(
+                "the server refused the password: {text}\n  help: put the right password in [store] password_file (mode 0600), PGPASSWORD or a ~/.pgpass line"
+            ));
+        }
+        return None;
+    }
+    let mut text = err.to_string();
+    let mut source = std::error::Error::source(err);
+    while let Some(s) = source {
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text.contains("password missing").then(|| {
+        "the server asks for a password and none was given\n  help: set [store] password_file to a file holding it (mode 0600), or PGPASSWORD, or a ~/.pgpass line".to_owned()
+    })
+}
+
+impl std::fmt::Display for Unconnected {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Settings(m) => f.write_str(m),
+            Self::Client(e) => match refused(e) {
+                Some(m) => f.write_str(&m),
+                None => write!(f, "{e}"),
+            },
+        }
+    }
+}
+
+/// The words of a refused TLS handshake among `err`'s causes.
+fn refused(err: &postgres::Error) -> Option<String> {
+    let mut source = std::error::Error::source(err);
+    while let Some(s) = source {
+        if let Some(r) = s.downcast_ref::<tls::Refused>() {
+            return Some(r.to_string());
+        }
+        source = s.source();
+    }
+    None
 }
 
 /// Where `config` points, for messages: never the password.
@@ -139,46 +293,43 @@ impl PostgresStore {
     }
 
     fn connect_with(url: &str, tune: &dyn Fn(&mut postgres::Config)) -> Result<Self, StoreError> {
-        let mut config = parse_url(url).map_err(|message| {
-            StoreError::Backend(super::error::Failure {
-                location: Location::Server("[store] url".into()),
-                action: "reading the connection string",
-                kind: super::error::ErrorKind::Other,
-                message,
-            })
-        })?;
-        if config.get_connect_timeout().is_none() {
-            config.connect_timeout(CONNECT_TIMEOUT);
-        }
-        config.application_name("wfhost");
-        tune(&mut config);
-        let location = Location::Server(describe(&config));
-        let client = Self::session(&config, &location)?;
+        let target = Target::new(url, tune)?;
+        let location = target.location().clone();
+        let (client, encryption) = Self::session(&target)?;
         Ok(Self {
-            config,
+            target,
             client,
+            encryption,
             location,
             fence: None,
         })
     }
 
     /// A new session with wfhost's settings.
-    fn session(config: &postgres::Config, location: &Location) -> Result<Client, StoreError> {
-        let mut client = config
-            .connect(NoTls)
-            .map_err(|e| errors::failure(location, "connecting to the database", &e))?;
+    fn session(target: &Target) -> Result<(Client, Encryption), StoreError> {
+        let location = target.location();
+        let (mut client, encryption) = target
+            .connect()
+            .map_err(|e| e.into_store(location, "connecting to the database"))?;
         client
             .batch_execute(&format!("SET lock_timeout = '{LOCK_TIMEOUT}'"))
             .map_err(|e| errors::failure(location, "configuring the session", &e))?;
-        Ok(client)
+        Ok((client, encryption))
+    }
+
+    /// How this store's connection is protected (plaintext or TLS).
+    pub fn encryption(&self) -> &Encryption {
+        &self.encryption
     }
 
     /// The session, made again first if the last one was lost (a server
     /// restart): the store then resumes by itself.
     fn client(&mut self) -> Result<&mut Client, StoreError> {
         if self.client.is_closed() {
-            self.client = Self::session(&self.config, &self.location)?;
-            tracing::info!(store = %self.location, "reconnected to the database");
+            let (client, encryption) = Self::session(&self.target)?;
+            self.client = client;
+            self.encryption = encryption;
+            tracing::info!(store = %self.location, encryption = %self.encryption, "reconnected to the database");
         }
         Ok(&mut self.client)
     }

@@ -48,6 +48,9 @@ pub(super) fn table(data: &Value) -> String {
     }
     let mut out = data.get("host").and_then(host_line).unwrap_or_default();
     out.push_str(&data.get("store").and_then(store_line).unwrap_or_default());
+    if let Some(e) = data["store"]["encryption"].as_str() {
+        out.push_str(&format!("store connection: {e}\n"));
+    }
     out.push_str(&render(&header, &rows));
     if !notes.is_empty() {
         out.push('\n');
@@ -145,6 +148,12 @@ fn notes(d: &Value) -> String {
     // A fleet host lists every deployment of the fleet, with its owner.
     if let Some(owner) = d["owner"].as_object() {
         notes.push_str(&owner_note(id, owner));
+    }
+    // Where it may run, when that limits it or it runs nowhere.
+    if let Some(placement) = d["placement"].as_str()
+        && (d["hosts"].is_array() || placement.starts_with("runs nowhere"))
+    {
+        notes.push_str(&wrap(&format!("  {id}: {placement}")));
     }
     notes
 }

@@ -160,6 +160,7 @@ fn unknown(fleet: &Fleet, id: &str) -> Response {
 /// mail counts read from the store.
 async fn status(ctx: &Context, fleet: &Arc<Fleet>) -> Result<Response, Response> {
     let local = status::answer(ctx).await?;
+    let store = local.data.as_ref().and_then(|d| d.get("store").cloned());
     let mut mine: Vec<Value> = local
         .data
         .and_then(|d| d.get("deployments").cloned())
@@ -196,8 +197,32 @@ async fn status(ctx: &Context, fleet: &Arc<Fleet>) -> Result<Response, Response>
         mine.push(view::remote_json(fleet, id, owner, mail));
     }
     mine.sort_by(|a, b| a["id"].as_str().cmp(&b["id"].as_str()));
+    // Why each runs where it does, or nowhere (`hosts`, live hosts).
+    if let Ok(Ok(fleet_view)) = fleet.query.call(|s| s.fleet_view()).await {
+        for d in &mut mine {
+            let id = d["id"].as_str().unwrap_or_default().to_owned();
+            let hosts = fleet
+                .config(&id)
+                .map(|c| c.hosts.clone())
+                .unwrap_or_default();
+            let owner = owners.iter().find(|o| o.deployment == id);
+            let holder = owner.and_then(view::holder);
+            d["placement"] = json!(wfhost_policy::lease::placement(
+                &fleet_view,
+                &id,
+                &hosts,
+                holder,
+                &fleet.timing
+            ));
+            d["hosts"] = if hosts.is_empty() {
+                Value::Null
+            } else {
+                json!(hosts)
+            };
+        }
+    }
     Ok(Response::ok(
-        json!({ "host": fleet.host(), "deployments": mine }),
+        json!({ "host": fleet.host(), "deployments": mine, "store": store }),
     ))
 }
 

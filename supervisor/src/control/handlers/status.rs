@@ -55,9 +55,15 @@ pub async fn answer(ctx: &Context) -> Result<Response, Response> {
         .iter()
         .map(|h| h.with_status(|s| s.acks_pending))
         .sum();
+    let mut store = json!(ctx.shared.store_view(acks));
+    // PostgreSQL only: whether its connections are encrypted (TLS).
+    if let Some(e) = crate::store::postgres::tls::current() {
+        store["encrypted"] = json!(e.encrypted());
+        store["encryption"] = json!(e.to_string());
+    }
     Ok(Response::ok(json!({
         "deployments": deployments,
         "host": crate::observe::host::now(),
-        "store": ctx.shared.store_view(acks),
+        "store": store,
     })))
 }

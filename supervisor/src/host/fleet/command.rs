@@ -78,6 +78,7 @@ impl Leases {
                         let mut same = (*e.handle.config()).clone();
                         same.replicas = new.replicas;
                         same.recycle.overlap = new.recycle.overlap;
+                        same.hosts.clone_from(&new.hosts);
                         let recycle = same != *new;
                         e.handle.reconfigure(Arc::new(new.clone()));
                         tell(&e.handle, Ask::Reconfigured { recycle });

@@ -45,9 +45,23 @@ impl Leases {
             }
             self.acquire(d, claim).await;
         }
+        let drained = lease::paused(&view, self.fleet.host());
         for d in plan.shed {
-            info!(deployment = %d, host = %self.fleet.host(), "above this host's fair share: handing it off");
-            self.hand_off(&d, "shed", None, None);
+            if !self
+                .held
+                .get(&d)
+                .is_some_and(|e| matches!(e.state, State::Running))
+            {
+                continue;
+            }
+            if drained {
+                info!(deployment = %d, host = %self.fleet.host(), "this host is drained for maintenance: handing it off");
+                self.hand_off(&d, "drain", None, None);
+            } else {
+                let to = plan.to.get(&d).cloned();
+                info!(deployment = %d, host = %self.fleet.host(), to = to.as_deref().unwrap_or("any host"), "above this host's fair share: handing it off");
+                self.hand_off(&d, "shed", to, None);
+            }
         }
     }
 
@@ -65,6 +79,12 @@ impl Leases {
                 .map(|(d, e)| (d.clone(), e.acquired_ms))
                 .collect(),
             cooldown: self.cooldown.clone(),
+            leaving: self
+                .held
+                .iter()
+                .filter(|(_, e)| matches!(e.state, State::Leaving { .. }))
+                .map(|(d, _)| d.clone())
+                .collect(),
             busy: self
                 .held
                 .iter()
@@ -72,6 +92,7 @@ impl Leases {
                 .map(|(d, _)| d.clone())
                 .collect(),
             stopping: self.stopping,
+            allowed: self.fleet.placement(),
         }
     }
 

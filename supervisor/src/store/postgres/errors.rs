@@ -48,7 +48,8 @@ fn describe(err: &postgres::Error) -> (ErrorKind, String) {
     } else {
         ErrorKind::Other
     };
-    (kind, message)
+    // A server or client message never shows a password, whatever it echoes.
+    (kind, crate::config::conninfo::redact(&message))
 }
 
 /// `err` from `action` on the database at `location`, as a store error.

@@ -72,17 +72,25 @@ impl PostgresStore {
     /// Enters `host` into the fleet (heartbeating, not stopping) and
     /// registers its journal key; a key another host registered first is
     /// refused, since each record names its signer by its key.
-    pub fn fleet_join(&mut self, host: &str, key: &VerifyingKey) -> Result<(), StoreError> {
+    pub fn fleet_join(
+        &mut self,
+        host: &str,
+        key: &VerifyingKey,
+        capacity: u32,
+    ) -> Result<(), StoreError> {
         let id = KeyId::of(key);
+        let capacity = i32::try_from(capacity).unwrap_or(i32::MAX);
+        // What `wfhost hosts` shows of this host's connections.
+        let connection = self.encryption().to_string();
         let client = self.client()?;
         let result = (|| -> Result<Option<String>, postgres::Error> {
             let mut tx = client.transaction()?;
             tx.execute(
-                "INSERT INTO fleet_hosts (host_id, started_at, heartbeat_at, stopping)
-                 VALUES ($1, now(), now(), false)
+                "INSERT INTO fleet_hosts (host_id, started_at, heartbeat_at, stopping, connection, capacity)
+                 VALUES ($1, now(), now(), false, $2, $3)
                  ON CONFLICT (host_id) DO UPDATE SET started_at = now(), heartbeat_at = now(),
-                     stopping = false",
-                &[&host],
+                     stopping = false, connection = $2, capacity = $3",
+                &[&host, &connection, &capacity],
             )?;
             tx.execute(
                 "INSERT INTO fleet_keys (key_id, host_id, public_key) VALUES ($1, $2, $3)
@@ -136,7 +144,9 @@ impl PostgresStore {
                     concat!(
                         "SELECT host_id, ",
                         ms!("heartbeat_at"),
-                        ", stopping FROM fleet_hosts"
+                        ", stopping, EXISTS (SELECT 1 FROM fleet_maintenance m
+                                            WHERE m.host_id = fleet_hosts.host_id), capacity
+                         FROM fleet_hosts"
                     ),
                     &[],
                 )?;
@@ -163,6 +173,8 @@ impl PostgresStore {
                             host: col(r, 0)?,
                             heartbeat_ms: col(r, 1)?,
                             stopping: col(r, 2)?,
+                            paused: col(r, 3)?,
+                            capacity: u32::try_from(col::<i32>(r, 4)?).unwrap_or(1),
                         })
                     })
                     .collect::<Result<_, String>>()?,
@@ -241,7 +253,8 @@ impl PostgresStore {
         let row = match claim {
             Claim::New => client.query_opt(
                 "INSERT INTO fleet_leases (deployment, epoch, holder, expires_at, acquired_at)
-                 VALUES ($1, 1, $2, now() + $3::BIGINT * interval '1 millisecond', now())
+                 SELECT $1, 1, $2, now() + $3::BIGINT * interval '1 millisecond', now()
+                 WHERE NOT EXISTS (SELECT 1 FROM fleet_maintenance WHERE host_id = $2)
                  ON CONFLICT (deployment) DO NOTHING
                  RETURNING epoch, previous",
                 &[&deployment, &host, &ttl_ms],
@@ -264,6 +277,7 @@ impl PostgresStore {
                              (holder IS NULL AND (reserved_for IS NULL OR reserved_for = $2 OR expires_at <= now()))
                              OR holder = $2
                              OR expires_at + $5::BIGINT * interval '1 millisecond' < now())
+                           AND NOT EXISTS (SELECT 1 FROM fleet_maintenance WHERE host_id = $2)
                          RETURNING epoch, previous",
                         &[&deployment, &host, &ttl_ms, epoch, &grace_ms],
                     )?;

@@ -18,6 +18,21 @@
 //!   forwarded requests (`wfhost_request`, the owner) and their answers
 //!   (`wfhost_answer`, the request id), so hosts wake at once.
 
+/// Migration: host maintenance (`wfhost host drain`), kept apart from
+/// `fleet_hosts` (whose row goes when a host stops) so a drained host
+/// stays drained through its own restart until `host resume`; and how
+/// each host's connections are protected, for `wfhost hosts`, and its
+/// weight in the fair share (`[fleet] capacity`).
+pub const MAINTENANCE: &str = "
+    CREATE TABLE fleet_maintenance (
+        host_id TEXT PRIMARY KEY,
+        since TIMESTAMPTZ NOT NULL DEFAULT now(),
+        asked_by TEXT NOT NULL
+    );
+    ALTER TABLE fleet_hosts ADD COLUMN connection TEXT;
+    ALTER TABLE fleet_hosts ADD COLUMN capacity INT NOT NULL DEFAULT 1 CHECK (capacity > 0);
+";
+
 /// Migration: the fleet.
 pub const FLEET: &str = "
     ALTER TABLE children ADD COLUMN host TEXT NOT NULL DEFAULT '';

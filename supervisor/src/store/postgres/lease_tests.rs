@@ -383,13 +383,13 @@ fn a_host_registers_its_key_once_and_another_hosts_key_is_refused() {
     let mut b = host(&url, "b");
     let ka = SigningKey::from_bytes(&[1; 32]).verifying_key();
     let kb = SigningKey::from_bytes(&[2; 32]).verifying_key();
-    a.store.fleet_join("a", &ka).expect("join");
-    a.store.fleet_join("a", &ka).expect("again");
-    b.store.fleet_join("b", &kb).expect("join");
+    a.store.fleet_join("a", &ka, 1).expect("join");
+    a.store.fleet_join("a", &ka, 1).expect("again");
+    b.store.fleet_join("b", &kb, 1).expect("join");
     let keys = a.store.fleet_keys().expect("keys");
     assert_eq!(keys.len(), 2);
     assert_eq!((keys[0].host.as_str(), keys[0].key), ("a", ka));
-    let err = b.store.fleet_join("b", &ka).expect_err("a's key");
+    let err = b.store.fleet_join("b", &ka, 1).expect_err("a's key");
     assert!(
         err.to_string().contains("registered to host \"a\""),
         "{err}"

@@ -7,11 +7,10 @@
 
 use std::time::Duration;
 
-use postgres::NoTls;
 use postgres::fallible_iterator::FallibleIterator;
 use tokio::sync::mpsc;
 
-use super::parse_url;
+use super::Target;
 
 /// What the listener hears.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,22 +42,21 @@ pub fn spawn(
     channels: &'static [&'static str],
     heard: mpsc::UnboundedSender<Heard>,
 ) -> std::io::Result<()> {
-    let config = parse_url(url).map_err(std::io::Error::other);
+    let target = Target::new(url, &*tune).map_err(|e| std::io::Error::other(e.to_string()));
     std::thread::Builder::new()
         .name("wfhost-listen".into())
         .spawn(move || {
-            let mut config = match config {
+            let mut target = match target {
                 Ok(c) => c,
                 Err(e) => {
                     let _ = heard.send(Heard::Lost(e.to_string()));
                     return;
                 }
             };
-            config.application_name("wfhost-listen");
-            tune(&mut config);
+            target.config_mut().application_name("wfhost-listen");
             let mut pause = Duration::from_millis(50);
             while !heard.is_closed() {
-                match listen(&config, channels, &heard) {
+                match listen(&target, channels, &heard) {
                     Ok(()) => return,
                     Err(e) => {
                         if heard.send(Heard::Lost(e)).is_err() {
@@ -76,11 +74,11 @@ pub fn spawn(
 /// Listens on one connection until it fails (the error) or nobody hears
 /// any more (`Ok`).
 fn listen(
-    config: &postgres::Config,
+    target: &Target,
     channels: &[&str],
     heard: &mpsc::UnboundedSender<Heard>,
 ) -> Result<(), String> {
-    let mut client = config.connect(NoTls).map_err(|e| e.to_string())?;
+    let (mut client, _) = target.connect().map_err(|e| e.to_string())?;
     let listen: String = channels.iter().map(|c| format!("LISTEN {c};")).collect();
     client.batch_execute(&listen).map_err(|e| e.to_string())?;
     if heard.send(Heard::Listening).is_err() {

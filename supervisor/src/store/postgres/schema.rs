@@ -224,6 +224,8 @@ pub(super) const MIGRATIONS: &[&str] = &[
          PRIMARY KEY (mail_id, key)
      );
      CREATE INDEX questions_open ON questions (deployment, asked_at_ms) WHERE answer IS NULL;",
+    // 6: fleet hosts drained for maintenance, and each host's connection.
+    super::lease_schema::MAINTENANCE,
 ];
 
 /// The schema version this build writes.

@@ -32,7 +32,7 @@ fn fresh() -> Pg {
 
 impl Pg {
     fn client(&self) -> Client {
-        postgres::Client::connect(&self.url, NoTls).expect("connect")
+        postgres::Client::connect(&self.url, postgres::NoTls).expect("connect")
     }
 }
 
@@ -216,7 +216,7 @@ fn a_column_changed_by_hand_is_named_not_a_crash() {
 fn a_version_1_store_gains_holders_and_dead_mail_and_keeps_its_mail() {
     let server = PgServer::start();
     let url = server.url("postgres");
-    let mut client = postgres::Client::connect(&url, NoTls).expect("connect");
+    let mut client = postgres::Client::connect(&url, postgres::NoTls).expect("connect");
     // Mail as a version-1 wfhost left it: waiting, in flight, done.
     client
         .batch_execute(&format!(

@@ -70,8 +70,8 @@
 
 mod build;
 pub mod changes;
-mod console;
 pub mod conninfo;
+mod console;
 mod containment;
 pub mod defaults;
 mod error;

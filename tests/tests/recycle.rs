@@ -182,7 +182,19 @@ fn max_rss_recycles_a_child_whose_process_tree_grows_past_the_bound() {
         FAST_POLICY,
         &deployment("hungry", command, "recycle = { max_rss = \"100MiB\" }"),
     );
-    let (pid0, chan0) = ready_child(&sup, "hungry");
+    // The first child from its spawn record: on a busy machine it can pass
+    // its bound and be recycled before status is first read.
+    sup.ready_pid("hungry", LONG);
+    let first = sup
+        .journal_so_far()
+        .into_iter()
+        .find(|r| r["kind"] == "spawned" && r["deployment"] == "hungry")
+        .expect("the first child's spawn record");
+    let pid0 = first["body"]["pid"].as_u64().expect("pid") as u32;
+    let chan0 = first["body"]["channel_id"]
+        .as_str()
+        .expect("channel id")
+        .to_owned();
 
     let d = sup.wait_deployment("hungry", "a policy recycle", LONG, |d| recycles(d).0 >= 1);
     assert_eq!(d["last_recycle"]["origin"], "policy", "{d}");

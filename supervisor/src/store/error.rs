@@ -277,8 +277,6 @@ impl StoreError {
         }
     }
 
-    /// This error, as the error of a commit: a backend failure there
-    /// leaves unknown whether what it wrote landed.
     /// The same error for another write of the group whose commit
     /// failed (errors hold an `io::Error` now and then, so are not Clone).
     pub fn for_group(&self) -> Self {
@@ -295,6 +293,18 @@ impl StoreError {
         }
     }
 
+    /// A group's commit error as one of its writes tells it: named by
+    /// what that write did ("accepting mail"), not by the group.
+    pub fn for_write(&self, action: &'static str) -> Self {
+        match self.for_group() {
+            Self::Backend(f) => Self::Backend(Failure { action, ..f }),
+            Self::CommitUnknown(f) => Self::CommitUnknown(Failure { action, ..f }),
+            other => other,
+        }
+    }
+
+    /// This error, as the error of a commit: a backend failure there
+    /// leaves unknown whether what it wrote landed.
     pub fn at_commit(self) -> Self {
         match self {
             Self::Backend(f) => Self::CommitUnknown(f),

@@ -78,7 +78,7 @@ impl SendBatch {
                 let answer = match (accepted, commit) {
                     (Ok(Some(Ok(a))), Ok(())) => Ok(a),
                     (Ok(Some(Err(e))) | Err(e), _) => Err(Refused::of(&e)),
-                    (Ok(Some(Ok(_))), Err(e)) => Err(Refused::of(e)),
+                    (Ok(Some(Ok(_))), Err(e)) => Err(Refused::of(&e.for_write("accepting mail"))),
                     (Ok(None), _) => Err(Refused::gone(
                         "the store gave no answer for the offer; nothing was accepted".into(),
                     )),

@@ -235,8 +235,8 @@ async fn serve_client(
     admission: Admission,
     _seat: Seat,
 ) {
-    match stream.peer_cred() {
-        Ok(cred) if admission.admits(cred.uid(), cred.gid()) => {}
+    let cred = match stream.peer_cred() {
+        Ok(cred) if admission.admits(cred.uid(), cred.gid()) => cred,
         Ok(cred) => {
             let pid = cred
                 .pid()
@@ -260,7 +260,7 @@ async fn serve_client(
             let _ = protocol::write_message(&mut stream, &refusal).await;
             return;
         }
-    }
+    };
     let mut wait = REQUEST_TIMEOUT;
     loop {
         // The first request is due within REQUEST_TIMEOUT; between
@@ -286,6 +286,11 @@ async fn serve_client(
                 return;
             }
         };
+        // A reload may have taken the client's admin_group away since its
+        // last request: a kept connection serves only while it is admitted.
+        if !admission.admits(cred.uid(), cred.gid()) {
+            return;
+        }
         let request = read(&mut stream, len, &ctx).await;
         // A refused send may leave its payload unread, and an unreadable
         // request leaves the framing unknown: their answer is the

@@ -53,7 +53,6 @@ impl Driver {
         let (deployment, at) = (self.id.clone(), unix_ms());
         let single = hands.len() == 1;
         let room = Arc::clone(&self.room);
-        // `hands` goes to the store thread and comes back.
         // In the next group commit, with the senders' offers and the
         // acknowledgements that wait beside it; nothing is handed out
         // before that commit returns.
@@ -121,8 +120,8 @@ impl Driver {
     }
 
     /// Sends each child what senders' writes took for it; mail taken for
-    /// a child that no longer takes any goes back to the inbox (written
-    /// with the next acknowledgements), for the next child.
+    /// a child that no longer takes any is owed back to the inbox, for the
+    /// next child (true then: the caller writes it at once).
     async fn hand_out_arrived(&mut self) -> bool {
         let mut unsent = false;
         for Take {

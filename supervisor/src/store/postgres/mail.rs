@@ -809,7 +809,6 @@ fn admit_one(
     Ok(Ok(Accepted { id, new: true }))
 }
 
-/// Ends item `id`'s delivery in flight in the history.
 /// Item `id`, taken for `holder` but never sent, back in the inbox with
 /// its take undone (a protocol-2 holder's take was a start).
 fn unsent_one(
@@ -834,6 +833,7 @@ fn unsent_one(
     Ok(changed == 1)
 }
 
+/// Ends item `id`'s delivery in flight in the history.
 fn end_delivery(
     tx: &mut postgres::Transaction<'_>,
     id: i64,

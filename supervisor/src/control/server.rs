@@ -261,22 +261,19 @@ async fn serve_client(
             return;
         }
     };
-    let mut wait = REQUEST_TIMEOUT;
+    let mut first = true;
     loop {
         // The first request is due within REQUEST_TIMEOUT; between
         // requests the client may idle, and closing is how it says it is
         // done.
+        let wait = if first { REQUEST_TIMEOUT } else { IDLE_TIMEOUT };
         let len = match tokio::time::timeout(wait, stream.read_u32()).await {
             Ok(Ok(len)) => len,
-            Ok(Err(e)) if wait == IDLE_TIMEOUT => {
+            Ok(Err(e)) => {
                 debug!(error = %e, "control client closed its connection");
                 return;
             }
-            Ok(Err(e)) => {
-                debug!(error = %e, "unreadable control request");
-                return;
-            }
-            Err(_) if wait == IDLE_TIMEOUT => return,
+            Err(_) if !first => return,
             Err(_) => {
                 let response = Response::failed(
                     exit::USAGE,
@@ -344,7 +341,7 @@ async fn serve_client(
         {
             return;
         }
-        wait = IDLE_TIMEOUT;
+        first = false;
     }
 }
 

@@ -26,6 +26,7 @@ pub mod maintenance;
 mod password;
 mod questions;
 mod schema;
+mod session;
 mod takeover;
 #[cfg(test)]
 mod tests;
@@ -41,6 +42,7 @@ use super::StoreError;
 use super::error::Location;
 use super::fence::Fence;
 use crate::config::conninfo::Conninfo;
+use session::Session;
 use tls::{Encryption, Tls};
 
 /// How long a statement waits for another session's lock before failing.
@@ -51,7 +53,8 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// The PostgreSQL store of one supervisor.
 pub struct PostgresStore {
     target: Target,
-    client: Client,
+    /// The connection, its prepared statements and its open group.
+    session: Session,
     /// How the current session is protected.
     encryption: Encryption,
     location: Location,
@@ -295,10 +298,10 @@ impl PostgresStore {
     fn connect_with(url: &str, tune: &dyn Fn(&mut postgres::Config)) -> Result<Self, StoreError> {
         let target = Target::new(url, tune)?;
         let location = target.location().clone();
-        let (client, encryption) = Self::session(&target)?;
+        let (client, encryption) = Self::connect_session(&target)?;
         Ok(Self {
             target,
-            client,
+            session: Session::new(client),
             encryption,
             location,
             fence: None,
@@ -306,7 +309,7 @@ impl PostgresStore {
     }
 
     /// A new session with wfhost's settings.
-    fn session(target: &Target) -> Result<(Client, Encryption), StoreError> {
+    fn connect_session(target: &Target) -> Result<(Client, Encryption), StoreError> {
         let location = target.location();
         let (mut client, encryption) = target
             .connect()
@@ -323,15 +326,27 @@ impl PostgresStore {
     }
 
     /// The session, made again first if the last one was lost (a server
-    /// restart): the store then resumes by itself.
-    fn client(&mut self) -> Result<&mut Client, StoreError> {
-        if self.client.is_closed() {
-            let (client, encryption) = Self::session(&self.target)?;
-            self.client = client;
-            self.encryption = encryption;
-            tracing::info!(store = %self.location, encryption = %self.encryption, "reconnected to the database");
+    /// restart): the store then resumes by itself. Not while a group is
+    /// open: its transaction went with the connection, and a write made
+    /// on a new one would commit alone (`Grouping::group_open` says so).
+    fn session(&mut self) -> Result<&mut Session, StoreError> {
+        if self.session.is_closed() && !self.session.grouped() {
+            self.reconnect()?;
         }
-        Ok(&mut self.client)
+        Ok(&mut self.session)
+    }
+
+    /// The connection itself (leases, snapshots), made again if lost.
+    fn client(&mut self) -> Result<&mut Client, StoreError> {
+        self.session().map(Session::client)
+    }
+
+    fn reconnect(&mut self) -> Result<(), StoreError> {
+        let (client, encryption) = Self::connect_session(&self.target)?;
+        self.session = Session::new(client);
+        self.encryption = encryption;
+        tracing::info!(store = %self.location, encryption = %self.encryption, "reconnected to the database");
+        Ok(())
     }
 
     /// `err` from `action`, as a store error naming this database.
@@ -369,18 +384,29 @@ fn signed(value: u64) -> i64 {
     i64::try_from(value).unwrap_or(i64::MAX)
 }
 
-/// Each write is a transaction of its own on PostgreSQL: its client's
-/// transactions cannot nest in a group opened outside them.
+/// A group is one transaction on the session, each write a savepoint of it.
 impl super::Grouping for PostgresStore {
     fn begin_group(&mut self) -> Result<bool, StoreError> {
-        Ok(false)
+        if self.session.is_closed() {
+            // The group that was open, if any, went with the connection.
+            self.reconnect()?;
+        }
+        self.session
+            .begin_group()
+            .map_err(|e| self.fail("starting a group of writes", &e))?;
+        Ok(true)
     }
 
     fn group_open(&mut self) -> bool {
-        false
+        self.session.group_open()
     }
 
     fn end_group(&mut self) -> Result<(), StoreError> {
-        Ok(())
+        let aborted = !self.session.group_open();
+        match self.session.end_group() {
+            Err(e) => Err(self.fail("committing a group of writes", &e).at_commit()),
+            Ok(()) if aborted => Err(StoreError::GroupLost),
+            Ok(()) => Ok(()),
+        }
     }
 }

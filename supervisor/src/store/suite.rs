@@ -7,6 +7,7 @@
 pub mod batch;
 pub mod children;
 pub mod events;
+pub mod group;
 pub mod journal;
 pub mod mail;
 pub mod poison;
@@ -62,6 +63,8 @@ macro_rules! backend_suite {
             mail::mail_in_flight_survives_a_supervisor_crash,
             mail::random_histories_end_with_every_accepted_id_done_exactly_once,
             batch::offers_in_one_write_are_each_admitted_on_their_own,
+            group::a_group_commits_together_and_a_failed_write_rolls_back_alone,
+            group::a_group_that_never_commits_leaves_nothing,
             batch::acks_in_one_write_each_land_or_not,
             batch::a_result_lands_with_its_ack_byte_for_byte,
             batch::attempts_count_starts_and_an_unstarted_item_is_never_charged,

@@ -8,9 +8,9 @@ impl ChildrenStore for PostgresStore {
     /// Remembers `child`, replacing any record of the same pid.
     fn record_child(&mut self, child: &ChildRecord) -> Result<(), StoreError> {
         let (fenced, host) = (self.fence.clone(), self.host().to_owned());
-        let client = self.client()?;
+        let session = self.session()?;
         let result = (|| -> Result<(), postgres::Error> {
-            let mut tx = client.transaction()?;
+            let mut tx = session.begin()?;
             fence::check(&mut tx, fenced.as_deref(), &child.deployment)?;
             tx.execute(
                 "INSERT INTO children (host, pid, deployment, start_time, channel_id, spawned_at_ms)
@@ -37,7 +37,7 @@ impl ChildrenStore for PostgresStore {
         // Scoped to this host's own rows rather than fenced: a host that lost
         // a lease still clears the rows of the children it killed.
         let host = self.host().to_owned();
-        let result = self.client()?.execute(
+        let result = self.session()?.execute(
             "DELETE FROM children WHERE host = $3 AND deployment = $1 AND pid = $2",
             &[&deployment, &i64::from(pid), &host],
         );
@@ -49,7 +49,7 @@ impl ChildrenStore for PostgresStore {
     /// Every remembered child, by deployment then pid.
     fn children(&mut self) -> Result<Vec<ChildRecord>, StoreError> {
         let host = self.host().to_owned();
-        let rows = self.client()?.query(
+        let rows = self.session()?.query(
             "SELECT deployment, pid, start_time, channel_id, spawned_at_ms
              FROM children WHERE host = $1 ORDER BY deployment, pid",
             &[&host],

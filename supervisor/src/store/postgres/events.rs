@@ -5,8 +5,7 @@
 //! therefore holds [`EVENTS_LOCK`] until it commits, which keeps "no seq
 //! becomes visible before a smaller one" true as in SQLite.
 
-use postgres::Transaction;
-
+use super::session::Tx;
 use super::{PostgresStore, col, fence, signed, unsigned};
 use crate::store::events::parse_body;
 use crate::store::{EventRecord, EventStore, NewEvent, StoreError};
@@ -15,7 +14,7 @@ use crate::store::{EventRecord, EventStore, NewEvent, StoreError};
 pub(super) const EVENTS_LOCK: i64 = 0x7766_686f_7374_0002;
 
 /// Inserts `event` in `tx`, which holds [`EVENTS_LOCK`]; returns its seq.
-pub(super) fn insert(tx: &mut Transaction<'_>, event: &NewEvent) -> Result<i64, postgres::Error> {
+pub(super) fn insert(tx: &mut Tx<'_>, event: &NewEvent) -> Result<i64, postgres::Error> {
     tx.query_one(
         "INSERT INTO events (at_ms, deployment, kind, body) VALUES ($1, $2, $3, $4)
              RETURNING seq",
@@ -33,13 +32,13 @@ impl EventStore for PostgresStore {
     /// Appends events in one transaction; returns their seqs.
     fn append_events(&mut self, events: &[NewEvent]) -> Result<Vec<u64>, StoreError> {
         let fenced = self.fence.clone();
-        let client = self.client()?;
+        let session = self.session()?;
         let result = (|| -> Result<Vec<i64>, postgres::Error> {
-            let mut tx = client.transaction()?;
+            let mut tx = session.begin()?;
             // A fleet host's events for deployments it no longer holds are
             // left out; the rest of the batch is written.
             let writable = fence::writable(&mut tx, fenced.as_deref(), &named(events))?;
-            tx.execute("SELECT pg_advisory_xact_lock($1)", &[&EVENTS_LOCK])?;
+            tx.lock_events()?;
             let mut seqs = Vec::with_capacity(events.len());
             for e in events {
                 if e.deployment.as_ref().is_some_and(|d| !writable.contains(d)) {
@@ -67,7 +66,7 @@ impl EventStore for PostgresStore {
             return Ok(Vec::new());
         }
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let rows = self.client()?.query(
+        let rows = self.session()?.query(
             "SELECT seq, at_ms, deployment, kind, body FROM events
              WHERE seq > $1 ORDER BY seq LIMIT $2",
             &[&after, &limit],
@@ -91,18 +90,26 @@ impl EventStore for PostgresStore {
 
     /// Deletes all but the newest `keep` events; returns how many went.
     fn prune_events(&mut self, keep: u64) -> Result<u64, StoreError> {
-        let deleted = self.client()?.execute(
-            "DELETE FROM events
-             WHERE seq <= (SELECT seq FROM events ORDER BY seq DESC LIMIT 1 OFFSET $1)",
-            &[&signed(keep)],
-        );
+        // A write of its own (a savepoint in a group): a failure here
+        // leaves the group's other writes be.
+        let session = self.session()?;
+        let deleted = (|| -> Result<u64, postgres::Error> {
+            let mut tx = session.begin()?;
+            let deleted = tx.execute(
+                "DELETE FROM events
+                 WHERE seq <= (SELECT seq FROM events ORDER BY seq DESC LIMIT 1 OFFSET $1)",
+                &[&signed(keep)],
+            )?;
+            tx.commit()?;
+            Ok(deleted)
+        })();
         deleted.map_err(|e| self.fail("pruning the event log", &e))
     }
 
     /// The highest seq ever assigned, 0 when none: the identity sequence's
     /// high-water mark survives pruning every row.
     fn last_event_seq(&mut self) -> Result<u64, StoreError> {
-        let row = self.client()?.query_one(
+        let row = self.session()?.query_one(
             "SELECT coalesce(pg_sequence_last_value(pg_get_serial_sequence('events', 'seq')), 0)",
             &[],
         );

@@ -12,6 +12,8 @@
 
 use postgres::Transaction;
 
+use super::session::{Lock, Tx};
+
 use crate::store::fence::Fence;
 
 /// The class of the fence's advisory locks (the first of their two keys;
@@ -41,14 +43,20 @@ fn is_fenced(err: &postgres::Error) -> bool {
 
 /// Conditions `tx` on this host holding `deployment` (the first statement
 /// of every write concerning it); a refusal is also told to the lease loop.
+/// Once per group: the shared lock it takes holds the lease still until
+/// the group's transaction ends.
 pub(super) fn check(
-    tx: &mut Transaction<'_>,
+    tx: &mut Tx<'_>,
     fence: Option<&Fence>,
     deployment: &str,
 ) -> Result<(), postgres::Error> {
     let Some(fence) = fence else {
         return Ok(());
     };
+    let lock = Lock::Fence(deployment.to_owned());
+    if tx.holds(&lock) {
+        return Ok(());
+    }
     // No epoch: not held here (or past its deadline); the database says so.
     let epoch = fence.epoch(deployment).unwrap_or(-1);
     let checked = tx.execute(
@@ -60,7 +68,11 @@ pub(super) fn check(
             fence.refused(deployment);
             Err(e)
         }
-        other => other.map(drop),
+        Err(e) => Err(e),
+        Ok(_) => {
+            tx.took(lock);
+            Ok(())
+        }
     }
 }
 
@@ -69,13 +81,19 @@ pub(super) fn check(
 /// the writable ones); with no fence, all of them. Each refused one is
 /// told to the lease loop.
 pub(super) fn writable(
-    tx: &mut Transaction<'_>,
+    tx: &mut Tx<'_>,
     fence: Option<&Fence>,
     deployments: &[&str],
 ) -> Result<Vec<String>, postgres::Error> {
     let Some(fence) = fence else {
         return Ok(deployments.iter().map(|d| (*d).to_owned()).collect());
     };
+    if deployments
+        .iter()
+        .all(|d| tx.holds(&Lock::Fence((*d).to_owned())))
+    {
+        return Ok(deployments.iter().map(|d| (*d).to_owned()).collect());
+    }
     let (names, epochs): (Vec<String>, Vec<i64>) = fence
         .epochs()
         .into_iter()
@@ -101,6 +119,9 @@ pub(super) fn writable(
         if !held.iter().any(|h| h == d) {
             fence.refused(d);
         }
+    }
+    for h in &held {
+        tx.took(Lock::Fence(h.clone()));
     }
     Ok(held)
 }

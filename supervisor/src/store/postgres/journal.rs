@@ -16,9 +16,9 @@ impl JournalStore for PostgresStore {
         seal: &dyn Fn(JournalHead) -> JournalRecord,
     ) -> Result<JournalRecord, StoreError> {
         let fenced = self.fence.clone();
-        let client = self.client()?;
+        let session = self.session()?;
         let result = (|| -> Result<Appended, postgres::Error> {
-            let mut tx = client.transaction()?;
+            let mut tx = session.begin()?;
             let Some(row) = tx.query_opt(
                 "SELECT seq, hash FROM journal_head WHERE id = 1 FOR UPDATE",
                 &[],
@@ -79,7 +79,7 @@ impl JournalStore for PostgresStore {
 
     /// The head and the last verified head.
     fn journal_heads(&mut self) -> Result<JournalHeads, StoreError> {
-        let row = self.client()?.query_opt(
+        let row = self.session()?.query_opt(
             "SELECT seq, hash, verified_seq, verified_hash FROM journal_head WHERE id = 1",
             &[],
         );
@@ -108,7 +108,7 @@ impl JournalStore for PostgresStore {
 
     /// Records `head` as the last verified one.
     fn set_verified_head(&mut self, head: JournalHead) -> Result<(), StoreError> {
-        let result = self.client()?.execute(
+        let result = self.session()?.execute(
             "UPDATE journal_head SET verified_seq = $1, verified_hash = $2 WHERE id = 1",
             &[&signed(head.seq), &head.hash.as_slice()],
         );
@@ -128,7 +128,7 @@ impl JournalStore for PostgresStore {
             return Ok(Vec::new());
         };
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let rows = self.client()?.query(
+        let rows = self.session()?.query(
             "SELECT seq, at_ms, kind, deployment, body, prev_hash, hash, key_id, signature
              FROM journal WHERE ($1::TEXT IS NULL OR deployment = $1) AND seq > $2
              ORDER BY seq LIMIT $3",

@@ -5,7 +5,8 @@
 //! Transactions that write events take the event log's advisory lock
 //! (see `events`).
 
-use super::events::{EVENTS_LOCK, insert};
+use super::events::insert;
+use super::session::Tx;
 use super::{PostgresStore, col, fence, signed, unsigned};
 use crate::store::mail::{self, Admission, Earlier};
 use crate::store::questions::{Asking, OPEN_QUESTION};
@@ -33,9 +34,9 @@ impl MailStore for PostgresStore {
         let head = i64::try_from(limit).unwrap_or(i64::MAX);
         let pid = i64::from(holder.pid);
         let fenced = self.fence.clone();
-        let client = self.client()?;
+        let session = self.session()?;
         let result = (|| -> Result<Vec<Taken>, postgres::Error> {
-            let mut tx = client.transaction()?;
+            let mut tx = session.begin()?;
             fence::check(&mut tx, fenced.as_deref(), deployment)?;
             let holding = tx.query_one(
                 "SELECT count(*), coalesce(bool_or(failures > 0), false) FROM mail
@@ -134,11 +135,11 @@ impl MailStore for PostgresStore {
             }
         };
         let fenced = self.fence.clone();
-        let client = self.client()?;
+        let session = self.session()?;
         let result = (|| -> Result<Vec<Landed>, postgres::Error> {
-            let mut tx = client.transaction()?;
+            let mut tx = session.begin()?;
             fence::check(&mut tx, fenced.as_deref(), deployment)?;
-            tx.execute("SELECT pg_advisory_xact_lock($1)", &[&EVENTS_LOCK])?;
+            tx.lock_events()?;
             let mut landed = Vec::with_capacity(writes.len());
             for w in writes {
                 landed.push(match w {
@@ -168,11 +169,11 @@ impl MailStore for PostgresStore {
         &mut self,
         offers: &[Offer],
     ) -> Result<Vec<Result<Accepted, StoreError>>, StoreError> {
-        let client = self.client()?;
+        let session = self.session()?;
         let mut committing = false;
         let result = (|| -> Result<Vec<Result<Accepted, StoreError>>, postgres::Error> {
-            let mut tx = client.transaction()?;
-            tx.execute("SELECT pg_advisory_xact_lock($1)", &[&EVENTS_LOCK])?;
+            let mut tx = session.begin()?;
+            tx.lock_events()?;
             let mut answers = Vec::with_capacity(offers.len());
             for o in offers {
                 answers.push(admit_one(&mut tx, o)?);
@@ -202,11 +203,11 @@ impl MailStore for PostgresStore {
         };
         let outcome = format!("failed: {reason}");
         let fenced = self.fence.clone();
-        let client = self.client()?;
+        let session = self.session()?;
         let result = (|| -> Result<bool, postgres::Error> {
-            let mut tx = client.transaction()?;
+            let mut tx = session.begin()?;
             fence::check(&mut tx, fenced.as_deref(), deployment)?;
-            tx.execute("SELECT pg_advisory_xact_lock($1)", &[&EVENTS_LOCK])?;
+            tx.lock_events()?;
             let changed = tx.execute(
                 "UPDATE mail SET state = 'done', outcome = $4, done_at_ms = $5, payload = ''::bytea,
                      result = ''::bytea, holder_channel = NULL, holder_pid = NULL
@@ -241,10 +242,10 @@ impl MailStore for PostgresStore {
         let Ok(row_id) = i64::try_from(id) else {
             return Ok(None);
         };
-        let client = self.client()?;
+        let session = self.session()?;
         let result = (|| -> Result<Option<CancelFound>, postgres::Error> {
-            let mut tx = client.transaction()?;
-            tx.execute("SELECT pg_advisory_xact_lock($1)", &[&EVENTS_LOCK])?;
+            let mut tx = session.begin()?;
+            tx.lock_events()?;
             let Some(row) = tx.query_opt(
                 "SELECT deployment, state, holder_channel, holder_pid, outcome FROM mail
                  WHERE id = $1 FOR UPDATE",
@@ -316,9 +317,9 @@ impl MailStore for PostgresStore {
         let pid = i64::from(holder.pid);
         let at = signed(ending.at_ms);
         let fenced = self.fence.clone();
-        let client = self.client()?;
+        let session = self.session()?;
         let result = (|| -> Result<Replayed, postgres::Error> {
-            let mut tx = client.transaction()?;
+            let mut tx = session.begin()?;
             fence::check(&mut tx, fenced.as_deref(), deployment)?;
             let rows = tx.query(
                 &format!(
@@ -334,7 +335,7 @@ impl MailStore for PostgresStore {
                 .iter()
                 .any(|r| r.try_get::<_, bool>(3).unwrap_or(false))
             {
-                tx.execute("SELECT pg_advisory_xact_lock($1)", &[&EVENTS_LOCK])?;
+                tx.lock_events()?;
             }
             for r in &rows {
                 let (id, failures): (i64, i64) = (r.try_get(0)?, r.try_get(1)?);
@@ -423,10 +424,10 @@ impl MailStore for PostgresStore {
         if self.fence.is_some() {
             return Ok(0);
         }
-        let client = self.client()?;
+        let session = self.session()?;
         let result = (|| -> Result<u64, postgres::Error> {
-            let mut tx = client.transaction()?;
-            tx.execute("SELECT pg_advisory_xact_lock($1)", &[&EVENTS_LOCK])?;
+            let mut tx = session.begin()?;
+            tx.lock_events()?;
             // What a committed cancel named ends cancelled, not returned.
             let cancelled = tx.query(
                 "SELECT id, deployment FROM mail
@@ -489,9 +490,9 @@ impl MailStore for PostgresStore {
         let cut = signed(done_before_ms);
         let mut total = 0u64;
         loop {
-            let client = self.client()?;
+            let session = self.session()?;
             let deleted = (|| -> Result<u64, postgres::Error> {
-                let mut tx = client.transaction()?;
+                let mut tx = session.begin()?;
                 let ids: Vec<i64> = tx
                     .query(
                         "SELECT id FROM mail WHERE state = 'done' AND done_at_ms < $1
@@ -515,7 +516,7 @@ impl MailStore for PostgresStore {
 
     /// How many of `deployment`'s items are in each state.
     fn mail_counts(&mut self, deployment: &str) -> Result<MailCounts, StoreError> {
-        let row = self.client()?.query_opt(
+        let row = self.session()?.query_opt(
             "SELECT c.inbox, c.processing, c.done, c.dead,
                  (SELECT count(*) FROM mail
                   WHERE deployment = $1 AND state = 'processing' AND started),
@@ -555,7 +556,7 @@ impl MailStore for PostgresStore {
     #[cfg(test)]
     /// Ids of `deployment`'s done items, ascending.
     fn mail_done_ids(&mut self, deployment: &str) -> Result<Vec<u64>, StoreError> {
-        let rows = self.client()?.query(
+        let rows = self.session()?.query(
             "SELECT id FROM mail WHERE deployment = $1 AND state = 'done' ORDER BY id",
             &[&deployment],
         );
@@ -579,7 +580,7 @@ struct Taken {
 /// A held item whose cancel was committed, its holder gone: done,
 /// cancelled, never run again.
 fn cancel_held(
-    tx: &mut postgres::Transaction<'_>,
+    tx: &mut Tx<'_>,
     deployment: &str,
     row_id: i64,
     at_ms: u64,
@@ -602,7 +603,7 @@ fn cancel_held(
 /// transaction: stored once per (item, key); asked again, its stored
 /// answer, if any, comes back.
 fn ask_one(
-    tx: &mut postgres::Transaction<'_>,
+    tx: &mut Tx<'_>,
     deployment: &str,
     asking: &Asking,
     at_ms: u64,
@@ -652,7 +653,7 @@ fn ask_one(
 /// an answer: back in the inbox, uncounted, awaiting (a recorded cancel
 /// ends it cancelled instead).
 fn give_back_one(
-    tx: &mut postgres::Transaction<'_>,
+    tx: &mut Tx<'_>,
     deployment: &str,
     holder: &Holder,
     id: u64,
@@ -691,7 +692,7 @@ fn give_back_one(
 /// One start inside [`MailStore::settle_mail`]'s transaction: true when
 /// `holder` holds item `id` and had not started it.
 fn start_one(
-    tx: &mut postgres::Transaction<'_>,
+    tx: &mut Tx<'_>,
     deployment: &str,
     holder: &Holder,
     id: u64,
@@ -710,7 +711,7 @@ fn start_one(
 
 /// One acknowledgement inside [`MailStore::settle_mail`]'s transaction.
 fn ack_one(
-    tx: &mut postgres::Transaction<'_>,
+    tx: &mut Tx<'_>,
     deployment: &str,
     a: &AckOf,
     at_ms: u64,
@@ -744,10 +745,7 @@ fn ack_one(
 /// One offer inside [`enqueue_many`]'s transaction, as [`mail::admit`]
 /// rules; enqueues for one deployment are serialized by the row lock on
 /// its `mail_counts` row.
-fn admit_one(
-    tx: &mut postgres::Transaction<'_>,
-    o: &Offer,
-) -> Result<Result<Accepted, StoreError>, postgres::Error> {
+fn admit_one(tx: &mut Tx<'_>, o: &Offer) -> Result<Result<Accepted, StoreError>, postgres::Error> {
     let (deployment, key) = (o.deployment.as_str(), o.key.as_deref());
     let digest = mail::payload_digest(key, &o.payload);
     tx.execute(
@@ -812,7 +810,7 @@ fn admit_one(
 /// Item `id`, taken for `holder` but never sent, back in the inbox with
 /// its take undone (a protocol-2 holder's take was a start).
 fn unsent_one(
-    tx: &mut postgres::Transaction<'_>,
+    tx: &mut Tx<'_>,
     deployment: &str,
     holder: &Holder,
     id: u64,
@@ -834,12 +832,7 @@ fn unsent_one(
 }
 
 /// Ends item `id`'s delivery in flight in the history.
-fn end_delivery(
-    tx: &mut postgres::Transaction<'_>,
-    id: i64,
-    at_ms: u64,
-    how: &str,
-) -> Result<(), postgres::Error> {
+fn end_delivery(tx: &mut Tx<'_>, id: i64, at_ms: u64, how: &str) -> Result<(), postgres::Error> {
     tx.execute(
         "UPDATE mail_history SET ended_at_ms = $2, how = $3
          WHERE mail_id = $1 AND ended_at_ms IS NULL AND attempt IS NOT NULL",
@@ -853,10 +846,7 @@ const PRUNE_BATCH: i64 = 5_000;
 
 /// Deletes mail rows `ids` and their history in `tx`; returns how many
 /// rows went.
-pub(super) fn delete_ids(
-    tx: &mut postgres::Transaction<'_>,
-    ids: &[i64],
-) -> Result<u64, postgres::Error> {
+pub(super) fn delete_ids(tx: &mut Tx<'_>, ids: &[i64]) -> Result<u64, postgres::Error> {
     if ids.is_empty() {
         return Ok(0);
     }

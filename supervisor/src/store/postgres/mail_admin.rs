@@ -235,7 +235,7 @@ impl MailAdmin for PostgresStore {
         ) else {
             return Ok(None);
         };
-        let row = self.client()?.query_opt(
+        let row = self.session()?.query_opt(
             "SELECT substring(payload FROM $2 FOR $3) FROM mail WHERE id = $1",
             &[&row_id, &start, &len],
         );
@@ -250,7 +250,7 @@ impl MailAdmin for PostgresStore {
         let Ok(row_id) = i64::try_from(id) else {
             return Ok(None);
         };
-        let row = self.client()?.query_opt(
+        let row = self.session()?.query_opt(
             "SELECT coalesce(result, ''::bytea) FROM mail WHERE id = $1",
             &[&row_id],
         );
@@ -271,9 +271,9 @@ impl MailAdmin for PostgresStore {
     ) -> Result<Retried, StoreError> {
         let how = mail_admin::retried_how(by, true);
         let location = self.location.clone();
-        let client = self.client()?;
+        let session = self.session()?;
         let result = (|| -> Result<Result<Retried, StoreError>, postgres::Error> {
-            let mut tx = client.transaction()?;
+            let mut tx = session.begin()?;
             let ids: Vec<i64> = match id {
                 Some(id) => {
                     let row = tx.query_opt(
@@ -369,9 +369,9 @@ impl MailAdmin for PostgresStore {
         let cut = signed(dead_before_ms);
         let mut purged: BTreeMap<String, u64> = BTreeMap::new();
         loop {
-            let client = self.client()?;
+            let session = self.session()?;
             let batch = (|| -> Result<usize, postgres::Error> {
-                let mut tx = client.transaction()?;
+                let mut tx = session.begin()?;
                 let rows = tx.query(
                     "SELECT id, deployment FROM mail
                      WHERE state = 'dead' AND dead_at_ms < $1 AND ($2::TEXT IS NULL OR deployment = $2)

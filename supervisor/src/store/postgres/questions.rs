@@ -54,9 +54,9 @@ impl QuestionStore for PostgresStore {
         let Ok(row_id) = i64::try_from(id) else {
             return Ok(None);
         };
-        let client = self.client()?;
+        let session = self.session()?;
         let result = (|| -> Result<Result<Option<Answering>, String>, postgres::Error> {
-            let mut tx = client.transaction()?;
+            let mut tx = session.begin()?;
             let Some(item) = tx.query_opt(
                 "SELECT deployment, state, outcome, holder_channel, holder_pid FROM mail
                  WHERE id = $1 FOR UPDATE",
@@ -125,7 +125,7 @@ impl QuestionStore for PostgresStore {
         limit: usize,
     ) -> Result<Vec<Question>, StoreError> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let rows = self.client()?.query(
+        let rows = self.session()?.query(
             &format!(
                 "SELECT {COLUMNS} FROM questions q JOIN mail m ON m.id = q.mail_id
                  WHERE q.answer IS NULL AND ($1::TEXT IS NULL OR q.deployment = $1)
@@ -145,7 +145,7 @@ impl QuestionStore for PostgresStore {
         let Ok(row_id) = i64::try_from(id) else {
             return Ok(Vec::new());
         };
-        let rows = self.client()?.query(
+        let rows = self.session()?.query(
             &format!(
                 "SELECT {COLUMNS} FROM questions q WHERE q.mail_id = $1
                  ORDER BY q.asked_at_ms, q.key"

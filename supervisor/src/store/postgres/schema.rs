@@ -261,7 +261,7 @@ impl PostgresStore {
         }
         let location = self.location.clone();
         let result = (|| -> Result<Result<(i64, i64), i64>, postgres::Error> {
-            let mut tx = self.client.transaction()?;
+            let mut tx = self.session.client().transaction()?;
             tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATE_LOCK])?;
             tx.batch_execute(
                 "CREATE TABLE IF NOT EXISTS wfhost_schema (

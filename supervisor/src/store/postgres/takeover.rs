@@ -23,9 +23,9 @@ impl PostgresStore {
         deployment: &str,
         at_ms: u64,
     ) -> Result<u64, StoreError> {
-        let client = self.client()?;
+        let session = self.session()?;
         let result = (|| -> Result<u64, postgres::Error> {
-            let mut tx = client.transaction()?;
+            let mut tx = session.begin()?;
             fence::check(&mut tx, Some(fence), deployment)?;
             tx.execute(
                 "UPDATE mail_history SET ended_at_ms = $2, how = $3

@@ -1,0 +1,313 @@
+//! One connection to PostgreSQL and what it remembers: the statements it
+//! prepared (each SQL text is parsed once per connection, not on every
+//! call: a round trip and the server's planning saved), and the group of
+//! writes open on it (`store::handle`'s group commit). In a group each
+//! write runs in a savepoint of the group's transaction, so a refused
+//! write rolls back only its own part, and a lock held to the end of the
+//! transaction (the event log's, a deployment's fence) is taken once per
+//! group, not once per write.
+//!
+//! Every transaction of the store's methods goes through [`Session::begin`]:
+//! the client's own `transaction()` would send `COMMIT` and end a group
+//! opened around it.
+
+use std::collections::{HashMap, HashSet};
+
+use postgres::types::ToSql;
+use postgres::{Client, Row, Statement};
+
+/// Most statements remembered per connection: the store's SQL is a fixed
+/// set, far below this; a text built from input past it starts afresh.
+const MAX_STATEMENTS: usize = 512;
+
+/// A transaction-scoped lock a write takes before it writes.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(super) enum Lock {
+    /// The event log's (`events::EVENTS_LOCK`).
+    Events,
+    /// A deployment's fence, checked at this host's epoch (`fence::check`).
+    Fence(String),
+}
+
+/// The group open on a session.
+#[derive(Default)]
+struct Group {
+    /// Locks the group's transaction holds until it ends.
+    held: HashSet<Lock>,
+    /// A statement failed outside any savepoint: PostgreSQL aborted the
+    /// whole transaction, and nothing written in it will commit.
+    aborted: bool,
+}
+
+/// A connection with its prepared statements and its open group.
+pub(super) struct Session {
+    client: Client,
+    statements: HashMap<String, Statement>,
+    group: Option<Group>,
+}
+
+type Params<'p> = &'p [&'p (dyn ToSql + Sync)];
+
+impl Session {
+    pub(super) fn new(client: Client) -> Self {
+        Self {
+            client,
+            statements: HashMap::new(),
+            group: None,
+        }
+    }
+
+    /// The connection itself, for what runs outside groups (leases, page
+    /// reads in a snapshot of their own).
+    pub(super) fn client(&mut self) -> &mut Client {
+        &mut self.client
+    }
+
+    /// Whether the connection was lost.
+    pub(super) fn is_closed(&self) -> bool {
+        self.client.is_closed()
+    }
+
+    /// Opens a group: one transaction for the writes until [`Session::end_group`].
+    /// A group left aborted is rolled back first.
+    pub(super) fn begin_group(&mut self) -> Result<(), postgres::Error> {
+        if self.group.take().is_some() {
+            self.client.batch_execute("ROLLBACK")?;
+        }
+        self.client.batch_execute("BEGIN")?;
+        self.group = Some(Group::default());
+        Ok(())
+    }
+
+    /// Whether the open group can still commit what was written in it.
+    pub(super) fn group_open(&self) -> bool {
+        self.group.as_ref().is_some_and(|g| !g.aborted) && !self.client.is_closed()
+    }
+
+    /// Commits the open group (an aborted one is rolled back and reported).
+    pub(super) fn end_group(&mut self) -> Result<(), postgres::Error> {
+        match self.group.take() {
+            Some(g) if g.aborted => self.client.batch_execute("ROLLBACK"),
+            Some(_) => self.client.batch_execute("COMMIT"),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether a group is open (the transaction may be aborted).
+    pub(super) fn grouped(&self) -> bool {
+        self.group.is_some()
+    }
+
+    /// Starts a write: a savepoint of the open group, else a transaction
+    /// of its own.
+    pub(super) fn begin(&mut self) -> Result<Tx<'_>, postgres::Error> {
+        let part = self.group.is_some();
+        if part {
+            self.unless_aborted(|c| c.batch_execute("SAVEPOINT w"))?;
+        } else {
+            self.client.batch_execute("BEGIN")?;
+        }
+        Ok(Tx {
+            session: self,
+            part,
+            taken: Vec::new(),
+            done: false,
+        })
+    }
+
+    /// `sql` prepared on this connection, once.
+    fn statement(&mut self, sql: &str) -> Result<Statement, postgres::Error> {
+        if let Some(s) = self.statements.get(sql) {
+            return Ok(s.clone());
+        }
+        let s = self.client.prepare(sql)?;
+        if self.statements.len() >= MAX_STATEMENTS {
+            self.statements.clear();
+        }
+        self.statements.insert(sql.to_owned(), s.clone());
+        Ok(s)
+    }
+
+    /// Runs `f` on the client; a failure in an open group outside any
+    /// savepoint aborts the group's transaction.
+    fn unless_aborted<T>(
+        &mut self,
+        f: impl FnOnce(&mut Client) -> Result<T, postgres::Error>,
+    ) -> Result<T, postgres::Error> {
+        let result = f(&mut self.client);
+        if result.is_err()
+            && let Some(g) = &mut self.group
+        {
+            g.aborted = true;
+        }
+        result
+    }
+
+    /// Runs `sql`, prepared once, with `f`; `in_write` when inside a
+    /// write, whose rollback keeps a failure from aborting the group.
+    fn run<T>(
+        &mut self,
+        sql: &str,
+        in_write: bool,
+        f: impl FnOnce(&mut Client, &Statement) -> Result<T, postgres::Error>,
+    ) -> Result<T, postgres::Error> {
+        let result = self.statement(sql).and_then(|st| f(&mut self.client, &st));
+        if let Err(e) = &result {
+            if !in_write && let Some(g) = &mut self.group {
+                g.aborted = true;
+            }
+            // feature_not_supported ("cached plan must not change result
+            // type": a schema changed under it), invalid_sql_statement_name.
+            if e.as_db_error()
+                .is_some_and(|db| matches!(db.code().code(), "0A000" | "26000"))
+            {
+                self.statements.clear();
+            }
+        }
+        result
+    }
+
+    /// Runs one statement outside any write; in a group it joins the
+    /// group's transaction.
+    pub(super) fn execute(
+        &mut self,
+        sql: &str,
+        params: Params<'_>,
+    ) -> Result<u64, postgres::Error> {
+        self.run(sql, false, |c, s| c.execute(s, params))
+    }
+
+    pub(super) fn query(
+        &mut self,
+        sql: &str,
+        params: Params<'_>,
+    ) -> Result<Vec<Row>, postgres::Error> {
+        self.run(sql, false, |c, s| c.query(s, params))
+    }
+
+    pub(super) fn query_one(
+        &mut self,
+        sql: &str,
+        params: Params<'_>,
+    ) -> Result<Row, postgres::Error> {
+        self.run(sql, false, |c, s| c.query_one(s, params))
+    }
+
+    pub(super) fn query_opt(
+        &mut self,
+        sql: &str,
+        params: Params<'_>,
+    ) -> Result<Option<Row>, postgres::Error> {
+        self.run(sql, false, |c, s| c.query_opt(s, params))
+    }
+}
+
+/// One write: a transaction of its own, or a savepoint of the open group
+/// (committed with it). Dropped without [`Tx::commit`], it rolls back.
+pub(super) struct Tx<'s> {
+    session: &'s mut Session,
+    part: bool,
+    /// Locks this write took: the group's once it is released into it
+    /// (a savepoint rolled back gives its locks up).
+    taken: Vec<Lock>,
+    done: bool,
+}
+
+impl Tx<'_> {
+    /// Whether `lock` is held already, by the group or by this write.
+    pub(super) fn holds(&self, lock: &Lock) -> bool {
+        self.taken.contains(lock)
+            || self
+                .session
+                .group
+                .as_ref()
+                .is_some_and(|g| g.held.contains(lock))
+    }
+
+    /// Notes that this write took `lock`.
+    pub(super) fn took(&mut self, lock: Lock) {
+        if !self.holds(&lock) {
+            self.taken.push(lock);
+        }
+    }
+
+    /// Takes the event log's lock, unless held already.
+    pub(super) fn lock_events(&mut self) -> Result<(), postgres::Error> {
+        if self.holds(&Lock::Events) {
+            return Ok(());
+        }
+        self.execute(
+            "SELECT pg_advisory_xact_lock($1)",
+            &[&super::events::EVENTS_LOCK],
+        )?;
+        self.took(Lock::Events);
+        Ok(())
+    }
+
+    pub(super) fn execute(
+        &mut self,
+        sql: &str,
+        params: Params<'_>,
+    ) -> Result<u64, postgres::Error> {
+        self.session.run(sql, true, |c, s| c.execute(s, params))
+    }
+
+    pub(super) fn query(
+        &mut self,
+        sql: &str,
+        params: Params<'_>,
+    ) -> Result<Vec<Row>, postgres::Error> {
+        self.session.run(sql, true, |c, s| c.query(s, params))
+    }
+
+    pub(super) fn query_one(
+        &mut self,
+        sql: &str,
+        params: Params<'_>,
+    ) -> Result<Row, postgres::Error> {
+        self.session.run(sql, true, |c, s| c.query_one(s, params))
+    }
+
+    pub(super) fn query_opt(
+        &mut self,
+        sql: &str,
+        params: Params<'_>,
+    ) -> Result<Option<Row>, postgres::Error> {
+        self.session.run(sql, true, |c, s| c.query_opt(s, params))
+    }
+
+    /// Commits a write of its own; releases a savepoint into its group,
+    /// whose locks it now holds.
+    pub(super) fn commit(mut self) -> Result<(), postgres::Error> {
+        self.done = true;
+        if !self.part {
+            return self.session.client.batch_execute("COMMIT");
+        }
+        let released = self
+            .session
+            .unless_aborted(|c| c.batch_execute("RELEASE SAVEPOINT w"));
+        if released.is_ok()
+            && let Some(g) = &mut self.session.group
+        {
+            g.held.extend(self.taken.drain(..));
+        }
+        released
+    }
+}
+
+impl Drop for Tx<'_> {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        if !self.part {
+            // As the client's own transactions do: a failure here means the
+            // connection is gone, and the server rolls back with it.
+            let _ = self.session.client.batch_execute("ROLLBACK");
+            return;
+        }
+        let _ = self
+            .session
+            .unless_aborted(|c| c.batch_execute("ROLLBACK TO SAVEPOINT w; RELEASE SAVEPOINT w"));
+    }
+}

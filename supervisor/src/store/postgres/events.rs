@@ -28,6 +28,32 @@ pub(super) fn insert(tx: &mut Tx<'_>, event: &NewEvent) -> Result<i64, postgres:
     .try_get(0)
 }
 
+/// Inserts `events` in `tx`, which holds [`EVENTS_LOCK`], in one round
+/// trip; returns their seqs, in order (handed out in the order inserted).
+fn insert_all(tx: &mut Tx<'_>, events: &[&NewEvent]) -> Result<Vec<i64>, postgres::Error> {
+    if events.is_empty() {
+        return Ok(Vec::new());
+    }
+    let at: Vec<i64> = events.iter().map(|e| signed(e.at_ms)).collect();
+    let deployment: Vec<Option<&str>> = events.iter().map(|e| e.deployment.as_deref()).collect();
+    let kind: Vec<&str> = events.iter().map(|e| e.kind.as_str()).collect();
+    let body: Vec<String> = events.iter().map(|e| e.body.to_string()).collect();
+    tx.query(
+        "WITH added AS (
+             INSERT INTO events (at_ms, deployment, kind, body)
+             SELECT at_ms, deployment, kind, body
+             FROM unnest($1::BIGINT[], $2::TEXT[], $3::TEXT[], $4::TEXT[])
+                  WITH ORDINALITY AS e(at_ms, deployment, kind, body, n)
+             ORDER BY n
+             RETURNING seq)
+         SELECT seq FROM added ORDER BY seq",
+        &[&at, &deployment, &kind, &body],
+    )?
+    .iter()
+    .map(|r| r.try_get(0))
+    .collect()
+}
+
 impl EventStore for PostgresStore {
     /// Appends events in one transaction; returns their seqs.
     fn append_events(&mut self, events: &[NewEvent]) -> Result<Vec<u64>, StoreError> {
@@ -39,13 +65,11 @@ impl EventStore for PostgresStore {
             // left out; the rest of the batch is written.
             let writable = fence::writable(&mut tx, fenced.as_deref(), &named(events))?;
             tx.lock_events()?;
-            let mut seqs = Vec::with_capacity(events.len());
-            for e in events {
-                if e.deployment.as_ref().is_some_and(|d| !writable.contains(d)) {
-                    continue;
-                }
-                seqs.push(insert(&mut tx, e)?);
-            }
+            let kept: Vec<&NewEvent> = events
+                .iter()
+                .filter(|e| e.deployment.as_ref().is_none_or(|d| writable.contains(d)))
+                .collect();
+            let seqs = insert_all(&mut tx, &kept)?;
             tx.commit()?;
             Ok(seqs)
         })();

@@ -74,14 +74,22 @@ impl MailStore for PostgresStore {
             let n = item::takeable(holding, failures, limit);
             let items: Vec<Taken> = rows.into_iter().take(n).map(|(i, _)| i).collect();
             if !items.is_empty() {
-                // Exactly the rows just read and locked: the head of the inbox.
+                // Exactly the rows just read and locked: the head of the
+                // inbox, each beginning the start it is or may become in the
+                // history, in one round trip.
                 let ids: Vec<i64> = items.iter().map(|i| i.id).collect();
                 tx.execute(
-                    "UPDATE mail SET state = 'processing', deliveries = deliveries + 1,
-                         holder_channel = $2, holder_pid = $3, taken_at_ms = $4,
-                         started = $5::boolean, starts = starts + ($5::boolean)::int,
-                         first_taken_at_ms = coalesce(first_taken_at_ms, $4)
-                     WHERE id = ANY($1) AND state = 'inbox'",
+                    "WITH taken AS (
+                         UPDATE mail SET state = 'processing', deliveries = deliveries + 1,
+                             holder_channel = $2, holder_pid = $3, taken_at_ms = $4,
+                             started = $5::boolean, starts = starts + ($5::boolean)::int,
+                             first_taken_at_ms = coalesce(first_taken_at_ms, $4)
+                         WHERE id = ANY($1) AND state = 'inbox'
+                         RETURNING id, starts + 1 - started::int AS attempt, holder_pid,
+                             holder_channel, taken_at_ms)
+                     INSERT INTO mail_history (mail_id, attempt, holder_pid, holder_channel, taken_at_ms)
+                     SELECT id, attempt, holder_pid, holder_channel, taken_at_ms
+                     FROM taken ORDER BY id",
                     &[
                         &ids,
                         &holder.channel_id,
@@ -89,13 +97,6 @@ impl MailStore for PostgresStore {
                         &signed(at_ms),
                         &starts_on_take,
                     ],
-                )?;
-                // The start this delivery is, or may become.
-                tx.execute(
-                    "INSERT INTO mail_history (mail_id, attempt, holder_pid, holder_channel, taken_at_ms)
-                     SELECT id, starts + 1 - started::int, holder_pid, holder_channel, taken_at_ms
-                     FROM mail WHERE id = ANY($1) ORDER BY id",
-                    &[&ids],
                 )?;
             }
             tx.commit()?;
@@ -720,26 +721,40 @@ fn ack_one(
     let Ok(row_id) = i64::try_from(a.id) else {
         return Ok(false);
     };
-    let changed = tx.execute(
-        "UPDATE mail SET state = 'done', outcome = $4, done_at_ms = $5, payload = ''::bytea,
-             holder_channel = NULL, holder_pid = NULL, result = $6,
-             starts = starts + (1 - started::int), started = true
-         WHERE id = $1 AND deployment = $2 AND state = 'processing' AND holder_channel = $3",
-        &[
-            &row_id,
-            &deployment,
-            &a.holder.channel_id,
-            &a.outcome,
-            &signed(at_ms),
-            &a.result,
-        ],
-    )?;
-    if changed != 1 {
-        return Ok(false);
-    }
-    end_delivery(tx, row_id, at_ms, &item::done_how(&a.outcome))?;
-    insert(tx, &mail::done_event(deployment, a.id, &a.outcome, at_ms))?;
-    Ok(true)
+    let event = mail::done_event(deployment, a.id, &a.outcome, at_ms);
+    // The item, its delivery in the history and its event, in one round
+    // trip; the last two only when the first changed.
+    let changed: i64 = tx
+        .query_one(
+            "WITH done AS (
+                 UPDATE mail SET state = 'done', outcome = $4, done_at_ms = $5, payload = ''::bytea,
+                     holder_channel = NULL, holder_pid = NULL, result = $6,
+                     starts = starts + (1 - started::int), started = true
+                 WHERE id = $1 AND deployment = $2 AND state = 'processing' AND holder_channel = $3
+                 RETURNING id),
+             delivery AS (
+                 UPDATE mail_history SET ended_at_ms = $5, how = $7
+                 WHERE mail_id IN (SELECT id FROM done) AND ended_at_ms IS NULL
+                   AND attempt IS NOT NULL),
+             noted AS (
+                 INSERT INTO events (at_ms, deployment, kind, body)
+                 SELECT $8, $2, $9, $10 FROM done)
+             SELECT count(*) FROM done",
+            &[
+                &row_id,
+                &deployment,
+                &a.holder.channel_id,
+                &a.outcome,
+                &signed(at_ms),
+                &a.result,
+                &item::done_how(&a.outcome),
+                &signed(event.at_ms),
+                &event.kind,
+                &event.body.to_string(),
+            ],
+        )?
+        .try_get(0)?;
+    Ok(changed == 1)
 }
 
 /// One offer inside [`enqueue_many`]'s transaction, as [`mail::admit`]
@@ -748,16 +763,18 @@ fn ack_one(
 fn admit_one(tx: &mut Tx<'_>, o: &Offer) -> Result<Result<Accepted, StoreError>, postgres::Error> {
     let (deployment, key) = (o.deployment.as_str(), o.key.as_deref());
     let digest = mail::payload_digest(key, &o.payload);
-    tx.execute(
-        "INSERT INTO mail_counts (deployment) VALUES ($1) ON CONFLICT (deployment) DO NOTHING",
-        &[&deployment],
-    )?;
-    let pending: i64 = tx
-        .query_one(
-            "SELECT inbox + processing FROM mail_counts WHERE deployment = $1 FOR UPDATE",
-            &[&deployment],
-        )?
-        .try_get(0)?;
+    let lock = "SELECT inbox + processing FROM mail_counts WHERE deployment = $1 FOR UPDATE";
+    let pending: i64 = match tx.query_opt(lock, &[&deployment])? {
+        Some(row) => row.try_get(0)?,
+        // The deployment's first mail: its row, then the lock.
+        None => {
+            tx.execute(
+                "INSERT INTO mail_counts (deployment) VALUES ($1) ON CONFLICT (deployment) DO NOTHING",
+                &[&deployment],
+            )?;
+            tx.query_one(lock, &[&deployment])?.try_get(0)?
+        }
+    };
     let earlier = match key {
         Some(key) => tx
             .query_opt(

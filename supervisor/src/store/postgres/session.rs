@@ -37,6 +37,9 @@ struct Group {
     /// A statement failed outside any savepoint: PostgreSQL aborted the
     /// whole transaction, and nothing written in it will commit.
     aborted: bool,
+    /// The last write's savepoint, kept: released with the next write's
+    /// `SAVEPOINT` in one round trip, or by the group's `COMMIT`.
+    unreleased: bool,
 }
 
 /// A connection with its prepared statements and its open group.
@@ -102,8 +105,13 @@ impl Session {
     /// of its own.
     pub(super) fn begin(&mut self) -> Result<Tx<'_>, postgres::Error> {
         let part = self.group.is_some();
-        if part {
-            self.unless_aborted(|c| c.batch_execute("SAVEPOINT w"))?;
+        if let Some(g) = &mut self.group {
+            let sql = if std::mem::take(&mut g.unreleased) {
+                "RELEASE SAVEPOINT w; SAVEPOINT w"
+            } else {
+                "SAVEPOINT w"
+            };
+            self.unless_aborted(|c| c.batch_execute(sql))?;
         } else {
             self.client.batch_execute("BEGIN")?;
         }
@@ -276,22 +284,19 @@ impl Tx<'_> {
         self.session.run(sql, true, |c, s| c.query_opt(s, params))
     }
 
-    /// Commits a write of its own; releases a savepoint into its group,
-    /// whose locks it now holds.
+    /// Commits a write of its own; keeps a savepoint for its group,
+    /// whose locks it now holds (released with the next write's, or
+    /// committed by the group's `COMMIT`).
     pub(super) fn commit(mut self) -> Result<(), postgres::Error> {
         self.done = true;
-        if !self.part {
-            return self.session.client.batch_execute("COMMIT");
+        match &mut self.session.group {
+            None => self.session.client.batch_execute("COMMIT"),
+            Some(g) => {
+                g.unreleased = true;
+                g.held.extend(self.taken.drain(..));
+                Ok(())
+            }
         }
-        let released = self
-            .session
-            .unless_aborted(|c| c.batch_execute("RELEASE SAVEPOINT w"));
-        if released.is_ok()
-            && let Some(g) = &mut self.session.group
-        {
-            g.held.extend(self.taken.drain(..));
-        }
-        released
     }
 }
 

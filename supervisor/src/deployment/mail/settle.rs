@@ -5,6 +5,8 @@
 //! interrupted under `redeliver = "hold"`, and quarantined as dead once it
 //! reaches `max_deliveries` (docs/design.md §6).
 
+use std::collections::HashMap;
+
 use tracing::{debug, info};
 use wfhost_policy::Fact;
 use wfhost_policy::fact::outcome_text;
@@ -59,9 +61,12 @@ pub async fn write_reports(
     reports: &[Report],
 ) -> Result<Vec<Landed>, String> {
     let owner = deployment.to_owned();
+    let implied = implied_starts(reports);
     let batch: Vec<Settle> = reports
         .iter()
-        .map(|r| match r {
+        .zip(&implied)
+        .filter(|(_, by)| by.is_none())
+        .map(|(r, _)| match r {
             Report::Started { holder, id } => Settle::Started {
                 holder: holder.clone(),
                 id: *id,
@@ -84,12 +89,30 @@ pub async fn write_reports(
         })
         .collect();
     let at = unix_ms();
-    let landed = shared
+    let mut written = shared
         .store
         .call_grouped(move |s| s.settle_mail(&owner, &batch, at))
         .await
         .map_err(|e| e.to_string())?
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| e.to_string())?
+        .into_iter();
+    // Each report's own; an implied start came to what its ack did.
+    let own: Vec<Option<Landed>> = implied
+        .iter()
+        .map(|by| {
+            by.is_none()
+                .then(|| written.next().unwrap_or(Landed::Ignored))
+        })
+        .collect();
+    let landed: Vec<Landed> = implied
+        .iter()
+        .zip(&own)
+        .map(|(by, mine)| match (mine, by) {
+            (Some(l), _) => l.clone(),
+            (None, Some(ack)) => own.get(*ack).cloned().flatten().unwrap_or(Landed::Ignored),
+            (None, None) => Landed::Ignored,
+        })
+        .collect();
     if landed.iter().any(Landed::held) {
         // The store wrote each `mail_done` event with its ack.
         shared.events_written();
@@ -104,6 +127,35 @@ pub async fn write_reports(
         }
     }
     Ok(landed)
+}
+
+/// For each report, the index of the ack that implies it: a start whose
+/// next report of the same item, from the same holder, is its ack in the
+/// same write. The ack counts the start it implies, so that start is not
+/// written on its own (one statement fewer per item from a protocol-3
+/// child).
+fn implied_starts(reports: &[Report]) -> Vec<Option<usize>> {
+    let mut implied = vec![None; reports.len()];
+    // Per item, a start not yet followed by another report of it.
+    let mut open: HashMap<(&str, u64), usize> = HashMap::new();
+    for (i, r) in reports.iter().enumerate() {
+        let (holder, id) = match r {
+            Report::Done(a) => (&a.holder, a.id),
+            Report::Asked(q) => (&q.holder, q.id),
+            Report::Started { holder, id }
+            | Report::GivenBack { holder, id }
+            | Report::Unsent { holder, id } => (holder, *id),
+        };
+        let item = (holder.channel_id.as_str(), id);
+        match (open.remove(&item), r) {
+            (Some(start), Report::Done(_)) => implied[start] = Some(i),
+            (_, Report::Started { .. }) => {
+                open.insert(item, i);
+            }
+            _ => {}
+        }
+    }
+    implied
 }
 
 /// Returns a gone child's unacknowledged mail to the head of the inbox,
@@ -151,4 +203,59 @@ pub async fn replay(
         shared.record(Some(deployment), &fact);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::deployment::mail::writes::Ack;
+    use wfhost_ipc::Outcome;
+
+    fn holder(n: u32) -> Holder {
+        Holder {
+            channel_id: format!("{n:032x}"),
+            pid: n,
+        }
+    }
+
+    fn start(h: u32, id: u64) -> Report {
+        Report::Started {
+            holder: holder(h),
+            id,
+        }
+    }
+
+    fn done(h: u32, id: u64) -> Report {
+        Report::Done(Ack {
+            holder: holder(h),
+            id,
+            outcome: Outcome::Succeeded,
+            result: Vec::new(),
+        })
+    }
+
+    #[test]
+    fn a_start_is_implied_only_by_its_own_next_report_being_its_ack() {
+        let reports = [
+            start(1, 1),
+            start(1, 2),
+            done(1, 1),
+            // Another report of item 2 between its start and its ack.
+            Report::GivenBack {
+                holder: holder(1),
+                id: 2,
+            },
+            done(1, 2),
+            // Acked by another holder: not this start's ack.
+            start(2, 3),
+            done(1, 3),
+            // An ack before the start implies nothing.
+            done(1, 4),
+            start(1, 4),
+        ];
+        assert_eq!(
+            implied_starts(&reports),
+            [Some(2), None, None, None, None, None, None, None, None]
+        );
+    }
 }

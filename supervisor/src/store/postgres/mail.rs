@@ -763,34 +763,31 @@ fn ack_one(
 fn admit_one(tx: &mut Tx<'_>, o: &Offer) -> Result<Result<Accepted, StoreError>, postgres::Error> {
     let (deployment, key) = (o.deployment.as_str(), o.key.as_deref());
     let digest = mail::payload_digest(key, &o.payload);
-    let lock = "SELECT inbox + processing FROM mail_counts WHERE deployment = $1 FOR UPDATE";
-    let pending: i64 = match tx.query_opt(lock, &[&deployment])? {
-        Some(row) => row.try_get(0)?,
+    // The counts row locked, with the item an earlier send of the key
+    // made, in one round trip.
+    let lock = "SELECT c.inbox + c.processing, m.id, m.payload_sha256
+                FROM mail_counts c
+                LEFT JOIN mail m ON m.deployment = c.deployment AND m.idempotency_key = $2
+                WHERE c.deployment = $1 FOR UPDATE OF c";
+    let row = match tx.query_opt(lock, &[&deployment, &key])? {
+        Some(row) => row,
         // The deployment's first mail: its row, then the lock.
         None => {
             tx.execute(
                 "INSERT INTO mail_counts (deployment) VALUES ($1) ON CONFLICT (deployment) DO NOTHING",
                 &[&deployment],
             )?;
-            tx.query_one(lock, &[&deployment])?.try_get(0)?
+            tx.query_one(lock, &[&deployment, &key])?
         }
     };
-    let earlier = match key {
-        Some(key) => tx
-            .query_opt(
-                "SELECT id, payload_sha256 FROM mail WHERE deployment = $1 AND idempotency_key = $2",
-                &[&deployment, &key],
-            )?
-            .map(|r| -> Result<Earlier, postgres::Error> {
-                Ok(Earlier {
-                    id: u64::try_from(r.try_get::<_, i64>(0)?).unwrap_or(0),
-                    payload_sha256: r.try_get(1)?,
-                })
-            })
-            .transpose()?,
+    let pending = u64::try_from(row.try_get::<_, i64>(0)?).unwrap_or(0);
+    let earlier = match row.try_get::<_, Option<i64>>(1)? {
+        Some(id) => Some(Earlier {
+            id: u64::try_from(id).unwrap_or(0),
+            payload_sha256: row.try_get(2)?,
+        }),
         None => None,
     };
-    let pending = u64::try_from(pending).unwrap_or(0);
     match mail::admit(
         deployment,
         key,
@@ -804,11 +801,19 @@ fn admit_one(tx: &mut Tx<'_>, o: &Offer) -> Result<Result<Accepted, StoreError>,
         Ok(Admission::Insert) => {}
     }
     let digest = digest.as_ref().map(|d| d.as_slice());
+    // The item and its `mail_accepted` event in one round trip; the
+    // event's body is `Fact::MailAccepted`'s, `{"id":N}`, made here as the
+    // id is the insert's.
     let id: i64 = tx
         .query_one(
-            "INSERT INTO mail (deployment, state, payload, enqueued_at_ms, idempotency_key, payload_sha256,
-                               deadline_ms)
-             VALUES ($1, 'inbox', $2, $3, $4, $5, $6) RETURNING id",
+            "WITH added AS (
+                 INSERT INTO mail (deployment, state, payload, enqueued_at_ms, idempotency_key,
+                                   payload_sha256, deadline_ms)
+                 VALUES ($1, 'inbox', $2, $3, $4, $5, $6) RETURNING id),
+             noted AS (
+                 INSERT INTO events (at_ms, deployment, kind, body)
+                 SELECT $3, $1, $7, '{\"id\":' || id || '}' FROM added)
+             SELECT id FROM added",
             &[
                 &deployment,
                 &o.payload,
@@ -816,12 +821,14 @@ fn admit_one(tx: &mut Tx<'_>, o: &Offer) -> Result<Result<Accepted, StoreError>,
                 &key,
                 &digest,
                 &o.deadline_ms.map(signed),
+                &mail::accepted_event(deployment, 0, o.at_ms).kind,
             ],
         )?
         .try_get(0)?;
-    let id = u64::try_from(id).unwrap_or(0);
-    insert(tx, &mail::accepted_event(deployment, id, o.at_ms))?;
-    Ok(Ok(Accepted { id, new: true }))
+    Ok(Ok(Accepted {
+        id: u64::try_from(id).unwrap_or(0),
+        new: true,
+    }))
 }
 
 /// Item `id`, taken for `holder` but never sent, back in the inbox with

@@ -92,6 +92,19 @@ pub fn acceptance_and_completion_write_their_events_with_the_mail(f: &dyn Fixtur
     let events = store.events_after(0, 10).unwrap();
     let kinds: Vec<&str> = events.iter().map(|e| e.kind.as_str()).collect();
     assert_eq!(kinds, ["mail_accepted", "mail_done"]);
+    // Each body is its fact's, to the byte (PostgreSQL writes the
+    // accept's in SQL).
+    let accepted = wfhost_policy::Fact::MailAccepted { id };
+    assert_eq!(events[0].body, accepted.body());
+    assert_eq!(events[0].deployment.as_deref(), Some("d"));
+    let text = accepted.body().to_string().replace('\'', "''");
+    assert_eq!(
+        f.count(&format!(
+            "SELECT count(*) FROM events WHERE body = '{text}'"
+        )),
+        1,
+        "the body is stored as {text}"
+    );
     assert_eq!(events[1].body["id"], id);
     assert_eq!(events[1].body["outcome"], "succeeded");
     assert_eq!(events[1].deployment.as_deref(), Some("d"));

@@ -7,11 +7,11 @@ use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 use wfhost_tests::{
-    LONG, Supervisor, TempDir, bin, deployment, poll, testchild, wait_for,
+    LONG, Supervisor, TempDir, bin, command, deployment, poll, stdout, testchild, wait_for,
     write_config_with_settings,
 };
 
-const FAMILIES: [(&str, &str); 22] = [
+const FAMILIES: [(&str, &str); 26] = [
     ("wfhost_host_cores", "gauge"),
     ("wfhost_host_memory_total_bytes", "gauge"),
     ("wfhost_host_memory_available_bytes", "gauge"),
@@ -34,6 +34,10 @@ const FAMILIES: [(&str, &str); 22] = [
     ("wfhost_store_takes_writes", "gauge"),
     ("wfhost_store_refusing_seconds", "gauge"),
     ("wfhost_store_waiting", "gauge"),
+    ("wfhost_store_group_commits_total", "counter"),
+    ("wfhost_store_grouped_writes_total", "counter"),
+    ("wfhost_control_connections_total", "counter"),
+    ("wfhost_control_requests_total", "counter"),
 ];
 
 /// A loopback port free right now: bound by us, then released for the
@@ -437,5 +441,31 @@ fn the_host_is_served_as_status_shows_it() {
     assert!(
         table.contains(&format!("; wfhost pid {}, ", sup.pid())),
         "{table}"
+    );
+}
+
+/// `wfhost call` sends its mail and waits for the result on one
+/// connection: the control socket's counters see one connection carry
+/// two requests.
+#[test]
+fn a_call_sends_and_waits_on_one_connection() {
+    let child = command(&["{bin}/wfhost-child", "conformance", "--protocol", "3"]);
+    let (sup, addr) = start(&deployment("orders", &child, ""));
+    sup.ready_pid("orders", LONG);
+    let counts = |text: &str| {
+        (
+            sample(text, "wfhost_control_connections_total").expect("connections"),
+            sample(text, "wfhost_control_requests_total").expect("requests"),
+        )
+    };
+    let before = counts(&scrape(addr));
+    let out = sup.client(&["call", "orders", r#"{"result_hex":"6f6b"}"#]);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(stdout(&out), "ok");
+    let after = counts(&scrape(addr));
+    assert_eq!(
+        (after.0 - before.0, after.1 - before.1),
+        (1.0, 2.0),
+        "one connection for the send and the wait"
     );
 }

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use crate::commands::send::read_payload;
 use crate::config::parse_duration;
-use crate::control::client::Target;
+use crate::control::client::{Kept, Target};
 use crate::control::handlers::mail_result::MAX_WAIT_MS;
 use crate::control::protocol::Request;
 use crate::exit;
@@ -63,9 +63,9 @@ pub fn run(args: Args) -> u8 {
         Err(code) => return code,
     };
     let started = Instant::now();
-    let sent = args
-        .target
-        .send(&args.deployment, &payload, args.key.as_deref(), deadline_ms);
+    // One connection for the send and the waits after it.
+    let mut connection = args.target.kept();
+    let sent = connection.send(&args.deployment, &payload, args.key.as_deref(), deadline_ms);
     let sent = match sent {
         Ok(data) => data,
         Err(e) => {
@@ -78,7 +78,7 @@ pub fn run(args: Args) -> u8 {
         return exit::FAILED;
     };
     let left = timeout.map(|t| t.saturating_sub(started.elapsed()));
-    wait_and_print(&args.target, id, left, args.json)
+    wait_and_print(&mut connection, id, left, args.json)
 }
 
 /// A `--timeout` given as a duration, or the usage error printed.
@@ -95,8 +95,13 @@ pub fn timeout(arg: Option<&str>) -> Result<Option<Duration>, u8> {
 
 /// Waits for item `id`'s end (for `wait` at most; `None`: as long as it
 /// takes, one bounded request after another) and prints it.
-pub fn wait_and_print(target: &Target, id: u64, wait: Option<Duration>, json: bool) -> u8 {
-    match wait_for(target, id, wait) {
+pub fn wait_and_print(
+    connection: &mut Kept<'_>,
+    id: u64,
+    wait: Option<Duration>,
+    json: bool,
+) -> u8 {
+    match wait_for(connection, id, wait) {
         Ok(data) => print_end(&data, json),
         Err(code) => code,
     }
@@ -105,7 +110,7 @@ pub fn wait_and_print(target: &Target, id: u64, wait: Option<Duration>, json: bo
 /// Item `id` once it has ended, or (after `wait`) where it is; `None`
 /// waits as long as it takes, one bounded request after another. An
 /// error is printed and its exit code returned.
-pub fn wait_for(target: &Target, id: u64, wait: Option<Duration>) -> Result<Value, u8> {
+pub fn wait_for(connection: &mut Kept<'_>, id: u64, wait: Option<Duration>) -> Result<Value, u8> {
     let started = Instant::now();
     loop {
         let left = wait.map(|w| ms(w.saturating_sub(started.elapsed())));
@@ -115,7 +120,7 @@ pub fn wait_for(target: &Target, id: u64, wait: Option<Duration>) -> Result<Valu
             id,
             wait_ms: Some(wait_ms),
         };
-        let data = asked(target, request, id)?;
+        let data = asked(connection, request, id)?;
         // Ended, or this request waited out the rest of the caller's wait.
         if data["ended"] == true || left.is_some_and(|l| l <= MAX_WAIT_MS) {
             return Ok(data);
@@ -130,12 +135,12 @@ const WAIT_TRIES: u32 = 6;
 /// One `mail-result` request, asked again while the supervisor cannot be
 /// reached (it is safe to repeat); on giving up, the error names the
 /// item, which lives on in the store.
-fn asked(target: &Target, request: Request, id: u64) -> Result<Value, u8> {
+fn asked(connection: &mut Kept<'_>, request: Request, id: u64) -> Result<Value, u8> {
     let mut pause = Duration::from_millis(200);
     let mut tries = 0;
     loop {
         tries += 1;
-        match target.call(request.clone()) {
+        match connection.call(request.clone()) {
             Ok(data) => return Ok(data),
             Err(e) if e.code == exit::UNREACHABLE && tries < WAIT_TRIES => {
                 std::thread::sleep(pause);

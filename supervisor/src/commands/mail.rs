@@ -175,7 +175,7 @@ fn cancel(args: &CancelArgs) -> u8 {
     if !args.wait {
         return if stopped { exit::OK } else { exit::FAILED };
     }
-    let end = match call::wait_for(&args.target, args.id, None) {
+    let end = match call::wait_for(&mut args.target.kept(), args.id, None) {
         Ok(end) => end,
         Err(code) => return code,
     };
@@ -197,7 +197,7 @@ fn result(args: &ResultArgs) -> u8 {
         Ok(_) => Some(std::time::Duration::ZERO),
         Err(code) => return code,
     };
-    call::wait_and_print(&args.target, args.id, wait, args.json)
+    call::wait_and_print(&mut args.target.kept(), args.id, wait, args.json)
 }
 
 fn list(args: &ListArgs) -> u8 {

@@ -1,5 +1,6 @@
-//! The CLI's end of the control socket: finding it, sending one request,
-//! and turning the answer into output and an exit code.
+//! The CLI's end of the control socket: finding it, sending a request (a
+//! command that makes several keeps one connection for them), and turning
+//! the answer into output and an exit code.
 
 use std::path::PathBuf;
 
@@ -85,6 +86,57 @@ impl Target {
         Ok(all)
     }
 
+    /// Sends mail exactly once (see [`Kept::send`]), on a connection of its own.
+    pub fn send(
+        &self,
+        deployment: &str,
+        payload: &[u8],
+        key: Option<&str>,
+        deadline_ms: Option<u64>,
+    ) -> Result<serde_json::Value, CallError> {
+        self.kept().send(deployment, payload, key, deadline_ms)
+    }
+
+    /// A connection to keep for several requests.
+    pub fn kept(&self) -> Kept<'_> {
+        Kept {
+            target: self,
+            runtime: None,
+            stream: None,
+        }
+    }
+
+    /// One request on a connection of its own (see [`Kept::exchange`]).
+    fn exchange(
+        &self,
+        request: Request,
+        body: &[u8],
+        each: impl FnMut(serde_json::Value),
+    ) -> Result<serde_json::Value, CallError> {
+        self.kept().exchange(request, body, each)
+    }
+}
+
+/// One connection kept for a command's several requests (`wfhost call`:
+/// its send, then its waits for the end), as the SDK clients keep theirs
+/// (docs/control.md): one connect and one credential check, not one per
+/// request. For requests safe to repeat only (a `send` under its key,
+/// `mail-result`): one whose kept connection was closed before it was
+/// answered (the supervisor ends an idle one) is sent once more on a new
+/// connection.
+pub struct Kept<'t> {
+    target: &'t Target,
+    runtime: Option<tokio::runtime::Runtime>,
+    /// Open after a plain answer; a refusal or a stream ends it.
+    stream: Option<tokio::net::UnixStream>,
+}
+
+impl Kept<'_> {
+    /// Sends `request` and returns the response's data.
+    pub fn call(&mut self, request: Request) -> Result<serde_json::Value, CallError> {
+        self.exchange(request, &[], |_| {})
+    }
+
     /// Sends mail exactly once: under the caller's idempotency key, or a
     /// fresh random one, so that a request whose outcome is not known (its
     /// answer lost, or the store's commit failed midway) can be repeated
@@ -92,7 +144,7 @@ impl Target {
     /// giving up. Mail that a repeat finds already accepted under a key of
     /// our own making is this call's own, so it is reported as new.
     pub fn send(
-        &self,
+        &mut self,
         deployment: &str,
         payload: &[u8],
         key: Option<&str>,
@@ -136,86 +188,120 @@ impl Target {
         }
     }
 
-    /// Connects, sends `request` and `body` (a `send`'s payload), reads
-    /// the response, then (for streaming requests) hands every further
-    /// message to `each` until the supervisor closes the stream.
+    /// Sends `request` and `body` (a `send`'s payload) on the kept
+    /// connection (made first if there is none), reads the response, then
+    /// (for streaming requests) hands every further message to `each`
+    /// until the supervisor closes the stream.
     fn exchange(
-        &self,
+        &mut self,
         request: Request,
         body: &[u8],
         mut each: impl FnMut(serde_json::Value),
     ) -> Result<serde_json::Value, CallError> {
-        let path = self.socket()?;
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_io()
-            .build()
-            .map_err(|e| {
-                CallError::new(exit::FAILED, format!("cannot start the async runtime: {e}"))
-            })?;
-        runtime.block_on(async {
-            let mut stream = tokio::net::UnixStream::connect(&path).await.map_err(|e| {
-                if e.kind() == std::io::ErrorKind::PermissionDenied {
-                    CallError::new(
-                        exit::FAILED,
-                        format!(
-                            "permission denied: cannot connect to {}: {e}; run as root, the supervisor's user, \
-                             or a member of its admin_group",
-                            path.display()
-                        ),
-                    )
-                } else {
-                    CallError::new(
-                        exit::UNREACHABLE,
-                        format!(
-                            "cannot reach the supervisor at {}: {e}; is `wfhost supervise` running with this config?",
-                            path.display()
-                        ),
-                    )
-                }
-            })?;
-            let broken = |e: std::io::Error| CallError {
-                answer_lost: true,
-                ..CallError::new(
-                    exit::UNREACHABLE,
-                    format!("the supervisor at {} did not answer: {e}", path.display()),
-                )
-            };
-            let envelope = Envelope { v: control::VERSION, request };
-            let mut wrote = control::write_message(&mut stream, &envelope).await;
-            if wrote.is_ok() && !body.is_empty() {
-                wrote = tokio::io::AsyncWriteExt::write_all(&mut stream, body).await;
-            }
-            // Even when the write failed, the supervisor may have answered
-            // (a refusal is written without waiting for the whole request).
-            let response: Response = match (control::read_message(&mut stream).await, wrote) {
-                (Ok(response), _) => response,
-                (Err(_), Err(e)) | (Err(e), Ok(())) => return Err(broken(e)),
-            };
-            if !response.ok {
-                let outcome_unknown = response.outcome_unknown();
-                return Err(CallError {
-                    outcome_unknown,
-                    ..CallError::new(
-                        response.code.unwrap_or(exit::FAILED),
-                        response
-                            .error
-                            .unwrap_or_else(|| "the supervisor reported a failure".into()),
-                    )
-                });
-            }
-            let data = response.data.unwrap_or(serde_json::Value::Null);
-            if data["streaming"] == true {
-                loop {
-                    match control::read_message::<serde_json::Value>(&mut stream).await {
-                        Ok(message) => each(message),
-                        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => break,
-                        Err(e) => return Err(broken(e)),
-                    }
-                }
-            }
-            Ok(data)
-        })
+        let path = self.target.socket()?;
+        let runtime = match self.runtime.take() {
+            Some(runtime) => runtime,
+            None => tokio::runtime::Builder::new_current_thread()
+                .enable_io()
+                .build()
+                .map_err(|e| {
+                    CallError::new(exit::FAILED, format!("cannot start the async runtime: {e}"))
+                })?,
+        };
+        let reused = self.stream.is_some();
+        let mut result = runtime.block_on(self.converse(&path, request.clone(), body, &mut each));
+        if reused && matches!(&result, Err(e) if e.answer_lost) {
+            // Closed under us before any answer: once more, afresh.
+            result = runtime.block_on(self.converse(&path, request, body, &mut each));
+        }
+        self.runtime = Some(runtime);
+        result
     }
+
+    /// One request and its answer on the kept connection, kept open after
+    /// a plain answer.
+    async fn converse(
+        &mut self,
+        path: &std::path::Path,
+        request: Request,
+        body: &[u8],
+        each: &mut impl FnMut(serde_json::Value),
+    ) -> Result<serde_json::Value, CallError> {
+        let mut stream = match self.stream.take() {
+            Some(stream) => stream,
+            None => connect(path).await?,
+        };
+        let broken = |e: std::io::Error| CallError {
+            answer_lost: true,
+            ..CallError::new(
+                exit::UNREACHABLE,
+                format!("the supervisor at {} did not answer: {e}", path.display()),
+            )
+        };
+        let envelope = Envelope {
+            v: control::VERSION,
+            request,
+        };
+        let mut wrote = control::write_message(&mut stream, &envelope).await;
+        if wrote.is_ok() && !body.is_empty() {
+            wrote = tokio::io::AsyncWriteExt::write_all(&mut stream, body).await;
+        }
+        // Even when the write failed, the supervisor may have answered
+        // (a refusal is written without waiting for the whole request).
+        let response: Response = match (control::read_message(&mut stream).await, wrote) {
+            (Ok(response), _) => response,
+            (Err(_), Err(e)) | (Err(e), Ok(())) => return Err(broken(e)),
+        };
+        if !response.ok {
+            let outcome_unknown = response.outcome_unknown();
+            return Err(CallError {
+                outcome_unknown,
+                ..CallError::new(
+                    response.code.unwrap_or(exit::FAILED),
+                    response
+                        .error
+                        .unwrap_or_else(|| "the supervisor reported a failure".into()),
+                )
+            });
+        }
+        let data = response.data.unwrap_or(serde_json::Value::Null);
+        if data["streaming"] == true {
+            loop {
+                match control::read_message::<serde_json::Value>(&mut stream).await {
+                    Ok(message) => each(message),
+                    Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => break,
+                    Err(e) => return Err(broken(e)),
+                }
+            }
+        } else {
+            self.stream = Some(stream);
+        }
+        Ok(data)
+    }
+}
+
+/// A new connection to the supervisor at `path`, or why not (and what to do).
+async fn connect(path: &std::path::Path) -> Result<tokio::net::UnixStream, CallError> {
+    tokio::net::UnixStream::connect(path).await.map_err(|e| {
+        if e.kind() == std::io::ErrorKind::PermissionDenied {
+            CallError::new(
+                exit::FAILED,
+                format!(
+                    "permission denied: cannot connect to {}: {e}; run as root, the supervisor's user, \
+                     or a member of its admin_group",
+                    path.display()
+                ),
+            )
+        } else {
+            CallError::new(
+                exit::UNREACHABLE,
+                format!(
+                    "cannot reach the supervisor at {}: {e}; is `wfhost supervise` running with this config?",
+                    path.display()
+                ),
+            )
+        }
+    })
 }
 
 fn report(result: Result<serde_json::Value, CallError>, f: impl FnOnce(serde_json::Value)) -> u8 {

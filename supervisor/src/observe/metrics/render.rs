@@ -358,6 +358,26 @@ pub fn grouping((commits, writes): (u64, u64)) -> String {
     e.out
 }
 
+/// The control socket's connections and the requests they carried.
+pub fn control((connections, requests): (u64, u64)) -> String {
+    let mut e = Exposition::default();
+    let name = "wfhost_control_connections_total";
+    e.family(
+        name,
+        "counter",
+        "Control-socket connections admitted (peer credentials checked).",
+    );
+    e.sample(name, &[], connections);
+    let name = "wfhost_control_requests_total";
+    e.family(
+        name,
+        "counter",
+        "Control requests read; divided by wfhost_control_connections_total, the requests one connection carries.",
+    );
+    e.sample(name, &[], requests);
+    e.out
+}
+
 /// The store's gauges at `now_ms` (Unix milliseconds): whether it takes
 /// writes, for how long it has refused, and what waits for it.
 pub fn store(view: &StoreView, now_ms: u64) -> String {

@@ -49,8 +49,8 @@ pub struct Shared {
     pub started: tokio::sync::Notify,
     /// The fleet this host is one of (`[fleet]`), if any.
     pub fleet: Option<Arc<crate::fleet::Fleet>>,
-    /// Mail offered by senders, written together.
-    pub sends: Arc<crate::store::send_batch::SendBatch>,
+    /// Mail offered by senders, each in the next group commit.
+    pub sends: Arc<crate::store::offers::Offers>,
     /// The console's logins (`console token` mints them), and its address.
     pub door: crate::login::Door,
 }

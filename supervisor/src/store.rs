@@ -12,7 +12,7 @@
 //! (`[store] url`), each implementing every noun's trait in its file of
 //! that noun; `guard` checks the journal when a supervisor starts and
 //! stops. Around the store: `handle` runs it on threads of its own,
-//! `send_batch` writes concurrent senders' mail in one commit, `retention`
+//! `offers` writes each sender's mail in the next group commit, `retention`
 //! prunes done mail, and `unwritten` keeps what a stopping supervisor
 //! could not write for the next start.
 
@@ -29,11 +29,11 @@ pub mod mail;
 pub mod mail_admin;
 #[cfg(test)]
 mod measure;
+pub mod offers;
 pub mod postgres;
 pub mod questions;
 pub mod retention;
 pub mod rooms;
-pub mod send_batch;
 mod sqlite;
 #[cfg(test)]
 mod suite;

@@ -12,7 +12,7 @@ use crate::control::server::REQUEST_TIMEOUT;
 use crate::deployment::Ask;
 use crate::exit;
 use crate::status::Status;
-use crate::store::send_batch::Refused;
+use crate::store::offers::Refused;
 use crate::store::{Accepted, Offer};
 
 /// What a `send` asks, besides its deployment.

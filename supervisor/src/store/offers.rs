@@ -41,14 +41,15 @@ impl Refused {
         }
     }
 }
+
 /// Offers written as they come, and the room they may fill.
 #[derive(Default)]
-pub struct SendBatch {
+pub struct Offers {
     /// Room in the children's windows these writes may fill.
     pub rooms: Rooms,
 }
 
-impl SendBatch {
+impl Offers {
     /// Writes `offer` in the next group commit and answers once it is
     /// durable, or refused (writing nothing of it).
     pub async fn offer(&self, store: &StoreHandle, offer: Offer) -> Answer {

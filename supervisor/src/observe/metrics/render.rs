@@ -340,41 +340,43 @@ fn host_families(e: &mut Exposition, h: &Host) {
 /// How the store's writes share commits: group commits and the writes
 /// they carried, since start.
 pub fn grouping((commits, writes): (u64, u64)) -> String {
-    let mut e = Exposition::default();
-    let name = "wfhost_store_group_commits_total";
-    e.family(
-        name,
-        "counter",
-        "Durable commits of grouped writes (mail accepted, taken, acknowledged; events).",
-    );
-    e.sample(name, &[], commits);
-    let name = "wfhost_store_grouped_writes_total";
-    e.family(
-        name,
-        "counter",
-        "Grouped writes committed; divided by wfhost_store_group_commits_total, the writes one commit carries.",
-    );
-    e.sample(name, &[], writes);
-    e.out
+    counters(&[
+        (
+            "wfhost_store_group_commits_total",
+            "Durable commits of grouped writes (mail accepted, taken, acknowledged; events).",
+            commits,
+        ),
+        (
+            "wfhost_store_grouped_writes_total",
+            "Grouped writes committed; divided by wfhost_store_group_commits_total, the writes one commit carries.",
+            writes,
+        ),
+    ])
 }
 
 /// The control socket's connections and the requests they carried.
 pub fn control((connections, requests): (u64, u64)) -> String {
+    counters(&[
+        (
+            "wfhost_control_connections_total",
+            "Control-socket connections admitted (peer credentials checked).",
+            connections,
+        ),
+        (
+            "wfhost_control_requests_total",
+            "Control requests read; divided by wfhost_control_connections_total, the requests one connection carries.",
+            requests,
+        ),
+    ])
+}
+
+/// Process-wide counters without labels: (name, help, value) each.
+fn counters(each: &[(&str, &str, u64)]) -> String {
     let mut e = Exposition::default();
-    let name = "wfhost_control_connections_total";
-    e.family(
-        name,
-        "counter",
-        "Control-socket connections admitted (peer credentials checked).",
-    );
-    e.sample(name, &[], connections);
-    let name = "wfhost_control_requests_total";
-    e.family(
-        name,
-        "counter",
-        "Control requests read; divided by wfhost_control_connections_total, the requests one connection carries.",
-    );
-    e.sample(name, &[], requests);
+    for &(name, help, value) in each {
+        e.family(name, "counter", help);
+        e.sample(name, &[], value);
+    }
     e.out
 }
 

@@ -1,6 +1,7 @@
 //! The children table in PostgreSQL: one row per live child, keyed by the
 //! host that started it and its pid; each host reads only its own.
 
+use super::session::Statements;
 use super::{PostgresStore, col, fence, signed, unsigned};
 use crate::store::{ChildRecord, ChildrenStore, StoreError};
 

@@ -5,7 +5,7 @@
 //! therefore holds [`EVENTS_LOCK`] until it commits, which keeps "no seq
 //! becomes visible before a smaller one" true as in SQLite.
 
-use super::session::Tx;
+use super::session::{Statements, Tx};
 use super::{PostgresStore, col, fence, signed, unsigned};
 use crate::store::events::parse_body;
 use crate::store::{EventRecord, EventStore, NewEvent, StoreError};

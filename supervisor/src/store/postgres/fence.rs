@@ -12,7 +12,7 @@
 
 use postgres::Transaction;
 
-use super::session::{Lock, Tx};
+use super::session::{Lock, Statements, Tx};
 
 use crate::store::fence::Fence;
 

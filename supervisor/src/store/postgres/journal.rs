@@ -3,6 +3,7 @@
 //! transaction, so appends from every connection and host are serialized
 //! and make one chain.
 
+use super::session::Statements;
 use super::{PostgresStore, col, fence, signed, unsigned};
 use crate::journal::{JournalHead, JournalHeads, JournalRecord};
 use crate::store::journal_row::{self, Appended, JournalRow};

@@ -6,7 +6,7 @@
 //! (see `events`).
 
 use super::events::insert;
-use super::session::Tx;
+use super::session::{Statements, Tx};
 use super::{PostgresStore, col, fence, signed, unsigned};
 use crate::store::mail::{self, Admission, Earlier};
 use crate::store::questions::{Asking, OPEN_QUESTION};

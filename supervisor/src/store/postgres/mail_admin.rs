@@ -8,6 +8,7 @@ use postgres::Row;
 use postgres::types::ToSql;
 
 use super::mail::delete_ids;
+use super::session::Statements;
 use super::{PostgresStore, col, signed, unsigned};
 use crate::store::held::Holder;
 use crate::store::mail_admin::{

@@ -5,6 +5,7 @@
 use postgres::Row;
 use wfhost_policy::item;
 
+use super::session::Statements;
 use super::{PostgresStore, signed, unsigned};
 use crate::store::questions::{self, Answer, Answering, OPEN_QUESTION, Question};
 use crate::store::{Holder, QuestionStore, StoreError};

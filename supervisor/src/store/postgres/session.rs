@@ -153,7 +153,7 @@ impl Session {
 
     /// Runs `sql`, prepared once, with `f`; `in_write` when inside a
     /// write, whose rollback keeps a failure from aborting the group.
-    fn run<T>(
+    fn run_in<T>(
         &mut self,
         sql: &str,
         in_write: bool,
@@ -173,40 +173,6 @@ impl Session {
             }
         }
         result
-    }
-
-    /// Runs one statement outside any write; in a group it joins the
-    /// group's transaction.
-    pub(super) fn execute(
-        &mut self,
-        sql: &str,
-        params: Params<'_>,
-    ) -> Result<u64, postgres::Error> {
-        self.run(sql, false, |c, s| c.execute(s, params))
-    }
-
-    pub(super) fn query(
-        &mut self,
-        sql: &str,
-        params: Params<'_>,
-    ) -> Result<Vec<Row>, postgres::Error> {
-        self.run(sql, false, |c, s| c.query(s, params))
-    }
-
-    pub(super) fn query_one(
-        &mut self,
-        sql: &str,
-        params: Params<'_>,
-    ) -> Result<Row, postgres::Error> {
-        self.run(sql, false, |c, s| c.query_one(s, params))
-    }
-
-    pub(super) fn query_opt(
-        &mut self,
-        sql: &str,
-        params: Params<'_>,
-    ) -> Result<Option<Row>, postgres::Error> {
-        self.run(sql, false, |c, s| c.query_opt(s, params))
     }
 }
 
@@ -252,38 +218,6 @@ impl Tx<'_> {
         Ok(())
     }
 
-    pub(super) fn execute(
-        &mut self,
-        sql: &str,
-        params: Params<'_>,
-    ) -> Result<u64, postgres::Error> {
-        self.session.run(sql, true, |c, s| c.execute(s, params))
-    }
-
-    pub(super) fn query(
-        &mut self,
-        sql: &str,
-        params: Params<'_>,
-    ) -> Result<Vec<Row>, postgres::Error> {
-        self.session.run(sql, true, |c, s| c.query(s, params))
-    }
-
-    pub(super) fn query_one(
-        &mut self,
-        sql: &str,
-        params: Params<'_>,
-    ) -> Result<Row, postgres::Error> {
-        self.session.run(sql, true, |c, s| c.query_one(s, params))
-    }
-
-    pub(super) fn query_opt(
-        &mut self,
-        sql: &str,
-        params: Params<'_>,
-    ) -> Result<Option<Row>, postgres::Error> {
-        self.session.run(sql, true, |c, s| c.query_opt(s, params))
-    }
-
     /// Commits a write of its own; keeps a savepoint for its group,
     /// whose locks it now holds (released with the next write's, or
     /// committed by the group's `COMMIT`).
@@ -297,6 +231,54 @@ impl Tx<'_> {
                 Ok(())
             }
         }
+    }
+}
+
+/// Statements, each prepared once per connection: run by a session
+/// outside any write (in a group it joins the group's transaction, and a
+/// failure aborts it), or by a write (whose rollback undoes only itself).
+pub(super) trait Statements {
+    /// Runs `sql` with `f`.
+    fn run<T>(
+        &mut self,
+        sql: &str,
+        f: impl FnOnce(&mut Client, &Statement) -> Result<T, postgres::Error>,
+    ) -> Result<T, postgres::Error>;
+
+    fn execute(&mut self, sql: &str, params: Params<'_>) -> Result<u64, postgres::Error> {
+        self.run(sql, |c, s| c.execute(s, params))
+    }
+
+    fn query(&mut self, sql: &str, params: Params<'_>) -> Result<Vec<Row>, postgres::Error> {
+        self.run(sql, |c, s| c.query(s, params))
+    }
+
+    fn query_one(&mut self, sql: &str, params: Params<'_>) -> Result<Row, postgres::Error> {
+        self.run(sql, |c, s| c.query_one(s, params))
+    }
+
+    fn query_opt(&mut self, sql: &str, params: Params<'_>) -> Result<Option<Row>, postgres::Error> {
+        self.run(sql, |c, s| c.query_opt(s, params))
+    }
+}
+
+impl Statements for Session {
+    fn run<T>(
+        &mut self,
+        sql: &str,
+        f: impl FnOnce(&mut Client, &Statement) -> Result<T, postgres::Error>,
+    ) -> Result<T, postgres::Error> {
+        self.run_in(sql, false, f)
+    }
+}
+
+impl Statements for Tx<'_> {
+    fn run<T>(
+        &mut self,
+        sql: &str,
+        f: impl FnOnce(&mut Client, &Statement) -> Result<T, postgres::Error>,
+    ) -> Result<T, postgres::Error> {
+        self.session.run_in(sql, true, f)
     }
 }
 

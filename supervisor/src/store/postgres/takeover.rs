@@ -6,6 +6,7 @@
 //! which is no item's fault. Fenced on the new epoch, so a host that lost
 //! the lease again meanwhile changes nothing.
 
+use super::session::Statements;
 use super::{PostgresStore, fence, signed};
 use crate::store::StoreError;
 use crate::store::fence::Fence;

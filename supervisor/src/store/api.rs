@@ -49,10 +49,10 @@ pub trait Grouping {
     /// transaction of its own (then nothing is grouped).
     fn begin_group(&mut self) -> Result<bool, StoreError>;
 
-    /// Whether the open group's transaction is still there: the database
-    /// may roll all of it back after an error (a full disk, an I/O error),
-    /// and then none of the writes before is kept.
-    fn group_open(&mut self) -> bool;
+    /// Why the open group's transaction is gone, if it is: the database
+    /// may roll all of it back after an error (a full disk, an I/O error,
+    /// a lost connection), and then none of the writes before is kept.
+    fn group_lost(&mut self) -> Option<StoreError>;
 
     /// Commits the group; an error leaves it unknown whether it landed.
     fn end_group(&mut self) -> Result<(), StoreError>;

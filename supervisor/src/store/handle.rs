@@ -201,8 +201,8 @@ fn run_group<S: ?Sized + Grouping>(owned: &mut S, jobs: Vec<GroupJob<S>>) {
             continue;
         }
         waiting.push(settled);
-        if !owned.group_open() {
-            fail(std::mem::take(&mut waiting), &StoreError::GroupLost);
+        if let Some(cause) = owned.group_lost() {
+            fail(std::mem::take(&mut waiting), &cause);
             open = open_group(owned);
         }
     }

@@ -328,7 +328,7 @@ impl PostgresStore {
     /// The session, made again first if the last one was lost (a server
     /// restart): the store then resumes by itself. Not while a group is
     /// open: its transaction went with the connection, and a write made
-    /// on a new one would commit alone (`Grouping::group_open` says so).
+    /// on a new one would commit alone (`Grouping::group_lost` says so).
     fn session(&mut self) -> Result<&mut Session, StoreError> {
         if self.session.is_closed() && !self.session.grouped() {
             self.reconnect()?;
@@ -397,8 +397,19 @@ impl super::Grouping for PostgresStore {
         Ok(true)
     }
 
-    fn group_open(&mut self) -> bool {
-        self.session.group_open()
+    fn group_lost(&mut self) -> Option<StoreError> {
+        if self.session.is_closed() {
+            // Every write of the group learns the cause: the server went
+            // away (a restart, a network cut), and with it the transaction.
+            return Some(StoreError::Backend(super::error::Failure {
+                location: self.location.clone(),
+                action: "writing to the database",
+                kind: super::error::ErrorKind::Unavailable,
+                message: "the connection to the database was lost before the group committed"
+                    .into(),
+            }));
+        }
+        (!self.session.group_open()).then_some(StoreError::GroupLost)
     }
 
     fn end_group(&mut self) -> Result<(), StoreError> {

@@ -90,12 +90,13 @@ impl super::Grouping for SqliteStore {
         Ok(true)
     }
 
-    fn group_open(&mut self) -> bool {
+    fn group_lost(&mut self) -> Option<StoreError> {
         // SQLite rolls a whole transaction back after some errors (a full
-        // disk, an I/O error) and is in autocommit mode again.
+        // disk, an I/O error) and is in autocommit mode again; the write
+        // that failed has its own error.
         let open = !self.conn.is_autocommit();
         self.grouped = open;
-        open
+        (!open).then_some(StoreError::GroupLost)
     }
 
     fn end_group(&mut self) -> Result<(), StoreError> {

@@ -265,3 +265,33 @@ fn a_version_1_store_gains_holders_and_dead_mail_and_keeps_its_mail() {
     assert_eq!(store.mail_counts("d").unwrap().dead, 2);
     assert_eq!(store.enqueue_mail("d", None, b"x", 9, 8).unwrap().id, 4);
 }
+
+/// A session killed in the middle of a group: the write that meets it is
+/// told the server is unavailable, and so is every write before it in the
+/// group (none of which was kept); the next group reconnects.
+#[test]
+fn a_group_whose_connection_is_lost_tells_every_write_why() {
+    let pg = fresh();
+    let mut store = pg.open();
+    assert!(store.begin_group().unwrap());
+    store.enqueue_mail("d", None, b"a", 100, 1).unwrap();
+    pg.exec(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'wfhost'",
+    );
+    let met = store.enqueue_mail("d", None, b"b", 100, 2).unwrap_err();
+    assert_eq!(met.kind(), Some(ErrorKind::Unavailable), "{met}");
+    let lost = store
+        .group_lost()
+        .expect("the group went with its connection");
+    assert_eq!(lost.kind(), Some(ErrorKind::Unavailable), "{lost}");
+    let told = lost.for_write("accepting mail").to_string();
+    assert!(
+        told.contains("accepting mail failed: unavailable") && told.contains("pg_isready"),
+        "{told}"
+    );
+    assert_eq!(pg.count("SELECT count(*) FROM mail"), 0);
+    assert!(store.begin_group().unwrap(), "a new group on a new session");
+    store.enqueue_mail("d", None, b"c", 100, 3).unwrap();
+    store.end_group().unwrap();
+    assert_eq!(pg.count("SELECT count(*) FROM mail"), 1);
+}

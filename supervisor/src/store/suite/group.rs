@@ -30,7 +30,10 @@ pub fn a_group_commits_together_and_a_failed_write_rolls_back_alone(f: &dyn Fixt
     let first = accept(&mut *store, offer("1", 1)).unwrap();
     let refused = accept(&mut *store, offer("2", 1));
     assert!(refused.is_err(), "the unique index refuses: {refused:?}");
-    assert!(store.group_open(), "a failed write leaves the group open");
+    assert!(
+        store.group_lost().is_none(),
+        "a failed write leaves the group open"
+    );
     let third = accept(&mut *store, offer("3", 2)).unwrap();
     let holder = super::mail::holder(7);
     let taken = store.take_mail_for("g", &holder, 1, 3, false).unwrap();

@@ -5,7 +5,6 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -226,20 +225,6 @@ async fn discard_request(stream: &mut UnixStream) {
 /// How long a kept-open connection may wait for its next request.
 pub(super) const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Admitted connections and the requests they carried, since start (for
-/// metrics: their ratio is how many requests a client's connection
-/// carries; one means every request paid its own connect).
-static CONNECTIONS: AtomicU64 = AtomicU64::new(0);
-static REQUESTS: AtomicU64 = AtomicU64::new(0);
-
-/// (admitted connections, requests read on them) since start.
-pub fn served() -> (u64, u64) {
-    (
-        CONNECTIONS.load(Ordering::Relaxed),
-        REQUESTS.load(Ordering::Relaxed),
-    )
-}
-
 /// Serves one client, request after request until it closes the
 /// connection, idles past [`IDLE_TIMEOUT`] or asks for a stream; its seat
 /// is held until it is gone. A producer that keeps one connection pays
@@ -276,7 +261,7 @@ async fn serve_client(
             return;
         }
     };
-    CONNECTIONS.fetch_add(1, Ordering::Relaxed);
+    crate::observe::connections::admitted();
     let mut first = true;
     loop {
         // The first request is due within REQUEST_TIMEOUT; between
@@ -304,7 +289,7 @@ async fn serve_client(
         if !admission.admits(cred.uid(), cred.gid()) {
             return;
         }
-        REQUESTS.fetch_add(1, Ordering::Relaxed);
+        crate::observe::connections::request();
         let request = read(&mut stream, len, &ctx).await;
         // A refused send may leave its payload unread, and an unreadable
         // request leaves the framing unknown: their answer is the

@@ -131,7 +131,7 @@ async fn serve_connection(
                     let acks = snapshots.iter().map(|(s, _)| s.acks_pending).sum();
                     text.push_str(&render::store(&shared.store_view(acks), unix_ms()));
                     text.push_str(&render::grouping(crate::store::handle::grouping()));
-                    text.push_str(&render::control(crate::control::server::served()));
+                    text.push_str(&render::control(crate::observe::connections::served()));
                     if let Some(f) = &shared.fleet {
                         text.push_str(&fleet::render(f).await);
                     }

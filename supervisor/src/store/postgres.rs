@@ -398,15 +398,24 @@ impl super::Grouping for PostgresStore {
     }
 
     fn group_lost(&mut self) -> Option<StoreError> {
-        if self.session.is_closed() {
-            // Every write of the group learns the cause: the server went
-            // away (a restart, a network cut), and with it the transaction.
-            return Some(StoreError::Backend(super::error::Failure {
+        use super::error::{ErrorKind, Failure};
+        // The server went away (a restart, a network cut), and the
+        // transaction with it: every write of the group learns that cause.
+        // The client may see its connection closed only later than the
+        // failure that says so.
+        let message = match self.session.aborted_by() {
+            Some((ErrorKind::Unavailable, message)) => Some(message.clone()),
+            _ if self.session.is_closed() => {
+                Some("the connection to the database was lost before the group committed".into())
+            }
+            _ => None,
+        };
+        if let Some(message) = message {
+            return Some(StoreError::Backend(Failure {
                 location: self.location.clone(),
                 action: "writing to the database",
-                kind: super::error::ErrorKind::Unavailable,
-                message: "the connection to the database was lost before the group committed"
-                    .into(),
+                kind: ErrorKind::Unavailable,
+                message,
             }));
         }
         (!self.session.group_open()).then_some(StoreError::GroupLost)

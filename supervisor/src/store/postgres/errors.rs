@@ -23,7 +23,7 @@ pub fn kind_of_code(code: &str) -> ErrorKind {
 }
 
 /// The kind and message of `err`.
-fn describe(err: &postgres::Error) -> (ErrorKind, String) {
+pub fn describe(err: &postgres::Error) -> (ErrorKind, String) {
     if let Some(db) = err.as_db_error() {
         let mut message = format!("{} (SQLSTATE {})", db.message(), db.code().code());
         if let Some(detail) = db.detail() {

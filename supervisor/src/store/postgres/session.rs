@@ -16,6 +16,8 @@ use std::collections::{HashMap, HashSet};
 use postgres::types::ToSql;
 use postgres::{Client, Row, Statement};
 
+use crate::store::error::ErrorKind;
+
 /// Most statements remembered per connection: the store's SQL is a fixed
 /// set, far below this; a text built from input past it starts afresh.
 const MAX_STATEMENTS: usize = 512;
@@ -34,9 +36,9 @@ pub(super) enum Lock {
 struct Group {
     /// Locks the group's transaction holds until it ends.
     held: HashSet<Lock>,
-    /// A statement failed outside any savepoint: PostgreSQL aborted the
-    /// whole transaction, and nothing written in it will commit.
-    aborted: bool,
+    /// What failed outside any savepoint (its kind and words): PostgreSQL
+    /// aborted the whole transaction, and nothing written in it will commit.
+    aborted: Option<(ErrorKind, String)>,
     /// The last write's savepoint, kept: released with the next write's
     /// `SAVEPOINT` in one round trip, or by the group's `COMMIT`.
     unreleased: bool,
@@ -84,16 +86,21 @@ impl Session {
 
     /// Whether the open group can still commit what was written in it.
     pub(super) fn group_open(&self) -> bool {
-        self.group.as_ref().is_some_and(|g| !g.aborted) && !self.client.is_closed()
+        self.group.as_ref().is_some_and(|g| g.aborted.is_none()) && !self.client.is_closed()
     }
 
     /// Commits the open group (an aborted one is rolled back and reported).
     pub(super) fn end_group(&mut self) -> Result<(), postgres::Error> {
         match self.group.take() {
-            Some(g) if g.aborted => self.client.batch_execute("ROLLBACK"),
+            Some(g) if g.aborted.is_some() => self.client.batch_execute("ROLLBACK"),
             Some(_) => self.client.batch_execute("COMMIT"),
             None => Ok(()),
         }
+    }
+
+    /// What aborted the open group, if anything did.
+    pub(super) fn aborted_by(&self) -> Option<&(ErrorKind, String)> {
+        self.group.as_ref().and_then(|g| g.aborted.as_ref())
     }
 
     /// Whether a group is open (the transaction may be aborted).
@@ -143,12 +150,19 @@ impl Session {
         f: impl FnOnce(&mut Client) -> Result<T, postgres::Error>,
     ) -> Result<T, postgres::Error> {
         let result = f(&mut self.client);
-        if result.is_err()
-            && let Some(g) = &mut self.group
-        {
-            g.aborted = true;
+        if let Err(e) = &result {
+            self.abort(e);
         }
         result
+    }
+
+    /// Marks the open group aborted by `e`, unless something did first.
+    fn abort(&mut self, e: &postgres::Error) {
+        if let Some(g) = &mut self.group
+            && g.aborted.is_none()
+        {
+            g.aborted = Some(super::errors::describe(e));
+        }
     }
 
     /// Runs `sql`, prepared once, with `f`; `in_write` when inside a
@@ -161,8 +175,8 @@ impl Session {
     ) -> Result<T, postgres::Error> {
         let result = self.statement(sql).and_then(|st| f(&mut self.client, &st));
         if let Err(e) = &result {
-            if !in_write && let Some(g) = &mut self.group {
-                g.aborted = true;
+            if !in_write {
+                self.abort(e);
             }
             // feature_not_supported ("cached plan must not change result
             // type": a schema changed under it), invalid_sql_statement_name.

@@ -278,6 +278,16 @@ fn a_group_whose_connection_is_lost_tells_every_write_why() {
     pg.exec(
         "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'wfhost'",
     );
+    // Gone before the next statement: it meets the closed session.
+    let gone = "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'wfhost'";
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while pg.count(gone) > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the session outlived its termination"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
     let met = store.enqueue_mail("d", None, b"b", 100, 2).unwrap_err();
     assert_eq!(met.kind(), Some(ErrorKind::Unavailable), "{met}");
     let lost = store

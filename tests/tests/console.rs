@@ -103,6 +103,20 @@ struct Session {
     csrf: String,
 }
 
+/// A deployment of `poison` test children: an item `poison` kills its
+/// child (one delivery, so it goes dead at once) until the file `cured`
+/// exists.
+fn poisoned(cured: &Path) -> String {
+    deployment(
+        "poisoned",
+        &testchild("poison"),
+        &format!(
+            "max_deliveries = 1\nenv = {{ WFH_CURED = \"{}\" }}",
+            cured.display()
+        ),
+    )
+}
+
 /// `wfhost console token`'s link, used once.
 fn login(sup: &Supervisor, port: u16) -> Session {
     let url = ok("console token", &sup.client(&["console", "token"]));
@@ -393,18 +407,7 @@ fn dead_mail_is_retried_and_purged_from_the_console() {
     let port = free_port();
     let dir = TempDir::new();
     let cured = dir.join("cured");
-    let body = format!(
-        "{}{}",
-        console(port),
-        deployment(
-            "poisoned",
-            &testchild("poison"),
-            &format!(
-                "max_deliveries = 1\nenv = {{ WFH_CURED = \"{}\" }}",
-                cured.display()
-            )
-        )
-    );
+    let body = format!("{}{}", console(port), poisoned(&cured));
     let sup = Supervisor::start(&body);
     sup.wait_deployment("poisoned", "ready", LONG, |d| d["state"] == "ready");
     ok("send", &sup.client(&["send", "poisoned", "poison"]));
@@ -696,14 +699,7 @@ fn a_real_browser_answers_retries_and_sees_a_recycle_live() {
         "{}{}\n{}",
         console(port),
         asking("orders"),
-        deployment(
-            "poisoned",
-            &testchild("poison"),
-            &format!(
-                "max_deliveries = 1\nenv = {{ WFH_CURED = \"{}\" }}",
-                cured.display()
-            )
-        )
+        poisoned(&cured)
     );
     let sup = Supervisor::start(&body);
     sup.wait_deployment("orders", "ready", LONG, |d| d["state"] == "ready");

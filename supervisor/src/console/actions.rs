@@ -150,17 +150,12 @@ fn action(f: &HashMap<String, String>) -> Result<Action, String> {
         }
         "retry-dead" => {
             let d = get("deployment").map(str::to_owned);
+            let (whose, arg) = dead_of(d.as_deref());
             Action {
-                what: format!(
-                    "Retry the dead mail of {}.",
-                    d.as_deref().unwrap_or("every deployment")
-                ),
-                cli: format!(
-                    "wfhost mail retry --dead {}",
-                    d.as_deref().map(quoted).unwrap_or_default()
-                )
-                .trim_end()
-                .to_owned(),
+                what: format!("Retry the dead mail of {whose}."),
+                cli: format!("wfhost mail retry --dead {arg}")
+                    .trim_end()
+                    .to_owned(),
                 back: "/dead".into(),
                 request: protocol::Request::MailRetry {
                     id: None,
@@ -171,17 +166,12 @@ fn action(f: &HashMap<String, String>) -> Result<Action, String> {
         }
         "purge" => {
             let d = get("deployment").map(str::to_owned);
+            let (whose, arg) = dead_of(d.as_deref());
             Action {
-                what: format!(
-                    "Delete the dead mail of {} for good.",
-                    d.as_deref().unwrap_or("every deployment")
-                ),
-                cli: format!(
-                    "wfhost mail purge --dead {}",
-                    d.as_deref().map(quoted).unwrap_or_default()
-                )
-                .trim_end()
-                .to_owned(),
+                what: format!("Delete the dead mail of {whose} for good."),
+                cli: format!("wfhost mail purge --dead {arg}")
+                    .trim_end()
+                    .to_owned(),
                 back: "/dead".into(),
                 request: protocol::Request::MailPurge {
                     deployment: d,
@@ -191,6 +181,15 @@ fn action(f: &HashMap<String, String>) -> Result<Action, String> {
         }
         other => return Err(format!("no such action {other:?}")),
     })
+}
+
+/// Whose dead mail an action concerns: in words, and as the CLI's
+/// argument (shell-quoted; empty for every deployment).
+fn dead_of(deployment: Option<&str>) -> (&str, String) {
+    (
+        deployment.unwrap_or("every deployment"),
+        deployment.map(quoted).unwrap_or_default(),
+    )
 }
 
 /// The fields an action's form carries on to `/do`.

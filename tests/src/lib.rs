@@ -707,6 +707,18 @@ impl Supervisor {
     pub fn plain_log(&self) -> String {
         strip_ansi(&self.log())
     }
+
+    /// The plain log once it contains `text`. The supervisor writes its
+    /// log from a thread of its own, so a line may land just after the
+    /// answer or event that follows it; panics with the log if it never
+    /// comes.
+    pub fn wait_log(&self, text: &str) -> String {
+        let found = poll(LONG, Duration::from_millis(20), || {
+            let log = self.plain_log();
+            if log.contains(text) { Ok(log) } else { Err(()) }
+        });
+        found.unwrap_or_else(|()| panic!("the log never said {text:?}:\n{}", self.plain_log()))
+    }
 }
 
 /// Removes ANSI escape sequences (`ESC [ … letter`) from `text`.

@@ -401,23 +401,15 @@ fn a_step_ignoring_drain_is_cancelled_by_a_signed_journaled_cancel_when_the_budg
     );
 
     // The child verified and acted on it.
-    let log = sup.plain_log();
-    assert!(
-        log.contains("drain: stopping the command (SIGTERM)"),
-        "{log}"
-    );
-    assert!(
-        log.contains(&format!(
-            "cancel of run {run} accepted (origin supervisor-drain"
-        )),
-        "{log}"
-    );
-    assert!(
-        log.contains(&format!(
-            "run {run} cancelled: killing the command (SIGKILL)"
-        )),
-        "{log}"
-    );
+    let log = sup.wait_log(&format!(
+        "run {run} cancelled: killing the command (SIGKILL)"
+    ));
+    for said in [
+        "drain: stopping the command (SIGTERM)".to_owned(),
+        format!("cancel of run {run} accepted (origin supervisor-drain"),
+    ] {
+        assert!(log.contains(&said), "{said}: {log}");
+    }
 
     // The event stream tells it in order.
     let ev = sup.events();
@@ -609,12 +601,7 @@ fn operator_cancel_is_journaled_signed_and_kills_the_command() {
     let committed = first_after(&ev, "cancel_committed", 0);
     assert_eq!(committed["body"]["journal_seq"], journal_seq);
     assert_eq!(committed["body"]["origin"], "operator");
-    assert!(
-        sup.plain_log()
-            .contains(&format!("cancel of run {run} accepted (origin operator")),
-        "{}",
-        sup.plain_log()
-    );
+    sup.wait_log(&format!("cancel of run {run} accepted (origin operator"));
     ok("journal verify", &sup.client(&["journal", "verify"]));
 }
 
@@ -785,11 +772,7 @@ fn a_locked_journal_delays_the_cancel_until_it_is_committed() {
         )
         .is_empty()
     );
-    let log = sup.plain_log();
-    assert!(
-        log.contains("the journal refused a signed cancel; it is not sent until committed"),
-        "{log}"
-    );
+    let log = sup.wait_log("the journal refused a signed cancel; it is not sent until committed");
     assert!(
         !log.contains(&format!("cancel of run {run} accepted")),
         "the child got no cancel yet: {log}"
@@ -815,13 +798,9 @@ fn a_locked_journal_delays_the_cancel_until_it_is_committed() {
     let escalated = first_after(&ev, "drain_escalated", 0);
     let committed = first_after(&ev, "cancel_committed", seq(escalated));
     assert_eq!(committed["body"]["journal_seq"], seq(cancels[0]));
-    assert!(
-        sup.plain_log().contains(&format!(
-            "cancel of run {run} accepted (origin supervisor-drain"
-        )),
-        "{}",
-        sup.plain_log()
-    );
+    sup.wait_log(&format!(
+        "cancel of run {run} accepted (origin supervisor-drain"
+    ));
     ok("journal verify", &sup.client(&["journal", "verify"]));
 }
 

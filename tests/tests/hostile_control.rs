@@ -260,5 +260,5 @@ fn connections_past_the_cap_are_refused_with_the_cap_named() {
         let out = wfhost(&["status", "--socket", sock.to_str().expect("utf-8")]);
         (out.status.code() == Some(0)).then_some(())
     });
-    assert!(sup.plain_log().contains("the connection limit is reached"));
+    sup.wait_log("the connection limit is reached");
 }

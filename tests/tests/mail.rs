@@ -465,11 +465,7 @@ fn done_mail_past_its_retention_is_pruned_and_waiting_mail_is_not() {
         (waiting, "inbox", &b"waits"[..])
     );
     assert_eq!(mail_counts(&sup.deployment("orders")), (0, 0, 0));
-    assert!(
-        sup.log().contains("done mail past mail_retention deleted"),
-        "{}",
-        sup.log()
-    );
+    sup.wait_log("done mail past mail_retention deleted");
     // Its key is free again: the same send is new mail now.
     let again = accepted_id(
         &sup.client(&["send", "orders", "one", "--key", "k1"]),

@@ -511,8 +511,7 @@ fn a_frozen_host_is_taken_over_its_children_stop_by_the_deadline_and_it_rejoins_
         .filter(|r| r["kind"] == "lease_lost" && r["body"]["host"] == "h3")
         .collect();
     assert_eq!(lost.len(), 2, "{lost:?}");
-    let log = fleet.host(2).plain_log();
-    assert!(log.contains("lease lost"), "{log}");
+    fleet.host(2).wait_log("lease lost");
 }
 
 #[test]
@@ -573,8 +572,7 @@ fn a_host_cut_off_from_postgresql_self_fences_before_its_ttl_and_rejoins() {
     for d in &cut {
         assert!(owners[d] != "h3");
     }
-    let log = fleet.host(2).plain_log();
-    assert!(log.contains("self-fenced"), "{log}");
+    fleet.host(2).wait_log("self-fenced");
     ns.link(true);
     fleet.wait_owners(0, "h3 back with its share", WAIT, two_each);
     let done = fleet.wait_done(0, &sent, WAIT);
@@ -618,9 +616,6 @@ fn a_postgresql_restart_fails_sends_clearly_and_loses_nothing_accepted() {
         let out = fleet.host(i).client(&["journal", "verify"]);
         assert!(ok("journal verify", &out).starts_with("journal ok: "));
     }
-    let log = fleet.host(0).plain_log();
-    assert!(
-        log.contains("cannot renew this host's leases") && log.contains("self-fenced"),
-        "{log}"
-    );
+    let log = fleet.host(0).wait_log("self-fenced");
+    assert!(log.contains("cannot renew this host's leases"), "{log}");
 }

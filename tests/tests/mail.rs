@@ -141,14 +141,13 @@ fn sent_mail_is_durable_on_return_and_delivered_in_fifo_order() {
     .map(|e| e["body"]["id"].as_u64().expect("id"))
     .collect();
     assert_eq!(done, ids, "acknowledgement order");
-    let log = sup.plain_log();
     for line in [
         format!("mail {inline}: received \"alpha\" (5 bytes)"),
         format!("mail {from_file}: received \"bravo from a file\" (17 bytes)"),
         format!("mail {from_stdin}: received \"charlie\\n\" (8 bytes)"),
         format!("mail {inline}: acknowledged (succeeded)"),
     ] {
-        assert!(log.contains(&line), "missing {line:?} in\n{log}");
+        sup.wait_log(&line);
     }
     let rows = db_rows(&sup);
     assert!(
